@@ -1,0 +1,128 @@
+//! The closed vocabularies carried in records: event kind, CUDA API, copy direction.
+//! Numeric values are part of the ABI: never renumber, only append.
+
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $value:literal => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $($variant = $value,)+ }
+
+        impl $name {
+            /// Every value, in numeric order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The name used in reports, metrics, budgets and the monitor.
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$variant => $text,)+ }
+            }
+
+            /// Decodes the ABI value; `None` for anything this version does not know.
+            pub const fn from_u8(v: u8) -> Option<$name> {
+                match v { $($value => Some($name::$variant),)+ _ => None }
+            }
+
+            /// Looks a value up by its public name.
+            pub fn from_name(s: &str) -> Option<$name> {
+                match s { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// What the host waited for. See ARCHITECTURE.md, "Event kinds".
+    Kind {
+        DeviceSync = 1 => "device_sync",
+        StreamSync = 2 => "stream_sync",
+        EventSync = 3 => "event_sync",
+        MemcpySync = 4 => "memcpy_sync",
+        MemcpyPageable = 5 => "memcpy_pageable",
+        ImplicitSync = 6 => "implicit_sync",
+        GpuIdle = 7 => "gpu_idle",
+    }
+}
+
+impl Kind {
+    /// Kinds in which the host thread itself waited (everything but GPU idle gaps).
+    pub const fn is_host_stall(self) -> bool {
+        !matches!(self, Kind::GpuIdle)
+    }
+}
+
+named_enum! {
+    /// The interposed CUDA runtime entry point (the exact exported symbol).
+    Api {
+        CudaDeviceSynchronize = 1 => "cudaDeviceSynchronize",
+        CudaStreamSynchronize = 2 => "cudaStreamSynchronize",
+        CudaStreamSynchronizePtsz = 3 => "cudaStreamSynchronize_ptsz",
+        CudaEventSynchronize = 4 => "cudaEventSynchronize",
+        CudaMemcpy = 5 => "cudaMemcpy",
+        CudaMemcpyPtds = 6 => "cudaMemcpy_ptds",
+        CudaMemcpy2D = 7 => "cudaMemcpy2D",
+        CudaMemcpy2DPtds = 8 => "cudaMemcpy2D_ptds",
+        CudaMemcpy3D = 9 => "cudaMemcpy3D",
+        CudaMemcpy3DPtds = 10 => "cudaMemcpy3D_ptds",
+        CudaMemcpyToSymbol = 11 => "cudaMemcpyToSymbol",
+        CudaMemcpyToSymbolPtds = 12 => "cudaMemcpyToSymbol_ptds",
+        CudaMemcpyFromSymbol = 13 => "cudaMemcpyFromSymbol",
+        CudaMemcpyFromSymbolPtds = 14 => "cudaMemcpyFromSymbol_ptds",
+        CudaMemcpyPeer = 15 => "cudaMemcpyPeer",
+        CudaMemcpyAsync = 16 => "cudaMemcpyAsync",
+        CudaMemcpyAsyncPtsz = 17 => "cudaMemcpyAsync_ptsz",
+        CudaMemcpy2DAsync = 18 => "cudaMemcpy2DAsync",
+        CudaMemcpy2DAsyncPtsz = 19 => "cudaMemcpy2DAsync_ptsz",
+        CudaMemcpy3DAsync = 20 => "cudaMemcpy3DAsync",
+        CudaMemcpy3DAsyncPtsz = 21 => "cudaMemcpy3DAsync_ptsz",
+        CudaMemcpyToSymbolAsync = 22 => "cudaMemcpyToSymbolAsync",
+        CudaMemcpyToSymbolAsyncPtsz = 23 => "cudaMemcpyToSymbolAsync_ptsz",
+        CudaMemcpyFromSymbolAsync = 24 => "cudaMemcpyFromSymbolAsync",
+        CudaMemcpyFromSymbolAsyncPtsz = 25 => "cudaMemcpyFromSymbolAsync_ptsz",
+        CudaFree = 26 => "cudaFree",
+        CudaFreeHost = 27 => "cudaFreeHost",
+        CudaMallocHost = 28 => "cudaMallocHost",
+        CudaHostAlloc = 29 => "cudaHostAlloc",
+        CudaHostRegister = 30 => "cudaHostRegister",
+        CudaHostUnregister = 31 => "cudaHostUnregister",
+        CudaMemset = 32 => "cudaMemset",
+        CudaMemsetPtds = 33 => "cudaMemset_ptds",
+    }
+}
+
+named_enum! {
+    /// Direction of a copy; `None` for calls that move no data.
+    Direction {
+        None = 0 => "none",
+        HostToDevice = 1 => "h2d",
+        DeviceToHost = 2 => "d2h",
+        DeviceToDevice = 3 => "d2d",
+        HostToHost = 4 => "h2h",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_values_are_dense_enough_for_the_header() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::from_name(k.name()), Some(*k));
+            assert_eq!(Kind::from_u8(*k as u8), Some(*k));
+            assert!((*k as usize) < crate::layout::KIND_SLOTS);
+        }
+        for a in Api::ALL {
+            assert_eq!(Api::from_name(a.name()), Some(*a));
+            assert!((*a as usize) < crate::layout::API_SLOTS);
+        }
+        assert_eq!(Kind::from_u8(0), None);
+        assert_eq!(Api::from_u8(200), None);
+        assert_eq!(Direction::from_u8(4), Some(Direction::HostToHost));
+    }
+}

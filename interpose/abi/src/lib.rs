@@ -1,0 +1,28 @@
+//! The shared-memory segment that `libsyncspy.so` writes and every reader (agent, monitor,
+//! tests) follows. This crate is the boundary between the two sides: it owns the layout, the
+//! version, and the lock-free protocols (ring, call-site table, module map). It depends on
+//! `libc` only.
+//!
+//! A segment is one file, `syncspy-<pid>-<start ticks>` in `SYNCSPY_DIR`:
+//! ```text
+//! [ Header (ident: written once, live: atomics) | ring of Slots | site table | module map ]
+//! ```
+//! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
+//! larger header.
+
+pub mod kinds;
+pub mod layout;
+pub mod modules;
+pub mod record;
+pub mod ring;
+pub mod segment;
+pub mod sites;
+
+pub use kinds::{Api, Direction, Kind};
+pub use layout::{Header, Ident, Live, Totals};
+pub use record::{Record, RecordError};
+pub use ring::{Cursor, PollStats};
+pub use segment::{
+    parse_segment_name, process_start_ticks, segment_name, CreateError, OpenError, ProcState,
+    SegmentParams, SegmentReader, SegmentWriter,
+};

@@ -1,0 +1,805 @@
+//! Creating (writer side) and opening (reader side) a segment file.
+//!
+//! The creator makes the file under a temporary name, sizes and maps it, writes `Ident`,
+//! then renames it into place, so a reader never sees a half-initialised header. Readers
+//! map it read-only, copy `Ident` once, validate every size and offset against the file's
+//! length, and from then on use only their validated copy for bounds: a foreign, truncated
+//! or corrupt file is an `OpenError`, never an out-of-bounds read.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use crate::layout::*;
+use crate::modules::{self, Module, ModuleEntry};
+use crate::record::{Record, RecordError};
+use crate::ring::{self, Cursor, PollStats, Slot};
+use crate::sites::{self, SiteEntry};
+
+/// File name of the segment of process `pid` started at `start_ticks`.
+pub fn segment_name(pid: u32, start_ticks: u64) -> String {
+    format!("syncspy-{pid}-{start_ticks}")
+}
+
+/// Inverse of `segment_name`; `None` for any other file name (temporaries included).
+pub fn parse_segment_name(name: &str) -> Option<(u32, u64)> {
+    let rest = name.strip_prefix("syncspy-")?;
+    let (pid, start) = rest.split_once('-')?;
+    Some((pid.parse().ok()?, start.parse().ok()?))
+}
+
+/// Start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`), or `None`
+/// when no such process exists. With the pid, it identifies a process across pid reuse.
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_ticks(&stat)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) may contain spaces and
+/// parentheses, so fields are counted from the last ')'.
+pub fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // After ')' come field 3 (state) onwards; field 22 is the 20th of them.
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Sizes of a new segment.
+#[derive(Clone, Debug)]
+pub struct SegmentParams {
+    /// Ring capacity in records; rounded up to a power of two, at least 16.
+    pub ring_capacity: u32,
+    /// Call-site table entries; rounded up to a power of two, at least 16.
+    pub site_capacity: u32,
+    pub module_capacity: u32,
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub session: u64,
+    /// NUL-separated argv.
+    pub cmdline: Vec<u8>,
+    /// File mode, 0o600 by default.
+    pub mode: u32,
+}
+
+impl SegmentParams {
+    pub const DEFAULT_RING: u32 = 1 << 16;
+    pub const DEFAULT_SITES: u32 = 4096;
+    pub const DEFAULT_MODULES: u32 = 1024;
+
+    pub fn new(pid: u32, start_ticks: u64) -> SegmentParams {
+        SegmentParams {
+            ring_capacity: Self::DEFAULT_RING,
+            site_capacity: Self::DEFAULT_SITES,
+            module_capacity: Self::DEFAULT_MODULES,
+            pid,
+            start_ticks,
+            session: 0,
+            cmdline: Vec::new(),
+            mode: 0o600,
+        }
+    }
+}
+
+struct Geometry {
+    ring_capacity: u32,
+    site_capacity: u32,
+    module_capacity: u32,
+    ring_offset: u64,
+    sites_offset: u64,
+    modules_offset: u64,
+    total_size: u64,
+}
+
+fn geometry(p: &SegmentParams) -> Geometry {
+    let ring_capacity = p.ring_capacity.clamp(16, 1 << 26).next_power_of_two();
+    let site_capacity = p.site_capacity.clamp(16, 1 << 20).next_power_of_two();
+    let module_capacity = p.module_capacity.clamp(16, 1 << 16);
+    let ring_offset = HEADER_RESERVED as u64;
+    let sites_offset = ring_offset + ring_capacity as u64 * size_of::<Slot>() as u64;
+    let modules_offset = sites_offset + site_capacity as u64 * size_of::<SiteEntry>() as u64;
+    let total_size = modules_offset + module_capacity as u64 * size_of::<ModuleEntry>() as u64;
+    Geometry {
+        ring_capacity,
+        site_capacity,
+        module_capacity,
+        ring_offset,
+        sites_offset,
+        modules_offset,
+        total_size,
+    }
+}
+
+/// Why a segment could not be created.
+#[derive(Debug)]
+pub enum CreateError {
+    /// The folder does not exist or is not writable, or the file could not be sized/mapped.
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        err: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateError::Io { path, op, err } => write!(f, "{op} {}: {err}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for CreateError {}
+
+/// Why a segment could not be opened. Each is reported and the segment skipped.
+#[derive(Debug)]
+pub enum OpenError {
+    Io(std::io::Error),
+    /// Not a syncspy segment.
+    Foreign,
+    /// A syncspy segment of a layout this reader does not understand.
+    Version {
+        major: u16,
+        minor: u16,
+    },
+    /// Shorter than its header says it is.
+    Truncated {
+        size: u64,
+        needed: u64,
+    },
+    /// A field out of its valid range.
+    Corrupt(&'static str),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "{e}"),
+            OpenError::Foreign => f.write_str("not a syncspy segment (bad magic)"),
+            OpenError::Version { major, minor } => write!(
+                f,
+                "segment ABI {major}.{minor} is not supported by this reader (ABI {ABI_MAJOR}.x); \
+                 use the syncspy build that matches the preloaded libsyncspy.so"
+            ),
+            OpenError::Truncated { size, needed } => {
+                write!(f, "segment truncated: {size} bytes, header says {needed}")
+            }
+            OpenError::Corrupt(what) => write!(f, "corrupt segment: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl From<std::io::Error> for OpenError {
+    fn from(e: std::io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
+/// A shared mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
+// volatile copies.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from a successful mmap and are unmapped once.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+fn cpath(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))
+}
+
+/// Typed views into a validated mapping.
+struct Views {
+    map: Mapping,
+    ring_offset: usize,
+    ring_capacity: usize,
+    sites_offset: usize,
+    site_capacity: usize,
+    modules_offset: usize,
+    module_capacity: usize,
+}
+
+impl Views {
+    fn live(&self) -> &Live {
+        // SAFETY: the mapping is at least HEADER_RESERVED bytes (validated) and Live is all
+        // atomics, valid for any bit pattern.
+        unsafe { &(*(self.map.ptr as *const Header)).live }
+    }
+    fn slots(&self) -> &[Slot] {
+        // SAFETY: offset/capacity validated to lie within the mapping, 64-byte aligned.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.ptr.add(self.ring_offset) as *const Slot,
+                self.ring_capacity,
+            )
+        }
+    }
+    fn sites(&self) -> &[SiteEntry] {
+        // SAFETY: as for `slots`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.ptr.add(self.sites_offset) as *const SiteEntry,
+                self.site_capacity,
+            )
+        }
+    }
+    fn modules(&self) -> &[ModuleEntry] {
+        // SAFETY: as for `slots`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.ptr.add(self.modules_offset) as *const ModuleEntry,
+                self.module_capacity,
+            )
+        }
+    }
+}
+
+/// The writer's handle on its own segment.
+pub struct SegmentWriter {
+    v: Views,
+    path: PathBuf,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl SegmentWriter {
+    /// Creates `dir/syncspy-<pid>-<start>`; fails if the folder is not writable or the
+    /// file exists.
+    pub fn create(dir: &Path, p: &SegmentParams) -> Result<SegmentWriter, CreateError> {
+        let g = geometry(p);
+        let name = segment_name(p.pid, p.start_ticks);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let path = dir.join(&name);
+        let io = |op, path: &Path| {
+            let err = std::io::Error::last_os_error();
+            CreateError::Io {
+                path: path.to_path_buf(),
+                op,
+                err,
+            }
+        };
+        let ctmp = cpath(&tmp).map_err(|err| CreateError::Io {
+            path: tmp.clone(),
+            op: "name",
+            err,
+        })?;
+        let cfinal = cpath(&path).map_err(|err| CreateError::Io {
+            path: path.clone(),
+            op: "name",
+            err,
+        })?;
+        // SAFETY: plain syscalls on owned C strings; every result is checked.
+        unsafe {
+            libc::unlink(ctmp.as_ptr());
+            let fd = libc::open(
+                ctmp.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                p.mode as libc::c_uint,
+            );
+            if fd < 0 {
+                return Err(io("create", &tmp));
+            }
+            // O_CREAT applies the umask; the requested mode is the contract.
+            libc::fchmod(fd, p.mode as libc::mode_t);
+            if libc::ftruncate(fd, g.total_size as libc::off_t) != 0 {
+                let e = io("size", &tmp);
+                libc::close(fd);
+                libc::unlink(ctmp.as_ptr());
+                return Err(e);
+            }
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                g.total_size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            if ptr == libc::MAP_FAILED {
+                let e = io("map", &tmp);
+                libc::unlink(ctmp.as_ptr());
+                return Err(e);
+            }
+            let map = Mapping {
+                ptr: ptr.cast(),
+                len: g.total_size as usize,
+            };
+            let hdr = map.ptr as *mut Header;
+            let mut cmdline = [0u8; CMDLINE_MAX];
+            let n = p.cmdline.len().min(CMDLINE_MAX);
+            cmdline[..n].copy_from_slice(&p.cmdline[..n]);
+            let now_unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            (*hdr).ident = Ident {
+                magic: MAGIC,
+                abi_major: ABI_MAJOR,
+                abi_minor: ABI_MINOR,
+                header_size: size_of::<Header>() as u32,
+                record_size: size_of::<Slot>() as u32,
+                ring_capacity: g.ring_capacity,
+                ring_offset: g.ring_offset,
+                site_capacity: g.site_capacity,
+                site_entry_size: size_of::<SiteEntry>() as u32,
+                sites_offset: g.sites_offset,
+                module_capacity: g.module_capacity,
+                module_entry_size: size_of::<ModuleEntry>() as u32,
+                modules_offset: g.modules_offset,
+                total_size: g.total_size,
+                pid: p.pid,
+                clock_id: CLOCK_MONOTONIC,
+                start_ticks: p.start_ticks,
+                session: p.session,
+                created_ns: monotonic_ns(),
+                created_unix_ns: now_unix,
+                site_max_frames: sites::MAX_FRAMES as u32,
+                cmdline_len: n as u32,
+                cmdline,
+            };
+            (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
+            if libc::rename(ctmp.as_ptr(), cfinal.as_ptr()) != 0 {
+                let e = io("publish", &path);
+                libc::unlink(ctmp.as_ptr());
+                return Err(e);
+            }
+            Ok(SegmentWriter {
+                v: Views {
+                    map,
+                    ring_offset: g.ring_offset as usize,
+                    ring_capacity: g.ring_capacity as usize,
+                    sites_offset: g.sites_offset as usize,
+                    site_capacity: g.site_capacity as usize,
+                    modules_offset: g.modules_offset as usize,
+                    module_capacity: g.module_capacity as usize,
+                },
+                path,
+            })
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn live(&self) -> &Live {
+        self.v.live()
+    }
+
+    /// Writes one record to the ring and adds it to the exact totals.
+    #[inline]
+    pub fn record(&self, rec: &Record) {
+        let live = self.v.live();
+        live.kinds[rec.kind as usize].add(rec.duration_ns, rec.bytes);
+        live.apis[rec.api as usize].add(rec.duration_ns, rec.bytes);
+        ring::push(live, self.v.slots(), rec);
+    }
+
+    /// Interns a stack; see `sites::intern`.
+    pub fn intern_site(&self, frames: &[u64]) -> Option<u32> {
+        sites::intern(self.v.live(), self.v.sites(), frames)
+    }
+
+    pub fn add_module(
+        &self,
+        path: &[u8],
+        bias: u64,
+        start: u64,
+        end: u64,
+        build_id: &[u8],
+    ) -> bool {
+        modules::append(
+            self.v.live(),
+            self.v.modules(),
+            path,
+            bias,
+            start,
+            end,
+            build_id,
+        )
+    }
+
+    /// Modules published so far (the writer's own view, for deduplication).
+    pub fn modules(&self) -> Vec<Module> {
+        modules::read_all(self.v.live(), self.v.modules())
+    }
+
+    /// Marks the process as exited with `status`.
+    pub fn mark_exited(&self, status: i32) {
+        let live = self.v.live();
+        live.ended_ns.store(monotonic_ns(), Ordering::Relaxed);
+        live.state.store(
+            STATE_EXITED | (status as u32 as u64) << 32,
+            Ordering::Release,
+        );
+    }
+
+    /// Forgets the mapping without unmapping it (the fork child uses this: the parent's
+    /// segment stays the parent's).
+    pub fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// What a reader knows of the writing process's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcState {
+    Running,
+    Exited(i32),
+    /// The state word holds a value this reader does not know.
+    Unknown(u64),
+}
+
+/// A reader's handle on a segment; any number may follow one segment.
+pub struct SegmentReader {
+    v: Views,
+    ident: Ident,
+    path: PathBuf,
+}
+
+impl SegmentReader {
+    /// Maps and validates a segment.
+    pub fn open(path: &Path) -> Result<SegmentReader, OpenError> {
+        let c = cpath(path)?;
+        // SAFETY: plain syscalls; every result is checked; the mapping is read-only.
+        let map = unsafe {
+            let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e.into());
+            }
+            let size = st.st_size as u64;
+            if size < HEADER_RESERVED as u64 {
+                libc::close(fd);
+                if size >= 8 {
+                    // Short but perhaps ours: say which.
+                    return Err(OpenError::Truncated {
+                        size,
+                        needed: HEADER_RESERVED as u64,
+                    });
+                }
+                return Err(OpenError::Foreign);
+            }
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            if ptr == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            Mapping {
+                ptr: ptr.cast(),
+                len: size as usize,
+            }
+        };
+        // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
+        // `Ident` is plain data valid for any bit pattern, copied once.
+        let ident: Ident = unsafe { std::ptr::read_volatile(map.ptr as *const Ident) };
+        let v = validate(&ident, map)?;
+        Ok(SegmentReader {
+            v,
+            ident,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated copy of the header's identity part.
+    pub fn ident(&self) -> &Ident {
+        &self.ident
+    }
+
+    pub fn state(&self) -> ProcState {
+        let s = self.v.live().state.load(Ordering::Acquire);
+        match s & 0xffff_ffff {
+            STATE_RUNNING => ProcState::Running,
+            STATE_EXITED => ProcState::Exited((s >> 32) as u32 as i32),
+            _ => ProcState::Unknown(s),
+        }
+    }
+
+    /// The live counters (exact totals, drops, overhead).
+    pub fn live(&self) -> &Live {
+        self.v.live()
+    }
+
+    /// Sequence number the next record will get.
+    pub fn head(&self) -> u64 {
+        self.v.live().write_seq.load(Ordering::Acquire)
+    }
+
+    /// See `ring::poll`.
+    pub fn poll(
+        &self,
+        cursor: &mut Cursor,
+        budget: usize,
+        patience: u32,
+        sink: impl FnMut(Result<Record, RecordError>),
+    ) -> PollStats {
+        ring::poll(
+            self.v.live(),
+            self.v.slots(),
+            cursor,
+            budget,
+            patience,
+            sink,
+        )
+    }
+
+    /// The stack of call site `id`, innermost frame first.
+    pub fn site(&self, id: u32) -> Option<Vec<u64>> {
+        sites::read(self.v.sites(), id)
+    }
+
+    pub fn modules(&self) -> Vec<Module> {
+        modules::read_all(self.v.live(), self.v.modules())
+    }
+
+    /// Whether the writing process still exists (same pid and start time).
+    pub fn process_alive(&self) -> bool {
+        process_start_ticks(self.ident.pid) == Some(self.ident.start_ticks)
+    }
+}
+
+fn validate(id: &Ident, map: Mapping) -> Result<Views, OpenError> {
+    if id.magic != MAGIC {
+        return Err(OpenError::Foreign);
+    }
+    if id.abi_major != ABI_MAJOR {
+        return Err(OpenError::Version {
+            major: id.abi_major,
+            minor: id.abi_minor,
+        });
+    }
+    let size = map.len as u64;
+    if (id.header_size as usize) < size_of::<Header>() || id.header_size as usize > HEADER_RESERVED
+    {
+        return Err(OpenError::Corrupt("header_size"));
+    }
+    if id.record_size as usize != size_of::<Slot>() {
+        return Err(OpenError::Corrupt("record_size"));
+    }
+    if id.site_entry_size as usize != size_of::<SiteEntry>() {
+        return Err(OpenError::Corrupt("site_entry_size"));
+    }
+    if id.module_entry_size as usize != size_of::<ModuleEntry>() {
+        return Err(OpenError::Corrupt("module_entry_size"));
+    }
+    if id.clock_id != CLOCK_MONOTONIC {
+        return Err(OpenError::Corrupt("clock_id"));
+    }
+    if id.cmdline_len as usize > CMDLINE_MAX {
+        return Err(OpenError::Corrupt("cmdline_len"));
+    }
+    let pow2 = |n: u32| n != 0 && n.is_power_of_two();
+    if !pow2(id.ring_capacity) {
+        return Err(OpenError::Corrupt("ring_capacity"));
+    }
+    if !pow2(id.site_capacity) {
+        return Err(OpenError::Corrupt("site_capacity"));
+    }
+    if id.module_capacity == 0 {
+        return Err(OpenError::Corrupt("module_capacity"));
+    }
+    // Each region must be aligned, lie after the header, and not overlap the next.
+    let region = |off: u64, n: u32, each: usize, what| -> Result<u64, OpenError> {
+        if !off.is_multiple_of(64) || off < HEADER_RESERVED as u64 {
+            return Err(OpenError::Corrupt(what));
+        }
+        off.checked_add(n as u64 * each as u64)
+            .ok_or(OpenError::Corrupt(what))
+    };
+    let ring_end = region(
+        id.ring_offset,
+        id.ring_capacity,
+        size_of::<Slot>(),
+        "ring_offset",
+    )?;
+    let sites_end = region(
+        id.sites_offset,
+        id.site_capacity,
+        size_of::<SiteEntry>(),
+        "sites_offset",
+    )?;
+    let mods_end = region(
+        id.modules_offset,
+        id.module_capacity,
+        size_of::<ModuleEntry>(),
+        "modules_offset",
+    )?;
+    if id.sites_offset < ring_end || id.modules_offset < sites_end || id.total_size < mods_end {
+        return Err(OpenError::Corrupt("overlapping regions"));
+    }
+    if size < id.total_size {
+        return Err(OpenError::Truncated {
+            size,
+            needed: id.total_size,
+        });
+    }
+    Ok(Views {
+        map,
+        ring_offset: id.ring_offset as usize,
+        ring_capacity: id.ring_capacity as usize,
+        sites_offset: id.sites_offset as usize,
+        site_capacity: id.site_capacity as usize,
+        modules_offset: id.modules_offset as usize,
+        module_capacity: id.module_capacity as usize,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{Api, Direction, Kind};
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("syncspy-abi-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn rec(n: u64) -> Record {
+        Record {
+            kind: Kind::MemcpyPageable,
+            api: Api::CudaMemcpyAsync,
+            direction: Direction::HostToDevice,
+            flags: 0,
+            device: 0,
+            start_ns: n,
+            duration_ns: 100 + n,
+            bytes: 4096,
+            stream: 7,
+            tid: 1,
+            site: 0,
+            result: 0,
+        }
+    }
+
+    #[test]
+    fn write_then_read_everything_back() {
+        let dir = tmpdir("rt");
+        let mut p = SegmentParams::new(4242, 777);
+        p.ring_capacity = 16;
+        p.cmdline = b"python\0train.py\0".to_vec();
+        p.session = 99;
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        assert_eq!(w.path().file_name().unwrap(), "syncspy-4242-777");
+        let site = w.intern_site(&[0x1000, 0x2000]).unwrap();
+        assert!(w.add_module(b"/lib/libfoo.so", 0x7000, 0x7000, 0x9000, &[1, 2, 3]));
+        for i in 0..20 {
+            w.record(&Record { site, ..rec(i) });
+        }
+        w.mark_exited(3);
+
+        let r = SegmentReader::open(w.path()).unwrap();
+        assert_eq!(r.ident().pid, 4242);
+        assert_eq!(r.ident().session, 99);
+        assert_eq!(r.ident().argv(), vec!["python", "train.py"]);
+        assert_eq!(r.state(), ProcState::Exited(3));
+        let t = r.live().kinds[Kind::MemcpyPageable as usize].snapshot();
+        assert_eq!((t.count, t.bytes, t.max_ns), (20, 20 * 4096, 119));
+        assert_eq!(t.total_ns, (0..20).map(|i| 100 + i).sum::<u64>());
+        let mut c = Cursor::from_start();
+        let mut got = Vec::new();
+        let st = r.poll(&mut c, usize::MAX, 0, |x| got.push(x.unwrap()));
+        assert_eq!((st.delivered, st.lost), (16, 4));
+        assert_eq!(got[0].site, site);
+        assert_eq!(r.site(site), Some(vec![0x1000, 0x2000]));
+        assert_eq!(r.modules()[0].path, "/lib/libfoo.so");
+        assert_eq!(r.modules()[0].build_id, vec![1, 2, 3]);
+        let mode = std::fs::metadata(w.path()).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn foreign_truncated_and_corrupt_files_are_errors() {
+        let dir = tmpdir("bad");
+        let f = dir.join("foreign");
+        std::fs::write(&f, vec![7u8; 20000]).unwrap();
+        assert!(matches!(SegmentReader::open(&f), Err(OpenError::Foreign)));
+        std::fs::write(&f, b"").unwrap();
+        assert!(matches!(SegmentReader::open(&f), Err(OpenError::Foreign)));
+
+        let p = SegmentParams {
+            ring_capacity: 16,
+            ..SegmentParams::new(1, 2)
+        };
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        let good = std::fs::read(w.path()).unwrap();
+        let tr = dir.join("truncated");
+        std::fs::write(&tr, &good[..good.len() - 100]).unwrap();
+        assert!(matches!(
+            SegmentReader::open(&tr),
+            Err(OpenError::Truncated { .. })
+        ));
+        std::fs::write(&tr, &good[..9000]).unwrap();
+        assert!(matches!(
+            SegmentReader::open(&tr),
+            Err(OpenError::Truncated { .. })
+        ));
+
+        let mut v = good.clone();
+        v[8] = 9; // abi_major
+        std::fs::write(&tr, &v).unwrap();
+        assert!(matches!(
+            SegmentReader::open(&tr),
+            Err(OpenError::Version { major: 9, .. })
+        ));
+
+        let off = std::mem::offset_of!(Ident, ring_capacity);
+        let mut v = good.clone();
+        v[off..off + 4].copy_from_slice(&3u32.to_ne_bytes());
+        std::fs::write(&tr, &v).unwrap();
+        assert!(matches!(
+            SegmentReader::open(&tr),
+            Err(OpenError::Corrupt("ring_capacity"))
+        ));
+
+        let mut v = good.clone();
+        v[off..off + 4].copy_from_slice(&(1u32 << 30).to_ne_bytes());
+        std::fs::write(&tr, &v).unwrap();
+        assert!(matches!(
+            SegmentReader::open(&tr),
+            Err(OpenError::Corrupt(_))
+        ));
+
+        let off = std::mem::offset_of!(Ident, sites_offset);
+        let mut v = good;
+        v[off..off + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
+        std::fs::write(&tr, &v).unwrap();
+        assert!(SegmentReader::open(&tr).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn names_and_proc_stat() {
+        assert_eq!(parse_segment_name(&segment_name(12, 34)), Some((12, 34)));
+        assert_eq!(parse_segment_name(".syncspy-1-2.tmp"), None);
+        assert_eq!(parse_segment_name("syncspy-x-2"), None);
+        let stat = b"123 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20 21";
+        assert_eq!(parse_start_ticks(stat), Some(4242));
+        let me = std::process::id();
+        assert!(process_start_ticks(me).is_some());
+    }
+}

@@ -1,0 +1,1 @@
+//! libsyncspy.so (work in progress)
