@@ -1,1 +1,26 @@
-//! libsyncspy.so (work in progress)
+//! `libsyncspy.so`: loaded with `LD_PRELOAD`, it interposes the CUDA runtime API calls that
+//! make the host wait for the GPU, forwards each to the real runtime, and records the waits
+//! into this process's shared-memory segment (see the `syncspy-abi` crate).
+//!
+//! Data flow of one call:
+//! ```text
+//! app → hooks::<family>::cudaX (exported symbol)
+//!         ├─ classify (pinned? direction? bytes)          classify.rs, pinned.rs
+//!         ├─ non-stall: count in the header, call real    (no clock, no record)
+//!         └─ stall: time the real call, capture the stack, stack.rs
+//!                   write one record + exact totals       runtime.rs
+//! ```
+//! Everything that can fail in the library's own work falls back to calling the real
+//! function: the application sees the same return value, errno and behaviour as without it.
+
+mod classify;
+mod clock;
+mod guard;
+pub mod hooks;
+mod pinned;
+mod real;
+mod runtime;
+mod stack;
+
+pub use classify::HostSide;
+pub use runtime::Call;

@@ -1,1 +1,8 @@
+//! Programs that make CUDA stall patterns happen and know exactly what they did.
+//!
+//! They reach the CUDA runtime through the dynamic symbol table (see `build.rs`), so they
+//! run unchanged against the real `libcudart.so.13` on a GPU machine or the simulated one
+//! (`scenarios/simcuda`) anywhere else, with `libsyncspy.so` preloaded or not.
 
+pub mod cuda;
+pub mod truth;

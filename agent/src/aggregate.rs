@@ -1,0 +1,412 @@
+//! Per-process aggregation of one segment: exact totals copied from the header, and latency
+//! distributions (HDR histograms) built from the ring records this reader received.
+//!
+//! The two sources can differ only by records the reader lost (ring overflow, a writer that
+//! never finished a slot): counts, totals, bytes and maxima come from the header and are
+//! exact; percentiles and call sites come from the records and cover `recorded_count` of
+//! `count` events. Reports show both.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use syncspy_abi::layout::{TotalsSnapshot, API_SLOTS, KIND_SLOTS};
+use syncspy_abi::{Api, Ident, Kind, PollStats, ProcState, Record, SegmentReader};
+
+/// Smallest duration a histogram tracks; shorter ones are clamped to it and counted.
+pub const HIST_LOW_NS: u64 = 1;
+/// Largest duration a histogram tracks (one hour); longer ones are clamped and counted.
+pub const HIST_HIGH_NS: u64 = 3_600 * 1_000_000_000;
+/// Significant digits of the per-kind and per-API histograms.
+pub const PROCESS_SIGFIG: u8 = 3;
+/// Significant digits of the per-call-site histograms. Two digits (1% precision) instead of
+/// three keep one histogram at ~36 KiB instead of ~270 KiB: a process may have thousands of
+/// sites, and a site's p99 does not need more.
+pub const SITE_SIGFIG: u8 = 2;
+
+/// A latency distribution with explicit bounds, plus exact figures over the same values.
+#[derive(Clone)]
+pub struct Dist {
+    hist: Histogram<u64>,
+    /// Values outside `HIST_LOW_NS..=HIST_HIGH_NS`, recorded clamped to the nearest bound.
+    clamped: u64,
+    total_ns: u64,
+    max_ns: u64,
+    bytes: u64,
+}
+
+impl Dist {
+    /// An empty distribution with `sigfig` significant digits (1..=5).
+    pub fn new(sigfig: u8) -> Dist {
+        let hist = Histogram::new_with_bounds(HIST_LOW_NS, HIST_HIGH_NS, sigfig.clamp(1, 5))
+            .expect("constant histogram bounds are valid");
+        Dist {
+            hist,
+            clamped: 0,
+            total_ns: 0,
+            max_ns: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Adds one event.
+    pub fn record(&mut self, duration_ns: u64, bytes: u64) {
+        let v = duration_ns.clamp(HIST_LOW_NS, HIST_HIGH_NS);
+        if v != duration_ns {
+            self.clamped += 1;
+        }
+        self.hist.saturating_record(v);
+        self.total_ns = self.total_ns.saturating_add(duration_ns);
+        self.max_ns = self.max_ns.max(duration_ns);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// Events recorded.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Sum of the recorded durations (unclamped).
+    pub fn total_ns(&self) -> u64 {
+        self.total_ns
+    }
+
+    /// Largest recorded duration (unclamped).
+    pub fn max_ns(&self) -> u64 {
+        self.max_ns
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Values that fell outside the histogram's bounds.
+    pub fn clamped(&self) -> u64 {
+        self.clamped
+    }
+
+    /// The value at quantile `q` (0..=1), within the histogram's precision and never above
+    /// the exact maximum; 0 when nothing was recorded.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.hist.is_empty() {
+            return 0;
+        }
+        self.hist.value_at_quantile(q).min(self.max_ns)
+    }
+}
+
+/// A plain copy of a segment's live counters, taken after a poll.
+#[derive(Clone, Debug)]
+pub struct LiveSnapshot {
+    pub state: ProcState,
+    /// CLOCK_MONOTONIC ns of the process's exit handler, 0 while running.
+    pub ended_ns: u64,
+    pub write_seq: u64,
+    pub events_written: u64,
+    pub events_dropped: u64,
+    pub overhead_ns: u64,
+    pub stack_captures: u64,
+    pub stack_ns: u64,
+    pub sites_used: u32,
+    pub sites_dropped: u32,
+    pub modules_used: u32,
+    pub modules_dropped: u32,
+    /// Exact totals per kind (`Kind as usize`).
+    pub kinds: [TotalsSnapshot; KIND_SLOTS],
+    /// Exact totals per API (`Api as usize`).
+    pub apis: [TotalsSnapshot; API_SLOTS],
+    /// Non-stalling calls per API (count and bytes; not timed).
+    pub calls: [TotalsSnapshot; API_SLOTS],
+}
+
+impl Default for LiveSnapshot {
+    fn default() -> Self {
+        LiveSnapshot {
+            state: ProcState::Running,
+            ended_ns: 0,
+            write_seq: 0,
+            events_written: 0,
+            events_dropped: 0,
+            overhead_ns: 0,
+            stack_captures: 0,
+            stack_ns: 0,
+            sites_used: 0,
+            sites_dropped: 0,
+            modules_used: 0,
+            modules_dropped: 0,
+            kinds: [TotalsSnapshot::default(); KIND_SLOTS],
+            apis: [TotalsSnapshot::default(); API_SLOTS],
+            calls: [TotalsSnapshot::default(); API_SLOTS],
+        }
+    }
+}
+
+impl LiveSnapshot {
+    pub fn read(r: &SegmentReader) -> LiveSnapshot {
+        use std::sync::atomic::Ordering::Relaxed;
+        let live = r.live();
+        LiveSnapshot {
+            state: r.state(),
+            ended_ns: live.ended_ns.load(Relaxed),
+            write_seq: r.head(),
+            events_written: live.events_written.load(Relaxed),
+            events_dropped: live.events_dropped.load(Relaxed),
+            overhead_ns: live.overhead_ns.load(Relaxed),
+            stack_captures: live.stack_captures.load(Relaxed),
+            stack_ns: live.stack_ns.load(Relaxed),
+            sites_used: live.sites_used.load(Relaxed),
+            sites_dropped: live.sites_dropped.load(Relaxed),
+            modules_used: live.modules_used.load(Relaxed),
+            modules_dropped: live.modules_dropped.load(Relaxed),
+            kinds: std::array::from_fn(|i| live.kinds[i].snapshot()),
+            apis: std::array::from_fn(|i| live.apis[i].snapshot()),
+            calls: std::array::from_fn(|i| live.calls[i].snapshot()),
+        }
+    }
+
+    pub fn kind(&self, k: Kind) -> TotalsSnapshot {
+        self.kinds.get(k as usize).copied().unwrap_or_default()
+    }
+
+    pub fn api(&self, a: Api) -> TotalsSnapshot {
+        self.apis.get(a as usize).copied().unwrap_or_default()
+    }
+
+    pub fn calls(&self, a: Api) -> TotalsSnapshot {
+        self.calls.get(a as usize).copied().unwrap_or_default()
+    }
+}
+
+/// One call site as aggregated: a stack (site id; 0 when none was captured) seen making
+/// calls of one kind through one API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteKey {
+    pub site: u32,
+    pub kind: Kind,
+    pub api: Api,
+}
+
+/// How a process ended, as far as the reader can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    Running,
+    /// The library's exit handler ran with this status.
+    Exited(i32),
+    /// The process is gone without an exit handler (killed by a signal, `_exit`).
+    Gone,
+    /// The state word holds a value this reader does not know.
+    Unknown,
+}
+
+impl Lifecycle {
+    pub fn name(self) -> &'static str {
+        match self {
+            Lifecycle::Running => "running",
+            Lifecycle::Exited(_) => "exited",
+            Lifecycle::Gone => "gone",
+            Lifecycle::Unknown => "unknown",
+        }
+    }
+}
+
+/// Everything known about one process (one segment).
+pub struct ProcessAgg {
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub session: u64,
+    pub argv: Vec<String>,
+    /// CLOCK_MONOTONIC ns when the segment was created.
+    pub created_ns: u64,
+    pub created_unix_ns: u64,
+    /// Header counters as of the last poll.
+    pub live: LiveSnapshot,
+    /// CLOCK_MONOTONIC ns when this reader first found the process gone without an exit
+    /// handler; the end of its wall time.
+    pub gone_ns: Option<u64>,
+    /// Records delivered by the ring, sequence numbers this reader will never see, and
+    /// complete records that did not decode.
+    pub delivered: u64,
+    pub lost: u64,
+    pub corrupt: u64,
+    kinds: BTreeMap<Kind, Dist>,
+    apis: BTreeMap<Api, Dist>,
+    sites: HashMap<SiteKey, Dist>,
+}
+
+impl ProcessAgg {
+    pub fn new(ident: &Ident) -> ProcessAgg {
+        ProcessAgg {
+            pid: ident.pid,
+            start_ticks: ident.start_ticks,
+            session: ident.session,
+            argv: ident.argv(),
+            created_ns: ident.created_ns,
+            created_unix_ns: ident.created_unix_ns,
+            live: LiveSnapshot::default(),
+            gone_ns: None,
+            delivered: 0,
+            lost: 0,
+            corrupt: 0,
+            kinds: BTreeMap::new(),
+            apis: BTreeMap::new(),
+            sites: HashMap::new(),
+        }
+    }
+
+    /// Adds one record from the ring.
+    pub fn add_record(&mut self, r: &Record) {
+        self.kinds
+            .entry(r.kind)
+            .or_insert_with(|| Dist::new(PROCESS_SIGFIG))
+            .record(r.duration_ns, r.bytes);
+        self.apis
+            .entry(r.api)
+            .or_insert_with(|| Dist::new(PROCESS_SIGFIG))
+            .record(r.duration_ns, r.bytes);
+        let key = SiteKey {
+            site: r.site,
+            kind: r.kind,
+            api: r.api,
+        };
+        self.sites
+            .entry(key)
+            .or_insert_with(|| Dist::new(SITE_SIGFIG))
+            .record(r.duration_ns, r.bytes);
+    }
+
+    /// Adds what one poll reported (records themselves go through `add_record`).
+    pub fn add_poll(&mut self, s: &PollStats) {
+        self.delivered += s.delivered;
+        self.lost += s.lost;
+        self.corrupt += s.corrupt;
+    }
+
+    /// The recorded distribution of kind `k`, if any record of it arrived.
+    pub fn kind_dist(&self, k: Kind) -> Option<&Dist> {
+        self.kinds.get(&k)
+    }
+
+    pub fn api_dist(&self, a: Api) -> Option<&Dist> {
+        self.apis.get(&a)
+    }
+
+    /// Kinds with events in the header totals or in the records, in numeric order.
+    pub fn kinds_seen(&self) -> Vec<Kind> {
+        Kind::ALL
+            .iter()
+            .copied()
+            .filter(|k| self.live.kind(*k).count > 0 || self.kinds.contains_key(k))
+            .collect()
+    }
+
+    /// APIs with stall events in the header totals or in the records.
+    pub fn apis_seen(&self) -> Vec<Api> {
+        Api::ALL
+            .iter()
+            .copied()
+            .filter(|a| self.live.api(*a).count > 0 || self.apis.contains_key(a))
+            .collect()
+    }
+
+    /// APIs with non-stalling calls.
+    pub fn calls_seen(&self) -> Vec<Api> {
+        Api::ALL
+            .iter()
+            .copied()
+            .filter(|a| self.live.calls(*a).count > 0)
+            .collect()
+    }
+
+    /// Call sites, largest recorded total first (ties: more calls first, then key order).
+    pub fn sites_by_total(&self) -> Vec<(SiteKey, &Dist)> {
+        let mut v: Vec<_> = self.sites.iter().map(|(k, d)| (*k, d)).collect();
+        v.sort_by(|a, b| {
+            b.1.total_ns()
+                .cmp(&a.1.total_ns())
+                .then(b.1.count().cmp(&a.1.count()))
+                .then(a.0.cmp(&b.0))
+        });
+        v
+    }
+
+    /// Sum of the exact totals of the kinds in which the host waited.
+    pub fn stall_ns(&self) -> u64 {
+        Kind::ALL
+            .iter()
+            .filter(|k| k.is_host_stall())
+            .map(|k| self.live.kind(*k).total_ns)
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// Values clamped into the histograms' bounds, over the per-kind histograms (every
+    /// record lands in exactly one of them).
+    pub fn clamped(&self) -> u64 {
+        self.kinds.values().map(Dist::clamped).sum()
+    }
+
+    pub fn lifecycle(&self) -> Lifecycle {
+        match self.live.state {
+            ProcState::Exited(s) => Lifecycle::Exited(s),
+            ProcState::Running if self.gone_ns.is_some() => Lifecycle::Gone,
+            ProcState::Running => Lifecycle::Running,
+            ProcState::Unknown(_) => Lifecycle::Unknown,
+        }
+    }
+
+    /// From the segment's creation to the process's end, or to `now_ns` while it runs.
+    pub fn wall_ns(&self, now_ns: u64) -> u64 {
+        let end = match self.live.state {
+            ProcState::Exited(_) if self.live.ended_ns != 0 => self.live.ended_ns,
+            _ => self.gone_ns.unwrap_or(now_ns),
+        };
+        end.saturating_sub(self.created_ns)
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of every timestamp in a segment.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dist_percentiles_are_within_hdr_precision_and_clamp_to_the_exact_max() {
+        let mut d = Dist::new(PROCESS_SIGFIG);
+        for v in 1..=1000u64 {
+            d.record(v * 1000, 1);
+        }
+        assert_eq!(d.count(), 1000);
+        assert_eq!(d.total_ns(), 1000 * 500_500);
+        let close = |got: u64, want: u64| got.abs_diff(want) * 1000 <= want;
+        assert!(close(d.quantile(0.5), 500_000), "{}", d.quantile(0.5));
+        assert!(close(d.quantile(0.9), 900_000), "{}", d.quantile(0.9));
+        assert!(close(d.quantile(0.99), 990_000), "{}", d.quantile(0.99));
+        assert_eq!(d.quantile(1.0), 1_000_000);
+        assert_eq!(d.clamped(), 0);
+        assert_eq!(Dist::new(SITE_SIGFIG).quantile(0.5), 0);
+    }
+
+    #[test]
+    fn out_of_bounds_values_are_clamped_and_counted() {
+        let mut d = Dist::new(SITE_SIGFIG);
+        d.record(0, 0);
+        d.record(HIST_HIGH_NS * 2, 0);
+        d.record(500, 0);
+        assert_eq!(d.clamped(), 2);
+        assert_eq!(d.count(), 3);
+        // Exact figures keep the real values.
+        assert_eq!(d.max_ns(), HIST_HIGH_NS * 2);
+        assert_eq!(d.total_ns(), HIST_HIGH_NS * 2 + 500);
+        assert!(d.quantile(1.0) >= HIST_HIGH_NS);
+    }
+}

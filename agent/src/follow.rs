@@ -1,0 +1,338 @@
+//! Finding and following segments: scan `SYNCSPY_DIR` for `syncspy-<pid>-<start>` files,
+//! open the new ones, keep those of one session, and drain their rings into a `ProcessAgg`.
+//!
+//! A scan opens only names (and inodes) not seen before, so it is cheap to repeat every
+//! ~50 ms. A file that does not open (foreign, truncated, another ABI) is remembered with its
+//! error, reported once, and never retried.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, SegmentReader};
+
+use crate::aggregate::{monotonic_ns, LiveSnapshot, ProcessAgg};
+
+/// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
+/// (a writer is between claim and publish for microseconds; at ~50 ms a poll this is ample).
+pub const PATIENCE: u32 = 4;
+/// Records taken from one ring per poll, so one busy process cannot starve the others.
+pub const POLL_BUDGET: usize = 1 << 20;
+
+/// One segment this follower reads.
+pub struct Followed {
+    pub reader: SegmentReader,
+    pub cursor: Cursor,
+    pub agg: ProcessAgg,
+    /// Inode of the file when it was opened: a later file under the same name (the process
+    /// exec'd and the library created its segment again) is a different segment.
+    pub ino: u64,
+}
+
+impl Followed {
+    /// Whether the writing process has ended (exit handler ran, or it no longer exists).
+    pub fn ended(&self) -> bool {
+        matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
+    }
+
+    fn poll(&mut self, patience: u32) -> u64 {
+        let mut delivered = 0;
+        loop {
+            let agg = &mut self.agg;
+            let st = self
+                .reader
+                .poll(&mut self.cursor, POLL_BUDGET, patience, |r| {
+                    // Undecodable records are counted through `PollStats::corrupt`.
+                    if let Ok(r) = r {
+                        agg.add_record(&r);
+                    }
+                });
+            self.agg.add_poll(&st);
+            delivered += st.delivered;
+            // Only a final drain (patience 0) keeps going until the ring is empty.
+            if patience != 0 || st.delivered + st.corrupt < POLL_BUDGET as u64 {
+                break;
+            }
+        }
+        self.agg.live = LiveSnapshot::read(&self.reader);
+        if self.agg.gone_ns.is_none()
+            && matches!(self.agg.live.state, ProcState::Running)
+            && !self.reader.process_alive()
+        {
+            self.agg.gone_ns = Some(monotonic_ns());
+        }
+        delivered
+    }
+}
+
+/// A file that looked like a segment but could not be followed.
+#[derive(Clone, Debug)]
+pub struct SegmentProblem {
+    pub path: PathBuf,
+    pub error: String,
+}
+
+impl std::fmt::Display for SegmentProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped {}: {}", self.path.display(), self.error)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Followed,
+    /// A valid segment of another session, or another user's file: not ours.
+    Ignored,
+    Failed,
+}
+
+/// Follows the segments of one session (or of every session) in one folder.
+pub struct Follower {
+    dir: PathBuf,
+    session: Option<u64>,
+    seen: HashMap<(OsString, u64), Seen>,
+    followed: Vec<Followed>,
+    problems: Vec<SegmentProblem>,
+    problems_taken: usize,
+}
+
+impl Follower {
+    /// Follows segments in `dir` whose `Ident::session` is `session`; `None` follows all.
+    pub fn new(dir: impl Into<PathBuf>, session: Option<u64>) -> Follower {
+        Follower {
+            dir: dir.into(),
+            session,
+            seen: HashMap::new(),
+            followed: Vec::new(),
+            problems: Vec::new(),
+            problems_taken: 0,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Opens segments that appeared since the last scan; returns how many are new. Fails
+    /// only when the folder itself cannot be read.
+    pub fn scan(&mut self) -> io::Result<usize> {
+        let mut new = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let Some(s) = name.to_str() else { continue };
+            if parse_segment_name(s).is_none() {
+                continue;
+            }
+            let key = (name.clone(), entry.ino());
+            if self.seen.contains_key(&key) {
+                continue;
+            }
+            let path = entry.path();
+            let seen = match SegmentReader::open(&path) {
+                Ok(reader) => {
+                    if self.session.is_some_and(|s| s != reader.ident().session) {
+                        Seen::Ignored
+                    } else {
+                        let agg = ProcessAgg::new(reader.ident());
+                        self.followed.push(Followed {
+                            reader,
+                            cursor: Cursor::from_start(),
+                            agg,
+                            ino: entry.ino(),
+                        });
+                        new += 1;
+                        Seen::Followed
+                    }
+                }
+                // Removed between listing and opening: nothing to follow.
+                Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                // Another user's segment (mode 0600) cannot belong to our session.
+                Err(OpenError::Io(e))
+                    if e.kind() == io::ErrorKind::PermissionDenied && !owned_by_us(&entry) =>
+                {
+                    Seen::Ignored
+                }
+                Err(e) => {
+                    self.problems.push(SegmentProblem {
+                        path,
+                        error: describe_open_error(&e),
+                    });
+                    Seen::Failed
+                }
+            };
+            self.seen.insert(key, seen);
+        }
+        Ok(new)
+    }
+
+    /// Drains every followed ring (bounded per segment) and refreshes header counters;
+    /// returns the records delivered.
+    pub fn poll(&mut self) -> u64 {
+        self.followed.iter_mut().map(|f| f.poll(PATIENCE)).sum()
+    }
+
+    /// The last drain: everything the rings still hold. Slots of ended processes that were
+    /// claimed but never completed count as lost at once (`patience = 0`); processes that
+    /// still run get the usual patience, so a record being written is not miscounted.
+    pub fn final_drain(&mut self) -> u64 {
+        let mut n = 0;
+        for f in &mut self.followed {
+            // Refresh the state first: the process may have ended since the last poll.
+            f.poll(PATIENCE);
+            n += if f.ended() { f.poll(0) } else { f.poll(PATIENCE) };
+        }
+        n
+    }
+
+    /// Followed segments, in the order they were found.
+    pub fn processes(&self) -> &[Followed] {
+        &self.followed
+    }
+
+    /// Every problem found so far.
+    pub fn problems(&self) -> &[SegmentProblem] {
+        &self.problems
+    }
+
+    /// Problems found since the last call (to print each once as it appears).
+    pub fn take_new_problems(&mut self) -> &[SegmentProblem] {
+        let from = self.problems_taken;
+        self.problems_taken = self.problems.len();
+        &self.problems[from..]
+    }
+
+    /// Removes the files of followed segments whose process has ended (after the last
+    /// drain). A file replaced under the same name by a newer segment is left alone.
+    /// Returns the removed paths and the failures.
+    pub fn remove_ended_segments(&self) -> (Vec<PathBuf>, Vec<(PathBuf, io::Error)>) {
+        let (mut removed, mut failed) = (Vec::new(), Vec::new());
+        for f in &self.followed {
+            if !f.ended() {
+                continue;
+            }
+            let path = f.reader.path();
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.ino() == f.ino => match std::fs::remove_file(path) {
+                    Ok(()) => removed.push(path.to_path_buf()),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => failed.push((path.to_path_buf(), e)),
+                },
+                _ => {}
+            }
+        }
+        (removed, failed)
+    }
+}
+
+fn owned_by_us(entry: &std::fs::DirEntry) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    entry.metadata().map(|m| m.uid() == me).unwrap_or(false)
+}
+
+/// The reader's error with what to do about it.
+pub fn describe_open_error(e: &OpenError) -> String {
+    match e {
+        OpenError::Io(io) if io.kind() == io::ErrorKind::PermissionDenied => {
+            format!("{io} (run syncspy as the user that runs the instrumented program)")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{rec, TempDir};
+    use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+
+    fn params(pid: u32, session: u64, ring: u32) -> SegmentParams {
+        let mut p = SegmentParams::new(pid, 1000 + pid as u64);
+        p.session = session;
+        p.ring_capacity = ring;
+        p.site_capacity = 64;
+        p.module_capacity = 16;
+        p.cmdline = format!("prog{pid}\0--flag\0").into_bytes();
+        p
+    }
+
+    #[test]
+    fn follows_only_its_session_and_reports_a_bad_file_once() {
+        let dir = TempDir::new("follow-session");
+        let mine = SegmentWriter::create(dir.path(), &params(11, 7, 64)).unwrap();
+        let theirs = SegmentWriter::create(dir.path(), &params(12, 8, 64)).unwrap();
+        std::fs::write(dir.path().join("syncspy-13-14"), vec![0x55u8; 9000]).unwrap();
+        std::fs::write(dir.path().join("unrelated-file"), b"hello").unwrap();
+        mine.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 100, 0, 0));
+        theirs.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 100, 0, 0));
+
+        let mut f = Follower::new(dir.path(), Some(7));
+        assert_eq!(f.scan().unwrap(), 1);
+        assert_eq!(f.poll(), 1);
+        assert_eq!(f.processes().len(), 1);
+        assert_eq!(f.processes()[0].agg.pid, 11);
+        assert_eq!(f.processes()[0].agg.argv, vec!["prog11", "--flag"]);
+        assert_eq!(f.problems().len(), 1);
+        assert!(f.problems()[0].path.ends_with("syncspy-13-14"));
+        assert!(f.problems()[0].error.contains("not a syncspy segment"));
+        assert_eq!(f.take_new_problems().len(), 1);
+
+        // Rescans open nothing again and report nothing again.
+        assert_eq!(f.scan().unwrap(), 0);
+        assert_eq!(f.problems().len(), 1);
+        assert_eq!(f.take_new_problems().len(), 0);
+
+        // A descendant appearing later is picked up.
+        let child = SegmentWriter::create(dir.path(), &params(15, 7, 64)).unwrap();
+        child.record(&rec(Kind::StreamSync, Api::CudaStreamSynchronize, 5, 0, 0));
+        assert_eq!(f.scan().unwrap(), 1);
+        assert_eq!(f.poll(), 1);
+
+        // Following every session sees all three valid segments.
+        let mut all = Follower::new(dir.path(), None);
+        assert_eq!(all.scan().unwrap(), 3);
+    }
+
+    #[test]
+    fn ended_segments_are_removed_running_ones_kept() {
+        let dir = TempDir::new("follow-remove");
+        // pid 11 does not exist with this start time: the process counts as gone.
+        let gone = SegmentWriter::create(dir.path(), &params(11, 7, 16)).unwrap();
+        let exited = SegmentWriter::create(dir.path(), &params(12, 7, 16)).unwrap();
+        exited.mark_exited(3);
+        let me = std::process::id();
+        let start = syncspy_abi::process_start_ticks(me).unwrap();
+        let mut p = params(me, 7, 16);
+        p.start_ticks = start;
+        let alive = SegmentWriter::create(dir.path(), &p).unwrap();
+
+        let mut f = Follower::new(dir.path(), Some(7));
+        f.scan().unwrap();
+        f.final_drain();
+        let (removed, failed) = f.remove_ended_segments();
+        assert!(failed.is_empty());
+        assert_eq!(removed.len(), 2);
+        assert!(!gone.path().exists());
+        assert!(!exited.path().exists());
+        assert!(alive.path().exists());
+        let life: Vec<_> = f
+            .processes()
+            .iter()
+            .map(|p| (p.agg.pid, p.agg.lifecycle()))
+            .collect();
+        use crate::aggregate::Lifecycle;
+        assert!(life.contains(&(11, Lifecycle::Gone)));
+        assert!(life.contains(&(12, Lifecycle::Exited(3))));
+        assert!(life.contains(&(me, Lifecycle::Running)));
+    }
+
+    #[test]
+    fn missing_folder_is_an_error_not_a_panic() {
+        let mut f = Follower::new("/nonexistent/syncspy-test-dir", None);
+        assert!(f.scan().is_err());
+        assert_eq!(f.poll(), 0);
+    }
+}

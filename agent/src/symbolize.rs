@@ -1,0 +1,338 @@
+//! Offline symbolization of call-site stacks with blazesym.
+//!
+//! Frames in the site table are return addresses, innermost first. For each one we find the
+//! module (from the segment's module map) that holds `addr - 1` (the call instruction, not
+//! the instruction after it), turn it into the ELF virtual address `addr - 1 - bias`, and
+//! symbolize that in the module's file, with DWARF line info where present and demangling.
+//! Nothing here fails a report: a frame that cannot be resolved prints as
+//! `module.so+0xOFFSET` (or `0xADDR` outside every known module) and the reason is noted once.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{CodeInfo, Input, Symbolized};
+use syncspy_abi::modules::Module;
+
+/// One logical frame (an inlined call expands to several for one address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// `symbol (file:line)`, `symbol (module)`, `module+0xOFFSET` or `0xADDR`.
+    pub text: String,
+    /// File name of the module holding the address, when known.
+    pub module: Option<String>,
+}
+
+/// Whether a module is the CUDA runtime or syncspy's own library (or the simulated runtime
+/// that stands in for it): frames there are not where the program called from.
+pub fn is_runtime_module(file_name: &str) -> bool {
+    ["libcudart", "libsyncspy", "libsimcudart"]
+        .iter()
+        .any(|p| file_name.starts_with(p))
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(path)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Usable {
+    Yes,
+    No,
+}
+
+/// Symbolizes stacks; caches per module and per address across processes.
+pub struct Symbolizer {
+    inner: blazesym::symbolize::Symbolizer,
+    /// Per (path, build id): whether the file on disk can be used for this module.
+    modules: HashMap<(String, Vec<u8>), Usable>,
+    cache: HashMap<(String, Vec<u8>, u64), Vec<Frame>>,
+    notes: Vec<String>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    pub fn new() -> Symbolizer {
+        Symbolizer {
+            inner: blazesym::symbolize::Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .enable_demangling(true)
+                .build(),
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Things worth telling the user, each once: modules that could not be read, build ids
+    /// that differ from the loaded object's.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The logical frames of a stack of return addresses (innermost first).
+    pub fn stack(&mut self, return_addrs: &[u64], modules: &[Module]) -> Vec<Frame> {
+        return_addrs
+            .iter()
+            .flat_map(|a| self.frame(*a, modules))
+            .collect()
+    }
+
+    /// The logical frames of one return address: one, or more when calls were inlined
+    /// (innermost first).
+    pub fn frame(&mut self, return_addr: u64, modules: &[Module]) -> Vec<Frame> {
+        // The call instruction ends just before the return address.
+        let pc = return_addr.wrapping_sub(1);
+        // The latest entry wins where ranges overlap (an object unloaded and another
+        // loaded in its place).
+        let Some(m) = modules.iter().rev().find(|m| m.contains(pc)) else {
+            return vec![Frame {
+                text: format!("{return_addr:#x}"),
+                module: None,
+            }];
+        };
+        let vaddr = pc.wrapping_sub(m.bias);
+        let key = (m.path.clone(), m.build_id.clone(), vaddr);
+        if let Some(f) = self.cache.get(&key) {
+            return f.clone();
+        }
+        let frames = self.resolve(m, vaddr);
+        self.cache.insert(key, frames.clone());
+        frames
+    }
+
+    fn resolve(&mut self, m: &Module, vaddr: u64) -> Vec<Frame> {
+        let name = file_name(&m.path).to_string();
+        let fallback = || {
+            vec![Frame {
+                text: format!("{name}+{vaddr:#x}"),
+                module: Some(name.clone()),
+            }]
+        };
+        if self.check_module(m) == Usable::No {
+            return fallback();
+        }
+        let src = Source::Elf(Elf::new(&m.path));
+        let syms = match self.inner.symbolize(&src, Input::VirtOffset(&[vaddr][..])) {
+            Ok(s) => s,
+            Err(e) => {
+                self.notes
+                    .push(format!("cannot symbolize in {}: {e}", m.path));
+                self.modules
+                    .insert((m.path.clone(), m.build_id.clone()), Usable::No);
+                return fallback();
+            }
+        };
+        let Some(Symbolized::Sym(sym)) = syms.into_iter().next() else {
+            return fallback();
+        };
+        let mut out = Vec::with_capacity(1 + sym.inlined.len());
+        for f in sym.inlined.iter().rev() {
+            out.push(Frame {
+                text: describe(&f.name, f.code_info.as_ref(), &name),
+                module: Some(name.clone()),
+            });
+        }
+        out.push(Frame {
+            text: describe(&sym.name, sym.code_info.as_deref(), &name),
+            module: Some(name.clone()),
+        });
+        out
+    }
+
+    /// Checks once per module that its file exists and, when the writer recorded a build
+    /// id, that the file still has it (a rebuilt file would give wrong names).
+    fn check_module(&mut self, m: &Module) -> Usable {
+        let key = (m.path.clone(), m.build_id.clone());
+        if let Some(u) = self.modules.get(&key) {
+            return *u;
+        }
+        let usable = if !m.path.starts_with('/') {
+            self.notes.push(format!(
+                "module {:?} has no absolute path: its frames are shown as offsets",
+                m.path
+            ));
+            Usable::No
+        } else if let Err(e) = std::fs::metadata(Path::new(&m.path)) {
+            self.notes.push(format!(
+                "cannot read {}: {e}; its frames are shown as offsets",
+                m.path
+            ));
+            Usable::No
+        } else if m.build_id.is_empty() {
+            Usable::Yes
+        } else {
+            match blazesym::helper::read_elf_build_id(&m.path) {
+                Ok(Some(b)) if b.as_ref() == m.build_id.as_slice() => Usable::Yes,
+                Ok(found) => {
+                    self.notes.push(format!(
+                        "{} changed since the process loaded it (build id {} on disk, {} \
+                         loaded): its frames are shown as offsets",
+                        m.path,
+                        found.map(|b| hex(&b)).unwrap_or_else(|| "none".into()),
+                        hex(&m.build_id)
+                    ));
+                    Usable::No
+                }
+                // Unreadable build id: symbolize anyway, blazesym reports real failures.
+                Err(_) => Usable::Yes,
+            }
+        };
+        self.modules.insert(key, usable);
+        usable
+    }
+}
+
+fn describe(name: &str, ci: Option<&CodeInfo<'_>>, module: &str) -> String {
+    match ci {
+        Some(ci) => {
+            let path = ci.to_path();
+            match ci.line {
+                Some(line) => format!("{name} ({}:{line})", path.display()),
+                None => format!("{name} ({})", path.display()),
+            }
+        }
+        None => format!("{name} ({module})"),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A function whose address the tests symbolize; never inlined, so it has a symbol.
+    #[inline(never)]
+    pub fn syncspy_known_function_for_symbolization(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    /// The module map entry of the test executable itself, from `dl_iterate_phdr`:
+    /// (path, bias, start, end).
+    pub fn own_module() -> Module {
+        struct Acc {
+            bias: u64,
+            start: u64,
+            end: u64,
+            found: bool,
+        }
+        unsafe extern "C" fn cb(
+            info: *mut libc::dl_phdr_info,
+            _size: libc::size_t,
+            data: *mut libc::c_void,
+        ) -> libc::c_int {
+            // SAFETY: called by dl_iterate_phdr with a valid `info`; `data` is our `Acc`.
+            unsafe {
+                let acc = &mut *(data as *mut Acc);
+                let info = &*info;
+                // The first object is the main program.
+                let bias = info.dlpi_addr;
+                let (mut lo, mut hi) = (u64::MAX, 0u64);
+                for i in 0..info.dlpi_phnum as usize {
+                    let ph = &*info.dlpi_phdr.add(i);
+                    if ph.p_type == libc::PT_LOAD {
+                        lo = lo.min(bias + ph.p_vaddr);
+                        hi = hi.max(bias + ph.p_vaddr + ph.p_memsz);
+                    }
+                }
+                *acc = Acc {
+                    bias,
+                    start: lo,
+                    end: hi,
+                    found: true,
+                };
+                1
+            }
+        }
+        let mut acc = Acc {
+            bias: 0,
+            start: 0,
+            end: 0,
+            found: false,
+        };
+        // SAFETY: `cb` only writes to `acc`, which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(cb), &mut acc as *mut Acc as *mut libc::c_void) };
+        assert!(acc.found);
+        let path = std::fs::read_link("/proc/self/exe").unwrap();
+        let path = path.to_str().unwrap().to_string();
+        let build_id = blazesym::helper::read_elf_build_id(&path)
+            .unwrap()
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        Module {
+            path,
+            bias: acc.bias,
+            start: acc.start,
+            end: acc.end,
+            build_id,
+        }
+    }
+
+    pub fn known_return_addr() -> u64 {
+        syncspy_known_function_for_symbolization as *const () as u64 + 1
+    }
+
+    #[test]
+    fn symbolizes_a_function_of_the_test_binary() {
+        let m = own_module();
+        let addr = known_return_addr();
+        assert!(m.contains(addr - 1));
+        let mut s = Symbolizer::new();
+        let frames = s.frame(addr, std::slice::from_ref(&m));
+        let last = frames.last().unwrap();
+        assert!(
+            last.text
+                .contains("syncspy_known_function_for_symbolization"),
+            "{frames:?}"
+        );
+        // The test binary has debug info: file and line are there.
+        assert!(last.text.contains("symbolize.rs:"), "{frames:?}");
+        assert_eq!(s.notes(), &[] as &[String]);
+        // Cached the second time, same answer.
+        assert_eq!(s.frame(addr, std::slice::from_ref(&m)), frames);
+    }
+
+    #[test]
+    fn unknown_addresses_and_changed_modules_fall_back_to_offsets() {
+        let mut s = Symbolizer::new();
+        let f = s.frame(0x1234, &[]);
+        assert_eq!(f[0].text, "0x1234");
+        assert_eq!(f[0].module, None);
+
+        let mut m = own_module();
+        m.build_id = vec![0xde, 0xad];
+        let addr = known_return_addr();
+        let f = s.frame(addr, std::slice::from_ref(&m));
+        let name = file_name(&m.path).to_string();
+        assert_eq!(f[0].text, format!("{name}+{:#x}", addr - 1 - m.bias));
+        assert!(s.notes()[0].contains("build id"), "{:?}", s.notes());
+
+        let missing = Module {
+            path: "/nonexistent/libgone.so".into(),
+            bias: 0x1000,
+            start: 0x1000,
+            end: 0x2000,
+            build_id: vec![],
+        };
+        let f = s.frame(0x1801, std::slice::from_ref(&missing));
+        assert_eq!(f[0].text, "libgone.so+0x800");
+        assert_eq!(f[0].module.as_deref(), Some("libgone.so"));
+        assert!(s.notes().iter().any(|n| n.contains("/nonexistent/libgone.so")));
+    }
+
+    #[test]
+    fn runtime_modules_are_recognised() {
+        assert!(is_runtime_module("libcudart.so.13"));
+        assert!(is_runtime_module("libsyncspy.so"));
+        assert!(!is_runtime_module("libtorch_cuda.so"));
+    }
+}

@@ -1,0 +1,107 @@
+//! Turning a call's arguments into what syncspy reports: direction, bytes, and whether an
+//! asynchronous copy stalls because its host side is pageable.
+
+use std::ffi::c_void;
+
+use cudarc::runtime::sys::cudaMemcpyKind;
+use syncspy_abi::record::FLAG_HOST_PINNED;
+use syncspy_abi::{Api, Direction, Kind};
+
+use crate::pinned::{self, MemType};
+use crate::runtime::Call;
+
+/// Which side of a copy is host memory, for the pinned-ness question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostSide {
+    Src,
+    Dst,
+    Both,
+    Neither,
+}
+
+fn is_device_side(addr: u64) -> bool {
+    matches!(pinned::memory_type(addr), Some(MemType::Device | MemType::Managed))
+}
+
+/// Direction of a copy from its `cudaMemcpyKind` (raw value), resolving `cudaMemcpyDefault`
+/// from the pointers' attributes. Unknown kinds give `Direction::None`.
+pub fn direction(kind: u32, dst: *const c_void, src: *const c_void) -> Direction {
+    use cudaMemcpyKind::*;
+    match kind {
+        k if k == cudaMemcpyHostToHost as u32 => Direction::HostToHost,
+        k if k == cudaMemcpyHostToDevice as u32 => Direction::HostToDevice,
+        k if k == cudaMemcpyDeviceToHost as u32 => Direction::DeviceToHost,
+        k if k == cudaMemcpyDeviceToDevice as u32 => Direction::DeviceToDevice,
+        k if k == cudaMemcpyDefault as u32 => {
+            match (is_device_side(src as u64), is_device_side(dst as u64)) {
+                (false, true) => Direction::HostToDevice,
+                (true, false) => Direction::DeviceToHost,
+                (true, true) => Direction::DeviceToDevice,
+                (false, false) => Direction::HostToHost,
+            }
+        }
+        _ => Direction::None,
+    }
+}
+
+pub fn host_side(d: Direction) -> HostSide {
+    match d {
+        Direction::HostToDevice => HostSide::Src,
+        Direction::DeviceToHost => HostSide::Dst,
+        Direction::HostToHost => HostSide::Both,
+        Direction::DeviceToDevice | Direction::None => HostSide::Neither,
+    }
+}
+
+/// A synchronous copy: always a `memcpy_sync` event.
+pub fn sync_copy(api: Api, direction: Direction, bytes: u64, stream: u64) -> Call {
+    Call { kind: Some(Kind::MemcpySync), api, direction, bytes, stream, flags: 0 }
+}
+
+/// An asynchronous copy: a `memcpy_pageable` event when a host side is pageable, otherwise
+/// a counted non-stalling call.
+pub fn async_copy(
+    api: Api,
+    direction: Direction,
+    dst: *const c_void,
+    src: *const c_void,
+    bytes: u64,
+    stream: u64,
+) -> Call {
+    let pinned = match host_side(direction) {
+        HostSide::Src => pinned::is_pinned(src as u64, bytes),
+        HostSide::Dst => pinned::is_pinned(dst as u64, bytes),
+        HostSide::Both => {
+            pinned::is_pinned(src as u64, bytes) && pinned::is_pinned(dst as u64, bytes)
+        }
+        HostSide::Neither => true,
+    };
+    let stalls = !pinned && direction != Direction::None;
+    Call {
+        kind: stalls.then_some(Kind::MemcpyPageable),
+        api,
+        direction,
+        bytes,
+        stream,
+        flags: if pinned && host_side(direction) != HostSide::Neither { FLAG_HOST_PINNED } else { 0 },
+    }
+}
+
+/// A call that synchronizes as a side effect (`cudaFree`, host allocation, registration).
+pub fn implicit(api: Api, bytes: u64) -> Call {
+    Call { kind: Some(Kind::ImplicitSync), api, direction: Direction::None, bytes, stream: 0, flags: 0 }
+}
+
+/// `cudaMemset`: synchronous (an implicit sync) when the target is host-visible memory,
+/// asynchronous on device memory.
+pub fn memset(api: Api, ptr: *const c_void, bytes: u64) -> Call {
+    let host_visible = pinned::is_pinned(ptr as u64, bytes);
+    Call {
+        kind: host_visible.then_some(Kind::ImplicitSync),
+        api,
+        direction: Direction::None,
+        bytes,
+        stream: 0,
+        flags: 0,
+    }
+}

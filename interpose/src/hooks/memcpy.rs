@@ -1,0 +1,467 @@
+//! Copies. Synchronous forms are `memcpy_sync` events; asynchronous forms are
+//! `memcpy_pageable` events when their host side is pageable and counted non-stalling calls
+//! otherwise.
+
+use std::ffi::{c_int, c_void};
+
+use cudarc::runtime::sys::{cudaMemcpy3DParms, cudaStream_t};
+use syncspy_abi::record::FLAG_PER_THREAD;
+use syncspy_abi::{Api, Direction};
+
+use super::{real, RawError, RawKind, STREAM_PER_THREAD};
+use crate::classify::{self, direction};
+use crate::runtime::{hook, Call};
+
+type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind) -> RawError;
+type MemcpyAsyncFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind, cudaStream_t) -> RawError;
+type Memcpy2DFn =
+    unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, usize, usize, RawKind) -> RawError;
+type Memcpy2DAsyncFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *const c_void,
+    usize,
+    usize,
+    usize,
+    RawKind,
+    cudaStream_t,
+) -> RawError;
+type Memcpy3DFn = unsafe extern "C" fn(*const cudaMemcpy3DParms) -> RawError;
+type Memcpy3DAsyncFn = unsafe extern "C" fn(*const cudaMemcpy3DParms, cudaStream_t) -> RawError;
+type ToSymbolFn =
+    unsafe extern "C" fn(*const c_void, *const c_void, usize, usize, RawKind) -> RawError;
+type ToSymbolAsyncFn =
+    unsafe extern "C" fn(*const c_void, *const c_void, usize, usize, RawKind, cudaStream_t) -> RawError;
+type FromSymbolFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, usize, RawKind) -> RawError;
+type FromSymbolAsyncFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, usize, RawKind, cudaStream_t) -> RawError;
+type PeerFn = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize) -> RawError;
+
+fn per_thread(call: Call, ptds: bool) -> Call {
+    if ptds {
+        Call { flags: call.flags | FLAG_PER_THREAD, ..call }
+    } else {
+        call
+    }
+}
+
+fn sync_stream(ptds: bool) -> u64 {
+    if ptds {
+        STREAM_PER_THREAD
+    } else {
+        0
+    }
+}
+
+/// Direction of a symbol copy: the symbol is device memory; `kind` says where the other
+/// side is (`cudaMemcpyDefault` resolved from that pointer).
+fn symbol_direction(kind: RawKind, to_symbol: bool, other: *const c_void) -> Direction {
+    let d = if to_symbol {
+        direction(kind, std::ptr::null(), other)
+    } else {
+        direction(kind, other, std::ptr::null())
+    };
+    match (to_symbol, d) {
+        // The null stand-in for the symbol reads as host memory under cudaMemcpyDefault.
+        (true, Direction::HostToHost) => Direction::HostToDevice,
+        (false, Direction::HostToHost) => Direction::DeviceToHost,
+        (true, Direction::DeviceToHost) => Direction::DeviceToDevice,
+        (false, Direction::HostToDevice) => Direction::DeviceToDevice,
+        _ => d,
+    }
+}
+
+// ---- cudaMemcpy -------------------------------------------------------------------------
+
+fn memcpy(api: Api, f: MemcpyFn, dst: *mut c_void, src: *const c_void, n: usize, k: RawKind, ptds: bool) -> RawError {
+    hook(
+        || per_thread(classify::sync_copy(api, direction(k, dst, src), n as u64, sync_stream(ptds)), ptds),
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, src, n, k) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind) -> RawError {
+    memcpy(Api::CudaMemcpy, real!(c"cudaMemcpy", MemcpyFn), dst, src, count, kind, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind) -> RawError {
+    memcpy(Api::CudaMemcpyPtds, real!(c"cudaMemcpy_ptds", MemcpyFn), dst, src, count, kind, true)
+}
+
+fn memcpy_async(
+    api: Api,
+    f: MemcpyAsyncFn,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    k: RawKind,
+    s: cudaStream_t,
+    ptsz: bool,
+) -> RawError {
+    hook(
+        || per_thread(classify::async_copy(api, direction(k, dst, src), dst, src, n as u64, s as u64), ptsz),
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, src, n, k, s) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
+    let f = real!(c"cudaMemcpyAsync", MemcpyAsyncFn);
+    memcpy_async(Api::CudaMemcpyAsync, f, dst, src, count, kind, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyAsync_ptsz(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
+    let f = real!(c"cudaMemcpyAsync_ptsz", MemcpyAsyncFn);
+    memcpy_async(Api::CudaMemcpyAsyncPtsz, f, dst, src, count, kind, stream, true)
+}
+
+// ---- cudaMemcpy2D -----------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+fn memcpy_2d(
+    api: Api,
+    f: Memcpy2DFn,
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    w: usize,
+    h: usize,
+    k: RawKind,
+    ptds: bool,
+) -> RawError {
+    let bytes = (w as u64).saturating_mul(h as u64);
+    hook(
+        || per_thread(classify::sync_copy(api, direction(k, dst, src), bytes, sync_stream(ptds)), ptds),
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, dpitch, src, spitch, w, h, k) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy2D(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: RawKind,
+) -> RawError {
+    let f = real!(c"cudaMemcpy2D", Memcpy2DFn);
+    memcpy_2d(Api::CudaMemcpy2D, f, dst, dpitch, src, spitch, width, height, kind, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy2D_ptds(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: RawKind,
+) -> RawError {
+    let f = real!(c"cudaMemcpy2D_ptds", Memcpy2DFn);
+    memcpy_2d(Api::CudaMemcpy2DPtds, f, dst, dpitch, src, spitch, width, height, kind, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn memcpy_2d_async(
+    api: Api,
+    f: Memcpy2DAsyncFn,
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    w: usize,
+    h: usize,
+    k: RawKind,
+    s: cudaStream_t,
+    ptsz: bool,
+) -> RawError {
+    let bytes = (w as u64).saturating_mul(h as u64);
+    // The host side spans the pitched rows, not just width × height.
+    let span = |pitch: usize| (pitch as u64).saturating_mul(h.saturating_sub(1) as u64) + w as u64;
+    hook(
+        || {
+            let d = direction(k, dst, src);
+            let mut c = classify::async_copy(api, d, dst, src, span(spitch.max(dpitch)), s as u64);
+            c.bytes = bytes;
+            per_thread(c, ptsz)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, dpitch, src, spitch, w, h, k, s) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy2DAsync(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
+    let f = real!(c"cudaMemcpy2DAsync", Memcpy2DAsyncFn);
+    memcpy_2d_async(Api::CudaMemcpy2DAsync, f, dst, dpitch, src, spitch, width, height, kind, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
+    let f = real!(c"cudaMemcpy2DAsync_ptsz", Memcpy2DAsyncFn);
+    memcpy_2d_async(Api::CudaMemcpy2DAsyncPtsz, f, dst, dpitch, src, spitch, width, height, kind, stream, true)
+}
+
+// ---- cudaMemcpy3D -----------------------------------------------------------------------
+
+/// What a `cudaMemcpy3DParms` moves: direction, bytes, and the host pointers to check.
+/// Array sides are device memory. With arrays, `extent.width` counts elements, so bytes are
+/// a lower bound there.
+///
+/// # Safety
+/// `p` is null or points to a valid `cudaMemcpy3DParms`.
+unsafe fn describe_3d(p: *const cudaMemcpy3DParms) -> (Direction, u64, *const c_void, *const c_void) {
+    if p.is_null() {
+        return (Direction::None, 0, std::ptr::null(), std::ptr::null());
+    }
+    // SAFETY: non-null and valid per the contract; `kind` read as its raw C value.
+    let (p, kind) = unsafe { (&*p, std::ptr::addr_of!((*p).kind).cast::<u32>().read()) };
+    let bytes = (p.extent.width as u64)
+        .saturating_mul(p.extent.height.max(1) as u64)
+        .saturating_mul(p.extent.depth.max(1) as u64);
+    let (src, dst) = (p.srcPtr.ptr as *const c_void, p.dstPtr.ptr as *const c_void);
+    let d = match (p.srcArray.is_null(), p.dstArray.is_null()) {
+        (true, true) => direction(kind, dst, src),
+        (false, false) => Direction::DeviceToDevice,
+        (false, true) => match direction(kind, dst, std::ptr::null()) {
+            Direction::HostToHost | Direction::DeviceToHost => Direction::DeviceToHost,
+            _ => Direction::DeviceToDevice,
+        },
+        (true, false) => match direction(kind, std::ptr::null(), src) {
+            Direction::HostToHost | Direction::HostToDevice => Direction::HostToDevice,
+            _ => Direction::DeviceToDevice,
+        },
+    };
+    (d, bytes, dst, src)
+}
+
+fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
+    hook(
+        || {
+            // SAFETY: the caller's parameter block, as the runtime will read it.
+            let (d, bytes, _, _) = unsafe { describe_3d(p) };
+            per_thread(classify::sync_copy(api, d, bytes, sync_stream(ptds)), ptds)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(p) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> RawError {
+    memcpy_3d(Api::CudaMemcpy3D, real!(c"cudaMemcpy3D", Memcpy3DFn), p, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy3D_ptds(p: *const cudaMemcpy3DParms) -> RawError {
+    memcpy_3d(Api::CudaMemcpy3DPtds, real!(c"cudaMemcpy3D_ptds", Memcpy3DFn), p, true)
+}
+
+fn memcpy_3d_async(api: Api, f: Memcpy3DAsyncFn, p: *const cudaMemcpy3DParms, s: cudaStream_t, ptsz: bool) -> RawError {
+    hook(
+        || {
+            // SAFETY: the caller's parameter block, as the runtime will read it.
+            let (d, bytes, dst, src) = unsafe { describe_3d(p) };
+            per_thread(classify::async_copy(api, d, dst, src, bytes, s as u64), ptsz)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(p, s) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy3DAsync(p: *const cudaMemcpy3DParms, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpy3DAsync", Memcpy3DAsyncFn);
+    memcpy_3d_async(Api::CudaMemcpy3DAsync, f, p, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpy3DAsync_ptsz(p: *const cudaMemcpy3DParms, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpy3DAsync_ptsz", Memcpy3DAsyncFn);
+    memcpy_3d_async(Api::CudaMemcpy3DAsyncPtsz, f, p, stream, true)
+}
+
+// ---- symbols ----------------------------------------------------------------------------
+
+fn to_symbol(api: Api, f: ToSymbolFn, sym: *const c_void, src: *const c_void, n: usize, off: usize, k: RawKind, ptds: bool) -> RawError {
+    hook(
+        || per_thread(classify::sync_copy(api, symbol_direction(k, true, src), n as u64, sync_stream(ptds)), ptds),
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(sym, src, n, off, k) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyToSymbol(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+    let f = real!(c"cudaMemcpyToSymbol", ToSymbolFn);
+    to_symbol(Api::CudaMemcpyToSymbol, f, sym, src, count, offset, kind, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+    let f = real!(c"cudaMemcpyToSymbol_ptds", ToSymbolFn);
+    to_symbol(Api::CudaMemcpyToSymbolPtds, f, sym, src, count, offset, kind, true)
+}
+
+fn from_symbol(api: Api, f: FromSymbolFn, dst: *mut c_void, sym: *const c_void, n: usize, off: usize, k: RawKind, ptds: bool) -> RawError {
+    hook(
+        || per_thread(classify::sync_copy(api, symbol_direction(k, false, dst), n as u64, sync_stream(ptds)), ptds),
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, sym, n, off, k) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyFromSymbol(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+    let f = real!(c"cudaMemcpyFromSymbol", FromSymbolFn);
+    from_symbol(Api::CudaMemcpyFromSymbol, f, dst, sym, count, offset, kind, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+    let f = real!(c"cudaMemcpyFromSymbol_ptds", FromSymbolFn);
+    from_symbol(Api::CudaMemcpyFromSymbolPtds, f, dst, sym, count, offset, kind, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_symbol_async(api: Api, f: ToSymbolAsyncFn, sym: *const c_void, src: *const c_void, n: usize, off: usize, k: RawKind, s: cudaStream_t, ptsz: bool) -> RawError {
+    hook(
+        || {
+            let d = symbol_direction(k, true, src);
+            per_thread(classify::async_copy(api, d, std::ptr::null(), src, n as u64, s as u64), ptsz)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(sym, src, n, off, k, s) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpyToSymbolAsync", ToSymbolAsyncFn);
+    to_symbol_async(Api::CudaMemcpyToSymbolAsync, f, sym, src, count, offset, kind, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpyToSymbolAsync_ptsz", ToSymbolAsyncFn);
+    to_symbol_async(Api::CudaMemcpyToSymbolAsyncPtsz, f, sym, src, count, offset, kind, stream, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn from_symbol_async(api: Api, f: FromSymbolAsyncFn, dst: *mut c_void, sym: *const c_void, n: usize, off: usize, k: RawKind, s: cudaStream_t, ptsz: bool) -> RawError {
+    hook(
+        || {
+            let d = symbol_direction(k, false, dst);
+            per_thread(classify::async_copy(api, d, dst, std::ptr::null(), n as u64, s as u64), ptsz)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged.
+        || unsafe { f(dst, sym, n, off, k, s) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpyFromSymbolAsync", FromSymbolAsyncFn);
+    from_symbol_async(Api::CudaMemcpyFromSymbolAsync, f, dst, sym, count, offset, kind, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaMemcpyFromSymbolAsync_ptsz", FromSymbolAsyncFn);
+    from_symbol_async(Api::CudaMemcpyFromSymbolAsyncPtsz, f, dst, sym, count, offset, kind, stream, true)
+}
+
+// ---- peer -------------------------------------------------------------------------------
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize) -> RawError {
+    let f = real!(c"cudaMemcpyPeer", PeerFn);
+    hook(
+        || classify::sync_copy(Api::CudaMemcpyPeer, Direction::DeviceToDevice, count as u64, 0),
+        || unsafe { f(dst, dst_device, src, src_device, count) },
+    )
+}

@@ -1,0 +1,56 @@
+//! Explicit synchronization: device, stream, event.
+
+use cudarc::runtime::sys::{cudaEvent_t, cudaStream_t};
+use syncspy_abi::record::FLAG_PER_THREAD;
+use syncspy_abi::{Api, Kind};
+
+use super::{real, RawError};
+use crate::runtime::{hook, Call};
+
+type NoArgs = unsafe extern "C" fn() -> RawError;
+type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
+type EventFn = unsafe extern "C" fn(cudaEvent_t) -> RawError;
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
+    let f = real!(c"cudaDeviceSynchronize", NoArgs);
+    hook(|| Call::new(Kind::DeviceSync, Api::CudaDeviceSynchronize), || unsafe { f() })
+}
+
+fn stream_sync(api: Api, f: StreamFn, stream: cudaStream_t, per_thread: bool) -> RawError {
+    hook(
+        || Call {
+            stream: stream as u64,
+            flags: if per_thread { FLAG_PER_THREAD } else { 0 },
+            ..Call::new(Kind::StreamSync, api)
+        },
+        // SAFETY: forwarding the caller's arguments unchanged to the real function.
+        || unsafe { f(stream) },
+    )
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaStreamSynchronize(stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaStreamSynchronize", StreamFn);
+    stream_sync(Api::CudaStreamSynchronize, f, stream, false)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaStreamSynchronize_ptsz(stream: cudaStream_t) -> RawError {
+    let f = real!(c"cudaStreamSynchronize_ptsz", StreamFn);
+    stream_sync(Api::CudaStreamSynchronizePtsz, f, stream, true)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> RawError {
+    let f = real!(c"cudaEventSynchronize", EventFn);
+    hook(|| Call::new(Kind::EventSync, Api::CudaEventSynchronize), || unsafe { f(event) })
+}

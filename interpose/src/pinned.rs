@@ -1,0 +1,175 @@
+//! Is this host address pinned (page-locked, mapped or managed)?
+//!
+//! The pointer-attribute query is the authority, but it costs a runtime call; the fast path
+//! answers from what the library saw itself. Ranges returned by `cudaMallocHost` /
+//! `cudaHostAlloc` / `cudaHostRegister` go into a lock-free registry (removed again before
+//! `cudaFreeHost` / `cudaHostUnregister`), and each thread caches the last range it hit,
+//! validated by a generation counter that every removal bumps. Addresses the registry does
+//! not know (pinned by the driver API, by another library, or pageable) are asked of the
+//! runtime each time: no negative answer is cached, so memory pinned behind our back is
+//! still seen as pinned.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use cudarc::runtime::sys::{cudaMemoryType, cudaPointerAttributes};
+
+use crate::real::Real;
+
+const SLOTS: usize = 4096;
+
+struct Range {
+    start: AtomicU64,
+    /// Exclusive end; 0 while the slot is free or being filled.
+    end: AtomicU64,
+}
+
+static RANGES: [Range; SLOTS] =
+    [const { Range { start: AtomicU64::new(0), end: AtomicU64::new(0) } }; SLOTS];
+/// Slots `0..HIGH` may be in use.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Bumped on every removal; cached hits from an older generation are re-checked.
+static GEN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static LAST: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// Records a pinned range `[start, start + len)`.
+pub fn add(start: u64, len: u64) {
+    if start == 0 || len == 0 {
+        return;
+    }
+    for (i, r) in RANGES.iter().enumerate() {
+        if r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            r.end.store(start.saturating_add(len), Ordering::Release);
+            HIGH.fetch_max(i + 1, Ordering::AcqRel);
+            return;
+        }
+    }
+    // Registry full: lookups of this range fall back to the attribute query.
+}
+
+/// Forgets the range starting at `start`; returns its length if it was known.
+pub fn remove(start: u64) -> Option<u64> {
+    let high = HIGH.load(Ordering::Acquire).min(SLOTS);
+    for r in &RANGES[..high] {
+        if r.start.load(Ordering::Acquire) == start && start != 0 {
+            let end = r.end.swap(0, Ordering::AcqRel);
+            GEN.fetch_add(1, Ordering::AcqRel);
+            r.start.store(0, Ordering::Release);
+            return Some(end.saturating_sub(start));
+        }
+    }
+    None
+}
+
+fn registry_lookup(addr: u64) -> Option<(u64, u64)> {
+    let high = HIGH.load(Ordering::Acquire).min(SLOTS);
+    for r in &RANGES[..high] {
+        let s = r.start.load(Ordering::Acquire);
+        if s != 0 && s <= addr {
+            let e = r.end.load(Ordering::Acquire);
+            if addr < e {
+                return Some((s, e));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `[addr, addr + len)` is pinned (or mapped, or managed) host memory.
+#[inline]
+pub fn is_pinned(addr: u64, len: u64) -> bool {
+    let gen = GEN.load(Ordering::Acquire);
+    let end = addr.saturating_add(len.max(1));
+    let hit = LAST
+        .try_with(|c| {
+            let (s, e, g) = c.get();
+            g == gen && s <= addr && end <= e
+        })
+        .unwrap_or(false);
+    hit || is_pinned_slow(addr, end, gen)
+}
+
+#[cold]
+#[inline(never)]
+fn is_pinned_slow(addr: u64, end: u64, gen: u64) -> bool {
+    if let Some((s, e)) = registry_lookup(addr) {
+        if end <= e {
+            let _ = LAST.try_with(|c| c.set((s, e, gen)));
+            return true;
+        }
+    }
+    matches!(memory_type(addr), Some(MemType::Host | MemType::Managed))
+}
+
+/// Memory types as the runtime reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemType {
+    Unregistered,
+    Host,
+    Device,
+    Managed,
+}
+
+static POINTER_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttributes");
+static PEEK_LAST_ERROR: Real = Real::new(c"cudaPeekAtLastError");
+static GET_LAST_ERROR: Real = Real::new(c"cudaGetLastError");
+
+/// Asks the runtime what `addr` is. Leaves the thread's last-error state as it found it.
+pub fn memory_type(addr: u64) -> Option<MemType> {
+    type Attr = unsafe extern "C" fn(*mut cudaPointerAttributes, *const std::ffi::c_void) -> u32;
+    type Err = unsafe extern "C" fn() -> u32;
+    let query: Attr = POINTER_ATTRIBUTES.get()?;
+    let mut attrs = std::mem::MaybeUninit::<cudaPointerAttributes>::zeroed();
+    // SAFETY: the struct layout is cudarc's for the CUDA 13 runtime; the runtime fills it.
+    let rc = unsafe { query(attrs.as_mut_ptr(), addr as *const std::ffi::c_void) };
+    if rc != 0 {
+        // Older runtimes report unregistered memory as an error and make it the thread's
+        // last error; clear it unless the application had an error pending already.
+        if let (Some(peek), Some(get)) = (PEEK_LAST_ERROR.get::<Err>(), GET_LAST_ERROR.get::<Err>())
+        {
+            // SAFETY: argument-less runtime calls.
+            unsafe {
+                if peek() == rc {
+                    get();
+                }
+            }
+        }
+        return None;
+    }
+    // Read the enum as its raw value: a runtime newer than the bindings may report a type
+    // this build does not know, and holding that in a Rust enum would be undefined.
+    // SAFETY: `type_` is the first field, a 4-byte C enum, initialised (zeroed or filled).
+    let raw = unsafe { std::ptr::addr_of!((*attrs.as_ptr()).type_).cast::<u32>().read() };
+    Some(match raw {
+        x if x == cudaMemoryType::cudaMemoryTypeHost as u32 => MemType::Host,
+        x if x == cudaMemoryType::cudaMemoryTypeDevice as u32 => MemType::Device,
+        x if x == cudaMemoryType::cudaMemoryTypeManaged as u32 => MemType::Managed,
+        _ => MemType::Unregistered,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_add_lookup_remove() {
+        let base = 0x5000_0000_0000u64;
+        add(base, 4096);
+        assert!(is_pinned(base, 4096));
+        assert!(is_pinned(base + 100, 10));
+        // Cached hit, then removal invalidates the cache.
+        assert!(is_pinned(base + 8, 8));
+        assert_eq!(remove(base), Some(4096));
+        assert_eq!(registry_lookup(base + 8), None);
+        // No runtime loaded in the unit test: unknown memory is not pinned.
+        assert!(!is_pinned(base + 8, 8));
+        // A copy that runs past the end of a pinned range is not wholly pinned.
+        add(base, 4096);
+        assert!(!is_pinned(base + 4000, 200));
+        remove(base);
+    }
+}

@@ -1,0 +1,322 @@
+//! The library's global state: configuration, this process's segment, and the two paths a
+//! hooked call takes (counted non-stall call, or timed and recorded stall).
+//!
+//! State machine (one relaxed-cost Acquire load on the fast path):
+//! `UNINIT` → (first hooked call wins a CAS) `INITIALIZING` → `ACTIVE` | `DISABLED`.
+//! The segment is created lazily on the first CUDA call, so processes that never use CUDA
+//! (shells, compilers started by the job) leave no segment behind. The fork child goes back
+//! to `UNINIT` and creates its own segment on its first call.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::Once;
+
+use syncspy_abi::record::NO_SITE;
+use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
+
+use crate::clock::now_ns;
+use crate::guard::{self, Reentry};
+use crate::real::Real;
+use crate::stack;
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const ACTIVE: u8 = 2;
+const DISABLED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+/// Stall events that happened while another thread was creating the segment: added to the
+/// segment's drop counter once it exists.
+static MISSED: AtomicU64 = AtomicU64::new(0);
+
+/// What a hook tells the runtime about one call.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    /// `None`: the call does not stall the host; it is only counted.
+    pub kind: Option<Kind>,
+    pub api: Api,
+    pub direction: Direction,
+    pub bytes: u64,
+    pub stream: u64,
+    pub flags: u8,
+}
+
+impl Call {
+    pub fn new(kind: Kind, api: Api) -> Call {
+        Call { kind: Some(kind), api, direction: Direction::None, bytes: 0, stream: 0, flags: 0 }
+    }
+}
+
+/// Settings read from the environment at initialisation.
+pub struct Config {
+    pub dir: PathBuf,
+    pub ring: u32,
+    pub sites: u32,
+    pub session: u64,
+    /// Capture call-site stacks at all (`SYNCSPY_STACKS=0` turns it off).
+    pub stacks: bool,
+    /// Frames kept per stack (`SYNCSPY_STACK_DEPTH`, at most `sites::MAX_FRAMES`).
+    pub stack_depth: usize,
+    /// Stalls shorter than this get no stack (`SYNCSPY_STACK_MIN_NS`, default 0).
+    pub stack_min_ns: u64,
+}
+
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        Config {
+            dir: std::env::var_os("SYNCSPY_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            ring: env_num("SYNCSPY_RING").unwrap_or(SegmentParams::DEFAULT_RING),
+            sites: env_num("SYNCSPY_SITES").unwrap_or(SegmentParams::DEFAULT_SITES),
+            session: env_num("SYNCSPY_SESSION").unwrap_or(0),
+            stacks: env_num::<u32>("SYNCSPY_STACKS") != Some(0),
+            stack_depth: env_num::<usize>("SYNCSPY_STACK_DEPTH")
+                .unwrap_or(syncspy_abi::sites::MAX_FRAMES)
+                .clamp(1, syncspy_abi::sites::MAX_FRAMES),
+            stack_min_ns: env_num("SYNCSPY_STACK_MIN_NS").unwrap_or(0),
+        }
+    }
+}
+
+pub struct Runtime {
+    pub seg: SegmentWriter,
+    pub cfg: Config,
+    /// Runtime address range of libsyncspy itself: its frames are cut from stacks.
+    pub own: (u64, u64),
+    /// `dlpi_adds` when the module map was last brought up to date.
+    pub modules_adds: AtomicU64,
+    pub refreshing: AtomicBool,
+}
+
+fn off_by_env() -> bool {
+    matches!(std::env::var("SYNCSPY_OFF").as_deref(), Ok(v) if !v.is_empty() && v != "0")
+}
+
+impl Runtime {
+    /// The runtime if recording is active; initialises on first use.
+    #[inline(always)]
+    pub fn active() -> Option<&'static Runtime> {
+        match STATE.load(Ordering::Acquire) {
+            // SAFETY: RUNTIME is set before STATE becomes ACTIVE (Release) and never freed.
+            ACTIVE => Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
+            UNINIT => Runtime::init(),
+            _ => None,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn init() -> Option<&'static Runtime> {
+        if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return None;
+        }
+        let rt = catch_unwind(Runtime::create).ok().flatten();
+        match rt {
+            Some(rt) => {
+                let rt: &'static Runtime = Box::leak(Box::new(rt));
+                rt.seg.live().events_dropped.fetch_add(MISSED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
+                install_process_handlers();
+                STATE.store(ACTIVE, Ordering::Release);
+                Some(rt)
+            }
+            None => {
+                STATE.store(DISABLED, Ordering::Release);
+                None
+            }
+        }
+    }
+
+    fn create() -> Option<Runtime> {
+        if off_by_env() {
+            return None;
+        }
+        let cfg = Config::from_env();
+        // SAFETY: getpid cannot fail.
+        let pid = unsafe { libc::getpid() } as u32;
+        let start = syncspy_abi::process_start_ticks(pid).unwrap_or(0);
+        let mut params = SegmentParams::new(pid, start);
+        params.ring_capacity = cfg.ring;
+        params.site_capacity = cfg.sites;
+        params.session = cfg.session;
+        params.cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+        let seg = match SegmentWriter::create(&cfg.dir, &params) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "syncspy: not recording this process: cannot create its segment: {e} \
+                     (set SYNCSPY_DIR to a writable folder; default /dev/shm)"
+                );
+                return None;
+            }
+        };
+        let own = stack::own_range();
+        let rt = Runtime {
+            seg,
+            cfg,
+            own,
+            modules_adds: AtomicU64::new(u64::MAX),
+            refreshing: AtomicBool::new(false),
+        };
+        stack::refresh_modules(&rt);
+        Some(rt)
+    }
+
+    /// Counts a call that did not stall.
+    #[inline]
+    fn count(&self, call: &Call) {
+        self.seg.live().calls[call.api as usize].add_untimed(call.bytes);
+    }
+
+    /// Writes one stall event: call site, device, record, totals, overhead.
+    #[inline(never)]
+    fn emit(&self, kind: Kind, call: &Call, t0: u64, t1: u64, result: u32) {
+        let duration = t1.saturating_sub(t0);
+        let (site, truncated) = if self.cfg.stacks && duration >= self.cfg.stack_min_ns {
+            stack::capture_site(self)
+        } else {
+            (NO_SITE, false)
+        };
+        let rec = Record {
+            kind,
+            api: call.api,
+            direction: call.direction,
+            flags: call.flags
+                | if truncated { syncspy_abi::record::FLAG_STACK_TRUNCATED } else { 0 },
+            device: current_device(),
+            start_ns: t0,
+            duration_ns: duration,
+            bytes: call.bytes,
+            stream: call.stream,
+            tid: guard::tid(),
+            site,
+            result,
+        };
+        self.seg.record(&rec);
+        let t2 = now_ns();
+        self.seg.live().overhead_ns.fetch_add(t2.saturating_sub(t1), Ordering::Relaxed);
+    }
+}
+
+static GET_DEVICE: Real = Real::new(c"cudaGetDevice");
+
+fn current_device() -> i32 {
+    let Some(f) = GET_DEVICE.get::<unsafe extern "C" fn(*mut i32) -> u32>() else {
+        return -1;
+    };
+    let mut d = -1;
+    // SAFETY: valid out-pointer.
+    if unsafe { f(&mut d) } == 0 {
+        d
+    } else {
+        -1
+    }
+}
+
+/// The one path every hook takes. `describe` classifies the call (only when recording);
+/// `real` performs it. Non-stalling calls are counted and forwarded untimed; stalls are
+/// timed and recorded. Panics in the library's own work disable recording and never reach
+/// the application; errno is preserved across the library's work.
+#[inline(always)]
+pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 {
+    let Some(rt) = Runtime::active() else {
+        if STATE.load(Ordering::Relaxed) == INITIALIZING {
+            MISSED.fetch_add(1, Ordering::Relaxed);
+        }
+        return real();
+    };
+    let Some(_reentry) = Reentry::enter() else { return real() };
+    let Ok(call) = catch_unwind(AssertUnwindSafe(describe)) else {
+        disable();
+        return real();
+    };
+    let Some(kind) = call.kind else {
+        rt.count(&call);
+        return real();
+    };
+    let t0 = now_ns();
+    let result = real();
+    let t1 = now_ns();
+    let errno = errno();
+    if catch_unwind(AssertUnwindSafe(|| rt.emit(kind, &call, t0, t1, result))).is_err() {
+        disable();
+    }
+    set_errno(errno);
+    result
+}
+
+#[cold]
+fn disable() {
+    STATE.store(DISABLED, Ordering::Release);
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location always returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(v: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = v };
+}
+
+/// Whether hooks maintain side tables (the pinned registry): always, unless `SYNCSPY_OFF`.
+pub fn tracking() -> bool {
+    !off_by_env_cached()
+}
+
+fn off_by_env_cached() -> bool {
+    static OFF: AtomicU8 = AtomicU8::new(2);
+    match OFF.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let off = off_by_env();
+            OFF.store(off as u8, Ordering::Relaxed);
+            off
+        }
+    }
+}
+
+fn install_process_handlers() {
+    static ONCE: Once = Once::new();
+    // Handlers survive fork, so they are installed once per process image; each consults
+    // the current RUNTIME when it runs.
+    ONCE.call_once(|| {
+        // SAFETY: registering plain extern "C" callbacks with libc.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            on_exit(at_exit, std::ptr::null_mut());
+        }
+    });
+}
+
+extern "C" {
+    /// glibc's `on_exit`: like `atexit`, with the exit status.
+    fn on_exit(f: extern "C" fn(i32, *mut libc::c_void), arg: *mut libc::c_void) -> i32;
+}
+
+extern "C" fn at_exit(status: i32, _: *mut libc::c_void) {
+    if STATE.load(Ordering::Acquire) == ACTIVE {
+        // SAFETY: see `Runtime::active`.
+        let rt = unsafe { &*RUNTIME.load(Ordering::Relaxed) };
+        rt.seg.mark_exited(status);
+    }
+}
+
+extern "C" fn after_fork_in_child() {
+    // The parent's segment stays the parent's: forget it (its mapping is leaked, not
+    // unmapped, in case a pointer to it is still on this thread's stack) and start over.
+    RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    STATE.store(UNINIT, Ordering::Release);
+    guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}

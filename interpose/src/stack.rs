@@ -1,0 +1,241 @@
+//! Call sites: the native stack of return addresses at a stall, unwound with the platform's
+//! DWARF unwinder (`_Unwind_Backtrace` from libgcc_s, which reads `.eh_frame`; frame
+//! pointers are not reliable in libtorch), interned in the segment's site table; and the
+//! module map that lets readers symbolize those addresses offline.
+//!
+//! Cost is bounded: stacks are taken only for stalls (never on the non-stalling fast path),
+//! at most `SYNCSPY_STACK_DEPTH` frames, optionally only for stalls longer than
+//! `SYNCSPY_STACK_MIN_NS`; the time spent is published in the header (`stack_ns`).
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::Ordering;
+
+use syncspy_abi::record::NO_SITE;
+use syncspy_abi::sites::MAX_FRAMES;
+
+use crate::clock::now_ns;
+use crate::runtime::Runtime;
+
+extern "C" {
+    fn _Unwind_Backtrace(
+        trace: extern "C" fn(ctx: *mut c_void, arg: *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+}
+
+const URC_NO_REASON: c_int = 0;
+const URC_END_OF_STACK: c_int = 5;
+
+struct Walk {
+    frames: [u64; MAX_FRAMES],
+    n: usize,
+    depth: usize,
+    /// Leading frames inside this range (the library itself) are skipped.
+    own: (u64, u64),
+    skipping: bool,
+    truncated: bool,
+}
+
+extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Walk` passed to `_Unwind_Backtrace` below; `ctx` is the
+    // unwinder's context for this frame.
+    let (w, ip) = unsafe { (&mut *(arg as *mut Walk), _Unwind_GetIP(ctx) as u64) };
+    if ip == 0 {
+        return URC_END_OF_STACK;
+    }
+    if w.skipping && w.own.0 <= ip && ip < w.own.1 {
+        return URC_NO_REASON;
+    }
+    w.skipping = false;
+    if w.n >= w.depth {
+        w.truncated = true;
+        return URC_END_OF_STACK;
+    }
+    w.frames[w.n] = ip;
+    w.n += 1;
+    URC_NO_REASON
+}
+
+/// Unwinds the calling thread's stack: return addresses, innermost first, without the
+/// leading frames that lie in `own`. Returns the frames and whether the depth cut them.
+pub fn capture(own: (u64, u64), depth: usize, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
+    let mut w = Walk {
+        frames: [0; MAX_FRAMES],
+        n: 0,
+        depth: depth.min(MAX_FRAMES),
+        own,
+        skipping: true,
+        truncated: false,
+    };
+    // SAFETY: `step` only touches the Walk it is given.
+    unsafe { _Unwind_Backtrace(step, &mut w as *mut Walk as *mut c_void) };
+    out[..w.n].copy_from_slice(&w.frames[..w.n]);
+    (w.n, w.truncated)
+}
+
+/// Captures and interns the current stack; returns the site id and whether it was cut.
+pub fn capture_site(rt: &Runtime) -> (u32, bool) {
+    let t0 = now_ns();
+    let mut frames = [0u64; MAX_FRAMES];
+    let (n, truncated) = capture(rt.own, rt.cfg.stack_depth, &mut frames);
+    refresh_modules(rt);
+    let site = if n == 0 { NO_SITE } else { rt.seg.intern_site(&frames[..n]).unwrap_or(NO_SITE) };
+    let live = rt.seg.live();
+    live.stack_captures.fetch_add(1, Ordering::Relaxed);
+    live.stack_ns.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+    (site, truncated)
+}
+
+/// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
+/// the iteration at the first object, so this costs one loader-lock round trip.
+fn loader_adds() -> u64 {
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        // SAFETY: valid pointers from dl_iterate_phdr and our u64.
+        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+        1
+    }
+    let mut adds = 0u64;
+    // SAFETY: the callback writes only `adds`.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut c_void) };
+    adds
+}
+
+/// One loaded object as `dl_iterate_phdr` describes it.
+struct Object {
+    path: Vec<u8>,
+    bias: u64,
+    start: u64,
+    end: u64,
+    build_id: Vec<u8>,
+}
+
+fn objects() -> Vec<Object> {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info whose phdrs are mapped; `data` is ours.
+        unsafe {
+            let out = &mut *(data as *mut Vec<Object>);
+            let info = &*info;
+            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let (mut start, mut end) = (u64::MAX, 0u64);
+            let mut build_id = Vec::new();
+            for ph in phdrs {
+                if ph.p_type == libc::PT_LOAD {
+                    start = start.min(info.dlpi_addr + ph.p_vaddr);
+                    end = end.max(info.dlpi_addr + ph.p_vaddr + ph.p_memsz);
+                } else if ph.p_type == libc::PT_NOTE && build_id.is_empty() {
+                    let base = (info.dlpi_addr + ph.p_vaddr) as *const u8;
+                    build_id = gnu_build_id(std::slice::from_raw_parts(base, ph.p_memsz as usize));
+                }
+            }
+            if start < end {
+                let path = if info.dlpi_name.is_null() {
+                    Vec::new()
+                } else {
+                    CStr::from_ptr(info.dlpi_name).to_bytes().to_vec()
+                };
+                out.push(Object { path, bias: info.dlpi_addr, start, end, build_id });
+            }
+            0
+        }
+    }
+    let mut out = Vec::new();
+    // SAFETY: the callback only reads `info` and pushes to `out`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<Object> as *mut c_void) };
+    out
+}
+
+/// The GNU build id in a PT_NOTE segment, if there is one.
+fn gnu_build_id(mut notes: &[u8]) -> Vec<u8> {
+    let align4 = |n: usize| (n + 3) & !3;
+    while notes.len() >= 12 {
+        let word = |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let (namesz, descsz, ntype) = (word(0) as usize, word(4) as usize, word(8));
+        let name_end = 12 + align4(namesz);
+        let desc_end = name_end + align4(descsz);
+        if desc_end > notes.len() {
+            break;
+        }
+        if ntype == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
+            return notes[name_end..name_end + descsz].to_vec();
+        }
+        notes = &notes[desc_end..];
+    }
+    Vec::new()
+}
+
+/// Brings the segment's module map up to date when the dynamic linker has loaded objects
+/// since the last look. Only one thread refreshes at a time; others go on without waiting.
+pub fn refresh_modules(rt: &Runtime) {
+    let adds = loader_adds();
+    if rt.modules_adds.load(Ordering::Acquire) == adds {
+        return;
+    }
+    if rt.refreshing.swap(true, Ordering::Acquire) {
+        return;
+    }
+    let known = rt.seg.modules();
+    for o in objects() {
+        if known.iter().any(|m| m.bias == o.bias && m.start == o.start) {
+            continue;
+        }
+        let path = if o.path.is_empty() { exe_path() } else { o.path };
+        rt.seg.add_module(&path, o.bias, o.start, o.end, &o.build_id);
+    }
+    rt.modules_adds.store(adds, Ordering::Release);
+    rt.refreshing.store(false, Ordering::Release);
+}
+
+fn exe_path() -> Vec<u8> {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| std::os::unix::ffi::OsStringExt::into_vec(p.into_os_string()))
+        .unwrap_or_default()
+}
+
+/// Runtime address range of the object holding this code (libsyncspy.so).
+pub fn own_range() -> (u64, u64) {
+    let here = own_range as *const () as u64;
+    objects()
+        .into_iter()
+        .find(|o| o.start <= here && here < o.end)
+        .map(|o| (o.start, o.end))
+        .unwrap_or((0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn leaf(out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
+        capture((0, 0), MAX_FRAMES, out)
+    }
+
+    #[test]
+    fn unwinds_through_rust_frames_and_respects_depth() {
+        let mut f = [0u64; MAX_FRAMES];
+        let (n, _) = leaf(&mut f);
+        assert!(n >= 3, "expected a real stack, got {n} frames");
+        let (n2, cut) = capture((0, 0), 2, &mut f);
+        assert_eq!((n2, cut), (2, true));
+        // Skipping our own object leaves the frames above it.
+        let own = own_range();
+        assert!(own.0 < own.1);
+        let (n3, _) = capture(own, MAX_FRAMES, &mut f);
+        assert!(n3 < n);
+    }
+
+    #[test]
+    fn build_id_parsing() {
+        let mut note = Vec::new();
+        note.extend_from_slice(&4u32.to_ne_bytes());
+        note.extend_from_slice(&3u32.to_ne_bytes());
+        note.extend_from_slice(&3u32.to_ne_bytes());
+        note.extend_from_slice(b"GNU\0");
+        note.extend_from_slice(&[0xaa, 0xbb, 0xcc, 0]);
+        assert_eq!(gnu_build_id(&note), vec![0xaa, 0xbb, 0xcc]);
+        assert!(gnu_build_id(&note[..10]).is_empty());
+        let objs = objects();
+        assert!(objs.iter().any(|o| !o.build_id.is_empty()));
+    }
+}
