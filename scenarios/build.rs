@@ -63,5 +63,23 @@ fn main() {
         .expect("run the C compiler for the libcudart link stub");
     assert!(status.success(), "building the libcudart link stub failed");
     println!("cargo:rustc-link-search=native={}", out.display());
+
+    // A library that calls the runtime, for the program that loads it with dlopen(RTLD_LOCAL)
+    // the way ctypes and Python extension modules do (the runtime then is not in the global
+    // scope, and the interposer must find the real functions another way).
+    let caller = out.join("libcudacaller.so");
+    let status = cc::Build::new()
+        .get_compiler()
+        .to_command()
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&caller)
+        .arg("src/cudacaller.c")
+        .arg(format!("-L{}", out.display()))
+        .arg("-lcudart")
+        .status()
+        .expect("run the C compiler for libcudacaller.so");
+    assert!(status.success(), "building libcudacaller.so failed");
+    println!("cargo:rustc-env=SYNCSPY_CUDACALLER_LIB={}", caller.display());
+    println!("cargo:rerun-if-changed=src/cudacaller.c");
     println!("cargo:rerun-if-changed=build.rs");
 }

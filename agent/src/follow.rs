@@ -59,7 +59,7 @@ impl Followed {
         self.agg.live = LiveSnapshot::read(&self.reader);
         if self.agg.gone_ns.is_none()
             && matches!(self.agg.live.state, ProcState::Running)
-            && !self.reader.process_alive()
+            && !process_running(self.agg.pid, self.agg.start_ticks)
         {
             self.agg.gone_ns = Some(monotonic_ns());
         }
@@ -182,7 +182,11 @@ impl Follower {
         for f in &mut self.followed {
             // Refresh the state first: the process may have ended since the last poll.
             f.poll(PATIENCE);
-            n += if f.ended() { f.poll(0) } else { f.poll(PATIENCE) };
+            n += if f.ended() {
+                f.poll(0)
+            } else {
+                f.poll(PATIENCE)
+            };
         }
         n
     }
@@ -227,6 +231,24 @@ impl Follower {
     }
 }
 
+/// Whether process `pid` started at `start_ticks` exists and has not exited. Unlike
+/// `SegmentReader::process_alive`, a zombie (exited, not yet reaped by its parent) counts as
+/// ended: it will never write again.
+pub fn process_running(pid: u32, start_ticks: u64) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    if syncspy_abi::segment::parse_start_ticks(&stat) != Some(start_ticks) {
+        return false;
+    }
+    // Field 3 (state) follows the last ')' of the command name.
+    let state = stat
+        .iter()
+        .rposition(|b| *b == b')')
+        .and_then(|i| stat[i + 1..].iter().find(|b| !b.is_ascii_whitespace()));
+    !matches!(state, Some(b'Z' | b'X' | b'x') | None)
+}
+
 fn owned_by_us(entry: &std::fs::DirEntry) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -266,8 +288,20 @@ mod tests {
         let theirs = SegmentWriter::create(dir.path(), &params(12, 8, 64)).unwrap();
         std::fs::write(dir.path().join("syncspy-13-14"), vec![0x55u8; 9000]).unwrap();
         std::fs::write(dir.path().join("unrelated-file"), b"hello").unwrap();
-        mine.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 100, 0, 0));
-        theirs.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 100, 0, 0));
+        mine.record(&rec(
+            Kind::DeviceSync,
+            Api::CudaDeviceSynchronize,
+            100,
+            0,
+            0,
+        ));
+        theirs.record(&rec(
+            Kind::DeviceSync,
+            Api::CudaDeviceSynchronize,
+            100,
+            0,
+            0,
+        ));
 
         let mut f = Follower::new(dir.path(), Some(7));
         assert_eq!(f.scan().unwrap(), 1);
@@ -327,6 +361,25 @@ mod tests {
         assert!(life.contains(&(11, Lifecycle::Gone)));
         assert!(life.contains(&(12, Lifecycle::Exited(3))));
         assert!(life.contains(&(me, Lifecycle::Running)));
+    }
+
+    #[test]
+    fn a_zombie_is_not_running() {
+        let me = std::process::id();
+        let start = syncspy_abi::process_start_ticks(me).unwrap();
+        assert!(process_running(me, start));
+        assert!(!process_running(me, start + 1));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = syncspy_abi::process_start_ticks(pid);
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while start.is_some_and(|s| process_running(pid, s)) {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().unwrap();
     }
 
     #[test]

@@ -1,1 +1,112 @@
-fn main() {}
+//! `syncspy`: find the moments a CUDA program's CPU waits for its GPU.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use syncspy_agent::report;
+use syncspy_agent::run::{self, RunOptions, EXIT_SETUP};
+use syncspy_agent::summary;
+
+const RUN_AFTER_HELP: &str = "\
+Environment:
+  SYNCSPY_LIB      path of libsyncspy.so (default: next to the syncspy executable, or in
+                   the folder above it)
+  SYNCSPY_SIM_LIB  path of libsimcudart.so for --sim (default: found like libsyncspy.so)
+  SYNCSPY_DIR      folder of the shared-memory segments; must exist and be writable
+                   (default: /dev/shm)
+  CMD gets LD_PRELOAD with libsyncspy.so first (an LD_PRELOAD you set is kept after it)
+  and SYNCSPY_SESSION, which marks the segments of CMD and of all its descendants.
+
+Exit status:
+  CMD's own exit code, or 128+N when signal N killed it
+  2    usage or setup error: bad arguments, a library not found, SYNCSPY_DIR missing or
+       not writable, the report's folder missing, or the report could not be written
+  127  CMD could not be started (not found, or not executable)
+
+SIGINT and SIGTERM sent to syncspy are passed on to CMD; syncspy reports when CMD ends.";
+
+#[derive(Parser)]
+#[command(
+    name = "syncspy",
+    version,
+    about = "Find the moments a CUDA program's CPU waits for its GPU",
+    long_about = "Find the moments a CUDA program's CPU waits for its GPU.\n\n\
+                  syncspy preloads libsyncspy.so into a program, which records every CUDA \
+                  runtime call that made the host wait (device/stream/event syncs, blocking \
+                  and pageable copies, implicitly synchronizing calls) with its call site; \
+                  syncspy aggregates them into latency distributions and top call sites."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command with libsyncspy.so preloaded; summarize its host stalls when it ends
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+    /// Print a saved JSON report as the text summary
+    Report {
+        /// A report written by `syncspy run --report FILE`
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Also write the JSON report (version 1) to FILE when CMD ends (the summary is printed
+    /// to stderr either way)
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Use the simulated CUDA runtime (libsimcudart.so, as libcudart.so.13) instead of the
+    /// real one: no GPU needed
+    #[arg(long)]
+    sim: bool,
+    /// Show the live monitor while CMD runs (not available yet: prints a notice and runs
+    /// without it)
+    #[arg(long)]
+    tui: bool,
+    /// Keep the segment files in SYNCSPY_DIR after CMD ends (by default those of ended
+    /// processes are removed; those of processes still running are always kept)
+    #[arg(long)]
+    keep_segments: bool,
+    /// The command to run and its arguments (put `--` before it if it starts with `-`)
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
+    command: Vec<OsString>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Cmd::Run(a) => {
+            let mut opts = RunOptions::new(a.command);
+            opts.report = a.report;
+            opts.sim = a.sim;
+            opts.tui = a.tui;
+            opts.keep_segments = a.keep_segments;
+            match run::run(&opts) {
+                Ok(outcome) => outcome.exit_code,
+                Err(e) => {
+                    eprintln!("syncspy: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+        Cmd::Report { file } => match report::read(&file) {
+            Ok(r) => {
+                print!("{}", summary::render(&r));
+                0
+            }
+            Err(e) => {
+                eprintln!("syncspy: cannot read {}: {e}", file.display());
+                EXIT_SETUP
+            }
+        },
+    };
+    // Exit codes are 0..=255 on Unix; 128+signal stays in range.
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}

@@ -32,7 +32,10 @@ pub fn is_runtime_module(file_name: &str) -> bool {
 }
 
 fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(path)
+    path.rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(path)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -326,7 +329,10 @@ pub(crate) mod tests {
         let f = s.frame(0x1801, std::slice::from_ref(&missing));
         assert_eq!(f[0].text, "libgone.so+0x800");
         assert_eq!(f[0].module.as_deref(), Some("libgone.so"));
-        assert!(s.notes().iter().any(|n| n.contains("/nonexistent/libgone.so")));
+        assert!(s
+            .notes()
+            .iter()
+            .any(|n| n.contains("/nonexistent/libgone.so")));
     }
 
     #[test]

@@ -24,3 +24,18 @@ mod stack;
 
 pub use classify::HostSide;
 pub use runtime::Call;
+
+/// Entry points for the benchmarks: the same code paths the exported hooks take, with the
+/// real function supplied by the caller. Not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::hooks::memcpy::memcpy_async;
+    pub use crate::hooks::sync::stream_sync;
+    pub use crate::pinned::add as register_pinned;
+
+    /// Unwinds the calling thread's stack (no frames skipped); returns the frame count.
+    pub fn unwind(depth: usize) -> usize {
+        let mut f = [0u64; syncspy_abi::sites::MAX_FRAMES];
+        crate::stack::capture((0, 0), depth, &mut f).0
+    }
+}

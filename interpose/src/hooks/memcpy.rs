@@ -13,7 +13,7 @@ use crate::classify::{self, direction};
 use crate::runtime::{hook, Call};
 
 type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind) -> RawError;
-type MemcpyAsyncFn =
+pub type MemcpyAsyncFn =
     unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind, cudaStream_t) -> RawError;
 type Memcpy2DFn =
     unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, usize, usize, RawKind) -> RawError;
@@ -97,7 +97,8 @@ pub unsafe extern "C" fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, c
     memcpy(Api::CudaMemcpyPtds, real!(c"cudaMemcpy_ptds", MemcpyFn), dst, src, count, kind, true)
 }
 
-fn memcpy_async(
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_async(
     api: Api,
     f: MemcpyAsyncFn,
     dst: *mut c_void,

@@ -7,6 +7,9 @@
 //! Rust enums do not list, and holding such a value in a Rust enum is undefined behaviour.
 //! Every struct and handle type is cudarc's.
 
+// The exported names are the CUDA runtime's.
+#![allow(non_snake_case)]
+
 pub mod memcpy;
 pub mod memory;
 pub mod sync;

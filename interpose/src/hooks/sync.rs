@@ -8,7 +8,7 @@ use super::{real, RawError};
 use crate::runtime::{hook, Call};
 
 type NoArgs = unsafe extern "C" fn() -> RawError;
-type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
+pub type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
 type EventFn = unsafe extern "C" fn(cudaEvent_t) -> RawError;
 
 /// # Safety
@@ -19,7 +19,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
     hook(|| Call::new(Kind::DeviceSync, Api::CudaDeviceSynchronize), || unsafe { f() })
 }
 
-fn stream_sync(api: Api, f: StreamFn, stream: cudaStream_t, per_thread: bool) -> RawError {
+pub fn stream_sync(api: Api, f: StreamFn, stream: cudaStream_t, per_thread: bool) -> RawError {
     hook(
         || Call {
             stream: stream as u64,

@@ -277,6 +277,45 @@ int main(void) {
         cudaEventElapsedTime(&ms, e1, e2);
         printf("rate.%s %.1f GB/s\n", rates[i].name, bytes / (ms * 1e6));
     }
+    /* Pageable H2D async copies are staged: how much fits before the call waits for the stream. */
+    size_t sizes[] = {64u << 10, 1u << 20, 2u << 20, 4u << 20, 8u << 20, 16u << 20, 64u << 20};
+    for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        cudaDeviceSynchronize();
+        sleep_host_fn(s1, 30000);
+        double t = now_ms();
+        cudaMemcpyAsync(d, pageable, sizes[i], H2D, s1);
+        printf("staging.h2d_pageable_%zuKiB blocked %.2f ms\n", sizes[i] >> 10, now_ms() - t);
+    }
+    cudaDeviceSynchronize();
+    sleep_host_fn(s1, 30000);
+    int copies = 0;
+    for (; copies < 256; copies++) {
+        double t = now_ms();
+        cudaMemcpyAsync((char *)d + (copies % 32) * (1 << 20), pageable, 1 << 20, H2D, s1);
+        if (now_ms() - t > 10.0) break;
+    }
+    printf("staging.h2d_pageable_1MiB_copies_before_block %d\n", copies);
+    cudaDeviceSynchronize();
+    {
+        double t = now_ms();
+        cudaMemcpyAsync(d, pageable, 64u << 20, H2D, s1);
+        double call = now_ms() - t;
+        cudaStreamSynchronize(s1);
+        printf("staging.h2d_pageable_64MiB_idle call %.2f ms total %.2f ms\n", call, now_ms() - t);
+    }
+    BLOCK_MS("memcpyAsync.d2h_pageable_small", s1, cudaMemcpyAsync(pageable, d, 4096, D2H, s1));
+    /* Is a pageable source read during the call (staged), or later? */
+    {
+        char *src = malloc(4096), *back = malloc(4096);
+        memset(src, 7, 4096);
+        sleep_host_fn(s1, 30000);
+        cudaMemcpyAsync(d, src, 4096, H2D, s1);
+        memset(src, 9, 4096);
+        cudaMemcpy(back, d, 4096, D2H);
+        printf("staging.snapshot_at_call %s\n", back[0] == 7 ? "yes" : "no");
+        free(src);
+        free(back);
+    }
     RC("deviceSynchronize", cudaDeviceSynchronize());
 
     pid_t pid = fork();

@@ -1,0 +1,20 @@
+//! The reader side of syncspy: find and follow the shared-memory segments that
+//! `libsyncspy.so` writes, aggregate them, symbolize call sites, and report.
+//!
+//! - [`follow`]: discover the segments of a session in `SYNCSPY_DIR` and drain their rings.
+//! - [`aggregate`]: per-process exact totals and latency histograms.
+//! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
+//! - [`report`]: the JSON report (version 1) and how it is built.
+//! - [`summary`]: the text summary printed when a run ends and by `syncspy report`.
+//! - [`run`]: `syncspy run`, start a command under the library and report on it.
+
+pub mod aggregate;
+pub mod follow;
+pub mod report;
+pub mod run;
+pub mod signals;
+pub mod summary;
+pub mod symbolize;
+
+#[cfg(test)]
+mod test_support;

@@ -1,0 +1,631 @@
+//! The JSON report, version 1 (ARCHITECTURE.md, "Report JSON"): the fields other tools rely
+//! on keep their meaning; the extra fields here add to them.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use syncspy_abi::layout::TotalsSnapshot;
+use syncspy_abi::Kind;
+
+use crate::aggregate::{Dist, Lifecycle, ProcessAgg};
+use crate::follow::{Followed, SegmentProblem};
+use crate::symbolize::{is_runtime_module, Symbolizer};
+
+/// `syncspy_report` of the reports this code writes and reads.
+pub const REPORT_VERSION: u32 = 1;
+
+/// The whole report.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub syncspy_report: u32,
+    /// The command as given to `syncspy run`.
+    pub command: Vec<String>,
+    /// The command's exit code (128 + signal when a signal killed it).
+    pub exit_code: i32,
+    /// From start to exit of the command, ns.
+    pub wall_ns: u64,
+    /// Every instrumented process of the run (the command and its descendants), in the
+    /// order their segments were created.
+    pub processes: Vec<ProcessReport>,
+    /// Segments that could not be read, symbol files that could not be used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Count, time and latency percentiles of one kind or API.
+///
+/// `count`, `total_ns`, `bytes` and `max_ns` are exact (from the segment's header totals);
+/// the percentiles come from the `recorded_count` events the reader received, which is less
+/// than `count` only when records were lost (see `lost_records`). Percentiles are 0 when no
+/// event was recorded.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Stats {
+    pub count: u64,
+    pub total_ns: u64,
+    pub bytes: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    #[serde(default)]
+    pub recorded_count: u64,
+}
+
+/// Calls that did not stall (pinned async copies, `cudaFree(NULL)`, ...): counted, not timed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CallCount {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// One call site: a stack making calls of one kind through one API. Figures come from the
+/// records received.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Site {
+    pub kind: String,
+    pub api: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub p99_ns: u64,
+    /// `symbol (file:line)`, innermost first; unresolved frames as `module+0xOFFSET` or
+    /// `0xADDR`. Empty when no stack was captured for these calls.
+    pub frames: Vec<String>,
+    #[serde(default)]
+    pub bytes: u64,
+    #[serde(default)]
+    pub p50_ns: u64,
+    #[serde(default)]
+    pub max_ns: u64,
+    /// The site id in the segment (0: no stack captured).
+    #[serde(default)]
+    pub site_id: u32,
+    /// For each entry of `frames`, the file name of its module ("" when unknown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frame_modules: Vec<String>,
+    /// The innermost frame outside the CUDA runtime and syncspy: where the program called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+}
+
+/// GPU-side figures. GPU idle gaps are not measured yet: `measured` says whether any
+/// `gpu_idle` event arrived, and `busy_fraction` stays `null` until it is computed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Gpu {
+    pub idle: IdleStats,
+    pub busy_fraction: Option<f64>,
+    #[serde(default)]
+    pub measured: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct IdleStats {
+    pub count: u64,
+    pub total_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// One instrumented process.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcessReport {
+    pub pid: u32,
+    /// argv joined with spaces (as far as the library kept it).
+    pub cmdline: String,
+    /// Events counted by the library but not written to the ring (`events_dropped`).
+    pub dropped_events: u64,
+    /// Sum of `total_ns` over the kinds in which the host waited.
+    pub stall_ns: u64,
+    /// From the segment's creation to the process's end (or to the report, if it runs).
+    pub wall_ns: u64,
+    pub kinds: BTreeMap<String, Stats>,
+    pub apis: BTreeMap<String, Stats>,
+    /// Largest `total_ns` first.
+    pub sites: Vec<Site>,
+    pub gpu: Gpu,
+    /// `running`, `exited`, `gone` (ended without the library's exit handler: killed by a
+    /// signal or `_exit`), or `unknown`.
+    #[serde(default)]
+    pub state: String,
+    /// The status the process passed to `exit` (only when `state` is `exited`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    #[serde(default)]
+    pub start_ticks: u64,
+    /// Ring records this reader never received (overwritten before it read them, or
+    /// dropped by the library): missing from percentiles and sites, not from totals.
+    #[serde(default)]
+    pub lost_records: u64,
+    /// Complete records that did not decode.
+    #[serde(default)]
+    pub corrupt_records: u64,
+    /// Records received.
+    #[serde(default)]
+    pub recorded_events: u64,
+    /// Durations outside the histograms' 1 ns .. 1 h bounds, recorded clamped.
+    #[serde(default)]
+    pub clamped_values: u64,
+    /// Nanoseconds the library spent on its own work in recorded calls.
+    #[serde(default)]
+    pub overhead_ns: u64,
+    #[serde(default)]
+    pub stack_captures: u64,
+    #[serde(default)]
+    pub stack_ns: u64,
+    /// Stacks that found no room in the call-site table; modules that found no room in the
+    /// module map.
+    #[serde(default)]
+    pub sites_dropped: u32,
+    #[serde(default)]
+    pub modules_dropped: u32,
+    #[serde(default)]
+    pub non_stall_calls: BTreeMap<String, CallCount>,
+    /// The segment file.
+    #[serde(default)]
+    pub segment: String,
+}
+
+fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
+    let q = |x: f64| d.map(|d| d.quantile(x)).unwrap_or(0).min(t.max_ns);
+    Stats {
+        count: t.count,
+        total_ns: t.total_ns,
+        bytes: t.bytes,
+        p50_ns: q(0.50),
+        p90_ns: q(0.90),
+        p99_ns: q(0.99),
+        max_ns: t.max_ns,
+        recorded_count: d.map(Dist::count).unwrap_or(0),
+    }
+}
+
+/// The report of one followed process; symbolizes its call sites with `sym`.
+pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> ProcessReport {
+    let a: &ProcessAgg = &f.agg;
+    let kinds = a
+        .kinds_seen()
+        .into_iter()
+        .map(|k| (k.name().to_string(), stats(a.live.kind(k), a.kind_dist(k))))
+        .collect();
+    let apis = a
+        .apis_seen()
+        .into_iter()
+        .map(|x| (x.name().to_string(), stats(a.live.api(x), a.api_dist(x))))
+        .collect();
+    let non_stall_calls = a
+        .calls_seen()
+        .into_iter()
+        .map(|x| {
+            let t = a.live.calls(x);
+            (
+                x.name().to_string(),
+                CallCount {
+                    count: t.count,
+                    bytes: t.bytes,
+                },
+            )
+        })
+        .collect();
+    let modules = f.reader.modules();
+    let sites = a
+        .sites_by_total()
+        .into_iter()
+        .map(|(key, d)| {
+            let stack = if key.site == 0 {
+                Vec::new()
+            } else {
+                f.reader.site(key.site).unwrap_or_default()
+            };
+            let frames = sym.stack(&stack, &modules);
+            let location = frames
+                .iter()
+                .find(|fr| !fr.module.as_deref().is_some_and(is_runtime_module))
+                .map(|fr| fr.text.clone());
+            Site {
+                kind: key.kind.name().to_string(),
+                api: key.api.name().to_string(),
+                count: d.count(),
+                total_ns: d.total_ns(),
+                p99_ns: d.quantile(0.99),
+                frame_modules: frames
+                    .iter()
+                    .map(|fr| fr.module.clone().unwrap_or_default())
+                    .collect(),
+                frames: frames.into_iter().map(|fr| fr.text).collect(),
+                bytes: d.bytes(),
+                p50_ns: d.quantile(0.5),
+                max_ns: d.max_ns(),
+                site_id: key.site,
+                location,
+            }
+        })
+        .collect();
+    let idle_t = a.live.kind(Kind::GpuIdle);
+    let idle_d = a.kind_dist(Kind::GpuIdle);
+    let idle = stats(idle_t, idle_d);
+    let life = a.lifecycle();
+    ProcessReport {
+        pid: a.pid,
+        cmdline: a.argv.join(" "),
+        dropped_events: a.live.events_dropped,
+        stall_ns: a.stall_ns(),
+        wall_ns: a.wall_ns(now_ns),
+        kinds,
+        apis,
+        sites,
+        gpu: Gpu {
+            idle: IdleStats {
+                count: idle.count,
+                total_ns: idle.total_ns,
+                p50_ns: idle.p50_ns,
+                p99_ns: idle.p99_ns,
+                max_ns: idle.max_ns,
+            },
+            busy_fraction: None,
+            measured: idle_t.count > 0,
+        },
+        state: life.name().to_string(),
+        exit_status: match life {
+            Lifecycle::Exited(s) => Some(s),
+            _ => None,
+        },
+        start_ticks: a.start_ticks,
+        lost_records: a.lost,
+        corrupt_records: a.corrupt,
+        recorded_events: a.delivered,
+        clamped_values: a.clamped(),
+        overhead_ns: a.live.overhead_ns,
+        stack_captures: a.live.stack_captures,
+        stack_ns: a.live.stack_ns,
+        sites_dropped: a.live.sites_dropped,
+        modules_dropped: a.live.modules_dropped,
+        non_stall_calls,
+        segment: f.reader.path().display().to_string(),
+    }
+}
+
+/// What the run itself contributes to the report.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    pub command: Vec<String>,
+    pub exit_code: i32,
+    pub wall_ns: u64,
+}
+
+/// The report of a run: every followed process, ordered by segment creation.
+pub fn build(
+    run: &RunInfo,
+    processes: &[Followed],
+    problems: &[SegmentProblem],
+    sym: &mut Symbolizer,
+    now_ns: u64,
+) -> Report {
+    let mut order: Vec<&Followed> = processes.iter().collect();
+    order.sort_by_key(|f| (f.agg.created_ns, f.agg.pid));
+    let processes = order
+        .into_iter()
+        .map(|f| process_report(f, sym, now_ns))
+        .collect();
+    let mut warnings: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    warnings.extend(sym.notes().iter().cloned());
+    Report {
+        syncspy_report: REPORT_VERSION,
+        command: run.command.clone(),
+        exit_code: run.exit_code,
+        wall_ns: run.wall_ns,
+        processes,
+        warnings,
+    }
+}
+
+/// Writes the report as pretty JSON, atomically (temporary file, then rename).
+pub fn write(report: &Report, path: &Path) -> io::Result<()> {
+    let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let res = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, path));
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+/// Why a saved report could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(io::Error),
+    Json(serde_json::Error),
+    /// A `syncspy_report` version this build does not read.
+    Version(u64),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Json(e) => write!(f, "not a syncspy report: {e}"),
+            ReadError::Version(v) => write!(
+                f,
+                "report version {v} is not supported (this syncspy reads version \
+                 {REPORT_VERSION}); use the syncspy that wrote it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Reads a saved report, checking its version first.
+pub fn read(path: &Path) -> Result<Report, ReadError> {
+    let bytes = std::fs::read(path).map_err(ReadError::Io)?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::Json)?;
+    match v.get("syncspy_report").and_then(|x| x.as_u64()) {
+        Some(1) => serde_json::from_value(v).map_err(ReadError::Json),
+        Some(other) => Err(ReadError::Version(other)),
+        None => Err(ReadError::Version(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::follow::Follower;
+    use crate::symbolize::tests::{known_return_addr, own_module};
+    use crate::test_support::{rec, TempDir};
+    use syncspy_abi::{Api, SegmentParams, SegmentWriter};
+
+    fn writer(dir: &Path, pid: u32, ring: u32) -> SegmentWriter {
+        let mut p = SegmentParams::new(pid, 5000 + pid as u64);
+        p.session = 42;
+        p.ring_capacity = ring;
+        p.site_capacity = 64;
+        p.module_capacity = 16;
+        p.cmdline = b"./train\0--epochs\x003\0".to_vec();
+        SegmentWriter::create(dir, &p).unwrap()
+    }
+
+    fn report_of(dir: &Path) -> Report {
+        let mut f = Follower::new(dir, Some(42));
+        f.scan().unwrap();
+        f.final_drain();
+        let run = RunInfo {
+            command: vec!["./train".into()],
+            exit_code: 0,
+            wall_ns: 1,
+        };
+        let mut sym = Symbolizer::new();
+        build(
+            &run,
+            f.processes(),
+            f.problems(),
+            &mut sym,
+            crate::aggregate::monotonic_ns(),
+        )
+    }
+
+    #[test]
+    fn exact_totals_percentiles_and_sites_sorted_by_total() {
+        let dir = TempDir::new("report-exact");
+        let w = writer(dir.path(), 21, 4096);
+        let a = w.intern_site(&[0x10]).unwrap();
+        let b = w.intern_site(&[0x20]).unwrap();
+        // 100 stream syncs at site a: 1..=100 us.
+        for i in 1..=100u64 {
+            w.record(&rec(
+                Kind::StreamSync,
+                Api::CudaStreamSynchronize,
+                i * 1000,
+                0,
+                a,
+            ));
+        }
+        // 10 sync copies at site b: 1 ms each, 4096 bytes.
+        for _ in 0..10 {
+            w.record(&rec(Kind::MemcpySync, Api::CudaMemcpy, 1_000_000, 4096, b));
+        }
+        // 3 pageable async copies with no stack.
+        for _ in 0..3 {
+            w.record(&rec(Kind::MemcpyPageable, Api::CudaMemcpyAsync, 7, 100, 0));
+        }
+        w.live().calls[Api::CudaMemcpyAsync as usize].add_untimed(512);
+        w.live()
+            .overhead_ns
+            .store(999, std::sync::atomic::Ordering::Relaxed);
+        w.mark_exited(0);
+
+        let r = report_of(dir.path());
+        assert_eq!(r.syncspy_report, 1);
+        assert_eq!(r.processes.len(), 1);
+        let p = &r.processes[0];
+        assert_eq!(p.pid, 21);
+        assert_eq!(p.cmdline, "./train --epochs 3");
+        assert_eq!(p.state, "exited");
+        assert_eq!(p.exit_status, Some(0));
+        assert_eq!((p.lost_records, p.dropped_events), (0, 0));
+        assert_eq!(p.recorded_events, 113);
+        assert_eq!(p.overhead_ns, 999);
+
+        let ss = &p.kinds["stream_sync"];
+        assert_eq!(ss.count, 100);
+        assert_eq!(ss.total_ns, 5050 * 1000);
+        assert_eq!(ss.max_ns, 100_000);
+        assert_eq!(ss.recorded_count, 100);
+        let close = |got: u64, want: u64| got.abs_diff(want) * 1000 <= want;
+        assert!(close(ss.p50_ns, 50_000), "{}", ss.p50_ns);
+        assert!(close(ss.p90_ns, 90_000), "{}", ss.p90_ns);
+        assert!(close(ss.p99_ns, 99_000), "{}", ss.p99_ns);
+
+        let mc = &p.kinds["memcpy_sync"];
+        assert_eq!((mc.count, mc.total_ns, mc.bytes), (10, 10_000_000, 40960));
+        assert_eq!(p.apis["cudaMemcpy"].count, 10);
+        assert_eq!(p.apis["cudaStreamSynchronize"].total_ns, 5_050_000);
+        assert_eq!(p.kinds["memcpy_pageable"].bytes, 300);
+        assert!(!p.kinds.contains_key("device_sync"));
+        assert_eq!(p.stall_ns, 5_050_000 + 10_000_000 + 21);
+        assert_eq!(
+            p.non_stall_calls["cudaMemcpyAsync"],
+            CallCount {
+                count: 1,
+                bytes: 512
+            }
+        );
+        assert_eq!(p.gpu.busy_fraction, None);
+        assert!(!p.gpu.measured);
+
+        // Sites: memcpy (10 ms) before stream sync (5.05 ms) before the stackless one.
+        let order: Vec<_> = p
+            .sites
+            .iter()
+            .map(|s| (s.kind.as_str(), s.total_ns))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("memcpy_sync", 10_000_000),
+                ("stream_sync", 5_050_000),
+                ("memcpy_pageable", 21)
+            ]
+        );
+        assert_eq!(p.sites[0].count, 10);
+        assert_eq!(p.sites[0].frames, vec!["0x20"]);
+        assert!(p.sites[1].p99_ns.abs_diff(99_000) * 100 <= 99_000);
+        assert!(p.sites[2].frames.is_empty());
+        assert_eq!(p.sites[2].site_id, 0);
+
+        // The JSON has the contract's fields and reads back identically.
+        let json = serde_json::to_value(&r).unwrap();
+        for k in [
+            "syncspy_report",
+            "command",
+            "exit_code",
+            "wall_ns",
+            "processes",
+        ] {
+            assert!(json.get(k).is_some(), "{k}");
+        }
+        let pj = &json["processes"][0];
+        for k in [
+            "pid",
+            "cmdline",
+            "dropped_events",
+            "stall_ns",
+            "wall_ns",
+            "kinds",
+            "apis",
+            "sites",
+            "gpu",
+        ] {
+            assert!(pj.get(k).is_some(), "{k}");
+        }
+        assert!(pj["gpu"]["busy_fraction"].is_null());
+        assert_eq!(pj["gpu"]["idle"]["count"], 0);
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn ring_overflow_loses_records_but_not_totals() {
+        let dir = TempDir::new("report-overflow");
+        let w = writer(dir.path(), 22, 16);
+        for i in 1..=40u64 {
+            w.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, i, 0, 0));
+        }
+        w.mark_exited(0);
+        let r = report_of(dir.path());
+        let p = &r.processes[0];
+        let k = &p.kinds["device_sync"];
+        assert_eq!(k.count, 40);
+        assert_eq!(k.total_ns, 820);
+        assert_eq!(k.max_ns, 40);
+        assert_eq!(k.recorded_count, 16);
+        assert_eq!(p.lost_records, 24);
+        assert_eq!(p.recorded_events, 16);
+        // The 16 newest survived: 25..=40.
+        assert!(k.p50_ns >= 25 && k.p50_ns <= 40, "{}", k.p50_ns);
+        assert_eq!(p.sites[0].count, 16);
+    }
+
+    #[test]
+    fn report_frames_name_the_known_function() {
+        let dir = TempDir::new("report-symbols");
+        let w = writer(dir.path(), 23, 64);
+        let m = own_module();
+        assert!(w.add_module(m.path.as_bytes(), m.bias, m.start, m.end, &m.build_id));
+        let site = w.intern_site(&[known_return_addr(), 0x99]).unwrap();
+        w.record(&rec(
+            Kind::EventSync,
+            Api::CudaEventSynchronize,
+            10,
+            0,
+            site,
+        ));
+        w.mark_exited(0);
+        let r = report_of(dir.path());
+        let s = &r.processes[0].sites[0];
+        assert!(
+            s.frames[0].contains("syncspy_known_function_for_symbolization"),
+            "{:?}",
+            s.frames
+        );
+        assert_eq!(s.frames.last().unwrap(), "0x99");
+        assert_eq!(s.frame_modules.len(), s.frames.len());
+        assert_eq!(s.location.as_deref(), Some(s.frames[0].as_str()));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn corrupt_file_is_a_warning_and_other_sessions_are_ignored() {
+        let dir = TempDir::new("report-corrupt");
+        let w = writer(dir.path(), 24, 64);
+        w.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 5, 0, 0));
+        let mut other = SegmentParams::new(25, 1);
+        other.session = 43;
+        let o = SegmentWriter::create(dir.path(), &other).unwrap();
+        o.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 5, 0, 0));
+        let mut truncated = std::fs::read(w.path()).unwrap();
+        truncated.truncate(10_000);
+        std::fs::write(dir.path().join("syncspy-26-1"), truncated).unwrap();
+        let r = report_of(dir.path());
+        assert_eq!(r.processes.len(), 1);
+        assert_eq!(r.processes[0].pid, 24);
+        assert_eq!(r.warnings.len(), 1);
+        assert!(r.warnings[0].contains("syncspy-26-1"), "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("truncated"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn write_then_read_and_reject_other_versions() {
+        let dir = TempDir::new("report-io");
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["x".into()],
+            exit_code: 3,
+            ..Report::default()
+        };
+        let path = dir.path().join("r.json");
+        write(&r, &path).unwrap();
+        assert_eq!(read(&path).unwrap(), r);
+        std::fs::write(&path, br#"{"syncspy_report": 2}"#).unwrap();
+        assert!(matches!(read(&path), Err(ReadError::Version(2))));
+        std::fs::write(&path, b"nope").unwrap();
+        assert!(matches!(read(&path), Err(ReadError::Json(_))));
+        // A minimal report with only the contract's fields reads.
+        std::fs::write(
+            &path,
+            br#"{"syncspy_report":1,"command":["a"],"exit_code":0,"wall_ns":5,
+                "processes":[{"pid":1,"cmdline":"a","dropped_events":0,"stall_ns":0,
+                "wall_ns":5,"kinds":{},"apis":{},"sites":[],
+                "gpu":{"idle":{"count":0,"total_ns":0,"p50_ns":0,"p99_ns":0,"max_ns":0},
+                "busy_fraction":0.0}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(read(&path).unwrap().processes[0].pid, 1);
+    }
+}

@@ -1,0 +1,557 @@
+//! `syncspy run`: start a command with libsyncspy.so preloaded, follow the segments of it and
+//! of its descendants while it runs, then drain, report and clean up.
+
+use std::collections::hash_map::RandomState;
+use std::ffi::{OsStr, OsString};
+use std::hash::BuildHasher;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::aggregate::monotonic_ns;
+use crate::follow::Follower;
+use crate::report::{self, Report, RunInfo};
+use crate::signals::Forwarder;
+use crate::summary;
+use crate::symbolize::Symbolizer;
+
+/// Exit code of a setup error (library not found, segment folder unusable, report not
+/// writable).
+pub const EXIT_SETUP: i32 = 2;
+/// Exit code when the command cannot be started (not found, not executable).
+pub const EXIT_CANNOT_START: i32 = 127;
+
+/// The preloaded library, and the environment variable that overrides where it is.
+pub const LIB_NAME: &str = "libsyncspy.so";
+pub const LIB_ENV: &str = "SYNCSPY_LIB";
+/// The simulated CUDA runtime for `--sim`, and its override.
+pub const SIM_LIB_NAME: &str = "libsimcudart.so";
+pub const SIM_LIB_ENV: &str = "SYNCSPY_SIM_LIB";
+/// Names the simulated runtime is linked under in the private folder: the soname programs
+/// link against, and the unversioned name that dlopen-based loaders (cudarc) try first.
+pub const SIM_LINK_NAMES: [&str; 2] = ["libcudart.so.13", "libcudart.so"];
+pub const DIR_ENV: &str = "SYNCSPY_DIR";
+pub const DEFAULT_DIR: &str = "/dev/shm";
+pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
+
+/// What `syncspy run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The command and its arguments (at least the command).
+    pub command: Vec<OsString>,
+    /// Where to write the JSON report.
+    pub report: Option<PathBuf>,
+    /// Put the simulated CUDA runtime first on the library path.
+    pub sim: bool,
+    /// Keep the segment files of ended processes.
+    pub keep_segments: bool,
+    /// Asked for the live monitor (not available yet).
+    pub tui: bool,
+    /// Print the text summary to stderr when the command ends.
+    pub print_summary: bool,
+    /// How often the segment folder is scanned and the rings drained.
+    pub poll_interval: Duration,
+}
+
+impl RunOptions {
+    pub fn new(command: Vec<OsString>) -> RunOptions {
+        RunOptions {
+            command,
+            report: None,
+            sim: false,
+            keep_segments: false,
+            tui: false,
+            print_summary: true,
+            poll_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The command's exit code, or 128 + signal.
+    pub exit_code: i32,
+    pub report: Report,
+    /// Segment files removed after the run.
+    pub removed_segments: Vec<PathBuf>,
+}
+
+/// Why `syncspy run` could not do its job; the message says what to do.
+#[derive(Debug)]
+pub enum RunError {
+    /// Before the command started: missing library, unusable folder, bad report path.
+    Setup(String),
+    /// The command could not be started.
+    CannotStart(String),
+    /// After the command ended: the report could not be written.
+    Report(String),
+}
+
+impl RunError {
+    /// The exit code `syncspy` ends with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Setup(_) | RunError::Report(_) => EXIT_SETUP,
+            RunError::CannotStart(_) => EXIT_CANNOT_START,
+        }
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Setup(m) | RunError::CannotStart(m) | RunError::Report(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Folders searched for the libraries: the executable's own, and its parent (cargo puts
+/// test executables in `target/<profile>/deps/`, the libraries in `target/<profile>/`).
+pub fn library_dirs() -> Vec<PathBuf> {
+    let Ok(exe) = std::env::current_exe() else {
+        return Vec::new();
+    };
+    let exe = exe.canonicalize().unwrap_or(exe);
+    let mut dirs = Vec::new();
+    if let Some(d) = exe.parent() {
+        dirs.push(d.to_path_buf());
+        if let Some(p) = d.parent() {
+            dirs.push(p.to_path_buf());
+        }
+    }
+    dirs
+}
+
+/// Finds `file` through `env_var` (a path to the file itself) or in `dirs`.
+pub fn find_library(
+    file: &str,
+    env_var: &str,
+    env_value: Option<&OsStr>,
+    dirs: &[PathBuf],
+    build_hint: &str,
+) -> Result<PathBuf, RunError> {
+    let found = match env_value.filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let p = PathBuf::from(v);
+            if !p.is_file() {
+                return Err(RunError::Setup(format!(
+                    "{env_var}={} is not a file: point {env_var} at {file}, or unset it to \
+                     use the one next to syncspy",
+                    p.display()
+                )));
+            }
+            p
+        }
+        None => match dirs.iter().map(|d| d.join(file)).find(|p| p.is_file()) {
+            Some(p) => p,
+            None => {
+                let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                return Err(RunError::Setup(format!(
+                    "{file} not found (looked in {}): {build_hint}, or set {env_var} to its path",
+                    if looked.is_empty() {
+                        "no folder".to_string()
+                    } else {
+                        looked.join(", ")
+                    }
+                )));
+            }
+        },
+    };
+    // Absolute, so that descendants that change folder still find it; symlinks are kept:
+    // the name the user chose is the name the loader sees.
+    let abs = std::path::absolute(&found)
+        .map_err(|e| RunError::Setup(format!("cannot resolve {}: {e}", found.display())))?;
+    // LD_PRELOAD and LD_LIBRARY_PATH split on these.
+    if abs
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|b| matches!(b, b' ' | b':'))
+    {
+        return Err(RunError::Setup(format!(
+            "{} contains a space or ':', which LD_PRELOAD cannot express: move it to a plain \
+             path and set {env_var} to it",
+            abs.display()
+        )));
+    }
+    Ok(abs)
+}
+
+/// The segment folder: `SYNCSPY_DIR` or /dev/shm, which must exist and be writable.
+pub fn segment_dir(env_value: Option<&OsStr>) -> Result<PathBuf, RunError> {
+    let (dir, name) = match env_value.filter(|v| !v.is_empty()) {
+        Some(v) => (
+            PathBuf::from(v),
+            format!("{DIR_ENV}={}", Path::new(v).display()),
+        ),
+        None => (PathBuf::from(DEFAULT_DIR), DEFAULT_DIR.to_string()),
+    };
+    let hint = format!("set {DIR_ENV} to a writable folder (default {DEFAULT_DIR})");
+    match std::fs::metadata(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(RunError::Setup(format!("{name} does not exist: {hint}")))
+        }
+        Err(e) => return Err(RunError::Setup(format!("{name}: {e}: {hint}"))),
+        Ok(m) if !m.is_dir() => {
+            return Err(RunError::Setup(format!("{name} is not a folder: {hint}")))
+        }
+        Ok(_) => {}
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| RunError::Setup(format!("{name} contains a NUL byte: {hint}")))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(RunError::Setup(format!("{name} is not writable: {hint}")));
+    }
+    // The command may change its working folder: give it an absolute path.
+    Ok(std::path::absolute(&dir).unwrap_or(dir))
+}
+
+/// A random non-zero session id.
+pub fn new_session() -> u64 {
+    // RandomState is seeded from the OS's randomness; hash something unique on top.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let s = RandomState::new().hash_one((std::process::id(), t));
+    if s == 0 {
+        1
+    } else {
+        s
+    }
+}
+
+/// `existing` with `first` in front, joined by `sep` (an empty `existing` adds nothing).
+pub fn prepend_list(first: &OsStr, existing: Option<&OsStr>, sep: &str) -> OsString {
+    let mut v = first.to_os_string();
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(sep);
+        v.push(e);
+    }
+    v
+}
+
+/// A private folder holding `libcudart.so.13 -> libsimcudart.so`; removed on drop.
+struct SimDir(PathBuf);
+
+impl SimDir {
+    fn create(sim_lib: &Path, session: u64) -> Result<SimDir, RunError> {
+        let dir =
+            std::env::temp_dir().join(format!("syncspy-sim-{}-{session:016x}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                RunError::Setup(format!(
+                    "cannot create {}: {e}: set TMPDIR to a writable folder",
+                    dir.display()
+                ))
+            })?;
+        let guard = SimDir(dir);
+        for name in SIM_LINK_NAMES {
+            std::os::unix::fs::symlink(sim_lib, guard.0.join(name)).map_err(|e| {
+                RunError::Setup(format!("cannot link {name} in {}: {e}", guard.0.display()))
+            })?;
+        }
+        if guard.0.as_os_str().as_bytes().contains(&b':') {
+            return Err(RunError::Setup(format!(
+                "{} contains ':', which LD_LIBRARY_PATH cannot express: set TMPDIR to a plain path",
+                guard.0.display()
+            )));
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for SimDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The command's exit code: its own, or 128 + the signal that killed it.
+pub fn exit_code_of(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 128,
+    }
+}
+
+fn check_report_path(p: &Path) -> Result<(), RunError> {
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if p.file_name().is_none() || p.is_dir() {
+        return Err(RunError::Setup(format!(
+            "--report {}: not a file name: give the path of a JSON file to write",
+            p.display()
+        )));
+    }
+    if !parent.is_dir() {
+        return Err(RunError::Setup(format!(
+            "--report {}: folder {} does not exist: create it or write the report elsewhere",
+            p.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
+fn cannot_start(cmd: &OsStr, e: &io::Error) -> RunError {
+    let name = cmd.to_string_lossy();
+    RunError::CannotStart(match e.kind() {
+        io::ErrorKind::NotFound => {
+            format!("cannot run `{name}`: command not found: check the name or give its path")
+        }
+        io::ErrorKind::PermissionDenied => {
+            format!("cannot run `{name}`: permission denied: is it an executable file?")
+        }
+        _ => format!("cannot run `{name}`: {e}"),
+    })
+}
+
+/// Runs the command to its end and reports. Prints segment problems as they appear and,
+/// unless `print_summary` is off, the summary to stderr at the end.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
+    let Some(program) = opts.command.first() else {
+        return Err(RunError::Setup(
+            "no command given: syncspy run [OPTIONS] -- CMD [ARGS...]".into(),
+        ));
+    };
+    let dirs = library_dirs();
+    let lib = find_library(
+        LIB_NAME,
+        LIB_ENV,
+        std::env::var_os(LIB_ENV).as_deref(),
+        &dirs,
+        "build it with `cargo build -p syncspy-interpose`",
+    )?;
+    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
+    if let Some(r) = &opts.report {
+        check_report_path(r)?;
+    }
+    let session = new_session();
+    let sim_dir = if opts.sim {
+        let sim_lib = find_library(
+            SIM_LIB_NAME,
+            SIM_LIB_ENV,
+            std::env::var_os(SIM_LIB_ENV).as_deref(),
+            &dirs,
+            "build it with `cargo build -p simcuda`",
+        )?;
+        Some(SimDir::create(&sim_lib, session)?)
+    } else {
+        None
+    };
+    if opts.tui {
+        eprintln!("syncspy: the live monitor (--tui) is not available yet; running without it");
+    }
+
+    let mut cmd = Command::new(program);
+    cmd.args(&opts.command[1..]);
+    cmd.env(
+        "LD_PRELOAD",
+        prepend_list(
+            lib.as_os_str(),
+            std::env::var_os("LD_PRELOAD").as_deref(),
+            ":",
+        ),
+    );
+    cmd.env(SESSION_ENV, session.to_string());
+    if std::env::var_os(DIR_ENV).is_some_and(|v| !v.is_empty()) {
+        cmd.env(DIR_ENV, &seg_dir);
+    }
+    if let Some(d) = &sim_dir {
+        cmd.env(
+            "LD_LIBRARY_PATH",
+            prepend_list(
+                d.0.as_os_str(),
+                std::env::var_os("LD_LIBRARY_PATH").as_deref(),
+                ":",
+            ),
+        );
+    }
+
+    let forwarder = Forwarder::install()
+        .map_err(|e| RunError::Setup(format!("cannot install signal handlers: {e}")))?;
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| cannot_start(program, &e))?;
+    forwarder.set_child(child.id());
+    // Waiting in a thread ends the run the moment the command exits, not at the next poll.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = child.wait();
+        Forwarder::clear_child();
+        let _ = tx.send((r, Instant::now()));
+    });
+
+    let mut follower = Follower::new(&seg_dir, Some(session));
+    let mut scan_failed = false;
+    let mut step = |follower: &mut Follower| {
+        if let Err(e) = follower.scan() {
+            if !scan_failed {
+                eprintln!(
+                    "syncspy: warning: cannot read {}: {e}",
+                    follower.dir().display()
+                );
+                scan_failed = true;
+            }
+        }
+        for p in follower.take_new_problems() {
+            eprintln!("syncspy: warning: {p}");
+        }
+        follower.poll();
+    };
+    let (status, ended) = loop {
+        step(&mut follower);
+        match rx.recv_timeout(opts.poll_interval) {
+            Ok(x) => break x,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break (
+                    Err(io::Error::other("the waiting thread ended")),
+                    Instant::now(),
+                )
+            }
+        }
+    };
+    drop(forwarder);
+    let exit_code = match status {
+        Ok(s) => exit_code_of(s),
+        Err(e) => {
+            eprintln!("syncspy: warning: cannot get the command's exit status: {e}");
+            EXIT_SETUP
+        }
+    };
+
+    step(&mut follower);
+    follower.final_drain();
+    let run_info = RunInfo {
+        command: opts
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        exit_code,
+        wall_ns: u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX),
+    };
+    let mut sym = Symbolizer::new();
+    let report = report::build(
+        &run_info,
+        follower.processes(),
+        follower.problems(),
+        &mut sym,
+        monotonic_ns(),
+    );
+    let removed_segments = if opts.keep_segments {
+        Vec::new()
+    } else {
+        let (removed, failed) = follower.remove_ended_segments();
+        for (p, e) in failed {
+            eprintln!("syncspy: warning: cannot remove {}: {e}", p.display());
+        }
+        removed
+    };
+    drop(sim_dir);
+    if opts.print_summary {
+        eprint!("{}", summary::render(&report));
+    }
+    if let Some(path) = &opts.report {
+        report::write(&report, path).map_err(|e| {
+            RunError::Report(format!(
+                "cannot write the report to {}: {e} (the command exited with {exit_code})",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(RunOutcome {
+        exit_code,
+        report,
+        removed_segments,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::TempDir;
+
+    #[test]
+    fn library_lookup_prefers_the_env_then_the_folders() {
+        let d = TempDir::new("run-lib");
+        let a = d.path().join("a");
+        let b = d.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(b.join("libx.so"), b"").unwrap();
+        let dirs = vec![a.clone(), b.clone()];
+        let found = find_library("libx.so", "X_LIB", None, &dirs, "build it").unwrap();
+        assert_eq!(found, b.join("libx.so"));
+        let err = find_library("liby.so", "X_LIB", None, &dirs, "build it")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("liby.so not found"), "{err}");
+        assert!(err.contains("X_LIB"), "{err}");
+        assert!(err.contains("build it"), "{err}");
+        let err = find_library(
+            "libx.so",
+            "X_LIB",
+            Some(OsStr::new("/nonexistent/libx.so")),
+            &dirs,
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(err.exit_code(), EXIT_SETUP);
+        assert!(err.to_string().contains("X_LIB=/nonexistent/libx.so"));
+        std::fs::write(a.join("lib z.so"), b"").unwrap();
+        let err = find_library("lib z.so", "X_LIB", None, &dirs, "").unwrap_err();
+        assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
+    }
+
+    #[test]
+    fn segment_folder_must_exist_be_a_folder_and_writable() {
+        let d = TempDir::new("run-dir");
+        assert_eq!(
+            segment_dir(Some(d.path().as_os_str())).unwrap(),
+            d.path().to_path_buf()
+        );
+        let err = segment_dir(Some(OsStr::new("/nonexistent/x"))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "SYNCSPY_DIR=/nonexistent/x does not exist: set SYNCSPY_DIR to a writable \
+             folder (default /dev/shm)"
+        );
+        let f = d.path().join("file");
+        std::fs::write(&f, b"").unwrap();
+        assert!(segment_dir(Some(f.as_os_str()))
+            .unwrap_err()
+            .to_string()
+            .contains("is not a folder"));
+    }
+
+    #[test]
+    fn lists_are_prepended_and_sessions_are_nonzero() {
+        assert_eq!(prepend_list(OsStr::new("/a.so"), None, ":"), "/a.so");
+        assert_eq!(
+            prepend_list(OsStr::new("/a.so"), Some(OsStr::new("")), ":"),
+            "/a.so"
+        );
+        assert_eq!(
+            prepend_list(OsStr::new("/a.so"), Some(OsStr::new("/b.so /c.so")), ":"),
+            "/a.so:/b.so /c.so"
+        );
+        let (a, b) = (new_session(), new_session());
+        assert!(a != 0 && b != 0 && a != b);
+    }
+}

@@ -1,0 +1,374 @@
+//! The text summary of a report: what `syncspy run` prints when the command ends and what
+//! `syncspy report FILE` prints. Rendered from the `Report` alone, so both look the same.
+
+use std::fmt::Write as _;
+
+use syncspy_abi::Kind;
+
+use crate::report::{ProcessReport, Report, Site};
+use crate::symbolize::is_runtime_module;
+
+/// Call sites listed per process.
+pub const TOP_SITES: usize = 5;
+/// Frames shown per call site (outside the CUDA runtime and syncspy).
+pub const SITE_FRAMES: usize = 4;
+
+/// A duration for people: `850 ns`, `12.3 us`, `4.56 ms`, `1.234 s`.
+pub fn fmt_ns(ns: u64) -> String {
+    let f = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} us", f / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", f / 1e6)
+    } else {
+        format!("{:.3} s", f / 1e9)
+    }
+}
+
+/// A byte count for people: `512 B`, `4.0 KiB`, `1.5 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Whether a process has anything to show beyond one line.
+fn has_events(p: &ProcessReport) -> bool {
+    p.kinds.values().any(|k| k.count > 0) || p.lost_records > 0 || p.dropped_events > 0
+}
+
+/// The whole summary.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let cmd = shell_words(&r.command);
+    let _ = writeln!(
+        out,
+        "syncspy: `{cmd}` exited with code {} after {}",
+        r.exit_code,
+        fmt_ns(r.wall_ns)
+    );
+    if r.processes.is_empty() {
+        let _ = writeln!(
+            out,
+            "syncspy: no instrumented process reported: either the command never called the \
+             CUDA runtime, or libsyncspy.so was not loaded (a static binary, or LD_PRELOAD \
+             cleared by the program)"
+        );
+    }
+    let (busy, quiet): (Vec<_>, Vec<_>) = r.processes.iter().partition(|p| has_events(p));
+    for p in busy {
+        render_process(&mut out, p);
+    }
+    if !quiet.is_empty() {
+        let list: Vec<String> = quiet
+            .iter()
+            .map(|p| format!("{} ({})", p.pid, short(&p.cmdline, 40)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{} process{} without stalls: {}",
+            quiet.len(),
+            if quiet.len() == 1 { "" } else { "es" },
+            list.join(", ")
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// The command as one would type it: arguments with spaces or shell characters quoted.
+pub fn shell_words(args: &[String]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c);
+    args.iter()
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(plain) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max.saturating_sub(3)).collect();
+        t.push_str("...");
+        t
+    }
+}
+
+fn render_process(out: &mut String, p: &ProcessReport) {
+    let state = match (p.state.as_str(), p.exit_status) {
+        ("exited", Some(s)) => format!("exited {s}"),
+        ("", _) => "?".to_string(),
+        (s, _) => s.to_string(),
+    };
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "pid {}  {}  [{state}]  wall {}  host stalls {} ({} of wall)",
+        p.pid,
+        short(&p.cmdline, 60),
+        fmt_ns(p.wall_ns),
+        fmt_ns(p.stall_ns),
+        pct(p.stall_ns, p.wall_ns)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>9} {:>12} {:>10} {:>10} {:>10} {:>10} {:>7}",
+        "kind", "count", "total ms", "p50", "p99", "max", "bytes", "wall"
+    );
+    // Kinds in their numeric order, unknown names (a newer writer) after.
+    let mut names: Vec<&String> = p.kinds.keys().collect();
+    names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
+    for name in names {
+        let k = &p.kinds[name];
+        let (p50, p99) = if k.recorded_count == 0 && k.count > 0 {
+            ("-".to_string(), "-".to_string())
+        } else {
+            (fmt_ns(k.p50_ns), fmt_ns(k.p99_ns))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>9} {:>12.3} {:>10} {:>10} {:>10} {:>10} {:>7}",
+            name,
+            k.count,
+            k.total_ns as f64 / 1e6,
+            p50,
+            p99,
+            fmt_ns(k.max_ns),
+            if k.bytes == 0 {
+                "-".to_string()
+            } else {
+                fmt_bytes(k.bytes)
+            },
+            pct(k.total_ns, p.wall_ns)
+        );
+    }
+    if !p.sites.is_empty() {
+        let _ = writeln!(out, "  top call sites:");
+    }
+    for (i, s) in p.sites.iter().take(TOP_SITES).enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>2}. {} {}  x{}  total {}  p99 {}",
+            i + 1,
+            s.kind,
+            s.api,
+            s.count,
+            fmt_ns(s.total_ns),
+            fmt_ns(s.p99_ns)
+        );
+        let frames = user_frames(s);
+        if frames.is_empty() {
+            let _ = writeln!(out, "        (no stack captured)");
+        }
+        for f in frames {
+            let _ = writeln!(out, "        at {f}");
+        }
+    }
+    if p.sites.len() > TOP_SITES {
+        let _ = writeln!(
+            out,
+            "      ... {} more call sites in the JSON report",
+            p.sites.len() - TOP_SITES
+        );
+    }
+    if !p.non_stall_calls.is_empty() {
+        let calls: Vec<String> = p
+            .non_stall_calls
+            .iter()
+            .map(|(api, c)| {
+                if c.bytes > 0 {
+                    format!("{api} x{} ({})", c.count, fmt_bytes(c.bytes))
+                } else {
+                    format!("{api} x{}", c.count)
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "  calls that did not stall: {}", calls.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  syncspy overhead: {} ({} of wall), {} stacks captured in {}",
+        fmt_ns(p.overhead_ns),
+        pct(p.overhead_ns, p.wall_ns),
+        p.stack_captures,
+        fmt_ns(p.stack_ns)
+    );
+    if p.dropped_events > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} events DROPPED by libsyncspy (no free ring slot): totals include them, \
+             percentiles and call sites do not",
+            p.dropped_events
+        );
+    }
+    let missed = p.lost_records.saturating_sub(p.dropped_events);
+    if missed > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {missed} records LOST by the reader (the ring overflowed before it was read; \
+             raise SYNCSPY_RING): percentiles and call sites cover {} events, totals are exact",
+            p.recorded_events
+        );
+    }
+    if p.corrupt_records > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} CORRUPT records skipped (does the library match this syncspy build?)",
+            p.corrupt_records
+        );
+    }
+    if p.sites_dropped > 0 || p.modules_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  !! call-site table full: {} stacks not kept; module map full: {} modules not kept",
+            p.sites_dropped, p.modules_dropped
+        );
+    }
+    if p.clamped_values > 0 {
+        let _ = writeln!(
+            out,
+            "  note: {} durations outside 1 ns .. 1 h were clamped in the histograms",
+            p.clamped_values
+        );
+    }
+}
+
+/// Up to `SITE_FRAMES` frames outside the CUDA runtime and syncspy; all frames when the
+/// report does not say which module each is in.
+fn user_frames(s: &Site) -> Vec<&str> {
+    s.frames
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            !s.frame_modules
+                .get(*i)
+                .is_some_and(|m| is_runtime_module(m))
+        })
+        .map(|(_, f)| f.as_str())
+        .take(SITE_FRAMES)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Stats;
+
+    #[test]
+    fn units() {
+        assert_eq!(fmt_ns(850), "850 ns");
+        assert_eq!(fmt_ns(12_345), "12.3 us");
+        assert_eq!(fmt_ns(4_560_000), "4.56 ms");
+        assert_eq!(fmt_ns(1_234_000_000), "1.234 s");
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(4096), "4.0 KiB");
+        assert_eq!(fmt_bytes(3 << 30), "3.0 GiB");
+        let w = |a: &[&str]| shell_words(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(w(&["python", "-u", "x.py"]), "python -u x.py");
+        assert_eq!(w(&["sh", "-c", "exit 3", ""]), "sh -c 'exit 3' ''");
+        assert_eq!(w(&["it's"]), r"'it'\''s'");
+    }
+
+    #[test]
+    fn summary_shows_kinds_sites_without_runtime_frames_and_losses() {
+        let mut p = ProcessReport {
+            pid: 7,
+            cmdline: "python train.py".into(),
+            wall_ns: 2_000_000_000,
+            stall_ns: 500_000_000,
+            state: "exited".into(),
+            exit_status: Some(0),
+            lost_records: 12,
+            dropped_events: 2,
+            recorded_events: 88,
+            ..ProcessReport::default()
+        };
+        p.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: 100,
+                total_ns: 500_000_000,
+                p50_ns: 4_000_000,
+                p99_ns: 9_000_000,
+                max_ns: 10_000_000,
+                recorded_count: 88,
+                ..Stats::default()
+            },
+        );
+        p.sites.push(Site {
+            kind: "stream_sync".into(),
+            api: "cudaStreamSynchronize".into(),
+            count: 88,
+            total_ns: 440_000_000,
+            frames: vec![
+                "hook (interpose/src/lib.rs:1)".into(),
+                "cudaStreamSynchronize".into(),
+                "train_step (train.cc:42)".into(),
+                "main (train.cc:80)".into(),
+            ],
+            frame_modules: vec![
+                "libsyncspy.so".into(),
+                "libcudart.so.13".into(),
+                "train".into(),
+                "train".into(),
+            ],
+            ..Site::default()
+        });
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["python".into(), "train.py".into()],
+            processes: vec![
+                p,
+                ProcessReport {
+                    pid: 8,
+                    cmdline: "sh -c true".into(),
+                    ..ProcessReport::default()
+                },
+            ],
+            warnings: vec!["skipped /dev/shm/syncspy-1-2: bad".into()],
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(s.contains("pid 7  python train.py  [exited 0]"), "{s}");
+        assert!(s.contains("stream_sync"), "{s}");
+        assert!(s.contains("500.000"), "{s}");
+        assert!(s.contains("25.0%"), "{s}");
+        assert!(s.contains("at train_step (train.cc:42)"), "{s}");
+        assert!(s.contains("at main (train.cc:80)"), "{s}");
+        assert!(!s.contains("hook (interpose"), "{s}");
+        assert!(s.contains("2 events DROPPED"), "{s}");
+        assert!(s.contains("10 records LOST"), "{s}");
+        assert!(
+            s.contains("1 process without stalls: 8 (sh -c true)"),
+            "{s}"
+        );
+        assert!(s.contains("warning: skipped /dev/shm/syncspy-1-2"), "{s}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Cost of the library inside a CUDA call, against a stand-in "real" function that returns
+//! at once, so only the library's own work is measured:
+//! - `baseline`: calling the stand-in directly;
+//! - `pinned_async_copy`: the fast path of a non-stalling call (`cudaMemcpyAsync` from
+//!   pinned memory): classify, count, forward;
+//! - `recorded_event_no_stack`: a stall event (`cudaStreamSynchronize`) timed and written
+//!   to the ring with its totals, no stack capture;
+//! - `unwind_*`: the stack capture itself, per depth.
+//!
+//! Run with `cargo bench -p syncspy-interpose --bench hooks`; numbers in docs/performance.md.
+
+use std::ffi::c_void;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use cudarc::runtime::sys::cudaStream_t;
+use syncspy::testing;
+use syncspy_abi::Api;
+
+unsafe extern "C" fn fake_copy(
+    _: *mut c_void,
+    _: *const c_void,
+    _: usize,
+    _: u32,
+    _: cudaStream_t,
+) -> u32 {
+    0
+}
+
+unsafe extern "C" fn fake_sync(_: cudaStream_t) -> u32 {
+    0
+}
+
+#[inline(never)]
+fn nest(depth: usize, target: usize) -> usize {
+    if depth == 0 {
+        testing::unwind(target)
+    } else {
+        std::hint::black_box(nest(depth - 1, target)) + 0
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("syncspy-hookbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // SAFETY: set before any thread reads the environment (the library reads it once).
+    unsafe {
+        std::env::set_var("SYNCSPY_DIR", &dir);
+        std::env::set_var("SYNCSPY_STACKS", "0");
+    }
+    let host = vec![0u8; 1 << 20];
+    let dev = 0x7000_0000_0000usize as *mut c_void;
+    testing::register_pinned(host.as_ptr() as u64, host.len() as u64);
+    let kind_h2d = 1u32;
+    let stream = 0x1234usize as cudaStream_t;
+
+    c.bench_function("baseline_direct_call", |b| {
+        b.iter(|| unsafe { fake_copy(dev, host.as_ptr().cast(), 4096, kind_h2d, stream) })
+    });
+    c.bench_function("pinned_async_copy", |b| {
+        b.iter(|| {
+            testing::memcpy_async(
+                Api::CudaMemcpyAsync,
+                fake_copy,
+                dev,
+                std::hint::black_box(host.as_ptr().cast()),
+                4096,
+                kind_h2d,
+                stream,
+                false,
+            )
+        })
+    });
+    c.bench_function("recorded_event_no_stack", |b| {
+        b.iter(|| testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false))
+    });
+    for depth in [16usize, 32, 62] {
+        c.bench_function(&format!("unwind_{depth}_frames"), |b| {
+            b.iter(|| nest(depth + 8, depth))
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,22 @@
+//! Gives the simulated runtime the identity of the real one: soname `libcudart.so.13` and the
+//! symbol version node `libcudart.so.13`. Programs linked against NVIDIA's libcudart carry
+//! versioned references (`cudaMalloc@libcudart.so.13`); glibc's loader aborts on those when the
+//! library that satisfies them defines no version at all.
+
+use std::{env, fs, path::PathBuf};
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let script = out.join("libcudart.map");
+    fs::write(
+        &script,
+        "libcudart.so.13 {\n  global:\n    cuda*;\n    __cuda*;\n  local:\n    *;\n};\n",
+    )
+    .expect("write the version script");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudart.so.13");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        script.display()
+    );
+    println!("cargo:rerun-if-changed=build.rs");
+}

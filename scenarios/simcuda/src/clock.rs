@@ -1,0 +1,53 @@
+//! The simulated device timeline is CLOCK_MONOTONIC in nanoseconds, the clock syncspy stamps its
+//! events with, so device timestamps and host waits can be compared directly.
+
+/// Nanoseconds of CLOCK_MONOTONIC.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC is always available on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`. An absolute deadline keeps a chain of
+/// modeled operations from accumulating the scheduler's wake-up lateness.
+pub(crate) fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    while now_ns() < deadline_ns {
+        // SAFETY: `ts` is a valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        // EINTR: a signal woke us early; anything else cannot happen for valid arguments.
+        if rc != 0 && rc != libc::EINTR {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleeps_until_the_deadline() {
+        let start = now_ns();
+        sleep_until(start + 2_000_000);
+        assert!(now_ns() >= start + 2_000_000);
+        // A deadline in the past returns at once.
+        let before = now_ns();
+        sleep_until(start);
+        assert!(now_ns() - before < 1_000_000);
+    }
+}

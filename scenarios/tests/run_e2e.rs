@@ -1,0 +1,367 @@
+//! End to end, without a GPU: the real `libsyncspy.so`, preloaded by the real `syncspy run`,
+//! into `cudacalls` running against the simulated CUDA runtime. Each test compares the
+//! report with the ground truth the program printed about itself.
+//!
+//! Needs the workspace built (`cargo build --workspace`): the tests use `syncspy`,
+//! `libsyncspy.so` and `libsimcudart.so` from the same target folder as themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn target_dir() -> PathBuf {
+    // target/<profile>/deps/run_e2e-<hash> → target/<profile>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn artifact(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace` first", p.display());
+    p
+}
+
+/// A private segment folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("syncspy-e2e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Run {
+    out: Output,
+    report: Value,
+    /// One ground-truth line per process that ran `cudacalls`.
+    truth: Vec<Value>,
+}
+
+impl Run {
+    fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+
+    fn procs(&self) -> &Vec<Value> {
+        self.report["processes"].as_array().expect("processes array")
+    }
+
+    fn proc_of(&self, pid: u64) -> &Value {
+        self.procs()
+            .iter()
+            .find(|p| p["pid"].as_u64() == Some(pid))
+            .unwrap_or_else(|| panic!("no process {pid} in report; stderr:\n{}", self.stderr()))
+    }
+}
+
+/// `syncspy run --sim --report R -- CMD...` with a private SYNCSPY_DIR and extra env.
+fn syncspy_run(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> Run {
+    let dir = TempDir::new(tag);
+    let report = dir.0.join("report.json");
+    let out = Command::new(artifact("syncspy"))
+        .args(["run", "--sim", "--report"])
+        .arg(&report)
+        .arg("--")
+        .args(cmd)
+        .env("SYNCSPY_DIR", &dir.0)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("start syncspy");
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!("no report ({e}); stderr:\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    let report: Value = serde_json::from_str(&text).expect("report is JSON");
+    let truth = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"pid\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Run { out, report, truth }
+}
+
+fn cudacalls() -> String {
+    artifact("cudacalls").to_string_lossy().into_owned()
+}
+
+fn count(v: &Value) -> u64 {
+    v["count"].as_u64().unwrap_or(0)
+}
+
+/// Every API the program called that syncspy records as a stall must appear in the report
+/// with the same count and bytes; APIs it counts as non-stalling appear under
+/// `non_stall_calls`. Returns nothing; panics with the first difference.
+fn assert_matches_truth(p: &Value, truth: &Value) {
+    let apis = &p["apis"];
+    let calls = &p["non_stall_calls"];
+    for (api, t) in truth["calls"].as_object().unwrap() {
+        if !is_hooked(api) {
+            continue;
+        }
+        let stalls = count(&apis[api]);
+        let quiet = count(&calls[api]);
+        assert_eq!(
+            stalls + quiet,
+            count(t),
+            "{api}: report has {stalls} stalls + {quiet} non-stalling calls, program made {}",
+            count(t)
+        );
+        let bytes = apis[api]["bytes"].as_u64().unwrap_or(0) + calls[api]["bytes"].as_u64().unwrap_or(0);
+        assert_eq!(bytes, t["bytes"].as_u64().unwrap(), "{api}: bytes");
+    }
+}
+
+fn is_hooked(api: &str) -> bool {
+    syncspy_abi_names().contains(&api)
+}
+
+fn syncspy_abi_names() -> Vec<&'static str> {
+    vec![
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaStreamSynchronize_ptsz",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy_ptds",
+        "cudaMemcpy2D",
+        "cudaMemcpy3D",
+        "cudaMemcpyPeer",
+        "cudaMemcpyAsync",
+        "cudaMemcpyAsync_ptsz",
+        "cudaMemcpy2DAsync",
+        "cudaMemcpy3DAsync",
+        "cudaFree",
+        "cudaFreeHost",
+        "cudaMallocHost",
+        "cudaHostAlloc",
+        "cudaHostRegister",
+        "cudaHostUnregister",
+        "cudaMemset",
+    ]
+}
+
+fn kind<'a>(p: &'a Value, k: &str) -> &'a Value {
+    &p["kinds"][k]
+}
+
+#[test]
+fn every_call_is_classified_and_counted_exactly() {
+    let c = cudacalls();
+    let ops = [
+        "busy=s1:2000",
+        "sync=s1",
+        "sync-ptsz=sp",
+        "device-sync",
+        "event-sync=s1",
+        "memcpy=h2d:4096",
+        "memcpy=d2h:8192:pinned",
+        "memcpy-ptds=d2d:1024",
+        "memcpy-default=h2d:512",
+        "memcpy2d=h2d:64:8",
+        "memcpy3d=d2h:16:4:2",
+        "peer=2048",
+        "async=h2d:1000:pageable:s1",
+        "async=d2h:3000:pageable:s1",
+        "async=h2d:1000:pinned:s1",
+        "async=d2h:1000:registered:s1",
+        "async=d2d:1000:pageable:s1",
+        "async-ptsz=h2d:100:pageable:sp",
+        "async2d=h2d:32:4:pageable:s1",
+        "async3d=h2d:8:2:2:pinned:s1",
+        "free",
+        "free-null",
+        "host-alloc=65536",
+        "malloc-host=4096",
+        "register=8192",
+        "memset=4096",
+        "memset-host=4096",
+    ];
+    let mut cmd = vec![c.as_str(), "--iters", "3"];
+    cmd.extend(ops);
+    let r = syncspy_run("exact", &[], &cmd);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    assert_eq!(r.truth.len(), 1);
+    let pid = r.truth[0]["pid"].as_u64().unwrap();
+    let p = r.proc_of(pid);
+    assert_matches_truth(p, &r.truth[0]);
+
+    // Kinds, per the classification rules (3 iterations of the op list, plus set-up and
+    // tear-down calls of cudacalls itself: 2 cudaMallocHost, 1 cudaHostRegister, one final
+    // cudaDeviceSynchronize, 1 cudaHostUnregister, 2 cudaFreeHost, 2 cudaFree).
+    assert_eq!(count(kind(p, "stream_sync")), 3 * 2);
+    assert_eq!(count(kind(p, "device_sync")), 3 + 1);
+    assert_eq!(count(kind(p, "event_sync")), 3);
+    assert_eq!(count(kind(p, "memcpy_sync")), 3 * 7);
+    // pageable h2d, pageable d2h, ptsz pageable h2d, pageable 2D.
+    assert_eq!(count(kind(p, "memcpy_pageable")), 3 * 4);
+    assert_eq!(kind(p, "memcpy_pageable")["bytes"].as_u64().unwrap(), 3 * (1000 + 3000 + 100 + 128));
+    // free, host-alloc+free, malloc-host+free, register+unregister, memset-host; set-up/tear-down 8.
+    assert_eq!(count(kind(p, "implicit_sync")), 3 * 8 + 8);
+    // Non-stalling: pinned h2d, registered d2h, d2d async, pinned 3D async; cudaFree(NULL);
+    // device memset.
+    let quiet = &p["non_stall_calls"];
+    assert_eq!(count(&quiet["cudaMemcpyAsync"]), 3 * 3);
+    assert_eq!(count(&quiet["cudaMemcpy3DAsync"]), 3);
+    assert_eq!(count(&quiet["cudaFree"]), 3);
+    assert_eq!(count(&quiet["cudaMemset"]), 3);
+    assert_eq!(p["dropped_events"].as_u64(), Some(0));
+}
+
+#[test]
+fn stall_durations_are_the_waits_that_happened() {
+    let c = cudacalls();
+    // 5 × (20 ms of stream work, then wait for it); then 5 × (10 ms of work, pageable copy
+    // that must wait behind it).
+    let r = syncspy_run(
+        "durations",
+        &[],
+        &[&c, "--iters", "5", "busy=s1:20000", "sync=s1", "busy=s1:10000", "async=d2h:4096:pageable:s1"],
+    );
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let t = &r.truth[0];
+    let p = r.proc_of(t["pid"].as_u64().unwrap());
+    let ss = kind(p, "stream_sync");
+    assert_eq!(count(ss), 5);
+    let total = ss["total_ns"].as_u64().unwrap();
+    let truth_total = t["calls"]["cudaStreamSynchronize"]["total_ns"].as_u64().unwrap();
+    // syncspy times the real call only; the program's own timing also includes the hook.
+    assert!(total <= truth_total, "syncspy {total} ns > program's {truth_total} ns");
+    assert!(total >= 5 * 19_000_000, "5 waits of 20 ms, got {total} ns");
+    assert!(truth_total - total < 5 * 2_000_000, "hook overhead per call should be far below 2 ms");
+    let p50 = ss["p50_ns"].as_u64().unwrap();
+    assert!((19_000_000..40_000_000).contains(&p50), "p50 {p50}");
+    let pg = kind(p, "memcpy_pageable");
+    assert_eq!(count(pg), 5);
+    assert!(pg["total_ns"].as_u64().unwrap() >= 5 * 9_000_000);
+    // The report's stall total is the sum of its kinds.
+    let stall: u64 = p["kinds"].as_object().unwrap().values().map(|k| k["total_ns"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(p["stall_ns"].as_u64().unwrap(), stall);
+}
+
+#[test]
+fn many_writer_threads_lose_nothing() {
+    let c = cudacalls();
+    let r = syncspy_run("threads", &[], &[&c, "--threads", "6", "--iters", "300", "sync=s1", "sync=sn", "async=d2h:64:pageable:s1"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    assert_matches_truth(p, &r.truth[0]);
+    assert_eq!(count(kind(p, "stream_sync")), 6 * 300 * 2);
+    assert_eq!(count(kind(p, "memcpy_pageable")), 6 * 300);
+    assert_eq!(p["dropped_events"].as_u64(), Some(0));
+    assert_eq!(p["lost_records"].as_u64(), Some(0));
+}
+
+#[test]
+fn a_reader_that_falls_behind_learns_how_much_it_lost_and_totals_stay_exact() {
+    let c = cudacalls();
+    // A 16-record ring and thousands of back-to-back events: the reader, polling every few
+    // tens of milliseconds, cannot keep up.
+    let r = syncspy_run("behind", &[("SYNCSPY_RING", "16")], &[&c, "--iters", "3000", "sync=s1"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    let ss = kind(p, "stream_sync");
+    assert_eq!(count(ss), 3000, "header totals are exact whatever the ring lost");
+    let lost = p["lost_records"].as_u64().unwrap();
+    assert!(lost > 0, "expected the reader to fall behind");
+    // Every event of the process was either seen or counted lost.
+    let events: u64 = p["kinds"].as_object().unwrap().values().map(count).sum();
+    let recorded: u64 = p["kinds"].as_object().unwrap().values().map(|k| k["recorded_count"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(recorded + lost, events, "recorded {recorded} + lost {lost} != {events}");
+}
+
+#[test]
+fn fork_child_gets_its_own_segment() {
+    let c = cudacalls();
+    let r = syncspy_run("fork", &[], &[&c, "--fork", "--iters", "4", "sync=s1", "memcpy=h2d:100"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    assert_eq!(r.truth.len(), 2, "parent and child each print their truth");
+    let pids: Vec<u64> = r.truth.iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+    assert_ne!(pids[0], pids[1]);
+    for t in &r.truth {
+        let p = r.proc_of(t["pid"].as_u64().unwrap());
+        assert_matches_truth(p, t);
+        assert_eq!(count(kind(p, "stream_sync")), 4);
+        assert_eq!(count(kind(p, "memcpy_sync")), 4);
+    }
+}
+
+#[test]
+fn spawned_children_are_followed() {
+    let c = cudacalls();
+    let script = format!("{c} sync=s1 && {c} sync=s1 sync=s1");
+    let r = syncspy_run("spawn", &[], &["sh", "-c", &script]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    assert_eq!(r.truth.len(), 2);
+    for t in &r.truth {
+        let p = r.proc_of(t["pid"].as_u64().unwrap());
+        assert_matches_truth(p, t);
+    }
+    // The shell never called CUDA: it has no segment, so no entry.
+    assert_eq!(r.procs().len(), 2);
+}
+
+#[test]
+fn syncspy_off_forwards_everything_and_records_nothing() {
+    let c = cudacalls();
+    let r = syncspy_run("off", &[("SYNCSPY_OFF", "1")], &[&c, "--iters", "3", "busy=s1:1000", "sync=s1", "memcpy=h2d:4096"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    assert_eq!(r.truth.len(), 1, "the program ran normally");
+    assert_eq!(r.truth[0]["calls"]["cudaStreamSynchronize"]["count"].as_u64(), Some(3));
+    assert!(r.procs().is_empty(), "no segment, no process in the report");
+}
+
+#[test]
+fn exit_code_is_the_commands_own() {
+    let c = cudacalls();
+    let r = syncspy_run("exit", &[], &["sh", "-c", &format!("{c} sync=s1 >/dev/null; exit 7")]);
+    assert_eq!(r.code(), 7);
+    assert_eq!(r.report["exit_code"].as_i64(), Some(7));
+    assert_eq!(r.procs().len(), 1);
+}
+
+#[test]
+fn call_sites_name_the_calling_function() {
+    let c = cudacalls();
+    let r = syncspy_run("sites", &[], &[&c, "--iters", "3", "busy=s1:3000", "sync=s1"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    let sites = p["sites"].as_array().unwrap();
+    assert!(!sites.is_empty());
+    let top = &sites[0];
+    assert_eq!(top["kind"], "stream_sync");
+    assert_eq!(top["count"].as_u64(), Some(3));
+    let frames: Vec<&str> = top["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(
+        frames.iter().take(6).any(|f| f.contains("run_op")),
+        "expected cudacalls::run_op near the top of {frames:#?}"
+    );
+    // Sorted by total stall time.
+    let totals: Vec<u64> = sites.iter().map(|s| s["total_ns"].as_u64().unwrap()).collect();
+    assert!(totals.windows(2).all(|w| w[0] >= w[1]));
+}
+
+#[test]
+fn a_runtime_loaded_with_rtld_local_is_still_interposed_and_forwarded() {
+    let prog = artifact("cudacalls-dlopen").to_string_lossy().into_owned();
+    let r = syncspy_run("dlopen", &[], &[&prog, "4", "2000"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    let ss = kind(p, "stream_sync");
+    assert_eq!(count(ss), 4);
+    assert!(ss["total_ns"].as_u64().unwrap() >= 4 * 1_900_000);
+}
