@@ -79,7 +79,10 @@ fn main() {
         .status()
         .expect("run the C compiler for libcudacaller.so");
     assert!(status.success(), "building libcudacaller.so failed");
-    println!("cargo:rustc-env=SYNCSPY_CUDACALLER_LIB={}", caller.display());
+    println!(
+        "cargo:rustc-env=SYNCSPY_CUDACALLER_LIB={}",
+        caller.display()
+    );
     println!("cargo:rerun-if-changed=src/cudacaller.c");
     println!("cargo:rerun-if-changed=build.rs");
 }

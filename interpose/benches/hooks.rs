@@ -35,7 +35,7 @@ fn nest(depth: usize, target: usize) -> usize {
     if depth == 0 {
         testing::unwind(target)
     } else {
-        std::hint::black_box(nest(depth - 1, target)) + 0
+        std::hint::black_box(nest(depth - 1, target))
     }
 }
 
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| unsafe { fake_copy(dev, host.as_ptr().cast(), 4096, kind_h2d, stream) })
     });
     c.bench_function("pinned_async_copy", |b| {
-        b.iter(|| {
+        b.iter(|| unsafe {
             testing::memcpy_async(
                 Api::CudaMemcpyAsync,
                 fake_copy,
@@ -71,7 +71,9 @@ fn bench(c: &mut Criterion) {
         })
     });
     c.bench_function("recorded_event_no_stack", |b| {
-        b.iter(|| testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false))
+        b.iter(|| unsafe {
+            testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false)
+        })
     });
     for depth in [16usize, 32, 62] {
         c.bench_function(&format!("unwind_{depth}_frames"), |b| {

@@ -20,7 +20,10 @@ pub enum HostSide {
 }
 
 fn is_device_side(addr: u64) -> bool {
-    matches!(pinned::memory_type(addr), Some(MemType::Device | MemType::Managed))
+    matches!(
+        pinned::memory_type(addr),
+        Some(MemType::Device | MemType::Managed)
+    )
 }
 
 /// Direction of a copy from its `cudaMemcpyKind` (raw value), resolving `cudaMemcpyDefault`
@@ -55,7 +58,14 @@ pub fn host_side(d: Direction) -> HostSide {
 
 /// A synchronous copy: always a `memcpy_sync` event.
 pub fn sync_copy(api: Api, direction: Direction, bytes: u64, stream: u64) -> Call {
-    Call { kind: Some(Kind::MemcpySync), api, direction, bytes, stream, flags: 0 }
+    Call {
+        kind: Some(Kind::MemcpySync),
+        api,
+        direction,
+        bytes,
+        stream,
+        flags: 0,
+    }
 }
 
 /// An asynchronous copy: a `memcpy_pageable` event when a host side is pageable, otherwise
@@ -83,13 +93,24 @@ pub fn async_copy(
         direction,
         bytes,
         stream,
-        flags: if pinned && host_side(direction) != HostSide::Neither { FLAG_HOST_PINNED } else { 0 },
+        flags: if pinned && host_side(direction) != HostSide::Neither {
+            FLAG_HOST_PINNED
+        } else {
+            0
+        },
     }
 }
 
 /// A call that synchronizes as a side effect (`cudaFree`, host allocation, registration).
 pub fn implicit(api: Api, bytes: u64) -> Call {
-    Call { kind: Some(Kind::ImplicitSync), api, direction: Direction::None, bytes, stream: 0, flags: 0 }
+    Call {
+        kind: Some(Kind::ImplicitSync),
+        api,
+        direction: Direction::None,
+        bytes,
+        stream: 0,
+        flags: 0,
+    }
 }
 
 /// `cudaMemset`: synchronous (an implicit sync) when the target is host-visible memory,

@@ -22,7 +22,13 @@ impl Reentry {
     #[inline]
     pub fn enter() -> Option<Reentry> {
         IN_HOOK
-            .try_with(|c| if c.replace(true) { None } else { Some(Reentry(())) })
+            .try_with(|c| {
+                if c.replace(true) {
+                    None
+                } else {
+                    Some(Reentry(()))
+                }
+            })
             .ok()
             .flatten()
     }

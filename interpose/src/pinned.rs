@@ -24,8 +24,12 @@ struct Range {
     end: AtomicU64,
 }
 
-static RANGES: [Range; SLOTS] =
-    [const { Range { start: AtomicU64::new(0), end: AtomicU64::new(0) } }; SLOTS];
+static RANGES: [Range; SLOTS] = [const {
+    Range {
+        start: AtomicU64::new(0),
+        end: AtomicU64::new(0),
+    }
+}; SLOTS];
 /// Slots `0..HIGH` may be in use.
 static HIGH: AtomicUsize = AtomicUsize::new(0);
 /// Bumped on every removal; cached hits from an older generation are re-checked.
@@ -41,7 +45,10 @@ pub fn add(start: u64, len: u64) {
         return;
     }
     for (i, r) in RANGES.iter().enumerate() {
-        if r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if r.start
+            .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
             r.end.store(start.saturating_add(len), Ordering::Release);
             HIGH.fetch_max(i + 1, Ordering::AcqRel);
             return;
@@ -142,7 +149,11 @@ pub fn memory_type(addr: u64) -> Option<MemType> {
     // Read the enum as its raw value: a runtime newer than the bindings may report a type
     // this build does not know, and holding that in a Rust enum would be undefined.
     // SAFETY: `type_` is the first field, a 4-byte C enum, initialised (zeroed or filled).
-    let raw = unsafe { std::ptr::addr_of!((*attrs.as_ptr()).type_).cast::<u32>().read() };
+    let raw = unsafe {
+        std::ptr::addr_of!((*attrs.as_ptr()).type_)
+            .cast::<u32>()
+            .read()
+    };
     Some(match raw {
         x if x == cudaMemoryType::cudaMemoryTypeHost as u32 => MemType::Host,
         x if x == cudaMemoryType::cudaMemoryTypeDevice as u32 => MemType::Device,

@@ -17,7 +17,10 @@ pub struct Real {
 
 impl Real {
     pub const fn new(name: &'static CStr) -> Real {
-        Real { name, ptr: AtomicPtr::new(std::ptr::null_mut()) }
+        Real {
+            name,
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+        }
     }
 
     /// The real function as `F` (a matching `unsafe extern "C" fn` type), or `None` if no
@@ -61,7 +64,11 @@ fn resolve_in_loaded_runtime(name: &CStr) -> *mut c_void {
     }
     // A runtime loaded under another file name (vendored copies): find it by path.
     let mut found: Vec<u8> = Vec::new();
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: called by dl_iterate_phdr with a valid info and our `found`.
         unsafe {
             let found = &mut *(data as *mut Vec<u8>);

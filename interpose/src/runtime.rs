@@ -27,8 +27,8 @@ const DISABLED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
-/// Stall events that happened while another thread was creating the segment: added to the
-/// segment's drop counter once it exists.
+/// Calls forwarded unrecorded because another thread's initialisation did not finish in
+/// time (see `wait_for_init`): added to the segment's drop counter once it exists.
 static MISSED: AtomicU64 = AtomicU64::new(0);
 
 /// What a hook tells the runtime about one call.
@@ -45,7 +45,14 @@ pub struct Call {
 
 impl Call {
     pub fn new(kind: Kind, api: Api) -> Call {
-        Call { kind: Some(kind), api, direction: Direction::None, bytes: 0, stream: 0, flags: 0 }
+        Call {
+            kind: Some(kind),
+            api,
+            direction: Direction::None,
+            bytes: 0,
+            stream: 0,
+            flags: 0,
+        }
     }
 }
 
@@ -108,22 +115,48 @@ impl Runtime {
             // SAFETY: RUNTIME is set before STATE becomes ACTIVE (Release) and never freed.
             ACTIVE => Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
             UNINIT => Runtime::init(),
+            INITIALIZING => Runtime::wait_for_init(),
             _ => None,
+        }
+    }
+
+    /// Another thread is creating the segment (tens of microseconds). Waiting for it keeps
+    /// the totals exact when many threads make their first CUDA call at once. The wait is
+    /// bounded: if the initialising thread is itself stuck (say, on a loader lock this
+    /// thread holds), the call goes on unrecorded and is counted as dropped.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_init() -> Option<&'static Runtime> {
+        let deadline = now_ns() + 50_000_000;
+        loop {
+            match STATE.load(Ordering::Acquire) {
+                // SAFETY: as in `active`.
+                ACTIVE => return Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
+                INITIALIZING if now_ns() < deadline => std::thread::yield_now(),
+                _ => return None,
+            }
         }
     }
 
     #[cold]
     #[inline(never)]
     fn init() -> Option<&'static Runtime> {
-        if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        if STATE
+            .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
         {
             return None;
         }
+        let t0 = now_ns();
         let rt = catch_unwind(Runtime::create).ok().flatten();
         match rt {
             Some(rt) => {
                 let rt: &'static Runtime = Box::leak(Box::new(rt));
-                rt.seg.live().events_dropped.fetch_add(MISSED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                let live = rt.seg.live();
+                live.events_dropped
+                    .fetch_add(MISSED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                live.overhead_ns
+                    .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                 RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
                 install_process_handlers();
                 STATE.store(ACTIVE, Ordering::Release);
@@ -191,7 +224,11 @@ impl Runtime {
             api: call.api,
             direction: call.direction,
             flags: call.flags
-                | if truncated { syncspy_abi::record::FLAG_STACK_TRUNCATED } else { 0 },
+                | if truncated {
+                    syncspy_abi::record::FLAG_STACK_TRUNCATED
+                } else {
+                    0
+                },
             device: current_device(),
             start_ns: t0,
             duration_ns: duration,
@@ -203,7 +240,10 @@ impl Runtime {
         };
         self.seg.record(&rec);
         let t2 = now_ns();
-        self.seg.live().overhead_ns.fetch_add(t2.saturating_sub(t1), Ordering::Relaxed);
+        self.seg
+            .live()
+            .overhead_ns
+            .fetch_add(t2.saturating_sub(t1), Ordering::Relaxed);
     }
 }
 
@@ -234,7 +274,9 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         }
         return real();
     };
-    let Some(_reentry) = Reentry::enter() else { return real() };
+    let Some(_reentry) = Reentry::enter() else {
+        return real();
+    };
     let Ok(call) = catch_unwind(AssertUnwindSafe(describe)) else {
         disable();
         return real();

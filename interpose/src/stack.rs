@@ -80,17 +80,26 @@ pub fn capture_site(rt: &Runtime) -> (u32, bool) {
     let mut frames = [0u64; MAX_FRAMES];
     let (n, truncated) = capture(rt.own, rt.cfg.stack_depth, &mut frames);
     refresh_modules(rt);
-    let site = if n == 0 { NO_SITE } else { rt.seg.intern_site(&frames[..n]).unwrap_or(NO_SITE) };
+    let site = if n == 0 {
+        NO_SITE
+    } else {
+        rt.seg.intern_site(&frames[..n]).unwrap_or(NO_SITE)
+    };
     let live = rt.seg.live();
     live.stack_captures.fetch_add(1, Ordering::Relaxed);
-    live.stack_ns.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+    live.stack_ns
+        .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
     (site, truncated)
 }
 
 /// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
 /// the iteration at the first object, so this costs one loader-lock round trip.
 fn loader_adds() -> u64 {
-    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: valid pointers from dl_iterate_phdr and our u64.
         unsafe { *(data as *mut u64) = (*info).dlpi_adds };
         1
@@ -111,7 +120,11 @@ struct Object {
 }
 
 fn objects() -> Vec<Object> {
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info whose phdrs are mapped; `data` is ours.
         unsafe {
             let out = &mut *(data as *mut Vec<Object>);
@@ -134,7 +147,13 @@ fn objects() -> Vec<Object> {
                 } else {
                     CStr::from_ptr(info.dlpi_name).to_bytes().to_vec()
                 };
-                out.push(Object { path, bias: info.dlpi_addr, start, end, build_id });
+                out.push(Object {
+                    path,
+                    bias: info.dlpi_addr,
+                    start,
+                    end,
+                    build_id,
+                });
             }
             0
         }
@@ -149,7 +168,8 @@ fn objects() -> Vec<Object> {
 fn gnu_build_id(mut notes: &[u8]) -> Vec<u8> {
     let align4 = |n: usize| (n + 3) & !3;
     while notes.len() >= 12 {
-        let word = |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let word =
+            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
         let (namesz, descsz, ntype) = (word(0) as usize, word(4) as usize, word(8));
         let name_end = 12 + align4(namesz);
         let desc_end = name_end + align4(descsz);
@@ -179,8 +199,13 @@ pub fn refresh_modules(rt: &Runtime) {
         if known.iter().any(|m| m.bias == o.bias && m.start == o.start) {
             continue;
         }
-        let path = if o.path.is_empty() { exe_path() } else { o.path };
-        rt.seg.add_module(&path, o.bias, o.start, o.end, &o.build_id);
+        let path = if o.path.is_empty() {
+            exe_path()
+        } else {
+            o.path
+        };
+        rt.seg
+            .add_module(&path, o.bias, o.start, o.end, &o.build_id);
     }
     rt.modules_adds.store(adds, Ordering::Release);
     rt.refreshing.store(false, Ordering::Release);

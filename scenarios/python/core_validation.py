@@ -20,6 +20,30 @@ import sys
 import time
 
 SECTIONS = ["item", "cpu", "to_cuda_pageable", "to_cuda_pinned", "nonzero", "synchronize"]
+# Overhead probes: the cost per call of a tight loop, to compare with and without syncspy.
+TIGHT = ["tight_item", "tight_pinned"]
+
+
+def run_tight(name, iters):
+    import torch
+
+    dev = torch.device("cuda")
+    x = torch.ones(1, device=dev)
+    src = torch.ones(16).pin_memory()
+    dst = torch.empty(16, device=dev)
+    for _ in range(100):
+        x.item() if name == "tight_item" else dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    if name == "tight_item":
+        for _ in range(iters):
+            x.item()
+    else:
+        for _ in range(iters):
+            dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    us = (time.perf_counter() - t0) * 1e6 / iters
+    print(json.dumps({"section": name, "pid": os.getpid(), "iters": iters, "us_per_call": us}), flush=True)
 
 
 def busy(a, b, reps):
@@ -84,13 +108,15 @@ def run_section(name, iters):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=SECTIONS)
+    ap.add_argument("--section", choices=SECTIONS + TIGHT)
     ap.add_argument("--all", action="store_true", help="run every section in a child process")
     ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
     if args.all:
         for s in SECTIONS:
             subprocess.run([sys.executable, __file__, "--section", s, "--iters", str(args.iters)], check=True)
+    elif args.section in TIGHT:
+        run_tight(args.section, args.iters)
     elif args.section:
         run_section(args.section, args.iters)
     else:

@@ -19,7 +19,11 @@ fn target_dir() -> PathBuf {
 
 fn artifact(name: &str) -> PathBuf {
     let p = target_dir().join(name);
-    assert!(p.exists(), "{} is missing: run `cargo build --workspace` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
     p
 }
 
@@ -28,7 +32,15 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("syncspy-e2e-{tag}-{}", std::process::id()));
+        // Segments belong in tmpfs, as in production; a disk-backed folder makes creating
+        // one cost milliseconds instead of microseconds.
+        let shm = std::path::Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let d = base.join(format!("syncspy-e2e-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)
@@ -58,7 +70,9 @@ impl Run {
     }
 
     fn procs(&self) -> &Vec<Value> {
-        self.report["processes"].as_array().expect("processes array")
+        self.report["processes"]
+            .as_array()
+            .expect("processes array")
     }
 
     fn proc_of(&self, pid: u64) -> &Value {
@@ -84,7 +98,10 @@ fn syncspy_run(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> Run {
         .output()
         .expect("start syncspy");
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!("no report ({e}); stderr:\n{}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "no report ({e}); stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     let report: Value = serde_json::from_str(&text).expect("report is JSON");
     let truth = String::from_utf8_lossy(&out.stdout)
@@ -121,7 +138,8 @@ fn assert_matches_truth(p: &Value, truth: &Value) {
             "{api}: report has {stalls} stalls + {quiet} non-stalling calls, program made {}",
             count(t)
         );
-        let bytes = apis[api]["bytes"].as_u64().unwrap_or(0) + calls[api]["bytes"].as_u64().unwrap_or(0);
+        let bytes =
+            apis[api]["bytes"].as_u64().unwrap_or(0) + calls[api]["bytes"].as_u64().unwrap_or(0);
         assert_eq!(bytes, t["bytes"].as_u64().unwrap(), "{api}: bytes");
     }
 }
@@ -209,7 +227,10 @@ fn every_call_is_classified_and_counted_exactly() {
     assert_eq!(count(kind(p, "memcpy_sync")), 3 * 7);
     // pageable h2d, pageable d2h, ptsz pageable h2d, pageable 2D.
     assert_eq!(count(kind(p, "memcpy_pageable")), 3 * 4);
-    assert_eq!(kind(p, "memcpy_pageable")["bytes"].as_u64().unwrap(), 3 * (1000 + 3000 + 100 + 128));
+    assert_eq!(
+        kind(p, "memcpy_pageable")["bytes"].as_u64().unwrap(),
+        3 * (1000 + 3000 + 100 + 128)
+    );
     // free, host-alloc+free, malloc-host+free, register+unregister, memset-host; set-up/tear-down 8.
     assert_eq!(count(kind(p, "implicit_sync")), 3 * 8 + 8);
     // Non-stalling: pinned h2d, registered d2h, d2d async, pinned 3D async; cudaFree(NULL);
@@ -230,7 +251,15 @@ fn stall_durations_are_the_waits_that_happened() {
     let r = syncspy_run(
         "durations",
         &[],
-        &[&c, "--iters", "5", "busy=s1:20000", "sync=s1", "busy=s1:10000", "async=d2h:4096:pageable:s1"],
+        &[
+            &c,
+            "--iters",
+            "5",
+            "busy=s1:20000",
+            "sync=s1",
+            "busy=s1:10000",
+            "async=d2h:4096:pageable:s1",
+        ],
     );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     let t = &r.truth[0];
@@ -238,25 +267,51 @@ fn stall_durations_are_the_waits_that_happened() {
     let ss = kind(p, "stream_sync");
     assert_eq!(count(ss), 5);
     let total = ss["total_ns"].as_u64().unwrap();
-    let truth_total = t["calls"]["cudaStreamSynchronize"]["total_ns"].as_u64().unwrap();
+    let truth_total = t["calls"]["cudaStreamSynchronize"]["total_ns"]
+        .as_u64()
+        .unwrap();
     // syncspy times the real call only; the program's own timing also includes the hook.
-    assert!(total <= truth_total, "syncspy {total} ns > program's {truth_total} ns");
+    assert!(
+        total <= truth_total,
+        "syncspy {total} ns > program's {truth_total} ns"
+    );
     assert!(total >= 5 * 19_000_000, "5 waits of 20 ms, got {total} ns");
-    assert!(truth_total - total < 5 * 2_000_000, "hook overhead per call should be far below 2 ms");
+    assert!(
+        truth_total - total < 5 * 2_000_000,
+        "hook overhead per call should be far below 2 ms"
+    );
     let p50 = ss["p50_ns"].as_u64().unwrap();
     assert!((19_000_000..40_000_000).contains(&p50), "p50 {p50}");
     let pg = kind(p, "memcpy_pageable");
     assert_eq!(count(pg), 5);
     assert!(pg["total_ns"].as_u64().unwrap() >= 5 * 9_000_000);
     // The report's stall total is the sum of its kinds.
-    let stall: u64 = p["kinds"].as_object().unwrap().values().map(|k| k["total_ns"].as_u64().unwrap_or(0)).sum();
+    let stall: u64 = p["kinds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|k| k["total_ns"].as_u64().unwrap_or(0))
+        .sum();
     assert_eq!(p["stall_ns"].as_u64().unwrap(), stall);
 }
 
 #[test]
 fn many_writer_threads_lose_nothing() {
     let c = cudacalls();
-    let r = syncspy_run("threads", &[], &[&c, "--threads", "6", "--iters", "300", "sync=s1", "sync=sn", "async=d2h:64:pageable:s1"]);
+    let r = syncspy_run(
+        "threads",
+        &[],
+        &[
+            &c,
+            "--threads",
+            "6",
+            "--iters",
+            "300",
+            "sync=s1",
+            "sync=sn",
+            "async=d2h:64:pageable:s1",
+        ],
+    );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
     assert_matches_truth(p, &r.truth[0]);
@@ -271,23 +326,44 @@ fn a_reader_that_falls_behind_learns_how_much_it_lost_and_totals_stay_exact() {
     let c = cudacalls();
     // A 16-record ring and thousands of back-to-back events: the reader, polling every few
     // tens of milliseconds, cannot keep up.
-    let r = syncspy_run("behind", &[("SYNCSPY_RING", "16")], &[&c, "--iters", "3000", "sync=s1"]);
+    let r = syncspy_run(
+        "behind",
+        &[("SYNCSPY_RING", "16")],
+        &[&c, "--iters", "3000", "sync=s1"],
+    );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
     let ss = kind(p, "stream_sync");
-    assert_eq!(count(ss), 3000, "header totals are exact whatever the ring lost");
+    assert_eq!(
+        count(ss),
+        3000,
+        "header totals are exact whatever the ring lost"
+    );
     let lost = p["lost_records"].as_u64().unwrap();
     assert!(lost > 0, "expected the reader to fall behind");
     // Every event of the process was either seen or counted lost.
     let events: u64 = p["kinds"].as_object().unwrap().values().map(count).sum();
-    let recorded: u64 = p["kinds"].as_object().unwrap().values().map(|k| k["recorded_count"].as_u64().unwrap_or(0)).sum();
-    assert_eq!(recorded + lost, events, "recorded {recorded} + lost {lost} != {events}");
+    let recorded: u64 = p["kinds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|k| k["recorded_count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        recorded + lost,
+        events,
+        "recorded {recorded} + lost {lost} != {events}"
+    );
 }
 
 #[test]
 fn fork_child_gets_its_own_segment() {
     let c = cudacalls();
-    let r = syncspy_run("fork", &[], &[&c, "--fork", "--iters", "4", "sync=s1", "memcpy=h2d:100"]);
+    let r = syncspy_run(
+        "fork",
+        &[],
+        &[&c, "--fork", "--iters", "4", "sync=s1", "memcpy=h2d:100"],
+    );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     assert_eq!(r.truth.len(), 2, "parent and child each print their truth");
     let pids: Vec<u64> = r.truth.iter().map(|t| t["pid"].as_u64().unwrap()).collect();
@@ -318,17 +394,35 @@ fn spawned_children_are_followed() {
 #[test]
 fn syncspy_off_forwards_everything_and_records_nothing() {
     let c = cudacalls();
-    let r = syncspy_run("off", &[("SYNCSPY_OFF", "1")], &[&c, "--iters", "3", "busy=s1:1000", "sync=s1", "memcpy=h2d:4096"]);
+    let r = syncspy_run(
+        "off",
+        &[("SYNCSPY_OFF", "1")],
+        &[
+            &c,
+            "--iters",
+            "3",
+            "busy=s1:1000",
+            "sync=s1",
+            "memcpy=h2d:4096",
+        ],
+    );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     assert_eq!(r.truth.len(), 1, "the program ran normally");
-    assert_eq!(r.truth[0]["calls"]["cudaStreamSynchronize"]["count"].as_u64(), Some(3));
+    assert_eq!(
+        r.truth[0]["calls"]["cudaStreamSynchronize"]["count"].as_u64(),
+        Some(3)
+    );
     assert!(r.procs().is_empty(), "no segment, no process in the report");
 }
 
 #[test]
 fn exit_code_is_the_commands_own() {
     let c = cudacalls();
-    let r = syncspy_run("exit", &[], &["sh", "-c", &format!("{c} sync=s1 >/dev/null; exit 7")]);
+    let r = syncspy_run(
+        "exit",
+        &[],
+        &["sh", "-c", &format!("{c} sync=s1 >/dev/null; exit 7")],
+    );
     assert_eq!(r.code(), 7);
     assert_eq!(r.report["exit_code"].as_i64(), Some(7));
     assert_eq!(r.procs().len(), 1);
@@ -337,7 +431,11 @@ fn exit_code_is_the_commands_own() {
 #[test]
 fn call_sites_name_the_calling_function() {
     let c = cudacalls();
-    let r = syncspy_run("sites", &[], &[&c, "--iters", "3", "busy=s1:3000", "sync=s1"]);
+    let r = syncspy_run(
+        "sites",
+        &[],
+        &[&c, "--iters", "3", "busy=s1:3000", "sync=s1"],
+    );
     assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
     let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
     let sites = p["sites"].as_array().unwrap();
@@ -345,13 +443,21 @@ fn call_sites_name_the_calling_function() {
     let top = &sites[0];
     assert_eq!(top["kind"], "stream_sync");
     assert_eq!(top["count"].as_u64(), Some(3));
-    let frames: Vec<&str> = top["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    let frames: Vec<&str> = top["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
     assert!(
         frames.iter().take(6).any(|f| f.contains("run_op")),
         "expected cudacalls::run_op near the top of {frames:#?}"
     );
     // Sorted by total stall time.
-    let totals: Vec<u64> = sites.iter().map(|s| s["total_ns"].as_u64().unwrap()).collect();
+    let totals: Vec<u64> = sites
+        .iter()
+        .map(|s| s["total_ns"].as_u64().unwrap())
+        .collect();
     assert!(totals.windows(2).all(|w| w[0] >= w[1]));
 }
 

@@ -15,8 +15,15 @@ use crate::runtime::{hook, Call};
 type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind) -> RawError;
 pub type MemcpyAsyncFn =
     unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind, cudaStream_t) -> RawError;
-type Memcpy2DFn =
-    unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, usize, usize, RawKind) -> RawError;
+type Memcpy2DFn = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *const c_void,
+    usize,
+    usize,
+    usize,
+    RawKind,
+) -> RawError;
 type Memcpy2DAsyncFn = unsafe extern "C" fn(
     *mut c_void,
     usize,
@@ -31,17 +38,32 @@ type Memcpy3DFn = unsafe extern "C" fn(*const cudaMemcpy3DParms) -> RawError;
 type Memcpy3DAsyncFn = unsafe extern "C" fn(*const cudaMemcpy3DParms, cudaStream_t) -> RawError;
 type ToSymbolFn =
     unsafe extern "C" fn(*const c_void, *const c_void, usize, usize, RawKind) -> RawError;
-type ToSymbolAsyncFn =
-    unsafe extern "C" fn(*const c_void, *const c_void, usize, usize, RawKind, cudaStream_t) -> RawError;
+type ToSymbolAsyncFn = unsafe extern "C" fn(
+    *const c_void,
+    *const c_void,
+    usize,
+    usize,
+    RawKind,
+    cudaStream_t,
+) -> RawError;
 type FromSymbolFn =
     unsafe extern "C" fn(*mut c_void, *const c_void, usize, usize, RawKind) -> RawError;
-type FromSymbolAsyncFn =
-    unsafe extern "C" fn(*mut c_void, *const c_void, usize, usize, RawKind, cudaStream_t) -> RawError;
+type FromSymbolAsyncFn = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_void,
+    usize,
+    usize,
+    RawKind,
+    cudaStream_t,
+) -> RawError;
 type PeerFn = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize) -> RawError;
 
 fn per_thread(call: Call, ptds: bool) -> Call {
     if ptds {
-        Call { flags: call.flags | FLAG_PER_THREAD, ..call }
+        Call {
+            flags: call.flags | FLAG_PER_THREAD,
+            ..call
+        }
     } else {
         call
     }
@@ -75,9 +97,22 @@ fn symbol_direction(kind: RawKind, to_symbol: bool, other: *const c_void) -> Dir
 
 // ---- cudaMemcpy -------------------------------------------------------------------------
 
-fn memcpy(api: Api, f: MemcpyFn, dst: *mut c_void, src: *const c_void, n: usize, k: RawKind, ptds: bool) -> RawError {
+fn memcpy(
+    api: Api,
+    f: MemcpyFn,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    k: RawKind,
+    ptds: bool,
+) -> RawError {
     hook(
-        || per_thread(classify::sync_copy(api, direction(k, dst, src), n as u64, sync_stream(ptds)), ptds),
+        || {
+            per_thread(
+                classify::sync_copy(api, direction(k, dst, src), n as u64, sync_stream(ptds)),
+                ptds,
+            )
+        },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(dst, src, n, k) },
     )
@@ -86,19 +121,49 @@ fn memcpy(api: Api, f: MemcpyFn, dst: *mut c_void, src: *const c_void, n: usize,
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy(dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind) -> RawError {
-    memcpy(Api::CudaMemcpy, real!(c"cudaMemcpy", MemcpyFn), dst, src, count, kind, false)
+pub unsafe extern "C" fn cudaMemcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: RawKind,
+) -> RawError {
+    memcpy(
+        Api::CudaMemcpy,
+        real!(c"cudaMemcpy", MemcpyFn),
+        dst,
+        src,
+        count,
+        kind,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind) -> RawError {
-    memcpy(Api::CudaMemcpyPtds, real!(c"cudaMemcpy_ptds", MemcpyFn), dst, src, count, kind, true)
+pub unsafe extern "C" fn cudaMemcpy_ptds(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: RawKind,
+) -> RawError {
+    memcpy(
+        Api::CudaMemcpyPtds,
+        real!(c"cudaMemcpy_ptds", MemcpyFn),
+        dst,
+        src,
+        count,
+        kind,
+        true,
+    )
 }
 
+/// The body of `cudaMemcpyAsync` and `cudaMemcpyAsync_ptsz`.
+///
+/// # Safety
+/// `f` and the arguments follow the contract of `cudaMemcpyAsync`.
 #[allow(clippy::too_many_arguments)]
-pub fn memcpy_async(
+pub unsafe fn memcpy_async(
     api: Api,
     f: MemcpyAsyncFn,
     dst: *mut c_void,
@@ -109,7 +174,12 @@ pub fn memcpy_async(
     ptsz: bool,
 ) -> RawError {
     hook(
-        || per_thread(classify::async_copy(api, direction(k, dst, src), dst, src, n as u64, s as u64), ptsz),
+        || {
+            per_thread(
+                classify::async_copy(api, direction(k, dst, src), dst, src, n as u64, s as u64),
+                ptsz,
+            )
+        },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(dst, src, n, k, s) },
     )
@@ -126,7 +196,19 @@ pub unsafe extern "C" fn cudaMemcpyAsync(
     stream: cudaStream_t,
 ) -> RawError {
     let f = real!(c"cudaMemcpyAsync", MemcpyAsyncFn);
-    memcpy_async(Api::CudaMemcpyAsync, f, dst, src, count, kind, stream, false)
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe {
+        memcpy_async(
+            Api::CudaMemcpyAsync,
+            f,
+            dst,
+            src,
+            count,
+            kind,
+            stream,
+            false,
+        )
+    }
 }
 
 /// # Safety
@@ -140,7 +222,19 @@ pub unsafe extern "C" fn cudaMemcpyAsync_ptsz(
     stream: cudaStream_t,
 ) -> RawError {
     let f = real!(c"cudaMemcpyAsync_ptsz", MemcpyAsyncFn);
-    memcpy_async(Api::CudaMemcpyAsyncPtsz, f, dst, src, count, kind, stream, true)
+    // SAFETY: the caller's arguments, forwarded.
+    unsafe {
+        memcpy_async(
+            Api::CudaMemcpyAsyncPtsz,
+            f,
+            dst,
+            src,
+            count,
+            kind,
+            stream,
+            true,
+        )
+    }
 }
 
 // ---- cudaMemcpy2D -----------------------------------------------------------------------
@@ -160,7 +254,12 @@ fn memcpy_2d(
 ) -> RawError {
     let bytes = (w as u64).saturating_mul(h as u64);
     hook(
-        || per_thread(classify::sync_copy(api, direction(k, dst, src), bytes, sync_stream(ptds)), ptds),
+        || {
+            per_thread(
+                classify::sync_copy(api, direction(k, dst, src), bytes, sync_stream(ptds)),
+                ptds,
+            )
+        },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(dst, dpitch, src, spitch, w, h, k) },
     )
@@ -179,7 +278,18 @@ pub unsafe extern "C" fn cudaMemcpy2D(
     kind: RawKind,
 ) -> RawError {
     let f = real!(c"cudaMemcpy2D", Memcpy2DFn);
-    memcpy_2d(Api::CudaMemcpy2D, f, dst, dpitch, src, spitch, width, height, kind, false)
+    memcpy_2d(
+        Api::CudaMemcpy2D,
+        f,
+        dst,
+        dpitch,
+        src,
+        spitch,
+        width,
+        height,
+        kind,
+        false,
+    )
 }
 
 /// # Safety
@@ -195,7 +305,18 @@ pub unsafe extern "C" fn cudaMemcpy2D_ptds(
     kind: RawKind,
 ) -> RawError {
     let f = real!(c"cudaMemcpy2D_ptds", Memcpy2DFn);
-    memcpy_2d(Api::CudaMemcpy2DPtds, f, dst, dpitch, src, spitch, width, height, kind, true)
+    memcpy_2d(
+        Api::CudaMemcpy2DPtds,
+        f,
+        dst,
+        dpitch,
+        src,
+        spitch,
+        width,
+        height,
+        kind,
+        true,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -241,7 +362,19 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync(
     stream: cudaStream_t,
 ) -> RawError {
     let f = real!(c"cudaMemcpy2DAsync", Memcpy2DAsyncFn);
-    memcpy_2d_async(Api::CudaMemcpy2DAsync, f, dst, dpitch, src, spitch, width, height, kind, stream, false)
+    memcpy_2d_async(
+        Api::CudaMemcpy2DAsync,
+        f,
+        dst,
+        dpitch,
+        src,
+        spitch,
+        width,
+        height,
+        kind,
+        stream,
+        false,
+    )
 }
 
 /// # Safety
@@ -258,7 +391,19 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
     stream: cudaStream_t,
 ) -> RawError {
     let f = real!(c"cudaMemcpy2DAsync_ptsz", Memcpy2DAsyncFn);
-    memcpy_2d_async(Api::CudaMemcpy2DAsyncPtsz, f, dst, dpitch, src, spitch, width, height, kind, stream, true)
+    memcpy_2d_async(
+        Api::CudaMemcpy2DAsyncPtsz,
+        f,
+        dst,
+        dpitch,
+        src,
+        spitch,
+        width,
+        height,
+        kind,
+        stream,
+        true,
+    )
 }
 
 // ---- cudaMemcpy3D -----------------------------------------------------------------------
@@ -269,7 +414,9 @@ pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
 ///
 /// # Safety
 /// `p` is null or points to a valid `cudaMemcpy3DParms`.
-unsafe fn describe_3d(p: *const cudaMemcpy3DParms) -> (Direction, u64, *const c_void, *const c_void) {
+unsafe fn describe_3d(
+    p: *const cudaMemcpy3DParms,
+) -> (Direction, u64, *const c_void, *const c_void) {
     if p.is_null() {
         return (Direction::None, 0, std::ptr::null(), std::ptr::null());
     }
@@ -310,22 +457,41 @@ fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> RawError {
-    memcpy_3d(Api::CudaMemcpy3D, real!(c"cudaMemcpy3D", Memcpy3DFn), p, false)
+    memcpy_3d(
+        Api::CudaMemcpy3D,
+        real!(c"cudaMemcpy3D", Memcpy3DFn),
+        p,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemcpy3D_ptds(p: *const cudaMemcpy3DParms) -> RawError {
-    memcpy_3d(Api::CudaMemcpy3DPtds, real!(c"cudaMemcpy3D_ptds", Memcpy3DFn), p, true)
+    memcpy_3d(
+        Api::CudaMemcpy3DPtds,
+        real!(c"cudaMemcpy3D_ptds", Memcpy3DFn),
+        p,
+        true,
+    )
 }
 
-fn memcpy_3d_async(api: Api, f: Memcpy3DAsyncFn, p: *const cudaMemcpy3DParms, s: cudaStream_t, ptsz: bool) -> RawError {
+fn memcpy_3d_async(
+    api: Api,
+    f: Memcpy3DAsyncFn,
+    p: *const cudaMemcpy3DParms,
+    s: cudaStream_t,
+    ptsz: bool,
+) -> RawError {
     hook(
         || {
             // SAFETY: the caller's parameter block, as the runtime will read it.
             let (d, bytes, dst, src) = unsafe { describe_3d(p) };
-            per_thread(classify::async_copy(api, d, dst, src, bytes, s as u64), ptsz)
+            per_thread(
+                classify::async_copy(api, d, dst, src, bytes, s as u64),
+                ptsz,
+            )
         },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(p, s) },
@@ -335,7 +501,10 @@ fn memcpy_3d_async(api: Api, f: Memcpy3DAsyncFn, p: *const cudaMemcpy3DParms, s:
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3DAsync(p: *const cudaMemcpy3DParms, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpy3DAsync(
+    p: *const cudaMemcpy3DParms,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpy3DAsync", Memcpy3DAsyncFn);
     memcpy_3d_async(Api::CudaMemcpy3DAsync, f, p, stream, false)
 }
@@ -343,16 +512,39 @@ pub unsafe extern "C" fn cudaMemcpy3DAsync(p: *const cudaMemcpy3DParms, stream: 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3DAsync_ptsz(p: *const cudaMemcpy3DParms, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpy3DAsync_ptsz(
+    p: *const cudaMemcpy3DParms,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpy3DAsync_ptsz", Memcpy3DAsyncFn);
     memcpy_3d_async(Api::CudaMemcpy3DAsyncPtsz, f, p, stream, true)
 }
 
 // ---- symbols ----------------------------------------------------------------------------
 
-fn to_symbol(api: Api, f: ToSymbolFn, sym: *const c_void, src: *const c_void, n: usize, off: usize, k: RawKind, ptds: bool) -> RawError {
+#[allow(clippy::too_many_arguments)]
+fn to_symbol(
+    api: Api,
+    f: ToSymbolFn,
+    sym: *const c_void,
+    src: *const c_void,
+    n: usize,
+    off: usize,
+    k: RawKind,
+    ptds: bool,
+) -> RawError {
     hook(
-        || per_thread(classify::sync_copy(api, symbol_direction(k, true, src), n as u64, sync_stream(ptds)), ptds),
+        || {
+            per_thread(
+                classify::sync_copy(
+                    api,
+                    symbol_direction(k, true, src),
+                    n as u64,
+                    sync_stream(ptds),
+                ),
+                ptds,
+            )
+        },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(sym, src, n, off, k) },
     )
@@ -361,22 +553,72 @@ fn to_symbol(api: Api, f: ToSymbolFn, sym: *const c_void, src: *const c_void, n:
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbol(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyToSymbol(
+    sym: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+) -> RawError {
     let f = real!(c"cudaMemcpyToSymbol", ToSymbolFn);
-    to_symbol(Api::CudaMemcpyToSymbol, f, sym, src, count, offset, kind, false)
+    to_symbol(
+        Api::CudaMemcpyToSymbol,
+        f,
+        sym,
+        src,
+        count,
+        offset,
+        kind,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbol_ptds(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyToSymbol_ptds(
+    sym: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+) -> RawError {
     let f = real!(c"cudaMemcpyToSymbol_ptds", ToSymbolFn);
-    to_symbol(Api::CudaMemcpyToSymbolPtds, f, sym, src, count, offset, kind, true)
+    to_symbol(
+        Api::CudaMemcpyToSymbolPtds,
+        f,
+        sym,
+        src,
+        count,
+        offset,
+        kind,
+        true,
+    )
 }
 
-fn from_symbol(api: Api, f: FromSymbolFn, dst: *mut c_void, sym: *const c_void, n: usize, off: usize, k: RawKind, ptds: bool) -> RawError {
+#[allow(clippy::too_many_arguments)]
+fn from_symbol(
+    api: Api,
+    f: FromSymbolFn,
+    dst: *mut c_void,
+    sym: *const c_void,
+    n: usize,
+    off: usize,
+    k: RawKind,
+    ptds: bool,
+) -> RawError {
     hook(
-        || per_thread(classify::sync_copy(api, symbol_direction(k, false, dst), n as u64, sync_stream(ptds)), ptds),
+        || {
+            per_thread(
+                classify::sync_copy(
+                    api,
+                    symbol_direction(k, false, dst),
+                    n as u64,
+                    sync_stream(ptds),
+                ),
+                ptds,
+            )
+        },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(dst, sym, n, off, k) },
     )
@@ -385,25 +627,68 @@ fn from_symbol(api: Api, f: FromSymbolFn, dst: *mut c_void, sym: *const c_void, 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbol(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyFromSymbol(
+    dst: *mut c_void,
+    sym: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+) -> RawError {
     let f = real!(c"cudaMemcpyFromSymbol", FromSymbolFn);
-    from_symbol(Api::CudaMemcpyFromSymbol, f, dst, sym, count, offset, kind, false)
+    from_symbol(
+        Api::CudaMemcpyFromSymbol,
+        f,
+        dst,
+        sym,
+        count,
+        offset,
+        kind,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbol_ptds(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyFromSymbol_ptds(
+    dst: *mut c_void,
+    sym: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+) -> RawError {
     let f = real!(c"cudaMemcpyFromSymbol_ptds", FromSymbolFn);
-    from_symbol(Api::CudaMemcpyFromSymbolPtds, f, dst, sym, count, offset, kind, true)
+    from_symbol(
+        Api::CudaMemcpyFromSymbolPtds,
+        f,
+        dst,
+        sym,
+        count,
+        offset,
+        kind,
+        true,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-fn to_symbol_async(api: Api, f: ToSymbolAsyncFn, sym: *const c_void, src: *const c_void, n: usize, off: usize, k: RawKind, s: cudaStream_t, ptsz: bool) -> RawError {
+fn to_symbol_async(
+    api: Api,
+    f: ToSymbolAsyncFn,
+    sym: *const c_void,
+    src: *const c_void,
+    n: usize,
+    off: usize,
+    k: RawKind,
+    s: cudaStream_t,
+    ptsz: bool,
+) -> RawError {
     hook(
         || {
             let d = symbol_direction(k, true, src);
-            per_thread(classify::async_copy(api, d, std::ptr::null(), src, n as u64, s as u64), ptsz)
+            per_thread(
+                classify::async_copy(api, d, std::ptr::null(), src, n as u64, s as u64),
+                ptsz,
+            )
         },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(sym, src, n, off, k, s) },
@@ -413,25 +698,72 @@ fn to_symbol_async(api: Api, f: ToSymbolAsyncFn, sym: *const c_void, src: *const
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyToSymbolAsync(
+    sym: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpyToSymbolAsync", ToSymbolAsyncFn);
-    to_symbol_async(Api::CudaMemcpyToSymbolAsync, f, sym, src, count, offset, kind, stream, false)
+    to_symbol_async(
+        Api::CudaMemcpyToSymbolAsync,
+        f,
+        sym,
+        src,
+        count,
+        offset,
+        kind,
+        stream,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync_ptsz(sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyToSymbolAsync_ptsz(
+    sym: *const c_void,
+    src: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpyToSymbolAsync_ptsz", ToSymbolAsyncFn);
-    to_symbol_async(Api::CudaMemcpyToSymbolAsyncPtsz, f, sym, src, count, offset, kind, stream, true)
+    to_symbol_async(
+        Api::CudaMemcpyToSymbolAsyncPtsz,
+        f,
+        sym,
+        src,
+        count,
+        offset,
+        kind,
+        stream,
+        true,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
-fn from_symbol_async(api: Api, f: FromSymbolAsyncFn, dst: *mut c_void, sym: *const c_void, n: usize, off: usize, k: RawKind, s: cudaStream_t, ptsz: bool) -> RawError {
+fn from_symbol_async(
+    api: Api,
+    f: FromSymbolAsyncFn,
+    dst: *mut c_void,
+    sym: *const c_void,
+    n: usize,
+    off: usize,
+    k: RawKind,
+    s: cudaStream_t,
+    ptsz: bool,
+) -> RawError {
     hook(
         || {
             let d = symbol_direction(k, false, dst);
-            per_thread(classify::async_copy(api, d, dst, std::ptr::null(), n as u64, s as u64), ptsz)
+            per_thread(
+                classify::async_copy(api, d, dst, std::ptr::null(), n as u64, s as u64),
+                ptsz,
+            )
         },
         // SAFETY: forwarding the caller's arguments unchanged.
         || unsafe { f(dst, sym, n, off, k, s) },
@@ -441,17 +773,51 @@ fn from_symbol_async(api: Api, f: FromSymbolAsyncFn, dst: *mut c_void, sym: *con
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync(
+    dst: *mut c_void,
+    sym: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpyFromSymbolAsync", FromSymbolAsyncFn);
-    from_symbol_async(Api::CudaMemcpyFromSymbolAsync, f, dst, sym, count, offset, kind, stream, false)
+    from_symbol_async(
+        Api::CudaMemcpyFromSymbolAsync,
+        f,
+        dst,
+        sym,
+        count,
+        offset,
+        kind,
+        stream,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind, stream: cudaStream_t) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(
+    dst: *mut c_void,
+    sym: *const c_void,
+    count: usize,
+    offset: usize,
+    kind: RawKind,
+    stream: cudaStream_t,
+) -> RawError {
     let f = real!(c"cudaMemcpyFromSymbolAsync_ptsz", FromSymbolAsyncFn);
-    from_symbol_async(Api::CudaMemcpyFromSymbolAsyncPtsz, f, dst, sym, count, offset, kind, stream, true)
+    from_symbol_async(
+        Api::CudaMemcpyFromSymbolAsyncPtsz,
+        f,
+        dst,
+        sym,
+        count,
+        offset,
+        kind,
+        stream,
+        true,
+    )
 }
 
 // ---- peer -------------------------------------------------------------------------------
@@ -459,10 +825,23 @@ pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, sym: *
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, count: usize) -> RawError {
+pub unsafe extern "C" fn cudaMemcpyPeer(
+    dst: *mut c_void,
+    dst_device: c_int,
+    src: *const c_void,
+    src_device: c_int,
+    count: usize,
+) -> RawError {
     let f = real!(c"cudaMemcpyPeer", PeerFn);
     hook(
-        || classify::sync_copy(Api::CudaMemcpyPeer, Direction::DeviceToDevice, count as u64, 0),
+        || {
+            classify::sync_copy(
+                Api::CudaMemcpyPeer,
+                Direction::DeviceToDevice,
+                count as u64,
+                0,
+            )
+        },
         || unsafe { f(dst, dst_device, src, src_device, count) },
     )
 }

@@ -58,7 +58,10 @@ fn remember_pinned(ptr: *mut c_void, size: usize) {
 pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> RawError {
     let f = real!(c"cudaFreeHost", FreeFn);
     let size = forget_pinned(ptr);
-    hook(|| classify::implicit(Api::CudaFreeHost, size), || unsafe { f(ptr) })
+    hook(
+        || classify::implicit(Api::CudaFreeHost, size),
+        || unsafe { f(ptr) },
+    )
 }
 
 /// # Safety
@@ -67,7 +70,10 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> RawError {
 pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> RawError {
     let f = real!(c"cudaHostUnregister", FreeFn);
     let size = forget_pinned(ptr);
-    hook(|| classify::implicit(Api::CudaHostUnregister, size), || unsafe { f(ptr) })
+    hook(
+        || classify::implicit(Api::CudaHostUnregister, size),
+        || unsafe { f(ptr) },
+    )
 }
 
 /// # Safety
@@ -75,7 +81,10 @@ pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> RawError {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> RawError {
     let f = real!(c"cudaMallocHost", MallocHostFn);
-    let rc = hook(|| classify::implicit(Api::CudaMallocHost, size as u64), || unsafe { f(ptr, size) });
+    let rc = hook(
+        || classify::implicit(Api::CudaMallocHost, size as u64),
+        || unsafe { f(ptr, size) },
+    );
     if rc == 0 && !ptr.is_null() {
         // SAFETY: on success the runtime stored the allocation in `*ptr`.
         remember_pinned(unsafe { *ptr }, size);
@@ -86,9 +95,16 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> R
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> RawError {
+pub unsafe extern "C" fn cudaHostAlloc(
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> RawError {
     let f = real!(c"cudaHostAlloc", HostAllocFn);
-    let rc = hook(|| classify::implicit(Api::CudaHostAlloc, size as u64), || unsafe { f(ptr, size, flags) });
+    let rc = hook(
+        || classify::implicit(Api::CudaHostAlloc, size as u64),
+        || unsafe { f(ptr, size, flags) },
+    );
     if rc == 0 && !ptr.is_null() {
         // SAFETY: on success the runtime stored the allocation in `*ptr`.
         remember_pinned(unsafe { *ptr }, size);
@@ -99,9 +115,16 @@ pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> RawError {
+pub unsafe extern "C" fn cudaHostRegister(
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> RawError {
     let f = real!(c"cudaHostRegister", HostRegisterFn);
-    let rc = hook(|| classify::implicit(Api::CudaHostRegister, size as u64), || unsafe { f(ptr, size, flags) });
+    let rc = hook(
+        || classify::implicit(Api::CudaHostRegister, size as u64),
+        || unsafe { f(ptr, size, flags) },
+    );
     if rc == 0 {
         remember_pinned(ptr, size);
     }
@@ -113,7 +136,12 @@ fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds:
         || {
             let c = classify::memset(api, ptr, n as u64);
             if ptds {
-                Call { flags: FLAG_PER_THREAD, stream: STREAM_PER_THREAD, direction: Direction::None, ..c }
+                Call {
+                    flags: FLAG_PER_THREAD,
+                    stream: STREAM_PER_THREAD,
+                    direction: Direction::None,
+                    ..c
+                }
             } else {
                 c
             }
@@ -127,12 +155,26 @@ fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds:
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(Api::CudaMemset, real!(c"cudaMemset", MemsetFn), ptr, value, count, false)
+    memset(
+        Api::CudaMemset,
+        real!(c"cudaMemset", MemsetFn),
+        ptr,
+        value,
+        count,
+        false,
+    )
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset_ptds(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(Api::CudaMemsetPtds, real!(c"cudaMemset_ptds", MemsetFn), ptr, value, count, true)
+    memset(
+        Api::CudaMemsetPtds,
+        real!(c"cudaMemset_ptds", MemsetFn),
+        ptr,
+        value,
+        count,
+        true,
+    )
 }

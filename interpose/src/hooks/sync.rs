@@ -16,10 +16,22 @@ type EventFn = unsafe extern "C" fn(cudaEvent_t) -> RawError;
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
     let f = real!(c"cudaDeviceSynchronize", NoArgs);
-    hook(|| Call::new(Kind::DeviceSync, Api::CudaDeviceSynchronize), || unsafe { f() })
+    hook(
+        || Call::new(Kind::DeviceSync, Api::CudaDeviceSynchronize),
+        || unsafe { f() },
+    )
 }
 
-pub fn stream_sync(api: Api, f: StreamFn, stream: cudaStream_t, per_thread: bool) -> RawError {
+/// The body of `cudaStreamSynchronize` and its `_ptsz` variant.
+///
+/// # Safety
+/// `f` is the real function; `stream` is passed to it unchanged.
+pub unsafe fn stream_sync(
+    api: Api,
+    f: StreamFn,
+    stream: cudaStream_t,
+    per_thread: bool,
+) -> RawError {
     hook(
         || Call {
             stream: stream as u64,
@@ -36,7 +48,8 @@ pub fn stream_sync(api: Api, f: StreamFn, stream: cudaStream_t, per_thread: bool
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaStreamSynchronize(stream: cudaStream_t) -> RawError {
     let f = real!(c"cudaStreamSynchronize", StreamFn);
-    stream_sync(Api::CudaStreamSynchronize, f, stream, false)
+    // SAFETY: the caller's argument, forwarded.
+    unsafe { stream_sync(Api::CudaStreamSynchronize, f, stream, false) }
 }
 
 /// # Safety
@@ -44,7 +57,8 @@ pub unsafe extern "C" fn cudaStreamSynchronize(stream: cudaStream_t) -> RawError
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaStreamSynchronize_ptsz(stream: cudaStream_t) -> RawError {
     let f = real!(c"cudaStreamSynchronize_ptsz", StreamFn);
-    stream_sync(Api::CudaStreamSynchronizePtsz, f, stream, true)
+    // SAFETY: the caller's argument, forwarded.
+    unsafe { stream_sync(Api::CudaStreamSynchronizePtsz, f, stream, true) }
 }
 
 /// # Safety
@@ -52,5 +66,8 @@ pub unsafe extern "C" fn cudaStreamSynchronize_ptsz(stream: cudaStream_t) -> Raw
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> RawError {
     let f = real!(c"cudaEventSynchronize", EventFn);
-    hook(|| Call::new(Kind::EventSync, Api::CudaEventSynchronize), || unsafe { f(event) })
+    hook(
+        || Call::new(Kind::EventSync, Api::CudaEventSynchronize),
+        || unsafe { f(event) },
+    )
 }

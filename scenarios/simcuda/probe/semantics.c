@@ -7,6 +7,8 @@
  *   real: gcc semantics.c -o probe -L$CUDA/lib64 -lcudart -lpthread
  *   sim : gcc semantics.c -o probe -L<dir with libcudart.so -> libsimcudart.so> -lcudart -lpthread
  * Each line is "key value"; diff the two outputs (timings in ms differ by nature).
+ * h100-cuda13.0.txt is its output on an H100 with CUDA 13.0; tests/probe.rs compares the
+ * simulator's output with it.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -49,6 +51,10 @@ cudaError_t cudaHostGetDevicePointer(void **, void *, unsigned);
 cudaError_t cudaPointerGetAttributes(struct attrs *, const void *);
 cudaError_t cudaMemcpy(void *, const void *, size_t, int);
 cudaError_t cudaMemcpyAsync(void *, const void *, size_t, int, cudaStream_t);
+cudaError_t cudaMemcpy2D(void *, size_t, const void *, size_t, size_t, size_t, int);
+cudaError_t cudaMemcpyPeer(void *, int, const void *, int, size_t);
+cudaError_t cudaHostAlloc(void **, size_t, unsigned);
+cudaError_t cudaGetDevice(int *);
 cudaError_t cudaMemcpyToSymbol(const void *, const void *, size_t, size_t, int);
 cudaError_t cudaMemset(void *, int, size_t);
 cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t);
@@ -167,6 +173,16 @@ int main(void) {
     RC("memset.pageable", cudaMemset(pageable, 0, 16));
     RC("memset.pinned", cudaMemset(pinned, 0, 16));
     RC("memset.overrun", cudaMemset((char *)d + big - 8, 0, 16));
+    RC("memset.count0_pageable", cudaMemset(pageable, 0, 0));
+    RC("memcpy.count0_null", cudaMemcpy(NULL, NULL, 0, H2D));
+    RC("memcpy2D.width_over_pitch", cudaMemcpy2D(d, 16, pageable, 64, 32, 2, H2D));
+    RC("free(pinned)", cudaFree(pinned));
+    RC("setDevice(-1)", cudaSetDevice(-1));
+    RC("getDevice(NULL)", cudaGetDevice(NULL));
+    RC("hostAlloc.flags8", cudaHostAlloc(&z, 64, 8));
+    z = (void *)1;
+    RC("mallocHost(0)", cudaMallocHost(&z, 0));
+    printf("mallocHost(0).ptr_null %d\n", z == NULL);
 
     cudaStream_t s1, s2, nb;
     RC("streamCreateWithFlags(7)", cudaStreamCreateWithFlags(&s1, 7));
@@ -185,6 +201,7 @@ int main(void) {
     RC("eventQuery.unrecorded", cudaEventQuery(e1));
     RC("eventSynchronize.unrecorded", cudaEventSynchronize(e1));
     RC("streamWaitEvent.unrecorded", cudaStreamWaitEvent(s1, e1, 0));
+    RC("streamWaitEvent.flags2", cudaStreamWaitEvent(s1, e1, 2));
     RC("elapsed.unrecorded", cudaEventElapsedTime(&ms, e1, e2));
     cudaEventRecord(e1, s1);
     cudaEventRecord(notiming, s1);
@@ -232,6 +249,38 @@ int main(void) {
     dt = now_ms() - t0;
     printf("blocking.waits_legacy %s (%.2f ms)\n", dt > 20.0 ? "yes" : "no", dt);
     cudaDeviceSynchronize();
+    sleep_host_fn(s1, 30000);
+    RC("legacy.query_while_blocking_busy", cudaStreamQuery(0));
+    t0 = now_ms();
+    cudaStreamSynchronize(0);
+    dt = now_ms() - t0;
+    printf("legacy.sync_waits_blocking %s (%.2f ms)\n", dt > 20.0 ? "yes" : "no", dt);
+    cudaDeviceSynchronize();
+    sleep_host_fn((cudaStream_t)2, 30000);
+    t0 = now_ms();
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    dt = now_ms() - t0;
+    printf("legacy.waits_per_thread %s (%.2f ms)\n", dt > 20.0 ? "yes" : "no", dt);
+    cudaDeviceSynchronize();
+    {
+        cudaStream_t s3;
+        cudaStreamCreate(&s3);
+        sleep_host_fn(s3, 30000);
+        t0 = now_ms();
+        cudaError_t rc = cudaStreamDestroy(s3);
+        dt = now_ms() - t0;
+        printf("streamDestroy.pending rc=%d blocked=%s (%.2f ms)\n", rc, dt > 20.0 ? "yes" : "no", dt);
+        cudaDeviceSynchronize();
+    }
+    /* A host function does not hold up a copy in another stream. */
+    sleep_host_fn(s1, 30000);
+    t0 = now_ms();
+    cudaMemcpyAsync(d, pinned, 1 << 20, H2D, s2);
+    cudaStreamSynchronize(s2);
+    dt = now_ms() - t0;
+    printf("overlap.hostfn_and_copy %s (%.2f ms)\n", dt < 20.0 ? "yes" : "no", dt);
+    cudaDeviceSynchronize();
 
     BLOCK_MS("memcpyAsync.h2d_pinned", s1, cudaMemcpyAsync(d, pinned, 1 << 20, H2D, s1));
     BLOCK_MS("memcpyAsync.d2h_pinned", s1, cudaMemcpyAsync(pinned, d, 1 << 20, D2H, s1));
@@ -245,6 +294,7 @@ int main(void) {
     BLOCK_MS("memcpy.h2d_pageable", 0, cudaMemcpy(d, pageable, 1 << 20, H2D));
     BLOCK_MS("memcpy.d2h_pinned", 0, cudaMemcpy(pinned, d, 1 << 20, D2H));
     BLOCK_MS("memcpy.d2d", 0, cudaMemcpy(d, (char *)d + (1 << 20), 1 << 20, D2D));
+    BLOCK_MS("memcpyPeer.same_device", 0, cudaMemcpyPeer(d, 0, (char *)d + (1 << 20), 0, 1 << 20));
     BLOCK_MS("memcpy.h2d_nonblocking_pending", nb, cudaMemcpy(d, pinned, 1 << 20, H2D));
     BLOCK_MS("memset.device", 0, cudaMemset(d, 0, 1 << 20));
     BLOCK_MS("memset.pinned", 0, cudaMemset(pinned, 0, 4096));
@@ -284,7 +334,9 @@ int main(void) {
         sleep_host_fn(s1, 30000);
         double t = now_ms();
         cudaMemcpyAsync(d, pageable, sizes[i], H2D, s1);
-        printf("staging.h2d_pageable_%zuKiB blocked %.2f ms\n", sizes[i] >> 10, now_ms() - t);
+        double dt = now_ms() - t;
+        printf("staging.h2d_pageable_%zuKiB blocked=%s (%.2f ms)\n", sizes[i] >> 10,
+               dt > 20.0 ? "yes" : "no", dt);
     }
     cudaDeviceSynchronize();
     sleep_host_fn(s1, 30000);
@@ -301,7 +353,9 @@ int main(void) {
         cudaMemcpyAsync(d, pageable, 64u << 20, H2D, s1);
         double call = now_ms() - t;
         cudaStreamSynchronize(s1);
-        printf("staging.h2d_pageable_64MiB_idle call %.2f ms total %.2f ms\n", call, now_ms() - t);
+        double total = now_ms() - t;
+        printf("staging.h2d_pageable_64MiB_idle call_waits_for_copy=%s (%.2f of %.2f ms)\n",
+               call > 0.9 * total ? "yes" : "no", call, total);
     }
     BLOCK_MS("memcpyAsync.d2h_pageable_small", s1, cudaMemcpyAsync(pageable, d, 4096, D2H, s1));
     /* Is a pageable source read during the call (staged), or later? */
@@ -318,6 +372,7 @@ int main(void) {
     }
     RC("deviceSynchronize", cudaDeviceSynchronize());
 
+    fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         int cn = -1;

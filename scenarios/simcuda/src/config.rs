@@ -116,9 +116,7 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(move |name| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
         })
     }
 

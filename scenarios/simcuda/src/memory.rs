@@ -231,8 +231,12 @@ mod tests {
             map.allocate(DEVICE_MEMORY_BYTES + 1, MemKind::Device, 0),
             Err(cudaError_t::cudaErrorMemoryAllocation)
         );
-        let a = map.allocate(DEVICE_MEMORY_BYTES / 2, MemKind::Device, 0).unwrap();
-        let b = map.allocate(DEVICE_MEMORY_BYTES / 2, MemKind::Managed, 0).unwrap();
+        let a = map
+            .allocate(DEVICE_MEMORY_BYTES / 2, MemKind::Device, 0)
+            .unwrap();
+        let b = map
+            .allocate(DEVICE_MEMORY_BYTES / 2, MemKind::Managed, 0)
+            .unwrap();
         assert!(map.allocate(1, MemKind::Device, 0).is_err());
         // Pinned host memory does not count against the device.
         let p = map.allocate(4096, MemKind::Pinned, 0).unwrap();

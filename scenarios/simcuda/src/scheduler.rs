@@ -53,6 +53,23 @@ impl SchedState {
             .collect()
     }
 
+    /// What synchronizing with stream `id` waits for: its pending work and, for the legacy
+    /// default stream, the pending work of every blocking stream of its device (CUDA 13:
+    /// `cudaStreamSynchronize(0)` and `cudaStreamQuery(0)` cover those too).
+    pub fn sync_targets(&self, id: StreamId) -> CudaResult<Vec<Arc<Completion>>> {
+        let stream = self.stream(id)?;
+        let mut targets: Vec<_> = stream.pending_tail().into_iter().collect();
+        if stream.kind == StreamKind::Legacy {
+            targets.extend(
+                self.streams
+                    .values()
+                    .filter(|s| s.device == stream.device && s.kind.is_blocking())
+                    .filter_map(Stream::pending_tail),
+            );
+        }
+        Ok(targets)
+    }
+
     /// A live (not destroyed) stream.
     pub fn stream(&self, id: StreamId) -> CudaResult<&Stream> {
         self.streams
@@ -175,7 +192,10 @@ impl Scheduler {
     /// Blocks the calling thread until every completion in `targets` is done.
     pub fn wait_for<'a>(&self, mut g: Guard<'a>, targets: &[Arc<Completion>]) -> Guard<'a> {
         while !targets.iter().all(|t| t.is_done()) {
-            g = self.progress.wait(g).unwrap_or_else(PoisonError::into_inner);
+            g = self
+                .progress
+                .wait(g)
+                .unwrap_or_else(PoisonError::into_inner);
         }
         g
     }
@@ -211,7 +231,10 @@ impl Scheduler {
             let engine_held =
                 engine.is_some_and(|e| state.devices[e.device].engine(e.kind).is_held());
             if !front.deps_done() || engine_held {
-                g = self.progress.wait(g).unwrap_or_else(PoisonError::into_inner);
+                g = self
+                    .progress
+                    .wait(g)
+                    .unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
             let device = stream.device;
@@ -233,13 +256,14 @@ impl Scheduler {
             let began = clock::now_ns();
             let ok = queued.op.run();
             let spent = clock::now_ns().saturating_sub(began);
-            // The modeled end: host functions last as long as they ran; other work lasts its
-            // modeled time, or longer if the real bytes took longer to move. Lateness in waking
-            // up is not counted, so it does not accumulate along a stream.
+            // The modeled end: host functions last as long as they ran, other work its modeled
+            // time. Lateness in waking up is not counted, so it does not accumulate along a
+            // stream. When moving the real bytes took longer than modeled (a slow host), the
+            // work completes late but its timestamps stay those of the model.
             let end = if host_fn {
                 start.saturating_add(spent)
             } else {
-                start.saturating_add(duration.max(spent))
+                start.saturating_add(duration)
             };
             clock::sleep_until(end);
 
@@ -250,7 +274,8 @@ impl Scheduler {
             let dev = &mut g.devices[device];
             dev.staging_free += queued.staged_bytes;
             if !ok {
-                dev.fault.get_or_insert(cudaError_t::cudaErrorIllegalAddress);
+                dev.fault
+                    .get_or_insert(cudaError_t::cudaErrorIllegalAddress);
             }
             if let Some(stream) = g.streams.get_mut(&id) {
                 stream.last_end_ns = end;

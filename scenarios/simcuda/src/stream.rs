@@ -83,7 +83,8 @@ impl Completion {
     }
 
     pub fn complete(&self, end_ns: u64) {
-        self.end_ns.store(end_ns.min(PENDING - 1), Ordering::Release);
+        self.end_ns
+            .store(end_ns.min(PENDING - 1), Ordering::Release);
     }
 }
 
@@ -141,11 +142,6 @@ impl Stream {
             destroyed: false,
             wake: Arc::new(Condvar::new()),
         }
-    }
-
-    /// Whether everything enqueued so far has completed.
-    pub fn is_idle(&self) -> bool {
-        self.tail.as_ref().is_none_or(|t| t.is_done())
     }
 
     /// Completion of the newest operation, if it is still pending.

@@ -203,6 +203,26 @@ impl Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::{MemKind, MemoryMap};
+
+    #[test]
+    fn work_on_freed_memory_faults_instead_of_touching_it() {
+        let mut map = MemoryMap::new(1);
+        let base = map.allocate(4096, MemKind::Device, 0).unwrap();
+        let op = Op {
+            work: Work::Memset(MemsetWork {
+                dst: base as *mut u8,
+                value: 1,
+                len: 4096,
+            }),
+            engine: None,
+            duration_ns: 0,
+            keep: vec![Arc::clone(map.find(base).unwrap())],
+        };
+        map.remove(base);
+        // Still mapped (the op holds it), but the program freed it: a fault, no write.
+        assert!(!op.run());
+    }
 
     #[test]
     fn extents_cover_the_last_row() {

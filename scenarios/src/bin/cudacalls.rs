@@ -66,17 +66,47 @@ impl Ctx {
         let mut t = Truth::default();
         let mut s1 = null_mut();
         let mut sn = null_mut();
-        let (mut dev, mut dev2, mut pinned, mut pinned2) = (null_mut(), null_mut(), null_mut(), null_mut());
+        let (mut dev, mut dev2, mut pinned, mut pinned2) =
+            (null_mut(), null_mut(), null_mut(), null_mut());
         let mut event = null_mut();
         // SAFETY: plain runtime calls with valid out-pointers.
         unsafe {
-            check_call(t.call("cudaStreamCreateWithFlags", 0, || cudaStreamCreateWithFlags(&mut s1, 0)), "stream");
-            check_call(t.call("cudaStreamCreateWithFlags", 0, || cudaStreamCreateWithFlags(&mut sn, 1)), "stream");
-            check_call(t.call("cudaMalloc", 0, || cudaMalloc(&mut dev, BUF)), "cudaMalloc");
-            check_call(t.call("cudaMalloc", 0, || cudaMalloc(&mut dev2, BUF)), "cudaMalloc");
-            check_call(t.call("cudaMallocHost", BUF as u64, || cudaMallocHost(&mut pinned, BUF)), "cudaMallocHost");
-            check_call(t.call("cudaMallocHost", BUF as u64, || cudaMallocHost(&mut pinned2, BUF)), "cudaMallocHost");
-            check_call(t.call("cudaEventCreate", 0, || cudaEventCreate(&mut event)), "cudaEventCreate");
+            check_call(
+                t.call("cudaStreamCreateWithFlags", 0, || {
+                    cudaStreamCreateWithFlags(&mut s1, 0)
+                }),
+                "stream",
+            );
+            check_call(
+                t.call("cudaStreamCreateWithFlags", 0, || {
+                    cudaStreamCreateWithFlags(&mut sn, 1)
+                }),
+                "stream",
+            );
+            check_call(
+                t.call("cudaMalloc", 0, || cudaMalloc(&mut dev, BUF)),
+                "cudaMalloc",
+            );
+            check_call(
+                t.call("cudaMalloc", 0, || cudaMalloc(&mut dev2, BUF)),
+                "cudaMalloc",
+            );
+            check_call(
+                t.call("cudaMallocHost", BUF as u64, || {
+                    cudaMallocHost(&mut pinned, BUF)
+                }),
+                "cudaMallocHost",
+            );
+            check_call(
+                t.call("cudaMallocHost", BUF as u64, || {
+                    cudaMallocHost(&mut pinned2, BUF)
+                }),
+                "cudaMallocHost",
+            );
+            check_call(
+                t.call("cudaEventCreate", 0, || cudaEventCreate(&mut event)),
+                "cudaEventCreate",
+            );
         }
         let mut registered = null_mut();
         // SAFETY: page-aligned allocation for cudaHostRegister.
@@ -85,7 +115,9 @@ impl Ctx {
                 panic!("posix_memalign failed");
             }
             check_call(
-                t.call("cudaHostRegister", BUF as u64, || cudaHostRegister(registered, BUF, 0)),
+                t.call("cudaHostRegister", BUF as u64, || {
+                    cudaHostRegister(registered, BUF, 0)
+                }),
                 "cudaHostRegister",
             );
         }
@@ -108,16 +140,39 @@ impl Ctx {
         // SAFETY: releasing what `new` allocated.
         unsafe {
             let t = &mut self.t;
-            check_call(t.call("cudaDeviceSynchronize", 0, || cudaDeviceSynchronize()), "sync");
-            check_call(t.call("cudaHostUnregister", BUF as u64, || cudaHostUnregister(self.registered)), "unregister");
+            check_call(
+                t.call("cudaDeviceSynchronize", 0, || cudaDeviceSynchronize()),
+                "sync",
+            );
+            check_call(
+                t.call("cudaHostUnregister", BUF as u64, || {
+                    cudaHostUnregister(self.registered)
+                }),
+                "unregister",
+            );
             libc::free(self.registered);
-            check_call(t.call("cudaFreeHost", BUF as u64, || cudaFreeHost(self.pinned)), "cudaFreeHost");
-            check_call(t.call("cudaFreeHost", BUF as u64, || cudaFreeHost(self.pinned2)), "cudaFreeHost");
+            check_call(
+                t.call("cudaFreeHost", BUF as u64, || cudaFreeHost(self.pinned)),
+                "cudaFreeHost",
+            );
+            check_call(
+                t.call("cudaFreeHost", BUF as u64, || cudaFreeHost(self.pinned2)),
+                "cudaFreeHost",
+            );
             check_call(t.call("cudaFree", 0, || cudaFree(self.dev)), "cudaFree");
             check_call(t.call("cudaFree", 0, || cudaFree(self.dev2)), "cudaFree");
-            check_call(t.call("cudaEventDestroy", 0, || cudaEventDestroy(self.event)), "event");
-            check_call(t.call("cudaStreamDestroy", 0, || cudaStreamDestroy(self.s1)), "stream");
-            check_call(t.call("cudaStreamDestroy", 0, || cudaStreamDestroy(self.sn)), "stream");
+            check_call(
+                t.call("cudaEventDestroy", 0, || cudaEventDestroy(self.event)),
+                "event",
+            );
+            check_call(
+                t.call("cudaStreamDestroy", 0, || cudaStreamDestroy(self.s1)),
+                "stream",
+            );
+            check_call(
+                t.call("cudaStreamDestroy", 0, || cudaStreamDestroy(self.sn)),
+                "stream",
+            );
         }
         self.t
     }
@@ -149,7 +204,11 @@ impl Ctx {
             "h2d" => (self.dev, self.host(mem, false), cudaMemcpyHostToDevice),
             "d2h" => (self.host(mem, false), self.dev, cudaMemcpyDeviceToHost),
             "d2d" => (self.dev2, self.dev, cudaMemcpyDeviceToDevice),
-            "h2h" => (self.host(mem, true), self.host(mem, false), cudaMemcpyHostToHost),
+            "h2h" => (
+                self.host(mem, true),
+                self.host(mem, false),
+                cudaMemcpyHostToHost,
+            ),
             _ => panic!("unknown direction {dir:?} (h2d d2h d2d h2h)"),
         }
     }
@@ -173,7 +232,12 @@ extern "C" fn sleep_in_stream(us: *mut c_void) {
 }
 
 fn pitched(ptr: *mut c_void, w: usize, h: usize) -> cudaPitchedPtr {
-    cudaPitchedPtr { ptr, pitch: w, xsize: w, ysize: h }
+    cudaPitchedPtr {
+        ptr,
+        pitch: w,
+        xsize: w,
+        ysize: h,
+    }
 }
 
 fn run_op(c: &mut Ctx, op: &str) {
@@ -192,17 +256,31 @@ fn run_op(c: &mut Ctx, op: &str) {
             }
             "sync" => {
                 let s = c.stream(a[0]);
-                check(c.t.call("cudaStreamSynchronize", 0, || cudaStreamSynchronize(s)), op);
+                check(
+                    c.t.call("cudaStreamSynchronize", 0, || cudaStreamSynchronize(s)),
+                    op,
+                );
             }
             "sync-ptsz" => {
                 let s = c.stream(a[0]);
-                check(c.t.call("cudaStreamSynchronize_ptsz", 0, || cudaStreamSynchronize_ptsz(s)), op);
+                check(
+                    c.t.call("cudaStreamSynchronize_ptsz", 0, || {
+                        cudaStreamSynchronize_ptsz(s)
+                    }),
+                    op,
+                );
             }
-            "device-sync" => check(c.t.call("cudaDeviceSynchronize", 0, || cudaDeviceSynchronize()), op),
+            "device-sync" => check(
+                c.t.call("cudaDeviceSynchronize", 0, || cudaDeviceSynchronize()),
+                op,
+            ),
             "event-sync" => {
                 let (s, e) = (c.stream(a[0]), c.event);
                 check(c.t.call("cudaEventRecord", 0, || cudaEventRecord(e, s)), op);
-                check(c.t.call("cudaEventSynchronize", 0, || cudaEventSynchronize(e)), op);
+                check(
+                    c.t.call("cudaEventSynchronize", 0, || cudaEventSynchronize(e)),
+                    op,
+                );
             }
             "memcpy" | "memcpy-ptds" | "memcpy-default" => {
                 let n = num(a[1]);
@@ -224,9 +302,13 @@ fn run_op(c: &mut Ctx, op: &str) {
                 let (d, s, k) = c.ends(a[0], mem(a.get(2).copied()));
                 let st = c.stream(a.get(3).copied().unwrap_or("s1"));
                 let rc = if name == "async-ptsz" {
-                    c.t.call("cudaMemcpyAsync_ptsz", n as u64, || cudaMemcpyAsync_ptsz(d, s, n, k, st))
+                    c.t.call("cudaMemcpyAsync_ptsz", n as u64, || {
+                        cudaMemcpyAsync_ptsz(d, s, n, k, st)
+                    })
                 } else {
-                    c.t.call("cudaMemcpyAsync", n as u64, || cudaMemcpyAsync(d, s, n, k, st))
+                    c.t.call("cudaMemcpyAsync", n as u64, || {
+                        cudaMemcpyAsync(d, s, n, k, st)
+                    })
                 };
                 check(rc, op);
             }
@@ -236,9 +318,13 @@ fn run_op(c: &mut Ctx, op: &str) {
                 let (d, s, k) = c.ends(a[0], mem(a.get(3).copied()));
                 let rc = if name == "async2d" {
                     let st = c.stream(a.get(4).copied().unwrap_or("s1"));
-                    c.t.call("cudaMemcpy2DAsync", (w * h) as u64, || cudaMemcpy2DAsync(d, w, s, w, w, h, k, st))
+                    c.t.call("cudaMemcpy2DAsync", (w * h) as u64, || {
+                        cudaMemcpy2DAsync(d, w, s, w, w, h, k, st)
+                    })
                 } else {
-                    c.t.call("cudaMemcpy2D", (w * h) as u64, || cudaMemcpy2D(d, w, s, w, w, h, k))
+                    c.t.call("cudaMemcpy2D", (w * h) as u64, || {
+                        cudaMemcpy2D(d, w, s, w, w, h, k)
+                    })
                 };
                 check(rc, op);
             }
@@ -249,7 +335,11 @@ fn run_op(c: &mut Ctx, op: &str) {
                 let mut p: cudaMemcpy3DParms = std::mem::zeroed();
                 p.srcPtr = pitched(s as *mut c_void, w, h);
                 p.dstPtr = pitched(d, w, h);
-                p.extent = cudaExtent { width: w, height: h, depth: dd };
+                p.extent = cudaExtent {
+                    width: w,
+                    height: h,
+                    depth: dd,
+                };
                 p.kind = k;
                 let n = (w * h * dd) as u64;
                 let rc = if name == "async3d" {
@@ -263,7 +353,10 @@ fn run_op(c: &mut Ctx, op: &str) {
             "peer" => {
                 let n = num(a[0]);
                 let (d, s) = (c.dev2, c.dev);
-                check(c.t.call("cudaMemcpyPeer", n as u64, || cudaMemcpyPeer(d, 0, s, 0, n)), op);
+                check(
+                    c.t.call("cudaMemcpyPeer", n as u64, || cudaMemcpyPeer(d, 0, s, 0, n)),
+                    op,
+                );
             }
             "free" => {
                 let mut p = null_mut();
@@ -286,8 +379,14 @@ fn run_op(c: &mut Ctx, op: &str) {
                 let n = num(a[0]);
                 let mut p = null_mut();
                 assert_eq!(libc::posix_memalign(&mut p, 4096, n), 0);
-                check(c.t.call("cudaHostRegister", n as u64, || cudaHostRegister(p, n, 0)), op);
-                check(c.t.call("cudaHostUnregister", n as u64, || cudaHostUnregister(p)), op);
+                check(
+                    c.t.call("cudaHostRegister", n as u64, || cudaHostRegister(p, n, 0)),
+                    op,
+                );
+                check(
+                    c.t.call("cudaHostUnregister", n as u64, || cudaHostUnregister(p)),
+                    op,
+                );
                 libc::free(p);
             }
             "memset" => {
@@ -328,7 +427,9 @@ fn main() -> ExitCode {
             "--threads" => threads = num(&args.next().unwrap_or_default()),
             "--fork" => fork = true,
             "-h" | "--help" => {
-                println!("usage: cudacalls [--iters N] [--threads T] [--fork] OP...  (ops: see source)");
+                println!(
+                    "usage: cudacalls [--iters N] [--threads T] [--fork] OP...  (ops: see source)"
+                );
                 return ExitCode::SUCCESS;
             }
             _ => ops.push(a),
@@ -346,7 +447,9 @@ fn main() -> ExitCode {
     };
     let mut total = Truth::default();
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads).map(|_| s.spawn(|| run_thread(&ops, iters))).collect();
+        let hs: Vec<_> = (0..threads)
+            .map(|_| s.spawn(|| run_thread(&ops, iters)))
+            .collect();
         for h in hs {
             total.merge(&h.join().expect("worker thread panicked"));
         }

@@ -11,7 +11,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: c_int = args.first().and_then(|a| a.parse().ok()).unwrap_or(3);
     let us: c_uint = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let path = CString::new(env!("SYNCSPY_CUDACALLER_LIB")).expect("path without NUL");
+    // Where the build put the library; CUDACALLER_LIB overrides it when the programs were
+    // copied to another machine.
+    let path = std::env::var("CUDACALLER_LIB")
+        .unwrap_or_else(|_| env!("SYNCSPY_CUDACALLER_LIB").to_string());
+    let path = CString::new(path).expect("path without NUL");
     // SAFETY: loading a library we built; the symbol has the declared C signature.
     unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
