@@ -14,6 +14,6 @@ for b in hooks ring; do
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["kind"]==["bench"] and m.get("executable"): print(m["executable"])' | tail -1)
-  cp "$exe" ".gpu/bench-$b"
+  cp "$exe" ".gpu/bench-$b" && strip ".gpu/bench-$b"
 done
 du -sh .gpu

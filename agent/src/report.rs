@@ -154,6 +154,9 @@ pub struct ProcessReport {
     pub stack_captures: u64,
     #[serde(default)]
     pub stack_ns: u64,
+    /// Call sites found in the library's per-thread stack cache, without unwinding.
+    #[serde(default)]
+    pub stack_cache_hits: u64,
     /// Stacks that found no room in the call-site table; modules that found no room in the
     /// module map.
     #[serde(default)]
@@ -279,6 +282,7 @@ pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> Proces
         overhead_ns: a.live.overhead_ns,
         stack_captures: a.live.stack_captures,
         stack_ns: a.live.stack_ns,
+        stack_cache_hits: a.live.stack_cache_hits,
         sites_dropped: a.live.sites_dropped,
         modules_dropped: a.live.modules_dropped,
         non_stall_calls,

@@ -214,10 +214,11 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     }
     let _ = writeln!(
         out,
-        "  syncspy overhead: {} ({} of wall), {} stacks captured in {}",
+        "  syncspy overhead: {} ({} of wall); call sites: {} stacks unwound, {} from cache, {} in all",
         fmt_ns(p.overhead_ns),
         pct(p.overhead_ns, p.wall_ns),
         p.stack_captures,
+        p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
     if p.dropped_events > 0 {

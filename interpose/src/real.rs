@@ -8,11 +8,15 @@
 //! resolved once and cached.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub struct Real {
     name: &'static CStr,
     ptr: AtomicPtr<c_void>,
+    /// The dynamic linker's `dlpi_adds` when resolution last failed (0: never failed). A
+    /// failed lookup is retried only once more objects have been loaded, so a missing
+    /// symbol costs one counter read per call, not a search.
+    failed_at: AtomicU64,
 }
 
 impl Real {
@@ -20,6 +24,7 @@ impl Real {
         Real {
             name,
             ptr: AtomicPtr::new(std::ptr::null_mut()),
+            failed_at: AtomicU64::new(0),
         }
     }
 
@@ -43,12 +48,18 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> *mut c_void {
+        let adds = crate::stack::loader_adds();
+        if self.failed_at.load(Ordering::Relaxed) == adds {
+            return std::ptr::null_mut();
+        }
         // SAFETY: dlsym/dlopen with valid C strings.
         let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
         if p.is_null() {
             p = resolve_in_loaded_runtime(self.name);
         }
-        if !p.is_null() {
+        if p.is_null() {
+            self.failed_at.store(adds, Ordering::Relaxed);
+        } else {
             self.ptr.store(p, Ordering::Relaxed);
         }
         p

@@ -6,6 +6,15 @@
 //! Cost is bounded: stacks are taken only for stalls (never on the non-stalling fast path),
 //! at most `SYNCSPY_STACK_DEPTH` frames, optionally only for stalls longer than
 //! `SYNCSPY_STACK_MIN_NS`; the time spent is published in the header (`stack_ns`).
+//!
+//! A stall that repeats from the same place (the common case: a sync in a training loop)
+//! does not unwind again. Each thread caches recent stacks keyed by its stack position, with
+//! the stack slots that held each return address. On a later stall at the same stack
+//! position, the cached stack is taken only if every one of those slots still holds the
+//! same return address. That check is exact: with the same stack pointer and the same return
+//! address, DWARF unwinding of the next frame lands on the same slot, so by induction the
+//! whole chain is the one the unwinder would find. x86_64 only (the return address sits at
+//! CFA − 8); elsewhere every stall unwinds.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::Ordering;
@@ -22,6 +31,7 @@ extern "C" {
         arg: *mut c_void,
     ) -> c_int;
     fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+    fn _Unwind_GetCFA(ctx: *mut c_void) -> usize;
 }
 
 const URC_NO_REASON: c_int = 0;
@@ -29,6 +39,8 @@ const URC_END_OF_STACK: c_int = 5;
 
 struct Walk {
     frames: [u64; MAX_FRAMES],
+    /// Stack address that held each frame's return address.
+    slots: [u64; MAX_FRAMES],
     n: usize,
     depth: usize,
     /// Leading frames inside this range (the library itself) are skipped.
@@ -40,10 +52,19 @@ struct Walk {
 extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Walk` passed to `_Unwind_Backtrace` below; `ctx` is the
     // unwinder's context for this frame.
-    let (w, ip) = unsafe { (&mut *(arg as *mut Walk), _Unwind_GetIP(ctx) as u64) };
+    let (w, ip, cfa) = unsafe {
+        (
+            &mut *(arg as *mut Walk),
+            _Unwind_GetIP(ctx) as u64,
+            _Unwind_GetCFA(ctx) as u64,
+        )
+    };
     if ip == 0 {
         return URC_END_OF_STACK;
     }
+    // In a backtrace callback the CFA is that of the frame just unwound (the callee), so
+    // this frame's return address `ip` was pushed at CFA − 8.
+    let slot = cfa.wrapping_sub(8);
     if w.skipping && w.own.0 <= ip && ip < w.own.1 {
         return URC_NO_REASON;
     }
@@ -53,6 +74,7 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         return URC_END_OF_STACK;
     }
     w.frames[w.n] = ip;
+    w.slots[w.n] = slot;
     w.n += 1;
     URC_NO_REASON
 }
@@ -60,8 +82,15 @@ extern "C" fn step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
 /// Unwinds the calling thread's stack: return addresses, innermost first, without the
 /// leading frames that lie in `own`. Returns the frames and whether the depth cut them.
 pub fn capture(own: (u64, u64), depth: usize, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
+    let w = walk(own, depth);
+    out[..w.n].copy_from_slice(&w.frames[..w.n]);
+    (w.n, w.truncated)
+}
+
+fn walk(own: (u64, u64), depth: usize) -> Walk {
     let mut w = Walk {
         frames: [0; MAX_FRAMES],
+        slots: [0; MAX_FRAMES],
         n: 0,
         depth: depth.min(MAX_FRAMES),
         own,
@@ -70,31 +99,44 @@ pub fn capture(own: (u64, u64), depth: usize, out: &mut [u64; MAX_FRAMES]) -> (u
     };
     // SAFETY: `step` only touches the Walk it is given.
     unsafe { _Unwind_Backtrace(step, &mut w as *mut Walk as *mut c_void) };
-    out[..w.n].copy_from_slice(&w.frames[..w.n]);
-    (w.n, w.truncated)
+    w
 }
 
-/// Captures and interns the current stack; returns the site id and whether it was cut.
+/// Finds the call site of the current stall: from the thread's stack cache when the stack
+/// is provably the same as a cached one, else by unwinding and interning. Returns the site
+/// id and whether the stack was cut at the depth limit.
+#[inline(never)]
 pub fn capture_site(rt: &Runtime) -> (u32, bool) {
     let t0 = now_ns();
-    let mut frames = [0u64; MAX_FRAMES];
-    let (n, truncated) = capture(rt.own, rt.cfg.stack_depth, &mut frames);
+    let marker = 0u8;
+    // The address of a local: a deterministic function of the stack pointer at the hook.
+    let key = std::hint::black_box(&marker) as *const u8 as usize;
+    let live = rt.seg.live();
+    if let Some(hit) = cache::lookup(key) {
+        live.stack_cache_hits.fetch_add(1, Ordering::Relaxed);
+        live.stack_ns
+            .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+        return hit;
+    }
+    let w = walk(rt.own, rt.cfg.stack_depth);
     refresh_modules(rt);
-    let site = if n == 0 {
+    let site = if w.n == 0 {
         NO_SITE
     } else {
-        rt.seg.intern_site(&frames[..n]).unwrap_or(NO_SITE)
+        rt.seg.intern_site(&w.frames[..w.n]).unwrap_or(NO_SITE)
     };
-    let live = rt.seg.live();
+    if site != NO_SITE {
+        cache::store(key, &w, site);
+    }
     live.stack_captures.fetch_add(1, Ordering::Relaxed);
     live.stack_ns
         .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
-    (site, truncated)
+    (site, w.truncated)
 }
 
 /// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
 /// the iteration at the first object, so this costs one loader-lock round trip.
-fn loader_adds() -> u64 {
+pub fn loader_adds() -> u64 {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
         _: usize,
@@ -225,6 +267,125 @@ pub fn own_range() -> (u64, u64) {
         .find(|o| o.start <= here && here < o.end)
         .map(|o| (o.start, o.end))
         .unwrap_or((0, 0))
+}
+
+/// The per-thread stack cache (see the module comment).
+mod cache {
+    use std::cell::RefCell;
+
+    use syncspy_abi::sites::MAX_FRAMES;
+
+    use super::Walk;
+
+    const WAYS: usize = 8;
+
+    #[derive(Clone, Copy)]
+    struct Entry {
+        key: usize,
+        n: usize,
+        truncated: bool,
+        site: u32,
+        frames: [u64; MAX_FRAMES],
+        slots: [u64; MAX_FRAMES],
+    }
+
+    const EMPTY: Entry = Entry {
+        key: 0,
+        n: 0,
+        truncated: false,
+        site: 0,
+        frames: [0; MAX_FRAMES],
+        slots: [0; MAX_FRAMES],
+    };
+
+    struct ThreadStacks {
+        entries: [Entry; WAYS],
+        /// Highest address of this thread's stack: slots must lie below it.
+        stack_hi: usize,
+    }
+
+    thread_local! {
+        static STACKS: RefCell<Option<Box<ThreadStacks>>> = const { RefCell::new(None) };
+    }
+
+    fn way(key: usize) -> usize {
+        (key >> 4) % WAYS
+    }
+
+    fn stack_hi() -> usize {
+        // SAFETY: querying the calling thread's own attributes into zeroed locals.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+                return 0;
+            }
+            let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+            let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            if rc != 0 {
+                return 0;
+            }
+            addr as usize + size
+        }
+    }
+
+    /// The cached site for a stall at stack position `key`, if every return-address slot
+    /// of the cached stack still holds its return address.
+    pub fn lookup(key: usize) -> Option<(u32, bool)> {
+        if !cfg!(target_arch = "x86_64") {
+            return None;
+        }
+        STACKS
+            .try_with(|s| {
+                let s = s.try_borrow().ok()?;
+                let ts = s.as_ref()?;
+                let e = &ts.entries[way(key)];
+                if e.key != key || e.n == 0 {
+                    return None;
+                }
+                for (slot, frame) in e.slots[..e.n].iter().zip(&e.frames[..e.n]) {
+                    let slot = *slot as usize;
+                    if slot < key || slot.checked_add(8)? > ts.stack_hi {
+                        return None;
+                    }
+                    // SAFETY: `slot` lies between this function's frame and the top of the
+                    // thread's stack, in the live frames of our callers.
+                    let v = unsafe { std::ptr::read_volatile(slot as *const u64) };
+                    if v != *frame {
+                        return None;
+                    }
+                }
+                Some((e.site, e.truncated))
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Remembers an unwound stack.
+    pub fn store(key: usize, w: &Walk, site: u32) {
+        if !cfg!(target_arch = "x86_64") || w.n == 0 {
+            return;
+        }
+        let _ = STACKS.try_with(|s| {
+            let Ok(mut s) = s.try_borrow_mut() else {
+                return;
+            };
+            let ts = s.get_or_insert_with(|| {
+                Box::new(ThreadStacks {
+                    entries: [EMPTY; WAYS],
+                    stack_hi: stack_hi(),
+                })
+            });
+            ts.entries[way(key)] = Entry {
+                key,
+                n: w.n,
+                truncated: w.truncated,
+                site,
+                frames: w.frames,
+                slots: w.slots,
+            };
+        });
+    }
 }
 
 #[cfg(test)]

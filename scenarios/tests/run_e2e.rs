@@ -471,3 +471,42 @@ fn a_runtime_loaded_with_rtld_local_is_still_interposed_and_forwarded() {
     assert_eq!(count(ss), 4);
     assert!(ss["total_ns"].as_u64().unwrap() >= 4 * 1_900_000);
 }
+
+#[test]
+fn stalls_that_differ_only_deep_in_the_stack_get_their_own_sites() {
+    let c = cudacalls();
+    // Same immediate caller, same stack depth, different callers above it, alternating:
+    // the per-thread stack cache must not merge them.
+    let r = syncspy_run(
+        "deep",
+        &[],
+        &[&c, "--iters", "5", "sync-a=s1", "sync-b=s1", "sync-a=s1"],
+    );
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    let sites: Vec<&Value> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "stream_sync")
+        .collect();
+    let with = |name: &str| -> u64 {
+        sites
+            .iter()
+            .filter(|s| {
+                s["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f.as_str().unwrap().contains(name))
+            })
+            .map(|s| count(s))
+            .sum()
+    };
+    assert_eq!(with("path_a"), 10, "sites: {sites:#?}");
+    assert_eq!(with("path_b"), 5, "sites: {sites:#?}");
+    assert!(
+        p["stack_cache_hits"].as_u64().unwrap_or(0) > 0,
+        "repeated stacks should hit the cache"
+    );
+}

@@ -145,9 +145,12 @@ pub struct Live {
     /// Nanoseconds the library spent on its own work in recorded calls (classification,
     /// record write, stack capture): the instrumentation overhead.
     pub overhead_ns: AtomicU64,
-    /// Stacks unwound, and the nanoseconds spent unwinding and interning them.
+    /// Stacks unwound in full, and the nanoseconds spent finding call sites (unwinding,
+    /// interning, and cache checks).
     pub stack_captures: AtomicU64,
     pub stack_ns: AtomicU64,
+    /// Call sites found in the writer's per-thread stack cache without unwinding.
+    pub stack_cache_hits: AtomicU64,
     /// Exact totals of recorded events per kind (`Kind as usize`).
     pub kinds: [Totals; KIND_SLOTS],
     /// Exact totals of recorded events per API (`Api as usize`).

@@ -15,6 +15,7 @@
 //! ```text
 //! busy=S:US            host function sleeping US µs in stream S: GPU work of known length
 //! sync=S  sync-ptsz=S  cudaStreamSynchronize(_ptsz)
+//! sync-a=S  sync-b=S   cudaStreamSynchronize from one function reached via two callers
 //! device-sync          cudaDeviceSynchronize
 //! event-sync=S         cudaEventRecord on S, then cudaEventSynchronize
 //! memcpy=DIR:BYTES[:MEM]   memcpy-ptds=DIR:BYTES   memcpy-default=DIR:BYTES
@@ -240,6 +241,32 @@ fn pitched(ptr: *mut c_void, w: usize, h: usize) -> cudaPitchedPtr {
     }
 }
 
+/// `cudaStreamSynchronize` from one shared function, reached through two different callers
+/// at the same stack depth (ops `sync-a`, `sync-b`): the two stalls have the same immediate
+/// caller and stack pointer and differ only further up, which syncspy must still tell apart.
+#[inline(never)]
+fn shared_sync(t: &mut Truth, s: cudaStream_t) {
+    // SAFETY: a live stream handle.
+    check(
+        t.call("cudaStreamSynchronize", 0, || unsafe {
+            cudaStreamSynchronize(s)
+        }),
+        "sync",
+    );
+}
+
+#[inline(never)]
+fn path_a(t: &mut Truth, s: cudaStream_t) {
+    shared_sync(t, s);
+    std::hint::black_box(());
+}
+
+#[inline(never)]
+fn path_b(t: &mut Truth, s: cudaStream_t) {
+    shared_sync(t, s);
+    std::hint::black_box(());
+}
+
 fn run_op(c: &mut Ctx, op: &str) {
     let (name, arg) = op.split_once('=').unwrap_or((op, ""));
     let a: Vec<&str> = arg.split(':').collect();
@@ -269,6 +296,14 @@ fn run_op(c: &mut Ctx, op: &str) {
                     }),
                     op,
                 );
+            }
+            "sync-a" => {
+                let s = c.stream(a[0]);
+                path_a(&mut c.t, s);
+            }
+            "sync-b" => {
+                let s = c.stream(a[0]);
+                path_b(&mut c.t, s);
             }
             "device-sync" => check(
                 c.t.call("cudaDeviceSynchronize", 0, || cudaDeviceSynchronize()),
