@@ -171,8 +171,8 @@ impl Symbolizer {
         } else if m.build_id.is_empty() {
             Usable::Yes
         } else {
-            match blazesym::helper::read_elf_build_id(&m.path) {
-                Ok(Some(b)) if b.as_ref() == m.build_id.as_slice() => Usable::Yes,
+            match syncspy_abi::modules::file_build_id(Path::new(&m.path)) {
+                Ok(Some(b)) if b == m.build_id => Usable::Yes,
                 Ok(found) => {
                     self.notes.push(format!(
                         "{} changed since the process loaded it (build id {} on disk, {} \
@@ -267,9 +267,8 @@ pub(crate) mod tests {
         assert!(acc.found);
         let path = std::fs::read_link("/proc/self/exe").unwrap();
         let path = path.to_str().unwrap().to_string();
-        let build_id = blazesym::helper::read_elf_build_id(&path)
+        let build_id = syncspy_abi::modules::file_build_id(Path::new(&path))
             .unwrap()
-            .map(|b| b.to_vec())
             .unwrap_or_default();
         Module {
             path,

@@ -180,7 +180,11 @@ fn objects() -> Vec<Object> {
                     end = end.max(info.dlpi_addr + ph.p_vaddr + ph.p_memsz);
                 } else if ph.p_type == libc::PT_NOTE && build_id.is_empty() {
                     let base = (info.dlpi_addr + ph.p_vaddr) as *const u8;
-                    build_id = gnu_build_id(std::slice::from_raw_parts(base, ph.p_memsz as usize));
+                    build_id = syncspy_abi::modules::gnu_build_id(std::slice::from_raw_parts(
+                        base,
+                        ph.p_memsz as usize,
+                    ))
+                    .unwrap_or_default();
                 }
             }
             if start < end {
@@ -204,26 +208,6 @@ fn objects() -> Vec<Object> {
     // SAFETY: the callback only reads `info` and pushes to `out`.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<Object> as *mut c_void) };
     out
-}
-
-/// The GNU build id in a PT_NOTE segment, if there is one.
-fn gnu_build_id(mut notes: &[u8]) -> Vec<u8> {
-    let align4 = |n: usize| (n + 3) & !3;
-    while notes.len() >= 12 {
-        let word =
-            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
-        let (namesz, descsz, ntype) = (word(0) as usize, word(4) as usize, word(8));
-        let name_end = 12 + align4(namesz);
-        let desc_end = name_end + align4(descsz);
-        if desc_end > notes.len() {
-            break;
-        }
-        if ntype == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
-            return notes[name_end..name_end + descsz].to_vec();
-        }
-        notes = &notes[desc_end..];
-    }
-    Vec::new()
 }
 
 /// Brings the segment's module map up to date when the dynamic linker has loaded objects
@@ -412,15 +396,7 @@ mod tests {
     }
 
     #[test]
-    fn build_id_parsing() {
-        let mut note = Vec::new();
-        note.extend_from_slice(&4u32.to_ne_bytes());
-        note.extend_from_slice(&3u32.to_ne_bytes());
-        note.extend_from_slice(&3u32.to_ne_bytes());
-        note.extend_from_slice(b"GNU\0");
-        note.extend_from_slice(&[0xaa, 0xbb, 0xcc, 0]);
-        assert_eq!(gnu_build_id(&note), vec![0xaa, 0xbb, 0xcc]);
-        assert!(gnu_build_id(&note[..10]).is_empty());
+    fn loaded_objects_carry_their_build_ids() {
         let objs = objects();
         assert!(objs.iter().any(|o| !o.build_id.is_empty()));
     }

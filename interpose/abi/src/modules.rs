@@ -120,3 +120,136 @@ pub fn read_all(live: &Live, table: &[ModuleEntry]) -> Vec<Module> {
     }
     out
 }
+
+/// The GNU build id in the contents of a PT_NOTE segment, if one is there (other notes, such
+/// as GNU properties, are skipped).
+pub fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
+    let align4 = |n: usize| n.checked_add(3).map(|v| v & !3);
+    while notes.len() >= 12 {
+        let word =
+            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let (namesz, descsz, ntype) = (word(0) as usize, word(4) as usize, word(8));
+        let name_end = align4(namesz)?.checked_add(12)?;
+        let desc_end = align4(descsz)?.checked_add(name_end)?;
+        if desc_end > notes.len() {
+            break;
+        }
+        if ntype == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
+            return Some(notes[name_end..name_end + descsz].to_vec());
+        }
+        notes = &notes[desc_end..];
+    }
+    None
+}
+
+/// The GNU build id of an ELF64 file as the dynamic loader sees it: from its PT_NOTE program
+/// headers, not from section headers (tools that rewrite shared libraries can leave those
+/// stale). `Ok(None)` for an ELF file without one; `Err` for unreadable or non-ELF64 files.
+pub fn file_build_id(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::{Error, ErrorKind, Read, Seek, SeekFrom};
+    let bad = |what: &str| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("{}: {what}", path.display()),
+        )
+    };
+    let mut f = std::fs::File::open(path)?;
+    let mut eh = [0u8; 64];
+    f.read_exact(&mut eh)?;
+    if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return Err(bad("not a little-endian ELF64 file"));
+    }
+    let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]) as usize;
+    let u64_at = |b: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    let (phoff, phentsize, phnum) = (u64_at(&eh, 32), u16_at(&eh, 54), u16_at(&eh, 56));
+    if phentsize < 56 || phnum > 4096 {
+        return Err(bad("bad program header table"));
+    }
+    let mut ph = vec![0u8; phentsize * phnum];
+    f.seek(SeekFrom::Start(phoff))?;
+    f.read_exact(&mut ph)?;
+    for h in ph.chunks_exact(phentsize) {
+        let p_type = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        if p_type != 4 {
+            continue; // PT_NOTE
+        }
+        let (off, size) = (u64_at(h, 8), u64_at(h, 32));
+        if size > 1 << 20 {
+            continue;
+        }
+        let mut notes = vec![0u8; size as usize];
+        f.seek(SeekFrom::Start(off))?;
+        f.read_exact(&mut notes)?;
+        if let Some(id) = gnu_build_id(&notes) {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_id_notes() {
+        let mut note = Vec::new();
+        // A GNU property note first, then the build id.
+        for (ty, desc) in [
+            (5u32, vec![1u8, 2, 3, 4, 5, 6, 7, 8]),
+            (3u32, vec![0xaa, 0xbb, 0xcc]),
+        ] {
+            note.extend_from_slice(&4u32.to_ne_bytes());
+            note.extend_from_slice(&(desc.len() as u32).to_ne_bytes());
+            note.extend_from_slice(&ty.to_ne_bytes());
+            note.extend_from_slice(b"GNU\0");
+            let mut d = desc.clone();
+            d.resize(desc.len().div_ceil(4) * 4, 0);
+            note.extend_from_slice(&d);
+        }
+        assert_eq!(gnu_build_id(&note), Some(vec![0xaa, 0xbb, 0xcc]));
+        assert_eq!(gnu_build_id(&note[..10]), None);
+        let mut bad = note.clone();
+        bad[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(gnu_build_id(&bad), None);
+    }
+
+    #[test]
+    fn build_id_of_this_test_binary_matches_what_the_loader_mapped() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let on_disk = file_build_id(&exe).unwrap();
+        // Compare with the PT_NOTE of the running image.
+        let mut in_memory: Option<Vec<u8>> = None;
+        unsafe extern "C" fn cb(
+            info: *mut libc::dl_phdr_info,
+            _: usize,
+            data: *mut libc::c_void,
+        ) -> i32 {
+            unsafe {
+                let info = &*info;
+                if *info.dlpi_name != 0 {
+                    return 0;
+                }
+                let out = &mut *(data as *mut Option<Vec<u8>>);
+                for ph in std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) {
+                    if ph.p_type == libc::PT_NOTE {
+                        let p = (info.dlpi_addr + ph.p_vaddr) as *const u8;
+                        if let Some(id) =
+                            gnu_build_id(std::slice::from_raw_parts(p, ph.p_memsz as usize))
+                        {
+                            *out = Some(id);
+                        }
+                    }
+                }
+                1
+            }
+        }
+        unsafe { libc::dl_iterate_phdr(Some(cb), &mut in_memory as *mut _ as *mut libc::c_void) };
+        assert_eq!(on_disk, in_memory);
+        assert!(file_build_id(std::path::Path::new("/proc/self/status")).is_err());
+    }
+}
