@@ -42,7 +42,7 @@ done
 
 log "Overhead on a real job: tight loops, per call (no preload / SYNCSPY_OFF / recording / recording without stacks)"
 for s in tight_item tight_pinned; do
-  for i in 1; do
+  for i in 1 2; do
     echo "$s plain:      $(python3 scenarios/python/core_validation.py --section $s --iters 20000)"
     echo "$s off:        $(SYNCSPY_OFF=1 $G/syncspy run -- python3 scenarios/python/core_validation.py --section $s --iters 20000 2>/dev/null)"
     echo "$s recording:  $($G/syncspy run --report $R/tight-$s.json -- python3 scenarios/python/core_validation.py --section $s --iters 20000 2>/dev/null)"
@@ -52,5 +52,8 @@ done
 
 log "Microbenchmarks (criterion, this machine)"
 for b in $G/bench-*; do $b --bench --warm-up-time 1 --measurement-time 3 2>&1 | grep -v -E "^(Benchmarking|Found|  [0-9]+ \()" ; done
+
+log "Checks against ground truth"
+python3 scripts/gpu-check.py $R | tee $OUT/checks.md
 
 cd $OUT && tar czf reports.tgz reports && rm -rf reports
