@@ -30,6 +30,11 @@ unsafe extern "C" fn fake_sync(_: cudaStream_t) -> u32 {
     0
 }
 
+unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
+    unsafe { *d = 0 };
+    0
+}
+
 #[inline(never)]
 fn nest(depth: usize, target: usize) -> usize {
     if depth == 0 {
@@ -50,6 +55,7 @@ fn bench(c: &mut Criterion) {
     let host = vec![0u8; 1 << 20];
     let dev = 0x7000_0000_0000usize as *mut c_void;
     testing::register_pinned(host.as_ptr() as u64, host.len() as u64);
+    testing::use_get_device(fake_get_device);
     let kind_h2d = 1u32;
     let stream = 0x1234usize as cudaStream_t;
 

@@ -33,6 +33,11 @@ pub mod testing {
     pub use crate::hooks::sync::stream_sync;
     pub use crate::pinned::add as register_pinned;
 
+    /// Uses `f` as the runtime's `cudaGetDevice` (a benchmark has no runtime to find).
+    pub fn use_get_device(f: unsafe extern "C" fn(*mut i32) -> u32) {
+        crate::runtime::GET_DEVICE.preset(f as *mut std::ffi::c_void);
+    }
+
     /// Unwinds the calling thread's stack (no frames skipped); returns the frame count.
     pub fn unwind(depth: usize) -> usize {
         let mut f = [0u64; syncspy_abi::sites::MAX_FRAMES];

@@ -45,6 +45,12 @@ impl Real {
         Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
     }
 
+    /// Points this symbol at `f` instead of the runtime's (benchmarks only).
+    #[doc(hidden)]
+    pub fn preset(&self, f: *mut c_void) {
+        self.ptr.store(f, Ordering::Relaxed);
+    }
+
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> *mut c_void {

@@ -247,7 +247,7 @@ impl Runtime {
     }
 }
 
-static GET_DEVICE: Real = Real::new(c"cudaGetDevice");
+pub(crate) static GET_DEVICE: Real = Real::new(c"cudaGetDevice");
 
 fn current_device() -> i32 {
     let Some(f) = GET_DEVICE.get::<unsafe extern "C" fn(*mut i32) -> u32>() else {
