@@ -40,15 +40,24 @@ for s in item cpu to_cuda_pageable to_cuda_pinned nonzero synchronize; do
   done
 done
 
-log "Overhead on a real job: tight loops, per call (no preload / SYNCSPY_OFF / recording / recording without stacks)"
+log "Overhead on a real job: tight loops, us per call, 3 interleaved rounds (no preload / SYNCSPY_OFF / recording / recording without stacks)"
+V=scenarios/python/core_validation.py
 for s in tight_item tight_pinned; do
-  for i in 1 2; do
-    echo "$s plain:      $(python3 scenarios/python/core_validation.py --section $s --iters 20000)"
-    echo "$s off:        $(SYNCSPY_OFF=1 $G/syncspy run -- python3 scenarios/python/core_validation.py --section $s --iters 20000 2>/dev/null)"
-    echo "$s recording:  $($G/syncspy run --report $R/tight-$s.json -- python3 scenarios/python/core_validation.py --section $s --iters 20000 2>/dev/null)"
-    echo "$s no stacks:  $(SYNCSPY_STACKS=0 $G/syncspy run -- python3 scenarios/python/core_validation.py --section $s --iters 20000 2>/dev/null)"
+  for i in 1 2 3; do
+    echo "$s plain      $(python3 $V --section $s --iters 20000)"
+    echo "$s off        $(SYNCSPY_OFF=1 $G/syncspy run -- python3 $V --section $s --iters 20000 2>/dev/null)"
+    echo "$s recording  $($G/syncspy run --report $R/tight-$s-rec-$i.json -- python3 $V --section $s --iters 20000 2>/dev/null)"
+    echo "$s no-stacks  $(SYNCSPY_STACKS=0 $G/syncspy run --report $R/tight-$s-nostack-$i.json -- python3 $V --section $s --iters 20000 2>/dev/null)"
   done
 done
+python3 - "$R" <<'PY'
+import json, glob, sys
+for f in sorted(glob.glob(sys.argv[1] + "/tight-*.json")):
+    for p in json.load(open(f))["processes"]:
+        ev = sum(k["count"] for k in p["kinds"].values())
+        print(f.split("/")[-1], "events", ev, "library ns/event %.0f" % (p["overhead_ns"] / max(ev, 1)),
+              "unwound", p["stack_captures"], "cache hits", p["stack_cache_hits"])
+PY
 
 log "Microbenchmarks (criterion, this machine)"
 for b in $G/bench-*; do $b --bench --warm-up-time 1 --measurement-time 3 2>&1 | grep -v -E "^(Benchmarking|Found|  [0-9]+ \()" ; done

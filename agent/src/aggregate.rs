@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
 use syncspy_abi::layout::{TotalsSnapshot, API_SLOTS, KIND_SLOTS};
-use syncspy_abi::{Api, Ident, Kind, PollStats, ProcState, Record, SegmentReader};
+use syncspy_abi::{Api, Direction, Ident, Kind, PollStats, ProcState, Record, SegmentReader};
 
 /// Smallest duration a histogram tracks; shorter ones are clamped to it and counted.
 pub const HIST_LOW_NS: u64 = 1;
@@ -233,6 +233,8 @@ pub struct ProcessAgg {
     kinds: BTreeMap<Kind, Dist>,
     apis: BTreeMap<Api, Dist>,
     sites: HashMap<SiteKey, Dist>,
+    /// Copies received, by kind and direction: (count, bytes, total_ns).
+    copies: BTreeMap<(Kind, Direction), (u64, u64, u64)>,
 }
 
 impl ProcessAgg {
@@ -252,11 +254,18 @@ impl ProcessAgg {
             kinds: BTreeMap::new(),
             apis: BTreeMap::new(),
             sites: HashMap::new(),
+            copies: BTreeMap::new(),
         }
     }
 
     /// Adds one record from the ring.
     pub fn add_record(&mut self, r: &Record) {
+        if r.direction != Direction::None {
+            let c = self.copies.entry((r.kind, r.direction)).or_default();
+            c.0 += 1;
+            c.1 = c.1.saturating_add(r.bytes);
+            c.2 = c.2.saturating_add(r.duration_ns);
+        }
         self.kinds
             .entry(r.kind)
             .or_insert_with(|| Dist::new(PROCESS_SIGFIG))
@@ -293,6 +302,11 @@ impl ProcessAgg {
     }
 
     /// Kinds with events in the header totals or in the records, in numeric order.
+    /// Copies received, by kind and direction: (count, bytes, total_ns).
+    pub fn copies(&self) -> &BTreeMap<(Kind, Direction), (u64, u64, u64)> {
+        &self.copies
+    }
+
     pub fn kinds_seen(&self) -> Vec<Kind> {
         Kind::ALL
             .iter()

@@ -11,6 +11,7 @@ use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use syncspy_abi::process_running;
 use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, SegmentReader};
 
 use crate::aggregate::{monotonic_ns, LiveSnapshot, ProcessAgg};
@@ -229,24 +230,6 @@ impl Follower {
         }
         (removed, failed)
     }
-}
-
-/// Whether process `pid` started at `start_ticks` exists and has not exited. Unlike
-/// `SegmentReader::process_alive`, a zombie (exited, not yet reaped by its parent) counts as
-/// ended: it will never write again.
-pub fn process_running(pid: u32, start_ticks: u64) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    if syncspy_abi::segment::parse_start_ticks(&stat) != Some(start_ticks) {
-        return false;
-    }
-    // Field 3 (state) follows the last ')' of the command name.
-    let state = stat
-        .iter()
-        .rposition(|b| *b == b')')
-        .and_then(|i| stat[i + 1..].iter().find(|b| !b.is_ascii_whitespace()));
-    !matches!(state, Some(b'Z' | b'X' | b'x') | None)
 }
 
 fn owned_by_us(entry: &std::fs::DirEntry) -> bool {

@@ -60,6 +60,14 @@ pub struct CallCount {
     pub bytes: u64,
 }
 
+/// Copies of one kind in one direction.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CopyStats {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
 /// One call site: a stack making calls of one kind through one API. Figures come from the
 /// records received.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -165,6 +173,10 @@ pub struct ProcessReport {
     pub modules_dropped: u32,
     #[serde(default)]
     pub non_stall_calls: BTreeMap<String, CallCount>,
+    /// Copies among the records received, by kind then direction (`h2d`, `d2h`, `d2d`,
+    /// `h2h`): count, bytes, total_ns.
+    #[serde(default)]
+    pub copies: BTreeMap<String, BTreeMap<String, CopyStats>>,
     /// The segment file.
     #[serde(default)]
     pub segment: String,
@@ -211,6 +223,17 @@ pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> Proces
             )
         })
         .collect();
+    let mut copies: BTreeMap<String, BTreeMap<String, CopyStats>> = BTreeMap::new();
+    for ((kind, dir), (count, bytes, total_ns)) in a.copies() {
+        copies.entry(kind.name().to_string()).or_default().insert(
+            dir.name().to_string(),
+            CopyStats {
+                count: *count,
+                bytes: *bytes,
+                total_ns: *total_ns,
+            },
+        );
+    }
     let modules = f.reader.modules();
     let sites = a
         .sites_by_total()
@@ -286,6 +309,7 @@ pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> Proces
         sites_dropped: a.live.sites_dropped,
         modules_dropped: a.live.modules_dropped,
         non_stall_calls,
+        copies,
         segment: f.reader.path().display().to_string(),
     }
 }

@@ -241,6 +241,26 @@ fn every_call_is_classified_and_counted_exactly() {
     assert_eq!(count(&quiet["cudaFree"]), 3);
     assert_eq!(count(&quiet["cudaMemset"]), 3);
     assert_eq!(p["dropped_events"].as_u64(), Some(0));
+
+    // Directions, per kind (3 iterations). Blocking copies: h2d 4096 + cudaMemcpyDefault
+    // h2d 512 (resolved from pointer attributes) + 2D h2d 512; d2h 8192 + 3D d2h 128;
+    // d2d 1024 + peer 2048. Pageable async: h2d 1000 + ptsz 100 + 2D 128; d2h 3000.
+    let copies = &p["copies"];
+    let dir = |k: &str, d: &str| {
+        (
+            count(&copies[k][d]),
+            copies[k][d]["bytes"].as_u64().unwrap_or(0),
+        )
+    };
+    assert_eq!(dir("memcpy_sync", "h2d"), (3 * 3, 3 * (4096 + 512 + 512)));
+    assert_eq!(dir("memcpy_sync", "d2h"), (3 * 2, 3 * (8192 + 128)));
+    assert_eq!(dir("memcpy_sync", "d2d"), (3 * 2, 3 * (1024 + 2048)));
+    assert_eq!(
+        dir("memcpy_pageable", "h2d"),
+        (3 * 3, 3 * (1000 + 100 + 128))
+    );
+    assert_eq!(dir("memcpy_pageable", "d2h"), (3, 3 * 3000));
+    assert!(copies["memcpy_sync"].get("h2h").is_none());
 }
 
 #[test]

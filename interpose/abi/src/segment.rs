@@ -36,6 +36,23 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     parse_start_ticks(&stat)
 }
 
+/// Whether process `pid` started at `start_ticks` exists and has not exited. A zombie
+/// (exited, not yet reaped by its parent) counts as ended: it will never write again.
+pub fn process_running(pid: u32, start_ticks: u64) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    if parse_start_ticks(&stat) != Some(start_ticks) {
+        return false;
+    }
+    // Field 3 (state) follows the last ')' of the command name.
+    let state = stat
+        .iter()
+        .rposition(|b| *b == b')')
+        .and_then(|i| stat[i + 1..].iter().find(|b| !b.is_ascii_whitespace()));
+    !matches!(state, Some(b'Z' | b'X' | b'x') | None)
+}
+
 /// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) may contain spaces and
 /// parentheses, so fields are counted from the last ')'.
 pub fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
@@ -571,9 +588,9 @@ impl SegmentReader {
         modules::read_all(self.v.live(), self.v.modules())
     }
 
-    /// Whether the writing process still exists (same pid and start time).
+    /// Whether the writing process still runs (same pid and start time, not a zombie).
     pub fn process_alive(&self) -> bool {
-        process_start_ticks(self.ident.pid) == Some(self.ident.start_ticks)
+        process_running(self.ident.pid, self.ident.start_ticks)
     }
 }
 
