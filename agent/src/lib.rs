@@ -7,9 +7,15 @@
 //! - [`report`]: the JSON report (version 1) and how it is built.
 //! - [`summary`]: the text summary printed when a run ends and by `syncspy report`.
 //! - [`run`]: `syncspy run`, start a command under the library and report on it.
+//! - [`budget`]: budget files, their evaluation against a report, and the verdict's text.
+//! - [`junit`]: the verdict as JUnit XML.
+//! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
 
 pub mod aggregate;
+pub mod budget;
+pub mod check;
 pub mod follow;
+pub mod junit;
 pub mod report;
 pub mod run;
 pub mod signals;

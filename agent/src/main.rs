@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use syncspy_agent::check::{self, CheckOptions, EXIT_NOT_CHECKED};
 use syncspy_agent::report;
 use syncspy_agent::run::{self, RunOptions, EXIT_SETUP};
 use syncspy_agent::summary;
@@ -48,6 +49,10 @@ enum Cmd {
     /// Run a command with libsyncspy.so preloaded; summarize its host stalls when it ends
     #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
+    /// Run a command like `run`, then check its stalls against a budget file (exit 0 within
+    /// budget, 1 over budget, 2 not checked)
+    #[command(after_help = check::HELP)]
+    Check(CheckArgs),
     /// Print a saved JSON report as the text summary
     Report {
         /// A report written by `syncspy run --report FILE`
@@ -79,15 +84,50 @@ struct RunArgs {
     command: Vec<OsString>,
 }
 
+#[derive(Args)]
+struct CheckArgs {
+    /// The budget: a TOML file of rules (format below)
+    #[arg(long, value_name = "FILE")]
+    budget: PathBuf,
+    /// Also write the verdict as JUnit XML: one testcase per rule and process
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+impl RunArgs {
+    fn options(self) -> RunOptions {
+        let mut opts = RunOptions::new(self.command);
+        opts.report = self.report;
+        opts.sim = self.sim;
+        opts.tui = self.tui;
+        opts.keep_segments = self.keep_segments;
+        opts
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
+        Cmd::Check(a) => {
+            let run = a.run.options();
+            let opts = CheckOptions {
+                budget: a.budget,
+                junit: a.junit,
+                report: run.report.clone(),
+                run,
+            };
+            match check::check(&opts) {
+                Ok(outcome) => outcome.exit_code,
+                Err(e) => {
+                    eprintln!("syncspy: {e}");
+                    EXIT_NOT_CHECKED
+                }
+            }
+        }
         Cmd::Run(a) => {
-            let mut opts = RunOptions::new(a.command);
-            opts.report = a.report;
-            opts.sim = a.sim;
-            opts.tui = a.tui;
-            opts.keep_segments = a.keep_segments;
+            let opts = a.options();
             match run::run(&opts) {
                 Ok(outcome) => outcome.exit_code,
                 Err(e) => {

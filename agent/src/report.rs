@@ -32,6 +32,9 @@ pub struct Report {
     /// Segments that could not be read, symbol files that could not be used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The verdict of `syncspy check`: each rule's result per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetReport>,
 }
 
 /// Count, time and latency percentiles of one kind or API.
@@ -345,12 +348,19 @@ pub fn build(
         wall_ns: run.wall_ns,
         processes,
         warnings,
+        budget: None,
     }
 }
 
 /// Writes the report as pretty JSON, atomically (temporary file, then rename).
 pub fn write(report: &Report, path: &Path) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
+    write_atomic(path, &json)
+}
+
+/// Writes a file atomically: a temporary file in the same folder, then a rename, so readers
+/// never see half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
@@ -358,7 +368,7 @@ pub fn write(report: &Report, path: &Path) -> io::Result<()> {
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    let res = std::fs::write(&tmp, &json).and_then(|()| std::fs::rename(&tmp, path));
+    let res = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if res.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

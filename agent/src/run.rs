@@ -287,22 +287,25 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
     }
 }
 
-fn check_report_path(p: &Path) -> Result<(), RunError> {
+/// Checks, before the command runs, that an output file named by `flag` (`--report`,
+/// `--junit`, ...) can be written: a file name in an existing folder.
+pub fn check_output_path(flag: &str, what: &str, p: &Path) -> Result<(), RunError> {
     let parent = match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     if p.file_name().is_none() || p.is_dir() {
         return Err(RunError::Setup(format!(
-            "--report {}: not a file name: give the path of a JSON file to write",
+            "{flag} {}: not a file name: give the path of {what} to write",
             p.display()
         )));
     }
     if !parent.is_dir() {
         return Err(RunError::Setup(format!(
-            "--report {}: folder {} does not exist: create it or write the report elsewhere",
+            "{flag} {}: folder {} does not exist: create it or write the {} elsewhere",
             p.display(),
-            parent.display()
+            parent.display(),
+            flag.trim_start_matches('-')
         )));
     }
     Ok(())
@@ -339,7 +342,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     )?;
     let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
     if let Some(r) = &opts.report {
-        check_report_path(r)?;
+        check_output_path("--report", "a JSON file", r)?;
     }
     let session = new_session();
     let sim_dir = if opts.sim {

@@ -263,7 +263,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
 
 /// Up to `SITE_FRAMES` frames outside the CUDA runtime and syncspy; all frames when the
 /// report does not say which module each is in.
-fn user_frames(s: &Site) -> Vec<&str> {
+pub fn user_frames(s: &Site) -> Vec<&str> {
     s.frames
         .iter()
         .enumerate()
