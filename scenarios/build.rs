@@ -42,6 +42,14 @@ const RUNTIME_FUNCTIONS: &[&str] = &[
     "cudaEventElapsedTime",
     "cudaEventDestroy",
     "cudaLaunchHostFunc",
+    "cudaStreamWaitEvent",
+    "cudaStreamQuery",
+    "cudaEventCreateWithFlags",
+    "cudaEventQuery",
+    "cudaLibraryLoadData",
+    "cudaLibraryUnload",
+    "cudaLibraryGetKernel",
+    "cudaLaunchKernel",
 ];
 
 fn main() {

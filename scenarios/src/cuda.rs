@@ -4,8 +4,9 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub use cudarc::runtime::sys::{
-    cudaError_t, cudaEvent_t, cudaExtent, cudaHostFn_t, cudaMemcpy3DParms, cudaMemcpyKind,
-    cudaPitchedPtr, cudaPos, cudaStream_t,
+    cudaError_t, cudaEvent_t, cudaExtent, cudaHostFn_t, cudaJitOption, cudaKernel_t,
+    cudaLibraryOption, cudaLibrary_t, cudaMemcpy3DParms, cudaMemcpyKind, cudaPitchedPtr, cudaPos,
+    cudaStream_t, dim3,
 };
 
 #[link(name = "cudart")]
@@ -96,6 +97,41 @@ extern "C" {
         stream: cudaStream_t,
         f: cudaHostFn_t,
         data: *mut c_void,
+    ) -> cudaError_t;
+    pub fn cudaStreamWaitEvent(
+        stream: cudaStream_t,
+        event: cudaEvent_t,
+        flags: c_uint,
+    ) -> cudaError_t;
+    pub fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t;
+    pub fn cudaEventCreateWithFlags(event: *mut cudaEvent_t, flags: c_uint) -> cudaError_t;
+    pub fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t;
+    #[allow(clippy::too_many_arguments)] // the C signature
+    pub fn cudaLibraryLoadData(
+        library: *mut cudaLibrary_t,
+        code: *const c_void,
+        jit_options: *mut cudaJitOption,
+        jit_option_values: *mut *mut c_void,
+        num_jit_options: c_uint,
+        library_options: *mut cudaLibraryOption,
+        library_option_values: *mut *mut c_void,
+        num_library_options: c_uint,
+    ) -> cudaError_t;
+    pub fn cudaLibraryUnload(library: cudaLibrary_t) -> cudaError_t;
+    pub fn cudaLibraryGetKernel(
+        kernel: *mut cudaKernel_t,
+        library: cudaLibrary_t,
+        name: *const c_char,
+    ) -> cudaError_t;
+    /// `func` is a `cudaKernel_t` from `cudaLibraryGetKernel` (CUDA 12+ accepts one in place
+    /// of a device function symbol).
+    pub fn cudaLaunchKernel(
+        func: *const c_void,
+        grid: dim3,
+        block: dim3,
+        args: *mut *mut c_void,
+        shared_mem: usize,
+        stream: cudaStream_t,
     ) -> cudaError_t;
 }
 

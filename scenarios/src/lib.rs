@@ -5,4 +5,5 @@
 //! (`scenarios/simcuda`) anywhere else, with `libsyncspy.so` preloaded or not.
 
 pub mod cuda;
+pub mod kernels;
 pub mod truth;

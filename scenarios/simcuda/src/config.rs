@@ -10,6 +10,9 @@
 //! | `SIMCUDA_D2D_GBPS` | device memory bandwidth (device to device copies, memset) | 1000 |
 //! | `SIMCUDA_LATENCY_US` | fixed cost of every copy and memset | 3 |
 //! | `SIMCUDA_STAGING_BYTES` | staging buffer for pageable host-to-device async copies | 2097152 |
+//! | `SIMCUDA_LAUNCH_US` | fixed cost of every kernel on the device | 2 |
+//! | `SIMCUDA_GEMM_TFLOPS` | rate of the `gemm` kernel | 4 |
+//! | `SIMCUDA_GEMM_COMPUTE_MAX_N` | largest `gemm` whose result is really computed | 256 |
 //!
 //! Bad values are ignored with a warning on stderr: a simulator that refuses to start helps no
 //! one, and the warning names the variable.
@@ -19,6 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The staging pool the CUDA 13 driver on an H100 showed: 2 MiB of pageable host-to-device
 /// copies return at once, the next byte waits for the stream.
 const DEFAULT_STAGING_BYTES: u64 = 2 << 20;
+
+/// What the `gemm` kernel of kernels/ (16 x 16 shared-memory tiles, FP32) reaches on an H100.
+const DEFAULT_GEMM_TFLOPS: f64 = 4.0;
 
 /// The link a transfer crosses, which decides its bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +50,22 @@ pub(crate) struct Config {
     device_bpns: f64,
     latency_ns: f64,
     pub staging_bytes: usize,
+    launch_ns: f64,
+    /// FLOP per nanosecond (numerically TFLOP/s times 1000).
+    gemm_flop_per_ns: f64,
+    /// `gemm` launches with a larger `n` are timed but not computed (see `kernel.rs`).
+    pub gemm_compute_max_n: usize,
+}
+
+/// What a kernel's modeled duration is made of, before the launch cost and the time scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KernelCost {
+    /// A fixed time (`spin`).
+    Nanos(u64),
+    /// Bytes read and written in device memory (element-wise kernels).
+    DeviceBytes(u64),
+    /// Floating-point operations (`gemm`).
+    Flops(f64),
 }
 
 impl Config {
@@ -59,6 +81,16 @@ impl Config {
                 Some(Ok(v)) if v.is_finite() && v > 0.0 => v,
                 Some(_) => {
                     eprintln!("simcuda: ignoring {name}: expected a positive number");
+                    default
+                }
+            }
+        };
+        let nonnegative = |name: &str, default: f64| -> f64 {
+            match lookup(name).map(|v| v.trim().parse::<f64>()) {
+                None => default,
+                Some(Ok(v)) if v.is_finite() && v >= 0.0 => v,
+                Some(_) => {
+                    eprintln!("simcuda: ignoring {name}: expected a number of at least 0");
                     default
                 }
             }
@@ -81,6 +113,9 @@ impl Config {
             device_bpns: positive("SIMCUDA_D2D_GBPS", 1000.0),
             latency_ns: positive("SIMCUDA_LATENCY_US", 3.0) * 1e3,
             staging_bytes: count("SIMCUDA_STAGING_BYTES", DEFAULT_STAGING_BYTES, 1 << 40) as usize,
+            launch_ns: nonnegative("SIMCUDA_LAUNCH_US", 2.0) * 1e3,
+            gemm_flop_per_ns: positive("SIMCUDA_GEMM_TFLOPS", DEFAULT_GEMM_TFLOPS) * 1e3,
+            gemm_compute_max_n: count("SIMCUDA_GEMM_COMPUTE_MAX_N", 256, 1 << 16) as usize,
         }
     }
 
@@ -103,6 +138,16 @@ impl Config {
         let ns = (self.latency_ns + bytes as f64 / bandwidth) * self.time_scale();
         // Saturating float-to-int conversion: absurd sizes give u64::MAX, never wrap.
         ns as u64
+    }
+
+    /// Modeled duration of a kernel: the launch cost plus its work, times the time scale.
+    pub fn kernel_ns(&self, cost: KernelCost) -> u64 {
+        let work = match cost {
+            KernelCost::Nanos(ns) => ns as f64,
+            KernelCost::DeviceBytes(bytes) => bytes as f64 / self.device_bpns,
+            KernelCost::Flops(flops) => flops / self.gemm_flop_per_ns,
+        };
+        ((self.launch_ns + work) * self.time_scale()) as u64
     }
 }
 
@@ -150,6 +195,28 @@ mod tests {
         assert_eq!(c.time_scale(), 1.0);
         assert_eq!(c.devices, 1);
         assert_eq!(c.transfer_ns(25_000_000, Link::Pinned), 1_003_000);
+    }
+
+    #[test]
+    fn kernels_cost_launch_plus_work() {
+        let c = config(&[("SIMCUDA_GEMM_TFLOPS", "2")]);
+        assert_eq!(c.kernel_ns(KernelCost::Nanos(1_000_000)), 1_002_000);
+        // 1 GB of device traffic at 1000 GB/s: 1 ms.
+        assert_eq!(
+            c.kernel_ns(KernelCost::DeviceBytes(1_000_000_000)),
+            1_002_000
+        );
+        // 2 * 1000^3 FLOP at 2 TFLOP/s: 1 ms.
+        assert_eq!(c.kernel_ns(KernelCost::Flops(2e9)), 1_002_000);
+        c.set_time_scale(0.5);
+        assert_eq!(c.kernel_ns(KernelCost::Nanos(1_000_000)), 501_000);
+        let free = config(&[
+            ("SIMCUDA_LAUNCH_US", "0"),
+            ("SIMCUDA_GEMM_COMPUTE_MAX_N", "8"),
+        ]);
+        assert_eq!(free.kernel_ns(KernelCost::Nanos(5)), 5);
+        assert_eq!(free.gemm_compute_max_n, 8);
+        assert_eq!(config(&[]).gemm_compute_max_n, 256);
     }
 
     #[test]

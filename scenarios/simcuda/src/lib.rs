@@ -21,13 +21,19 @@
 //!   `cudaHostUnregister`;
 //! - real data movement (device memory is host RAM), pointer attributes, the per-thread last
 //!   error, error codes of misuse as CUDA 13 returns them, several devices
-//!   (`SIMCUDA_DEVICES`), and a fresh simulator in a fork child.
+//!   (`SIMCUDA_DEVICES`), and a fresh simulator in a fork child;
+//! - kernels (`kernel.rs`, `api/launch.rs`): PTX loaded with `cudaLibraryLoadData`, kernels
+//!   taken with `cudaLibraryGetKernel` and launched with `cudaLaunchKernel`. The simulator
+//!   recognizes the kernels of kernels/ by name (`spin`, `fill`, `scale`, `count_positive`,
+//!   `gemm`), runs them on the compute engine for a duration modeled from their arguments, and
+//!   computes their real results; bad pointers fault on the device as on a GPU.
 //!
-//! Not modeled (yet): kernels and modules (`symbol` arguments are device pointers, see
-//! `api/memcpy.rs`), CUDA arrays and textures, graphs and stream capture, memory pools,
-//! concurrent kernels, stream priorities, contention on the PCIe link between the two copy
-//! directions, and the real runtime's refusal to work in a fork child of a process that used
-//! CUDA.
+//! Not modeled (yet): other kernels (a PTX entry without a model loads, but launching it fails
+//! with `cudaErrorNotSupported`), kernels registered by nvcc-compiled host code (`<<<...>>>`),
+//! module globals (`symbol` arguments are device pointers, see `api/memcpy.rs`), CUDA arrays
+//! and textures, graphs and stream capture, memory pools, concurrent kernels, stream
+//! priorities, contention on the PCIe link between the two copy directions, and the real
+//! runtime's refusal to work in a fork child of a process that used CUDA.
 
 #![allow(unsafe_code)]
 
@@ -37,6 +43,7 @@ mod config;
 mod device;
 mod error;
 mod event;
+mod kernel;
 mod memory;
 mod runtime;
 mod scheduler;

@@ -11,6 +11,7 @@ use cudarc::runtime::sys::{cudaError_t, cudaStream_t};
 
 use crate::config::Config;
 use crate::error::CudaResult;
+use crate::kernel::Modules;
 use crate::memory::MemoryMap;
 use crate::scheduler::{SchedState, Scheduler};
 use crate::stream::{StreamId, StreamKind};
@@ -24,6 +25,8 @@ pub(crate) const STREAM_PER_THREAD: usize = 2;
 pub(crate) struct Runtime {
     pub config: Config,
     pub memory: Mutex<MemoryMap>,
+    /// Loaded libraries and kernel handles. Lock order: never held with `memory` or `sched`.
+    pub modules: Mutex<Modules>,
     pub sched: Scheduler,
     /// Which process incarnation built this instance (bumped in a fork child).
     generation: u64,
@@ -55,6 +58,7 @@ fn create() -> &'static Runtime {
     let config = Config::from_env();
     let fresh = Box::into_raw(Box::new(Runtime {
         memory: Mutex::new(MemoryMap::new(config.devices)),
+        modules: Mutex::new(Modules::default()),
         sched: Scheduler::new(config.devices, config.staging_bytes),
         config,
         generation: GENERATION.load(Ordering::Acquire),
@@ -114,6 +118,10 @@ impl Drop for PerThreadStreams {
 impl Runtime {
     pub fn memory(&self) -> MutexGuard<'_, MemoryMap> {
         self.memory.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn modules(&self) -> MutexGuard<'_, Modules> {
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The calling thread's current device (`cudaSetDevice`), 0 by default.

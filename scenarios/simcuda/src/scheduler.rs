@@ -254,7 +254,7 @@ impl Scheduler {
 
             clock::sleep_until(start);
             let began = clock::now_ns();
-            let ok = queued.op.run();
+            let ran = queued.op.run();
             let spent = clock::now_ns().saturating_sub(began);
             // The modeled end: host functions last as long as they ran, other work its modeled
             // time. Lateness in waking up is not counted, so it does not accumulate along a
@@ -273,9 +273,8 @@ impl Scheduler {
             }
             let dev = &mut g.devices[device];
             dev.staging_free += queued.staged_bytes;
-            if !ok {
-                dev.fault
-                    .get_or_insert(cudaError_t::cudaErrorIllegalAddress);
+            if let Err(code) = ran {
+                dev.fault.get_or_insert(code);
             }
             if let Some(stream) = g.streams.get_mut(&id) {
                 stream.last_end_ns = end;

@@ -5,7 +5,10 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 
+use cudarc::runtime::sys::cudaError_t;
+
 use crate::device::EngineRef;
+use crate::kernel::Launch;
 use crate::memory::Allocation;
 
 /// Geometry of a copy, in bytes: `depth` slices of `height` rows of `width` bytes. A linear copy
@@ -127,10 +130,21 @@ pub(crate) struct HostFnWork {
 }
 
 #[derive(Debug)]
+pub(crate) struct KernelWork {
+    pub launch: Launch,
+    /// Set at launch when an argument points outside reachable memory or is misaligned: the
+    /// kernel faults when the device reaches it, as on a GPU.
+    pub fault: Option<cudaError_t>,
+    /// `SIMCUDA_GEMM_COMPUTE_MAX_N` at launch.
+    pub gemm_max_n: usize,
+}
+
+#[derive(Debug)]
 pub(crate) enum Work {
     Copy(CopyWork),
     Memset(MemsetWork),
     HostFn(HostFnWork),
+    Kernel(KernelWork),
     /// Does nothing; its completion time is what an event records.
     Marker,
 }
@@ -167,11 +181,11 @@ impl Op {
         matches!(self.work, Work::HostFn(_))
     }
 
-    /// Performs the work. Returns `false` when it touched memory the program had freed, which
-    /// a real device reports as an illegal address.
-    pub fn run(&self) -> bool {
+    /// Performs the work. Fails with the device's fault when it would touch memory the program
+    /// had freed (an illegal address) or a kernel's arguments are bad.
+    pub fn run(&self) -> Result<(), cudaError_t> {
         if self.keep.iter().any(|a| a.is_freed()) {
-            return false;
+            return Err(cudaError_t::cudaErrorIllegalAddress);
         }
         match &self.work {
             Work::Copy(copy) => {
@@ -194,9 +208,18 @@ impl Op {
                 // SAFETY: the program passed this function and argument to cudaLaunchHostFunc.
                 unsafe { (f.func)(f.user_data) };
             }
+            Work::Kernel(k) => {
+                if let Some(fault) = k.fault {
+                    return Err(fault);
+                }
+                // SAFETY: at launch every range the kernel touches was found inside an
+                // allocation, aligned, and `keep` holds those allocations (checked above to be
+                // still live); the device owns the memory while the kernel runs.
+                unsafe { k.launch.run(k.gemm_max_n) };
+            }
             Work::Marker => {}
         }
-        true
+        Ok(())
     }
 }
 
@@ -221,7 +244,7 @@ mod tests {
         };
         map.remove(base);
         // Still mapped (the op holds it), but the program freed it: a fault, no write.
-        assert!(!op.run());
+        assert_eq!(op.run(), Err(cudaError_t::cudaErrorIllegalAddress));
     }
 
     #[test]
@@ -258,7 +281,7 @@ mod tests {
             duration_ns: 0,
             keep: Vec::new(),
         };
-        assert!(op.run());
+        assert!(op.run().is_ok());
         assert_eq!(&dst[..9], &[0, 1, 2, 0xff, 0xff, 0xff, 6, 7, 8]);
         // A staged snapshot is packed and lands in the same place.
         // SAFETY: `src` is 24 readable bytes, the source extent of `shape`.
@@ -275,7 +298,7 @@ mod tests {
             duration_ns: 0,
             keep: Vec::new(),
         };
-        assert!(op.run());
+        assert!(op.run().is_ok());
         assert_eq!(dst, dst2);
     }
 }
