@@ -10,12 +10,17 @@
 //! - [`budget`]: budget files, their evaluation against a report, and the verdict's text.
 //! - [`junit`]: the verdict as JUnit XML.
 //! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
+//! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
+//!   [`present`]: `syncspy report`, which shows either.
 
 pub mod aggregate;
 pub mod budget;
 pub mod check;
+pub mod compare;
 pub mod follow;
 pub mod junit;
+pub mod markdown;
+pub mod present;
 pub mod report;
 pub mod run;
 pub mod signals;

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use syncspy_agent::check::{self, CheckOptions, EXIT_NOT_CHECKED};
-use syncspy_agent::report;
+use syncspy_agent::present::{self, Format};
 use syncspy_agent::run::{self, RunOptions, EXIT_SETUP};
-use syncspy_agent::summary;
 
 const RUN_AFTER_HELP: &str = "\
 Environment:
@@ -53,11 +52,16 @@ enum Cmd {
     /// budget, 1 over budget, 2 not checked)
     #[command(after_help = check::HELP)]
     Check(CheckArgs),
-    /// Print a saved JSON report as the text summary
+    /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
-        /// A report written by `syncspy run --report FILE`
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
+        /// A report written by `run --report FILE` or `check --report FILE`; with two, the
+        /// change from the first (before) to the second (after)
+        #[arg(value_name = "FILE", num_args = 1..=2, required = true)]
+        files: Vec<PathBuf>,
+        /// text: the summary; markdown: tables for a pull request comment; json: the report
+        /// (or the comparison) as JSON
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
     },
 }
 
@@ -136,16 +140,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Report { file } => match report::read(&file) {
-            Ok(r) => {
-                print!("{}", summary::render(&r));
-                0
+        Cmd::Report { files, format } => {
+            let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+            match present::render(&files, format) {
+                Ok(out) => {
+                    print!("{out}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("syncspy: {e}");
+                    EXIT_SETUP
+                }
             }
-            Err(e) => {
-                eprintln!("syncspy: cannot read {}: {e}", file.display());
-                EXIT_SETUP
-            }
-        },
+        }
     };
     // Exit codes are 0..=255 on Unix; 128+signal stays in range.
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))

@@ -6,63 +6,13 @@
 //! `libsimcudart.so` are taken from the target folder of the `syncspy` under test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
-const SYNCSPY: &str = env!("CARGO_BIN_EXE_syncspy");
-
-fn artifact(name: &str) -> PathBuf {
-    let p = Path::new(SYNCSPY).parent().unwrap().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
-fn cudacalls() -> String {
-    artifact("cudacalls").to_string_lossy().into_owned()
-}
-
-/// A private folder for segments and files (tmpfs when there is one), removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let d = base.join(format!("syncspy-check-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{cudacalls, TempDir, SYNCSPY};
 
 struct Checked {
     out: Output,

@@ -1,0 +1,227 @@
+//! A saved report as GitHub-flavoured markdown (`syncspy report --format markdown FILE`), for
+//! a pull request comment or a CI job summary.
+
+use std::fmt::Write as _;
+
+use syncspy_abi::Kind;
+
+use crate::budget::CheckStatus;
+use crate::report::Report;
+use crate::summary::{fmt_bytes, fmt_ns, shell_words, user_frames, TOP_SITES};
+
+/// Text for a markdown table cell: pipes escaped, line breaks removed.
+pub fn md_cell(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+/// A code span for a markdown table cell (backticks in the text become quotes).
+pub fn md_code(s: &str) -> String {
+    format!("`{}`", md_cell(&s.replace('`', "'")))
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// The whole report.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "### syncspy: {}", md_code(&shell_words(&r.command)));
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Exited with code {} after {}; {} instrumented process{}.",
+        r.exit_code,
+        fmt_ns(r.wall_ns),
+        r.processes.len(),
+        if r.processes.len() == 1 { "" } else { "es" }
+    );
+    for p in &r.processes {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "#### pid {} {}: host stalls {} ({} of {} wall)",
+            p.pid,
+            md_code(&p.cmdline),
+            fmt_ns(p.stall_ns),
+            pct(p.stall_ns, p.wall_ns),
+            fmt_ns(p.wall_ns)
+        );
+        if p.kinds.values().all(|k| k.count == 0) {
+            let _ = writeln!(o);
+            let _ = writeln!(o, "No stalls.");
+            continue;
+        }
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "| kind | count | total | p50 | p99 | max | bytes | wall |"
+        );
+        let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let mut names: Vec<&String> = p.kinds.keys().collect();
+        names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
+        for n in names {
+            let k = &p.kinds[n];
+            let _ = writeln!(
+                o,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
+                md_cell(n),
+                k.count,
+                fmt_ns(k.total_ns),
+                fmt_ns(k.p50_ns),
+                fmt_ns(k.p99_ns),
+                fmt_ns(k.max_ns),
+                if k.bytes == 0 {
+                    "-".to_string()
+                } else {
+                    fmt_bytes(k.bytes)
+                },
+                pct(k.total_ns, p.wall_ns)
+            );
+        }
+        if !p.sites.is_empty() {
+            let _ = writeln!(o);
+            let _ = writeln!(o, "| # | kind | API | where | count | total | p99 |");
+            let _ = writeln!(o, "|---:|---|---|---|---:|---:|---:|");
+        }
+        for (i, s) in p.sites.iter().take(TOP_SITES).enumerate() {
+            let frames = user_frames(s);
+            let at = if frames.is_empty() {
+                "(no stack)".to_string()
+            } else {
+                frames
+                    .iter()
+                    .take(2)
+                    .map(|f| md_code(f))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            };
+            let _ = writeln!(
+                o,
+                "| {} | `{}` | `{}` | {at} | {} | {} | {} |",
+                i + 1,
+                md_cell(&s.kind),
+                md_cell(&s.api),
+                s.count,
+                fmt_ns(s.total_ns),
+                fmt_ns(s.p99_ns)
+            );
+        }
+        let missed = p.lost_records.saturating_sub(p.dropped_events);
+        if p.dropped_events > 0 || missed > 0 {
+            let _ = writeln!(o);
+            let _ = writeln!(
+                o,
+                "> {} events dropped by the library, {missed} records lost by the reader: \
+                 percentiles and sites cover {} events; totals are exact.",
+                p.dropped_events, p.recorded_events
+            );
+        }
+    }
+    if let Some(b) = &r.budget {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "#### Budget {}: {}",
+            md_code(&b.file),
+            md_cell(&crate::budget::text::verdict(b))
+        );
+        let _ = writeln!(o);
+        let _ = writeln!(o, "| | rule | process | result |");
+        let _ = writeln!(o, "|---|---|---|---|");
+        for res in &b.results {
+            let mark = match res.status {
+                CheckStatus::Fail => "❌",
+                CheckStatus::NotEvaluated => "⚠️",
+                CheckStatus::NotMeasured => "➖",
+                CheckStatus::Pass => "✅",
+            };
+            let mut what: Vec<String> = res.limits.iter().map(|l| l.message.clone()).collect();
+            what.extend(res.notes.iter().cloned());
+            if matches!(res.status, CheckStatus::Fail | CheckStatus::NotEvaluated) {
+                if let Some(f) = res.sites.first().and_then(|s| s.frames.first()) {
+                    what.push(format!("at {f}"));
+                }
+            }
+            let _ = writeln!(
+                o,
+                "| {mark} | {} | {} | {} |",
+                md_cell(&res.rule),
+                md_cell(&crate::budget::text::process_label(res)),
+                what.iter()
+                    .map(|w| md_cell(w))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            );
+        }
+        for p in &b.problems {
+            let _ = writeln!(o);
+            let _ = writeln!(o, "> {}", md_cell(p));
+        }
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o);
+        for w in &r.warnings {
+            let _ = writeln!(o, "> warning: {}", md_cell(w));
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{ProcessReport, Site, Stats};
+
+    #[test]
+    fn a_report_renders_as_tables() {
+        let mut p = ProcessReport {
+            pid: 7,
+            cmdline: "python train.py".into(),
+            wall_ns: 1_000_000_000,
+            stall_ns: 250_000_000,
+            ..ProcessReport::default()
+        };
+        p.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: 4,
+                total_ns: 250_000_000,
+                p99_ns: 100_000_000,
+                ..Stats::default()
+            },
+        );
+        p.sites.push(Site {
+            kind: "stream_sync".into(),
+            api: "cudaStreamSynchronize".into(),
+            count: 4,
+            total_ns: 250_000_000,
+            frames: vec!["f (a.cc:1)".into(), "g (a.cc:2)".into(), "h".into()],
+            ..Site::default()
+        });
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["python".into(), "train.py".into()],
+            wall_ns: 1_100_000_000,
+            processes: vec![p],
+            ..Report::default()
+        };
+        let m = render(&r);
+        assert!(m.starts_with("### syncspy: `python train.py`\n"), "{m}");
+        assert!(
+            m.contains(
+                "#### pid 7 `python train.py`: host stalls 250.00 ms (25.0% of 1.000 s wall)"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("| `stream_sync` | 4 | 250.00 ms |"), "{m}");
+        assert!(m.contains("| 1 | `stream_sync` | `cudaStreamSynchronize` | `f (a.cc:1)`<br>`g (a.cc:2)` | 4 |"), "{m}");
+        assert!(!m.contains("`h`"), "{m}");
+    }
+}

@@ -1,0 +1,131 @@
+//! `syncspy report`: a saved report in each format, and two reports compared, from real runs
+//! of `cudacalls` under the simulated runtime.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+mod common;
+use common::{cudacalls, run_sim, TempDir, SYNCSPY};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn report(args: &[&str]) -> Output {
+    Command::new(SYNCSPY)
+        .arg("report")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Two runs of the same program: 3 waits in run_op before, 5 waits and 2 pageable copies
+/// after.
+fn two_reports(d: &TempDir) -> (String, String) {
+    let c = cudacalls();
+    let a = d.path().join("before.json").to_string_lossy().into_owned();
+    let b = d.path().join("after.json").to_string_lossy().into_owned();
+    let o = run_sim(d, &["--report", &a], &[&c, "--iters", "3", "sync=s1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = run_sim(
+        d,
+        &["--report", &b],
+        &[&c, "--iters", "5", "sync=s1", "async=d2h:4096:pageable:s1"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    (a, b)
+}
+
+#[test]
+fn one_report_prints_as_text_markdown_and_json() {
+    let d = TempDir::new("report-one");
+    let (a, _) = two_reports(&d);
+    let saved: Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+
+    let o = report(&[&a]);
+    assert_eq!(o.status.code(), Some(0));
+    let t = text(&o.stdout);
+    assert!(t.contains("stream_sync"), "{t}");
+    assert!(t.contains("top call sites"), "{t}");
+
+    let o = report(&["--format", "markdown", &a]);
+    assert_eq!(o.status.code(), Some(0));
+    let m = text(&o.stdout);
+    assert!(m.starts_with("### syncspy: `"), "{m}");
+    assert!(m.contains("| `stream_sync` | 3 |"), "{m}");
+    assert!(m.contains("`cudacalls::run_op"), "{m}");
+
+    let o = report(&["--format", "json", &a]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v, saved);
+
+    let o = report(&["--format", "yaml", &a]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = report(&["/nonexistent/r.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("cannot read /nonexistent/r.json"));
+    let o = report(&[&a, &a, &a]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn two_reports_compare_per_kind_and_per_site() {
+    let d = TempDir::new("report-two");
+    let (a, b) = two_reports(&d);
+
+    let o = report(&["--format", "json", &a, &b]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kind = |k: &str| {
+        v["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} in {v:#}"))
+            .clone()
+    };
+    assert_eq!(kind("stream_sync")["before"]["count"], 3);
+    assert_eq!(kind("stream_sync")["after"]["count"], 5);
+    assert_eq!(kind("memcpy_pageable")["before"]["count"], 0);
+    assert_eq!(kind("memcpy_pageable")["after"]["count"], 5);
+    assert_eq!(kind("memcpy_pageable")["after"]["bytes"], 5 * 4096);
+    // The wait in run_op is one site in both runs (same binary, same line).
+    let sync_sites: Vec<&Value> = v["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "stream_sync")
+        .collect();
+    assert_eq!(sync_sites.len(), 1, "{v:#}");
+    assert_eq!(sync_sites[0]["before"]["count"], 3);
+    assert_eq!(sync_sites[0]["after"]["count"], 5);
+    assert!(sync_sites[0]["frames"][0]
+        .as_str()
+        .unwrap()
+        .contains("cudacalls::run_op"));
+
+    let o = report(&["--format", "markdown", &a, &b]);
+    assert_eq!(o.status.code(), Some(0));
+    let m = text(&o.stdout);
+    assert!(
+        m.contains("### syncspy: host stalls, before → after"),
+        "{m}"
+    );
+    assert!(m.contains("| `stream_sync` | 3 | 5 | +2 (+66.7%) |"), "{m}");
+    assert!(
+        m.contains("| `memcpy_pageable` | 0 | 5 | +5 (new) |"),
+        "{m}"
+    );
+    assert!(m.contains("| 3 → 5 |"), "{m}");
+
+    let o = report(&[&a, &b]);
+    assert_eq!(o.status.code(), Some(0));
+    let t = text(&o.stdout);
+    assert!(t.contains(&format!("before: {a}")), "{t}");
+    assert!(t.contains("x3 -> x5"), "{t}");
+    assert!(t.contains("+2 (+66.7%)"), "{t}");
+}
