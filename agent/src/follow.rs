@@ -15,6 +15,7 @@ use syncspy_abi::process_running;
 use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, SegmentReader};
 
 use crate::aggregate::{monotonic_ns, LiveSnapshot, ProcessAgg};
+use crate::trace::TraceSink;
 
 /// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
 /// (a writer is between claim and publish for microseconds; at ~50 ms a poll this is ample).
@@ -38,16 +39,21 @@ impl Followed {
         matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
     }
 
-    fn poll(&mut self, patience: u32) -> u64 {
+    /// Drains the ring into the aggregate, and into `trace` (as segment `index`) if given.
+    fn poll(&mut self, patience: u32, mut trace: Option<&mut TraceSink>, index: u32) -> u64 {
         let mut delivered = 0;
         loop {
             let agg = &mut self.agg;
+            let trace = &mut trace;
             let st = self
                 .reader
                 .poll(&mut self.cursor, POLL_BUDGET, patience, |r| {
                     // Undecodable records are counted through `PollStats::corrupt`.
                     if let Ok(r) = r {
                         agg.add_record(&r);
+                        if let Some(t) = trace.as_deref_mut() {
+                            t.push(index, r);
+                        }
                     }
                 });
             self.agg.add_poll(&st);
@@ -97,6 +103,7 @@ pub struct Follower {
     followed: Vec<Followed>,
     problems: Vec<SegmentProblem>,
     problems_taken: usize,
+    trace: Option<TraceSink>,
 }
 
 impl Follower {
@@ -109,7 +116,18 @@ impl Follower {
             followed: Vec::new(),
             problems: Vec::new(),
             problems_taken: 0,
+            trace: None,
         }
+    }
+
+    /// Also keeps the records received (up to `limit`) for a trace file.
+    pub fn enable_trace(&mut self, limit: usize) {
+        self.trace = Some(TraceSink::new(limit));
+    }
+
+    /// The records kept for a trace, when `enable_trace` was called.
+    pub fn trace(&self) -> Option<&TraceSink> {
+        self.trace.as_ref()
     }
 
     pub fn dir(&self) -> &Path {
@@ -172,7 +190,11 @@ impl Follower {
     /// Drains every followed ring (bounded per segment) and refreshes header counters;
     /// returns the records delivered.
     pub fn poll(&mut self) -> u64 {
-        self.followed.iter_mut().map(|f| f.poll(PATIENCE)).sum()
+        let mut n = 0;
+        for (i, f) in self.followed.iter_mut().enumerate() {
+            n += f.poll(PATIENCE, self.trace.as_mut(), i as u32);
+        }
+        n
     }
 
     /// The last drain: everything the rings still hold. Slots of ended processes that were
@@ -180,13 +202,14 @@ impl Follower {
     /// still run get the usual patience, so a record being written is not miscounted.
     pub fn final_drain(&mut self) -> u64 {
         let mut n = 0;
-        for f in &mut self.followed {
+        for (i, f) in self.followed.iter_mut().enumerate() {
+            let i = i as u32;
             // Refresh the state first: the process may have ended since the last poll.
-            f.poll(PATIENCE);
+            n += f.poll(PATIENCE, self.trace.as_mut(), i);
             n += if f.ended() {
-                f.poll(0)
+                f.poll(0, self.trace.as_mut(), i)
             } else {
-                f.poll(PATIENCE)
+                f.poll(PATIENCE, self.trace.as_mut(), i)
             };
         }
         n

@@ -9,6 +9,7 @@
 //! - [`run`]: `syncspy run`, start a command under the library and report on it.
 //! - [`budget`]: budget files, their evaluation against a report, and the verdict's text.
 //! - [`junit`]: the verdict as JUnit XML.
+//! - [`trace`]: `--trace FILE`, the recorded events as Chrome trace / Perfetto JSON.
 //! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
 //! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
 //!   [`present`]: `syncspy report`, which shows either.
@@ -26,6 +27,7 @@ pub mod run;
 pub mod signals;
 pub mod summary;
 pub mod symbolize;
+pub mod trace;
 
 #[cfg(test)]
 mod test_support;

@@ -71,6 +71,14 @@ struct RunArgs {
     /// to stderr either way)
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Also write every recorded event to FILE as Chrome trace event JSON (open it in
+    /// Perfetto or chrome://tracing)
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Events the trace keeps at most: the first N; the summary and the trace say when
+    /// events were cut (each kept event costs 64 bytes of memory until CMD ends)
+    #[arg(long, value_name = "N", default_value_t = syncspy_agent::trace::DEFAULT_TRACE_LIMIT)]
+    trace_limit: usize,
     /// Use the simulated CUDA runtime (libsimcudart.so, as libcudart.so.13) instead of the
     /// real one: no GPU needed
     #[arg(long)]
@@ -104,6 +112,8 @@ impl RunArgs {
     fn options(self) -> RunOptions {
         let mut opts = RunOptions::new(self.command);
         opts.report = self.report;
+        opts.trace = self.trace;
+        opts.trace_limit = self.trace_limit;
         opts.sim = self.sim;
         opts.tui = self.tui;
         opts.keep_segments = self.keep_segments;

@@ -11,7 +11,8 @@ use syncspy_abi::Kind;
 
 use crate::aggregate::{Dist, Lifecycle, ProcessAgg};
 use crate::follow::{Followed, SegmentProblem};
-use crate::symbolize::{is_runtime_module, Symbolizer};
+use crate::symbolize::{is_runtime_module, Frame, Symbolizer};
+use syncspy_abi::modules::Module;
 
 /// `syncspy_report` of the reports this code writes and reads.
 pub const REPORT_VERSION: u32 = 1;
@@ -199,6 +200,29 @@ fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
     }
 }
 
+/// The symbolized frames of call site `site` of a followed segment (none for site 0, "no
+/// stack captured"); `modules` is the segment's module map.
+pub fn site_frames(
+    f: &Followed,
+    site: u32,
+    modules: &[Module],
+    sym: &mut Symbolizer,
+) -> Vec<Frame> {
+    if site == 0 {
+        return Vec::new();
+    }
+    let stack = f.reader.site(site).unwrap_or_default();
+    sym.stack(&stack, modules)
+}
+
+/// The innermost frame outside the CUDA runtime and syncspy: where the program called.
+pub fn location_of(frames: &[Frame]) -> Option<String> {
+    frames
+        .iter()
+        .find(|fr| !fr.module.as_deref().is_some_and(is_runtime_module))
+        .map(|fr| fr.text.clone())
+}
+
 /// The report of one followed process; symbolizes its call sites with `sym`.
 pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> ProcessReport {
     let a: &ProcessAgg = &f.agg;
@@ -242,16 +266,8 @@ pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> Proces
         .sites_by_total()
         .into_iter()
         .map(|(key, d)| {
-            let stack = if key.site == 0 {
-                Vec::new()
-            } else {
-                f.reader.site(key.site).unwrap_or_default()
-            };
-            let frames = sym.stack(&stack, &modules);
-            let location = frames
-                .iter()
-                .find(|fr| !fr.module.as_deref().is_some_and(is_runtime_module))
-                .map(|fr| fr.text.clone());
+            let frames = site_frames(f, key.site, &modules, sym);
+            let location = location_of(&frames);
             Site {
                 kind: key.kind.name().to_string(),
                 api: key.api.name().to_string(),
@@ -361,6 +377,14 @@ pub fn write(report: &Report, path: &Path) -> io::Result<()> {
 /// Writes a file atomically: a temporary file in the same folder, then a rename, so readers
 /// never see half a file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// Like [`write_atomic`], with the contents written by `fill` (buffered).
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
@@ -368,7 +392,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    let res = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let res = (|| {
+        let mut w = io::BufWriter::new(std::fs::File::create(&tmp)?);
+        fill(&mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?;
+        std::fs::rename(&tmp, path)
+    })();
     if res.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

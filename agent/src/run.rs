@@ -46,6 +46,10 @@ pub struct RunOptions {
     pub command: Vec<OsString>,
     /// Where to write the JSON report.
     pub report: Option<PathBuf>,
+    /// Where to write a Chrome trace / Perfetto JSON file of every recorded event.
+    pub trace: Option<PathBuf>,
+    /// Events the trace keeps at most (the first ones; later ones are counted, not kept).
+    pub trace_limit: usize,
     /// Put the simulated CUDA runtime first on the library path.
     pub sim: bool,
     /// Keep the segment files of ended processes.
@@ -63,6 +67,8 @@ impl RunOptions {
         RunOptions {
             command,
             report: None,
+            trace: None,
+            trace_limit: crate::trace::DEFAULT_TRACE_LIMIT,
             sim: false,
             keep_segments: false,
             tui: false,
@@ -344,6 +350,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if let Some(r) = &opts.report {
         check_output_path("--report", "a JSON file", r)?;
     }
+    if let Some(t) = &opts.trace {
+        check_output_path("--trace", "a JSON trace file", t)?;
+    }
     let session = new_session();
     let sim_dir = if opts.sim {
         let sim_lib = find_library(
@@ -400,6 +409,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     });
 
     let mut follower = Follower::new(&seg_dir, Some(session));
+    if opts.trace.is_some() {
+        follower.enable_trace(opts.trace_limit);
+    }
     let mut scan_failed = false;
     let mut step = |follower: &mut Follower| {
         if let Err(e) = follower.scan() {
@@ -450,13 +462,24 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         wall_ns: u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX),
     };
     let mut sym = Symbolizer::new();
-    let report = report::build(
+    let mut report = report::build(
         &run_info,
         follower.processes(),
         follower.problems(),
         &mut sym,
         monotonic_ns(),
     );
+    if let (Some(path), Some(sink)) = (&opts.trace, follower.trace()) {
+        if sink.cut() > 0 {
+            report.warnings.push(format!(
+                "the trace {} holds only the first {} of {} recorded events (raise \
+                 --trace-limit)",
+                path.display(),
+                sink.events().len(),
+                sink.seen()
+            ));
+        }
+    }
     let removed_segments = if opts.keep_segments {
         Vec::new()
     } else {
@@ -477,6 +500,28 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
                 path.display()
             ))
         })?;
+    }
+    if let (Some(path), Some(sink)) = (&opts.trace, follower.trace()) {
+        crate::trace::write(path, sink, follower.processes(), &report.command, &mut sym).map_err(
+            |e| {
+                RunError::Report(format!(
+                    "cannot write the trace to {}: {e} (the command exited with {exit_code})",
+                    path.display()
+                ))
+            },
+        )?;
+        if opts.print_summary {
+            eprintln!(
+                "syncspy: trace: {} events written to {}{}",
+                sink.events().len(),
+                path.display(),
+                if sink.cut() > 0 {
+                    format!(" (cut: {} more not kept)", sink.cut())
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     Ok(RunOutcome {
         exit_code,

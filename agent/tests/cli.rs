@@ -104,6 +104,8 @@ fn help_mentions_every_flag_exit_code_and_variable() {
         "--sim",
         "--tui",
         "--keep-segments",
+        "--trace <FILE>",
+        "--trace-limit <N>",
         "<CMD>...",
         "SYNCSPY_LIB",
         "SYNCSPY_SIM_LIB",

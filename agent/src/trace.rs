@@ -1,0 +1,294 @@
+//! `--trace FILE`: every recorded event as a Chrome trace event / Perfetto JSON file.
+//!
+//! The aggregator keeps distributions, not events, so a run that asks for a trace also keeps
+//! the records it receives in a [`TraceSink`], bounded to `limit` events (64 bytes each): the
+//! first `limit` are kept, later ones only counted, and the file's `otherData` and the run's
+//! warnings say when it was cut. Records the reader never received (`lost_records`) are in
+//! neither the trace nor the percentiles.
+//!
+//! Each event is a complete event (`"ph": "X"`): `pid`, `tid`, `ts` and `dur` in µs on
+//! CLOCK_MONOTONIC (ns precision), `name` the CUDA function, `cat` the kind, and `args` with
+//! `bytes`, `direction` (copies), `stream`, `device`, `site` (the call-site id) and `frame`
+//! (the innermost symbolized frame outside the CUDA runtime and syncspy). Processes are named
+//! after their command lines with `process_name` metadata events.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use syncspy_abi::{Direction, Record};
+
+use crate::follow::Followed;
+use crate::report::{location_of, site_frames, write_atomic_with};
+use crate::symbolize::Symbolizer;
+
+/// Events a trace keeps by default: ~128 MiB of memory, a few hundred MB of JSON.
+pub const DEFAULT_TRACE_LIMIT: usize = 2_000_000;
+/// `otherData.syncspy_trace` of the files this code writes.
+pub const TRACE_VERSION: u32 = 1;
+
+/// One record, and which followed segment it came from.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceEvent {
+    /// Index of the segment in `Follower::processes()`.
+    pub process: u32,
+    pub record: Record,
+}
+
+/// The records kept for a trace: the first `limit`, plus a count of all.
+#[derive(Debug)]
+pub struct TraceSink {
+    limit: usize,
+    events: Vec<TraceEvent>,
+    seen: u64,
+}
+
+impl TraceSink {
+    pub fn new(limit: usize) -> TraceSink {
+        TraceSink {
+            limit,
+            // Grows as events come; a run with few events costs little.
+            events: Vec::new(),
+            seen: 0,
+        }
+    }
+
+    /// Keeps the record if there is room; counts it either way.
+    pub fn push(&mut self, process: u32, record: Record) {
+        self.seen += 1;
+        if self.events.len() < self.limit {
+            self.events.push(TraceEvent { process, record });
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub fn events(&self) -> &[TraceEvent] {
+        &self.events
+    }
+
+    /// Records offered to the sink (kept or not).
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    /// Records not kept because the limit was reached.
+    pub fn cut(&self) -> u64 {
+        self.seen - self.events.len() as u64
+    }
+}
+
+/// ns as µs with three decimals, exactly (no float rounding).
+fn micros(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+/// Writes the trace of `sink` to `w`. `processes` are the follower's segments (indexed by
+/// `TraceEvent::process`); `sym` symbolizes their call sites (its cache is shared with the
+/// report, so sites already in the report cost nothing).
+pub fn write_to(
+    w: &mut dyn Write,
+    sink: &TraceSink,
+    processes: &[Followed],
+    command: &[String],
+    sym: &mut Symbolizer,
+) -> io::Result<()> {
+    writeln!(w, "{{\"traceEvents\": [")?;
+    let mut first = true;
+    let mut sep = |w: &mut dyn Write| -> io::Result<()> {
+        if first {
+            first = false;
+            Ok(())
+        } else {
+            w.write_all(b",\n")
+        }
+    };
+    for f in processes {
+        sep(w)?;
+        write!(
+            w,
+            r#"{{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}}"#,
+            f.agg.pid,
+            json_str(&format!("{} (pid {})", f.agg.argv.join(" "), f.agg.pid))
+        )?;
+    }
+    let mut frames: HashMap<(u32, u32), Option<String>> = HashMap::new();
+    let mut modules: HashMap<u32, Vec<syncspy_abi::modules::Module>> = HashMap::new();
+    for e in sink.events() {
+        let Some(f) = processes.get(e.process as usize) else {
+            continue;
+        };
+        let r = &e.record;
+        let frame = frames
+            .entry((e.process, r.site))
+            .or_insert_with(|| {
+                let m = modules
+                    .entry(e.process)
+                    .or_insert_with(|| f.reader.modules());
+                location_of(&site_frames(f, r.site, m, sym))
+            })
+            .clone();
+        sep(w)?;
+        write!(
+            w,
+            r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":{},"args":{{"bytes":{},"stream":"{:#x}","device":{},"site":{}"#,
+            f.agg.pid,
+            r.tid,
+            micros(r.start_ns),
+            micros(r.duration_ns),
+            json_str(r.api.name()),
+            json_str(r.kind.name()),
+            r.bytes,
+            r.stream,
+            r.device,
+            r.site
+        )?;
+        if r.direction != Direction::None {
+            write!(w, r#","direction":{}"#, json_str(r.direction.name()))?;
+        }
+        if r.result != 0 {
+            write!(w, r#","result":{}"#, r.result)?;
+        }
+        if let Some(fr) = &frame {
+            write!(w, r#","frame":{}"#, json_str(fr))?;
+        }
+        w.write_all(b"}}")?;
+    }
+    let cut = sink.cut();
+    let meta = serde_json::json!({
+        "syncspy_trace": TRACE_VERSION,
+        "command": command,
+        "clock": "CLOCK_MONOTONIC; ts and dur in microseconds",
+        "events": sink.events().len(),
+        "recorded_events": sink.seen(),
+        "limit": sink.limit(),
+        "cut": cut > 0,
+        "cut_events": cut,
+        "note": if cut > 0 {
+            format!(
+                "cut: only the first {} of {} recorded events are here (raise --trace-limit)",
+                sink.events().len(),
+                sink.seen()
+            )
+        } else {
+            "every recorded event is here; records the reader lost (lost_records) are not"
+                .to_string()
+        },
+    });
+    write!(
+        w,
+        "\n],\n\"displayTimeUnit\": \"ns\",\n\"otherData\": {meta}\n}}\n"
+    )
+}
+
+/// Writes the trace file atomically (a temporary file in the same folder, then a rename).
+pub fn write(
+    path: &Path,
+    sink: &TraceSink,
+    processes: &[Followed],
+    command: &[String],
+    sym: &mut Symbolizer,
+) -> io::Result<()> {
+    write_atomic_with(path, |w| write_to(w, sink, processes, command, sym))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::follow::Follower;
+    use crate::test_support::{rec, TempDir};
+    use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+
+    #[test]
+    fn the_sink_keeps_the_first_events_and_counts_the_rest() {
+        let mut s = TraceSink::new(2);
+        for i in 0..5 {
+            s.push(
+                0,
+                rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, i, 0, 0),
+            );
+        }
+        assert_eq!(s.events().len(), 2);
+        assert_eq!(s.events()[1].record.duration_ns, 1);
+        assert_eq!((s.seen(), s.cut()), (5, 3));
+        assert_eq!(micros(1_234_567), "1234.567");
+        assert_eq!(micros(5), "0.005");
+        // The memory bound in the docs and --help.
+        assert!(std::mem::size_of::<TraceEvent>() <= 64);
+    }
+
+    #[test]
+    fn a_followed_segment_becomes_valid_trace_json() {
+        let dir = TempDir::new("trace");
+        let mut p = SegmentParams::new(31, 7);
+        p.session = 9;
+        p.ring_capacity = 64;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        p.cmdline = b"./train\0\"quoted\"\0".to_vec();
+        let w = SegmentWriter::create(dir.path(), &p).unwrap();
+        let mut copy = rec(Kind::MemcpyPageable, Api::CudaMemcpyAsync, 2_500, 4096, 0);
+        copy.start_ns = 10_000_000_123;
+        copy.stream = 0x5000;
+        copy.tid = 77;
+        w.record(&copy);
+        w.record(&rec(
+            Kind::StreamSync,
+            Api::CudaStreamSynchronize,
+            900,
+            0,
+            0,
+        ));
+        w.record(&rec(
+            Kind::StreamSync,
+            Api::CudaStreamSynchronize,
+            800,
+            0,
+            0,
+        ));
+        w.mark_exited(0);
+
+        let mut f = Follower::new(dir.path(), Some(9));
+        f.enable_trace(2);
+        f.scan().unwrap();
+        f.final_drain();
+        let sink = f.trace().unwrap();
+        assert_eq!((sink.seen(), sink.cut()), (3, 1));
+        let mut out = Vec::new();
+        let mut sym = Symbolizer::new();
+        write_to(&mut out, sink, f.processes(), &["./train".into()], &mut sym).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(ev.len(), 3);
+        assert_eq!(ev[0]["ph"], "M");
+        assert_eq!(ev[0]["args"]["name"], "./train \"quoted\" (pid 31)");
+        let x = &ev[1];
+        assert_eq!(x["ph"], "X");
+        assert_eq!(x["pid"], 31);
+        assert_eq!(x["tid"], 77);
+        assert_eq!(x["ts"].as_f64().unwrap(), 10_000_000.123);
+        assert_eq!(x["dur"].as_f64().unwrap(), 2.5);
+        assert_eq!(x["name"], "cudaMemcpyAsync");
+        assert_eq!(x["cat"], "memcpy_pageable");
+        assert_eq!(x["args"]["bytes"], 4096);
+        assert_eq!(x["args"]["direction"], "h2d");
+        assert_eq!(x["args"]["stream"], "0x5000");
+        assert_eq!(x["args"]["device"], 0);
+        assert!(x["args"].get("frame").is_none(), "site 0 has no frame");
+        assert_eq!(ev[2]["cat"], "stream_sync");
+        assert!(ev[2]["args"].get("direction").is_none());
+        let meta = &v["otherData"];
+        assert_eq!(meta["syncspy_trace"], 1);
+        assert_eq!(meta["events"], 2);
+        assert_eq!(meta["recorded_events"], 3);
+        assert_eq!(meta["cut"], true);
+        assert!(meta["note"].as_str().unwrap().contains("first 2 of 3"));
+        assert_eq!(v["displayTimeUnit"], "ns");
+    }
+}
