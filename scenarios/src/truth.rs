@@ -1,5 +1,6 @@
 //! The ground-truth account a program prints at exit: per CUDA API, how many calls it made,
-//! the bytes they moved, and the host time each took as the program itself measured it.
+//! the bytes they moved, and the host time each took as the program itself measured it; and,
+//! for the calls made through [`Truth::classified`], how syncspy must classify them.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -12,32 +13,117 @@ pub struct Tally {
     pub max_ns: u64,
 }
 
+/// How syncspy must classify a call: one of the report's stall kinds, or a call it counts but
+/// does not time (`non_stall_calls`: pinned async copies, device memsets, `cudaFree(NULL)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    DeviceSync,
+    StreamSync,
+    EventSync,
+    MemcpySync,
+    MemcpyPageable,
+    ImplicitSync,
+    NonStall,
+}
+
+impl Kind {
+    /// The stall kinds, in the report's order.
+    pub const STALLS: [Kind; 6] = [
+        Kind::DeviceSync,
+        Kind::StreamSync,
+        Kind::EventSync,
+        Kind::MemcpySync,
+        Kind::MemcpyPageable,
+        Kind::ImplicitSync,
+    ];
+
+    /// The name the report uses (`non_stall` for calls that do not stall).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::DeviceSync => "device_sync",
+            Kind::StreamSync => "stream_sync",
+            Kind::EventSync => "event_sync",
+            Kind::MemcpySync => "memcpy_sync",
+            Kind::MemcpyPageable => "memcpy_pageable",
+            Kind::ImplicitSync => "implicit_sync",
+            Kind::NonStall => "non_stall",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::STALLS
+            .into_iter()
+            .chain([Kind::NonStall])
+            .find(|k| k.name() == name)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Truth {
+    /// Every call, by API.
     pub calls: BTreeMap<&'static str, Tally>,
+    /// Calls made through [`Truth::classified`] that stall, by kind name.
+    pub kinds: BTreeMap<&'static str, Tally>,
+    /// Calls made through [`Truth::classified`] that do not stall, by API.
+    pub non_stall: BTreeMap<&'static str, Tally>,
+}
+
+impl Tally {
+    fn add(&mut self, bytes: u64, ns: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        self.count += other.count;
+        self.bytes += other.bytes;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
 }
 
 impl Truth {
     /// Runs `f` (one CUDA call named `api`), timing it, and adds it to the account.
     pub fn call<R>(&mut self, api: &'static str, bytes: u64, f: impl FnOnce() -> R) -> R {
-        let t = Instant::now();
-        let r = f();
-        let ns = t.elapsed().as_nanos() as u64;
-        let e = self.calls.entry(api).or_default();
-        e.count += 1;
-        e.bytes += bytes;
-        e.total_ns += ns;
-        e.max_ns = e.max_ns.max(ns);
+        self.timed(api, bytes, f).0
+    }
+
+    /// Runs `f` (one CUDA call named `api`, which syncspy must classify as `kind`), timing it,
+    /// and adds it to the account under its API and its kind.
+    pub fn classified<R>(
+        &mut self,
+        api: &'static str,
+        kind: Kind,
+        bytes: u64,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        let (r, ns) = self.timed(api, bytes, f);
+        match kind {
+            Kind::NonStall => self.non_stall.entry(api).or_default().add(bytes, ns),
+            k => self.kinds.entry(k.name()).or_default().add(bytes, ns),
+        }
         r
     }
 
+    fn timed<R>(&mut self, api: &'static str, bytes: u64, f: impl FnOnce() -> R) -> (R, u64) {
+        let t = Instant::now();
+        let r = f();
+        let ns = t.elapsed().as_nanos() as u64;
+        self.calls.entry(api).or_default().add(bytes, ns);
+        (r, ns)
+    }
+
     pub fn merge(&mut self, other: &Truth) {
-        for (k, v) in &other.calls {
-            let e = self.calls.entry(k).or_default();
-            e.count += v.count;
-            e.bytes += v.bytes;
-            e.total_ns += v.total_ns;
-            e.max_ns = e.max_ns.max(v.max_ns);
+        for (map, theirs) in [
+            (&mut self.calls, &other.calls),
+            (&mut self.kinds, &other.kinds),
+            (&mut self.non_stall, &other.non_stall),
+        ] {
+            for (k, v) in theirs {
+                map.entry(k).or_default().merge(v);
+            }
         }
     }
 

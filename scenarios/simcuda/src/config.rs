@@ -12,7 +12,7 @@
 //! | `SIMCUDA_STAGING_BYTES` | staging buffer for pageable host-to-device async copies | 2097152 |
 //! | `SIMCUDA_LAUNCH_US` | fixed cost of every kernel on the device | 2 |
 //! | `SIMCUDA_GEMM_TFLOPS` | rate of the `gemm` kernel | 4 |
-//! | `SIMCUDA_GEMM_COMPUTE_MAX_N` | largest `gemm` whose result is really computed | 256 |
+//! | `SIMCUDA_GEMM_COMPUTE_MAX_N` | largest `gemm` whose result is really computed | 128 |
 //!
 //! Bad values are ignored with a warning on stderr: a simulator that refuses to start helps no
 //! one, and the warning names the variable.
@@ -115,7 +115,7 @@ impl Config {
             staging_bytes: count("SIMCUDA_STAGING_BYTES", DEFAULT_STAGING_BYTES, 1 << 40) as usize,
             launch_ns: nonnegative("SIMCUDA_LAUNCH_US", 2.0) * 1e3,
             gemm_flop_per_ns: positive("SIMCUDA_GEMM_TFLOPS", DEFAULT_GEMM_TFLOPS) * 1e3,
-            gemm_compute_max_n: count("SIMCUDA_GEMM_COMPUTE_MAX_N", 256, 1 << 16) as usize,
+            gemm_compute_max_n: count("SIMCUDA_GEMM_COMPUTE_MAX_N", 128, 1 << 16) as usize,
         }
     }
 
@@ -216,7 +216,7 @@ mod tests {
         ]);
         assert_eq!(free.kernel_ns(KernelCost::Nanos(5)), 5);
         assert_eq!(free.gemm_compute_max_n, 8);
-        assert_eq!(config(&[]).gemm_compute_max_n, 256);
+        assert_eq!(config(&[]).gemm_compute_max_n, 128);
     }
 
     #[test]

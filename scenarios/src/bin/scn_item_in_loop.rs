@@ -1,0 +1,67 @@
+//! `scn-item-in-loop`: a scalar read back every step, the way PyTorch 2.11's `.item()` does it
+//! (a `cudaMemcpyAsync` into pinned memory, then `cudaStreamSynchronize`), so the host waits
+//! for the whole step's GPU work every step.
+//!
+//! Per step: `spin` (`--work-us`), `fill` x with 1, `scale` its first third by -1,
+//! `count_positive` into a device counter, copy the count to pinned memory, synchronize the
+//! stream, check the count (real results: it must be size - size/3).
+//! Expect: stream_sync = iters, each about the step's GPU time (`gpu_ms.work`); the pinned
+//! copies are non-stalling; no pageable copy.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use syncspy_scenarios::cuda::cudaMemcpyKind::cudaMemcpyDeviceToHost as D2H;
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
+use syncspy_scenarios::truth::Kind;
+
+const SPEC: Spec = Spec {
+    size: Some((1 << 16, "elements of the array counted each step")),
+    work_us: Some(2000),
+    ..Spec::new(
+        "item-in-loop",
+        "a scalar read back (.item()) every step: one stream sync per step",
+        20,
+    )
+};
+
+fn main() -> ExitCode {
+    let a = Args::parse(&SPEC);
+    let n = a.size;
+    let mut c = Ctx::new();
+    let s = c.r.stream(&mut c.t, false);
+    let x = c.r.device::<f32>(&mut c.t, n as usize);
+    let count = c.r.device::<u32>(&mut c.t, 1);
+    let host = c.r.pinned::<u32>(&mut c.t, 1);
+    let expected = n - n / 3;
+    let mut counts_ok = true;
+
+    let start = Instant::now();
+    for _ in 0..a.iters {
+        c.spans.begin(&mut c.t, &mut c.r, s);
+        c.k.spin(&mut c.t, s, a.work_ns());
+        c.k.fill(&mut c.t, s, x, n, 1.0);
+        c.k.scale(&mut c.t, s, x, n / 3, -1.0);
+        // SAFETY: `count` is 4 bytes of device memory; `host` 4 bytes of pinned memory.
+        unsafe {
+            calls::memset_async(&mut c.t, count.cast(), 4, s);
+            c.k.count_positive(&mut c.t, s, x, n, count);
+            c.spans.end(&mut c.t, &mut c.r, s);
+            let (dst, src) = (host.cast(), count.cast_const().cast());
+            calls::memcpy_async(&mut c.t, Kind::NonStall, dst, src, 4, D2H, s);
+        }
+        calls::stream_sync(&mut c.t, s);
+        // SAFETY: the copy into `host` completed with the stream.
+        counts_ok &= u64::from(unsafe { host.read() }) == expected;
+    }
+    let loop_ms = ms_since(start);
+    calls::device_sync(&mut c.t);
+    let work = c.spans.total_ms();
+    let t = c.finish();
+
+    let mut o = Outcome::new(SPEC, a, t);
+    o.gpu_ms.insert("work", work);
+    o.wall_ms.insert("loop", loop_ms);
+    o.checks.insert("count", counts_ok);
+    o.print()
+}

@@ -1,0 +1,75 @@
+//! Every scenario program against the simulated runtime, without syncspy: it runs, prints one
+//! ground-truth line with its name, passes its data checks (the simulator computes the
+//! kernels' real results), and answers `--help`.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+use syncspy_scenarios::SCENARIOS;
+
+fn run(tag: &str, name: &str, args: &[&str]) -> (std::process::Output, Option<Value>) {
+    let lib = TempDir::with_sim_runtime(tag);
+    let out = Command::new(artifact(&format!("scn-{name}")))
+        .args(args)
+        .env("LD_LIBRARY_PATH", &lib.0)
+        .env("SIMCUDA_TIME_SCALE", "0.2")
+        .output()
+        .expect("start the scenario");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(lines.len() <= 1, "{name}: more than one JSON line");
+    (out, lines.into_iter().next())
+}
+
+#[test]
+fn every_scenario_runs_and_checks_its_results() {
+    for name in SCENARIOS {
+        let (out, truth) = run(name, name, &["--iters", "3"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name} failed: {stderr}");
+        let truth = truth.unwrap_or_else(|| panic!("{name}: no ground-truth line"));
+        assert_eq!(truth["scenario"], *name);
+        assert_eq!(truth["ok"], true, "{name}: {truth}");
+        assert_eq!(truth["args"]["iters"], 3);
+        assert_eq!(
+            truth["kinds"].as_object().unwrap().len(),
+            6,
+            "{name}: all kinds"
+        );
+        for (key, ms) in truth["gpu_ms"].as_object().unwrap() {
+            assert!(ms.as_f64().unwrap() > 0.0, "{name}: gpu_ms.{key} = {ms}");
+        }
+    }
+}
+
+#[test]
+fn gemm_results_are_real_where_the_simulator_computes_them() {
+    for name in ["sync-small-gemm", "sync-big-gemm"] {
+        for mode in [&[][..], &["--async"][..]] {
+            let args = [&["--size", "48", "--iters", "2", "--check"][..], mode].concat();
+            let (out, truth) = run(name, name, &args);
+            assert!(out.status.success(), "{name} {mode:?}");
+            let truth = truth.unwrap();
+            assert_eq!(truth["checks"]["result"], true, "{name} {mode:?}");
+            let syncs = truth["kinds"]["device_sync"]["count"].as_u64();
+            assert_eq!(syncs, Some(if mode.is_empty() { 3 } else { 1 }));
+        }
+    }
+}
+
+#[test]
+fn help_and_bad_arguments() {
+    for name in SCENARIOS {
+        let (out, truth) = run(name, name, &["--help"]);
+        assert!(out.status.success());
+        assert!(truth.is_none());
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("usage: scn-{name}")));
+        let (out, _) = run(name, name, &["--bogus"]);
+        assert_eq!(out.status.code(), Some(2), "{name}: a bad argument exits 2");
+    }
+}
