@@ -31,7 +31,7 @@ pub struct Amounts {
 }
 
 impl Amounts {
-    fn add(&mut self, count: u64, total_ns: u64, bytes: u64) {
+    pub fn add(&mut self, count: u64, total_ns: u64, bytes: u64) {
         self.count = self.count.saturating_add(count);
         self.total_ns = self.total_ns.saturating_add(total_ns);
         self.bytes = self.bytes.saturating_add(bytes);

@@ -74,6 +74,22 @@ impl Followed {
     }
 }
 
+impl Followed {
+    /// Removes this segment's file, unless a newer segment replaced it under the same name.
+    /// `Ok(false)` when there was nothing to remove.
+    pub fn remove_file(&self) -> io::Result<bool> {
+        let path = self.reader.path();
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.ino() == self.ino => match std::fs::remove_file(path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+            },
+            _ => Ok(false),
+        }
+    }
+}
+
 /// A file that looked like a segment but could not be followed.
 #[derive(Clone, Debug)]
 pub struct SegmentProblem {
@@ -138,6 +154,7 @@ impl Follower {
     /// only when the folder itself cannot be read.
     pub fn scan(&mut self) -> io::Result<usize> {
         let mut new = 0;
+        let mut present = std::collections::HashSet::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
@@ -146,6 +163,7 @@ impl Follower {
                 continue;
             }
             let key = (name.clone(), entry.ino());
+            present.insert(key.clone());
             if self.seen.contains_key(&key) {
                 continue;
             }
@@ -184,6 +202,9 @@ impl Follower {
             };
             self.seen.insert(key, seen);
         }
+        // Forget files that are gone, so a long-lived follower does not grow with every
+        // process the host ever ran.
+        self.seen.retain(|k, _| present.contains(k));
         Ok(new)
     }
 
@@ -237,21 +258,26 @@ impl Follower {
     /// Returns the removed paths and the failures.
     pub fn remove_ended_segments(&self) -> (Vec<PathBuf>, Vec<(PathBuf, io::Error)>) {
         let (mut removed, mut failed) = (Vec::new(), Vec::new());
-        for f in &self.followed {
-            if !f.ended() {
-                continue;
-            }
-            let path = f.reader.path();
-            match std::fs::symlink_metadata(path) {
-                Ok(m) if m.ino() == f.ino => match std::fs::remove_file(path) {
-                    Ok(()) => removed.push(path.to_path_buf()),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => failed.push((path.to_path_buf(), e)),
-                },
-                _ => {}
+        for f in self.followed.iter().filter(|f| f.ended()) {
+            match f.remove_file() {
+                Ok(true) => removed.push(f.reader.path().to_path_buf()),
+                Ok(false) => {}
+                Err(e) => failed.push((f.reader.path().to_path_buf(), e)),
             }
         }
         (removed, failed)
+    }
+
+    /// Stops following the segments `forget` picks and hands them back (their files stay).
+    /// A forgotten segment is not opened again while its file exists. Not for a follower
+    /// that keeps a trace: trace events refer to segments by position.
+    pub fn forget(&mut self, mut forget: impl FnMut(&Followed) -> bool) -> Vec<Followed> {
+        debug_assert!(self.trace.is_none(), "forgetting would shift trace indices");
+        let (gone, keep) = std::mem::take(&mut self.followed)
+            .into_iter()
+            .partition(|f| forget(f));
+        self.followed = keep;
+        gone
     }
 }
 

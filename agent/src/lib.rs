@@ -11,6 +11,8 @@
 //! - [`junit`]: the verdict as JUnit XML.
 //! - [`trace`]: `--trace FILE`, the recorded events as Chrome trace / Perfetto JSON.
 //! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
+//! - [`daemon`]: `syncspy agent`, every segment of the host behind HTTP; [`metrics`] its
+//!   Prometheus text.
 //! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
 //!   [`present`]: `syncspy report`, which shows either.
 
@@ -18,9 +20,11 @@ pub mod aggregate;
 pub mod budget;
 pub mod check;
 pub mod compare;
+pub mod daemon;
 pub mod follow;
 pub mod junit;
 pub mod markdown;
+pub mod metrics;
 pub mod present;
 pub mod report;
 pub mod run;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use syncspy_agent::check::{self, CheckOptions, EXIT_NOT_CHECKED};
+use syncspy_agent::daemon::{self, DaemonOptions};
 use syncspy_agent::present::{self, Format};
 use syncspy_agent::run::{self, RunOptions, EXIT_SETUP};
 
@@ -26,6 +27,18 @@ Exit status:
   127  CMD could not be started (not found, or not executable)
 
 SIGINT and SIGTERM sent to syncspy are passed on to CMD; syncspy reports when CMD ends.";
+
+const AGENT_AFTER_HELP: &str = "\
+Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
+that runs the CUDA jobs (segments are mode 0600), or as root.
+
+Metrics (labels: program, at most 50 values then \"other\"; kind; state):
+  syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
+  syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
+  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
+  syncspy_segments_skipped, syncspy_agent_info
+
+Exit status: 2 when the address cannot be bound or SYNCSPY_DIR is unusable.";
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +65,25 @@ enum Cmd {
     /// budget, 1 over budget, 2 not checked)
     #[command(after_help = check::HELP)]
     Check(CheckArgs),
+    /// Run as a daemon: follow every instrumented process on the host, serve Prometheus
+    /// metrics at /metrics and JSON at /api/v1/snapshot
+    #[command(after_help = AGENT_AFTER_HELP)]
+    Agent {
+        /// Address to serve on (loopback by default: the snapshot shows command lines)
+        #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_LISTEN)]
+        listen: String,
+        /// How often segments are scanned and drained, in milliseconds
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        interval_ms: u64,
+        /// How long ended processes stay in the snapshot before they are forgotten (their
+        /// totals stay in the metrics), in seconds
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        retain_secs: u64,
+        /// Never remove segment files (by default the agent removes those of forgotten
+        /// processes that no `syncspy run` owns)
+        #[arg(long)]
+        keep_segments: bool,
+    },
     /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
         /// A report written by `run --report FILE` or `check --report FILE`; with two, the
@@ -137,6 +169,31 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("syncspy: {e}");
                     EXIT_NOT_CHECKED
+                }
+            }
+        }
+        Cmd::Agent {
+            listen,
+            interval_ms,
+            retain_secs,
+            keep_segments,
+        } => {
+            let started = run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref())
+                .map_err(|e| e.to_string())
+                .and_then(|dir| {
+                    daemon::serve(&DaemonOptions {
+                        listen,
+                        dir,
+                        interval: std::time::Duration::from_millis(interval_ms.max(10)),
+                        retain: std::time::Duration::from_secs(retain_secs),
+                        keep_segments,
+                    })
+                });
+            match started {
+                Ok(never) => match never {},
+                Err(e) => {
+                    eprintln!("syncspy agent: {e}");
+                    EXIT_SETUP
                 }
             }
         }

@@ -120,7 +120,7 @@ fn help_mentions_every_flag_exit_code_and_variable() {
     }
     let o = Command::new(SYNCSPY).arg("--help").output().unwrap();
     let h = text(&o.stdout);
-    for s in ["run", "check", "report", "--version"] {
+    for s in ["run", "check", "report", "agent", "--version"] {
         assert!(h.contains(s), "`--help` lacks {s:?}:\n{h}");
     }
     let o = Command::new(SYNCSPY)

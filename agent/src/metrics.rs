@@ -1,0 +1,241 @@
+//! Prometheus metrics of the agent daemon, rendered from a [`Snapshot`] with the official
+//! client library (OpenMetrics text).
+//!
+//! Labels are bounded: `program` (a process's program name, at most
+//! [`MAX_PROGRAMS`](crate::daemon::MAX_PROGRAMS) distinct values, then `other`), `kind` (the
+//! seven event kinds) and `state` (running, exited, gone, unknown). No pid, command line or
+//! call site becomes a label; those are in `/api/v1/snapshot`. Counters stay monotonic
+//! across processes that end and are forgotten: their totals are kept per program.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::daemon::Snapshot;
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    program: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProgramLabels {
+    program: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    program: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: String,
+}
+
+type FloatCounter = Counter<f64, AtomicU64>;
+
+/// The metrics text of a snapshot.
+pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::with_prefix("syncspy");
+    let events = Family::<KindLabels, Counter>::default();
+    let seconds = Family::<KindLabels, FloatCounter>::default();
+    let bytes = Family::<KindLabels, Counter>::default();
+    let processes = Family::<StateLabels, Gauge>::default();
+    let dropped = Family::<ProgramLabels, Counter>::default();
+    let lost = Family::<ProgramLabels, Counter>::default();
+    let overhead = Family::<ProgramLabels, FloatCounter>::default();
+    let forgotten = Family::<ProgramLabels, Counter>::default();
+    let info = Family::<VersionLabels, Gauge>::default();
+    let skipped = Gauge::<i64>::default();
+    reg.register(
+        "stall_events",
+        "CUDA calls that made the host wait, by program and kind",
+        events.clone(),
+    );
+    reg.register_with_unit(
+        "stall",
+        "Time the host waited in CUDA calls, by program and kind",
+        Unit::Seconds,
+        seconds.clone(),
+    );
+    reg.register_with_unit(
+        "stall",
+        "Bytes moved by the CUDA calls that made the host wait",
+        Unit::Bytes,
+        bytes.clone(),
+    );
+    reg.register(
+        "processes",
+        "Instrumented processes followed now, by program and state",
+        processes.clone(),
+    );
+    reg.register(
+        "dropped_events",
+        "Events libsyncspy counted but could not write to its ring",
+        dropped.clone(),
+    );
+    reg.register(
+        "lost_records",
+        "Ring records the agent never received (totals stay exact)",
+        lost.clone(),
+    );
+    reg.register_with_unit(
+        "overhead",
+        "Time libsyncspy spent on its own work inside the programs",
+        Unit::Seconds,
+        overhead.clone(),
+    );
+    reg.register(
+        "forgotten_processes",
+        "Ended processes no longer followed (their totals are kept in the counters)",
+        forgotten.clone(),
+    );
+    reg.register(
+        "segments_skipped",
+        "Files in the segment folder that could not be read",
+        skipped.clone(),
+    );
+    reg.register("agent_info", "The agent's version", info.clone());
+
+    for p in &s.processes {
+        let program = &p.program;
+        let r = &p.report;
+        for (kind, st) in &r.kinds {
+            let l = KindLabels {
+                program: program.clone(),
+                kind: kind.clone(),
+            };
+            events.get_or_create(&l).inc_by(st.count);
+            seconds.get_or_create(&l).inc_by(st.total_ns as f64 / 1e9);
+            bytes.get_or_create(&l).inc_by(st.bytes);
+        }
+        let pl = ProgramLabels {
+            program: program.clone(),
+        };
+        dropped.get_or_create(&pl).inc_by(r.dropped_events);
+        lost.get_or_create(&pl)
+            .inc_by(r.lost_records.saturating_sub(r.dropped_events));
+        overhead
+            .get_or_create(&pl)
+            .inc_by(r.overhead_ns as f64 / 1e9);
+        processes
+            .get_or_create(&StateLabels {
+                program: program.clone(),
+                state: r.state.clone(),
+            })
+            .inc();
+    }
+    for (program, f) in &s.forgotten {
+        for (kind, a) in &f.kinds {
+            let l = KindLabels {
+                program: program.clone(),
+                kind: kind.clone(),
+            };
+            events.get_or_create(&l).inc_by(a.count);
+            seconds.get_or_create(&l).inc_by(a.total_ns as f64 / 1e9);
+            bytes.get_or_create(&l).inc_by(a.bytes);
+        }
+        let pl = ProgramLabels {
+            program: program.clone(),
+        };
+        dropped.get_or_create(&pl).inc_by(f.dropped_events);
+        lost.get_or_create(&pl).inc_by(f.lost_records);
+        overhead
+            .get_or_create(&pl)
+            .inc_by(f.overhead_ns as f64 / 1e9);
+        forgotten.get_or_create(&pl).inc_by(f.processes);
+    }
+    skipped.set(s.segments_skipped as i64);
+    info.get_or_create(&VersionLabels {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+    .set(1);
+
+    let mut out = String::new();
+    encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::Amounts;
+    use crate::daemon::{ForgottenProgram, SnapshotProcess};
+    use crate::report::{ProcessReport, Stats};
+
+    #[test]
+    fn live_and_forgotten_processes_add_up_per_program_and_kind() {
+        let mut r = ProcessReport {
+            pid: 5,
+            state: "running".into(),
+            dropped_events: 1,
+            lost_records: 3,
+            overhead_ns: 2_000_000,
+            ..ProcessReport::default()
+        };
+        r.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: 4,
+                total_ns: 1_500_000_000,
+                ..Stats::default()
+            },
+        );
+        let mut f = ForgottenProgram {
+            processes: 2,
+            ..ForgottenProgram::default()
+        };
+        f.kinds.insert(
+            "stream_sync".into(),
+            Amounts {
+                count: 6,
+                total_ns: 500_000_000,
+                bytes: 0,
+            },
+        );
+        f.kinds.insert(
+            "memcpy_pageable".into(),
+            Amounts {
+                count: 1,
+                total_ns: 1000,
+                bytes: 4096,
+            },
+        );
+        let s = Snapshot {
+            processes: vec![SnapshotProcess {
+                program: "train.py".into(),
+                report: r,
+            }],
+            forgotten: [("train.py".to_string(), f)].into_iter().collect(),
+            segments_skipped: 1,
+            ..Snapshot::default()
+        };
+        let m = render(&s).unwrap();
+        for line in [
+            r#"syncspy_stall_events_total{program="train.py",kind="stream_sync"} 10"#,
+            r#"syncspy_stall_seconds_total{program="train.py",kind="stream_sync"} 2.0"#,
+            r#"syncspy_stall_bytes_total{program="train.py",kind="memcpy_pageable"} 4096"#,
+            r#"syncspy_processes{program="train.py",state="running"} 1"#,
+            r#"syncspy_dropped_events_total{program="train.py"} 1"#,
+            r#"syncspy_lost_records_total{program="train.py"} 2"#,
+            r#"syncspy_forgotten_processes_total{program="train.py"} 2"#,
+            "syncspy_segments_skipped 1",
+            "# TYPE syncspy_stall_seconds counter",
+            "# UNIT syncspy_stall_seconds seconds",
+            "# EOF",
+        ] {
+            assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! `syncspy agent` from the outside: a program started with `LD_PRELOAD=libsyncspy.so` (no
+//! `syncspy run`) against the simulated runtime is seen running, then ended, in
+//! `/api/v1/snapshot` and `/metrics`; after the retention time it is forgotten, its totals
+//! stay in the counters, and its segment file is removed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{artifact, cudacalls, TempDir, SYNCSPY};
+
+/// A child killed when the test ends, whatever happens.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (status, body) of `GET path`.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// Polls `f` until it returns `Some`, for at most 30 s.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn metric(body: &str, line_start: &str) -> Option<String> {
+    body.lines()
+        .find(|l| l.starts_with(line_start))
+        .map(|l| l[line_start.len()..].trim().to_string())
+}
+
+#[test]
+fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
+    let d = TempDir::new("agent");
+    let seg = d.path().join("seg");
+    let lib = d.path().join("lib");
+    std::fs::create_dir_all(&seg).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join("libcudart.so.13")).unwrap();
+
+    let mut agent = Running(
+        Command::new(SYNCSPY)
+            .args([
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--interval-ms",
+                "50",
+                "--retain-secs",
+                "2",
+            ])
+            .env("SYNCSPY_DIR", &seg)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
+    let addr = eventually("the agent's address", || {
+        let l = lines.next()?.ok()?;
+        let rest = l.split("serving http://").nth(1)?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    // Keep draining the agent's stderr so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+
+    let (status, body) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("syncspy_agent_info"), "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    assert_eq!(get(&addr, "/nope").0, 404);
+
+    // 5 x (1 ms of GPU work, wait for it, 100 ms of host work): about half a second.
+    let c = cudacalls();
+    let mut prog = Running(
+        Command::new(&c)
+            .args(["--iters", "5", "busy=s1:1000", "sync=s1", "sleep=100000"])
+            .env("LD_PRELOAD", artifact("libsyncspy.so"))
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SIMCUDA_TIME_SCALE", "1")
+            .env_remove("SYNCSPY_SESSION")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = prog.0.id() as u64;
+    let snapshot = || -> Value { serde_json::from_str(&get(&addr, "/api/v1/snapshot").1).unwrap() };
+    let proc_in = |s: &Value| -> Option<Value> {
+        s["processes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["pid"].as_u64() == Some(pid))
+            .cloned()
+    };
+    let running = eventually("the program in the snapshot", || proc_in(&snapshot()));
+    assert_eq!(running["program"], "cudacalls");
+    assert!(running["cmdline"].as_str().unwrap().contains("sync=s1"));
+
+    assert!(prog.0.wait().unwrap().success());
+    let ended = eventually("the program to end in the snapshot", || {
+        proc_in(&snapshot()).filter(|p| p["state"] == "exited")
+    });
+    assert_eq!(ended["kinds"]["stream_sync"]["count"], 5);
+    let sites = ended["sites"].as_array().unwrap();
+    assert!(
+        sites.iter().any(|s| s["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("cudacalls::run_op"))),
+        "{ended:#}"
+    );
+    let events = r#"syncspy_stall_events_total{program="cudacalls",kind="stream_sync"}"#;
+    let (_, m) = get(&addr, "/metrics");
+    assert_eq!(metric(&m, events).as_deref(), Some("5"), "{m}");
+    assert_eq!(
+        metric(
+            &m,
+            r#"syncspy_processes{program="cudacalls",state="exited"}"#
+        )
+        .as_deref(),
+        Some("1"),
+        "{m}"
+    );
+
+    // After the retention time: forgotten, counted, its file removed.
+    let m = eventually("the program to be forgotten", || {
+        let (_, m) = get(&addr, "/metrics");
+        metric(
+            &m,
+            r#"syncspy_forgotten_processes_total{program="cudacalls"}"#,
+        )
+        .filter(|v| v == "1")
+        .map(|_| m)
+    });
+    assert_eq!(metric(&m, events).as_deref(), Some("5"), "{m}");
+    assert!(proc_in(&snapshot()).is_none());
+    let left: Vec<_> = std::fs::read_dir(&seg).unwrap().collect();
+    assert!(left.is_empty(), "the segment should be removed: {left:?}");
+}
+
+#[test]
+fn an_address_that_cannot_be_bound_exits_2() {
+    let d = TempDir::new("agent-bind");
+    let o = Command::new(SYNCSPY)
+        .args(["agent", "--listen", "256.0.0.1:1"])
+        .env("SYNCSPY_DIR", d.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot listen on 256.0.0.1:1"));
+    let o = Command::new(SYNCSPY)
+        .args(["agent", "--listen", "127.0.0.1:0"])
+        .env("SYNCSPY_DIR", "/nonexistent/segments")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("SYNCSPY_DIR=/nonexistent/segments"));
+}
+
+/// Names of the samples in a metrics text.
+fn sample_names(m: &str) -> std::collections::BTreeSet<String> {
+    m.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
+    use syncspy_agent::daemon::{ForgottenProgram, Snapshot, SnapshotProcess};
+    use syncspy_agent::report::{ProcessReport, Stats};
+    let mut r = ProcessReport {
+        state: "running".into(),
+        ..ProcessReport::default()
+    };
+    r.kinds.insert("stream_sync".into(), Stats::default());
+    let s = Snapshot {
+        processes: vec![SnapshotProcess {
+            program: "p".into(),
+            report: r,
+        }],
+        forgotten: [("p".to_string(), ForgottenProgram::default())]
+            .into_iter()
+            .collect(),
+        ..Snapshot::default()
+    };
+    let served = sample_names(&syncspy_agent::metrics::render(&s).unwrap());
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dash: Value =
+        serde_json::from_slice(&std::fs::read(root.join("deploy/grafana-dashboard.json")).unwrap())
+            .unwrap();
+    let mut queries: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    queries.push(
+        dash["templating"]["list"][1]["definition"]
+            .as_str()
+            .unwrap()
+            .into(),
+    );
+    let mut used = 0;
+    for q in &queries {
+        for (i, _) in q.match_indices("syncspy_") {
+            let name: String = q[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                served.contains(&name),
+                "{name} (in {q}) is not served: {served:?}"
+            );
+            used += 1;
+        }
+    }
+    assert!(used >= 8, "{queries:?}");
+
+    let unit = std::fs::read_to_string(root.join("deploy/syncspy-agent.service")).unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    let help = Command::new(SYNCSPY)
+        .args(["agent", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "the unit uses {flag}, which `agent --help` lacks"
+        );
+    }
+    assert!(exec.contains("127.0.0.1:"), "loopback by default: {exec}");
+}
