@@ -48,11 +48,12 @@ Budget file (TOML; unknown keys are errors):
 
 Exit status:
   0    within budget
-  1    over budget: at least one rule failed (takes precedence over 2 once the run ended)
+  1    over budget: at least one rule failed (even if CMD exited non-zero or another
+       rule could not be evaluated)
   2    not checked: bad budget file (its line and column are shown), a setup error
        (library not found, SYNCSPY_DIR unusable), CMD could not start or exited non-zero,
-       no instrumented process reported, a rule could not be evaluated, or the report or
-       JUnit file could not be written
+       no instrumented process reported, a rule could not be evaluated, or the report,
+       JUnit or trace file could not be written (this last one also when over budget)
 
 Runs CMD like `syncspy run` (same environment, same summary), then prints the verdict.";
 
