@@ -489,7 +489,10 @@ fn a_runtime_loaded_with_rtld_local_is_still_interposed_and_forwarded() {
     let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
     let ss = kind(p, "stream_sync");
     assert_eq!(count(ss), 4);
-    assert!(ss["total_ns"].as_u64().unwrap() >= 4 * 1_900_000);
+    // The first sync is also the library's first call: creating the segment overlaps part of
+    // that wait (the library's own time, counted in overhead_ns). The other three are whole.
+    assert!(ss["total_ns"].as_u64().unwrap() >= 3 * 1_900_000, "{ss}");
+    assert!(ss["p50_ns"].as_u64().unwrap() >= 1_900_000, "{ss}");
 }
 
 #[test]
