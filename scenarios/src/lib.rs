@@ -6,9 +6,11 @@
 
 pub mod cuda;
 pub mod kernels;
+pub mod manifest;
 pub mod scenario;
 pub mod sync_gemm;
 pub mod truth;
+pub mod validate;
 
 /// The scenario programs, `scn-<name>` each (the names are a contract: tools and the manifest
 /// refer to them), in the order a demo shows them.

@@ -39,6 +39,9 @@ pub struct Spec {
     pub size: Option<(u64, &'static str)>,
     /// Default `--work-us`: GPU work per step (the `spin` kernel); `None`: not accepted.
     pub work_us: Option<u64>,
+    /// Default `--host-us`: host work per step (the program sleeps, as if preparing the next
+    /// batch); `None`: not accepted.
+    pub host_us: Option<u64>,
     /// Default `--threads`; `None`: not accepted.
     pub threads: Option<u64>,
     /// Whether `--async` (the healthy variant) is accepted.
@@ -55,6 +58,7 @@ impl Spec {
             iters,
             size: None,
             work_us: None,
+            host_us: None,
             threads: None,
             async_flag: false,
             check_flag: false,
@@ -75,6 +79,12 @@ impl Spec {
             u.push_str(" [--work-us N]");
             opts.push_str(&format!(
                 "  --work-us N    GPU work per step, in µs (default {d})\n"
+            ));
+        }
+        if let Some(d) = self.host_us {
+            u.push_str(" [--host-us N]");
+            opts.push_str(&format!(
+                "  --host-us N    host work per step, in µs (default {d})\n"
             ));
         }
         if let Some(d) = self.threads {
@@ -102,6 +112,7 @@ pub struct Args {
     pub iters: u64,
     pub size: u64,
     pub work_us: u64,
+    pub host_us: u64,
     pub threads: u64,
     pub async_mode: bool,
     pub check: bool,
@@ -132,6 +143,7 @@ impl Args {
             iters: spec.iters,
             size: spec.size.map_or(0, |s| s.0),
             work_us: spec.work_us.unwrap_or(0),
+            host_us: spec.host_us.unwrap_or(0),
             threads: spec.threads.unwrap_or(1),
             async_mode: false,
             check: false,
@@ -153,6 +165,7 @@ impl Args {
                 "--iters" => value(&mut a.iters, true)?,
                 "--size" => value(&mut a.size, spec.size.is_some())?,
                 "--work-us" => value(&mut a.work_us, spec.work_us.is_some())?,
+                "--host-us" => value(&mut a.host_us, spec.host_us.is_some())?,
                 "--threads" => value(&mut a.threads, spec.threads.is_some())?,
                 "--async" if spec.async_flag => a.async_mode = true,
                 "--check" if spec.check_flag => a.check = true,
@@ -169,6 +182,13 @@ impl Args {
         self.work_us * 1000
     }
 
+    /// The host's own work of one step (a sleep of `--host-us`).
+    pub fn host_work(&self) {
+        if self.host_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(self.host_us));
+        }
+    }
+
     fn to_json(self, spec: &Spec) -> Value {
         let mut m = Map::new();
         m.insert("iters".into(), self.iters.into());
@@ -177,6 +197,9 @@ impl Args {
         }
         if spec.work_us.is_some() {
             m.insert("work_us".into(), self.work_us.into());
+        }
+        if spec.host_us.is_some() {
+            m.insert("host_us".into(), self.host_us.into());
         }
         if spec.threads.is_some() {
             m.insert("threads".into(), self.threads.into());

@@ -1,6 +1,7 @@
 //! `scn-clean-async`: the negative control. The same work as `scn-item-in-loop`, but the
 //! counts stay on the GPU (the counter accumulates) and the host reads the total once, at
-//! the end: no synchronization inside the loop.
+//! the end: no synchronization inside the loop, so the host's work of the next step
+//! (`--host-us`) overlaps the GPU's work of this one.
 //!
 //! Expect: one stream_sync (the final read, about the whole loop's GPU time `gpu_ms.loop`),
 //! no per-step stall of any kind.
@@ -15,6 +16,7 @@ use syncspy_scenarios::truth::Kind;
 const SPEC: Spec = Spec {
     size: Some((1 << 16, "elements of the array counted each step")),
     work_us: Some(2000),
+    host_us: Some(1000),
     ..Spec::new(
         "clean-async",
         "the healthy way: results stay on the GPU, one read at the end",
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
 
     let start = Instant::now();
     for _ in 0..a.iters {
+        a.host_work();
         c.spans.begin(&mut c.t, &mut c.r, s);
         c.k.spin(&mut c.t, s, a.work_ns());
         c.k.fill(&mut c.t, s, x, n, 1.0);

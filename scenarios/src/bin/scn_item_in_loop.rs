@@ -2,7 +2,7 @@
 //! (a `cudaMemcpyAsync` into pinned memory, then `cudaStreamSynchronize`), so the host waits
 //! for the whole step's GPU work every step.
 //!
-//! Per step: `spin` (`--work-us`), `fill` x with 1, `scale` its first third by -1,
+//! Per step: host work (`--host-us`, a sleep), then on the GPU `spin` (`--work-us`), `fill` x with 1, `scale` its first third by -1,
 //! `count_positive` into a device counter, copy the count to pinned memory, synchronize the
 //! stream, check the count (real results: it must be size - size/3).
 //! Expect: stream_sync = iters, each about the step's GPU time (`gpu_ms.work`); the pinned
@@ -18,6 +18,7 @@ use syncspy_scenarios::truth::Kind;
 const SPEC: Spec = Spec {
     size: Some((1 << 16, "elements of the array counted each step")),
     work_us: Some(2000),
+    host_us: Some(1000),
     ..Spec::new(
         "item-in-loop",
         "a scalar read back (.item()) every step: one stream sync per step",
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
 
     let start = Instant::now();
     for _ in 0..a.iters {
+        a.host_work();
         c.spans.begin(&mut c.t, &mut c.r, s);
         c.k.spin(&mut c.t, s, a.work_ns());
         c.k.fill(&mut c.t, s, x, n, 1.0);
