@@ -14,7 +14,7 @@ log() { echo; echo "=== $*"; }
 log device; nvidia-smi -L; nvcc --version | tail -2; python3 -c 'import torch; print("torch", torch.__version__)'
 
 log "cudacalls: every hooked API, 3 iterations, exact counts vs the program's own account"
-OPS="busy=s1:2000 sync=s1 sync-ptsz=sp device-sync event-sync=s1 memcpy=h2d:4096 memcpy=d2h:8192:pinned memcpy-ptds=d2d:1024 memcpy-default=h2d:512 memcpy2d=h2d:64:8 memcpy3d=d2h:16:4:2 peer=2048 async=h2d:1000:pageable:s1 async=d2h:3000:pageable:s1 async=h2d:1000:pinned:s1 async=d2h:1000:registered:s1 async=d2d:1000:pageable:s1 async-ptsz=h2d:100:pageable:sp async2d=h2d:32:4:pageable:s1 async3d=h2d:8:2:2:pinned:s1 free free-null host-alloc=65536 malloc-host=4096 register=8192 memset=4096 memset-host=4096"
+OPS="busy=s1:2000 sync=s1 sync-ptsz=sp device-sync event-sync=s1 memcpy=h2d:4096 memcpy=d2h:8192:pinned memcpy-ptds=d2d:1024 memcpy-default=h2d:512 memcpy2d=h2d:64:8 memcpy3d=d2h:16:4:2 peer=2048 async=h2d:1000:pageable:s1 async=d2h:3000:pageable:s1 async=h2d:1000:pinned:s1 async=d2h:1000:registered:s1 async=d2d:1000:pageable:s1 async=h2h:512:pinned:s1 async-ptsz=h2d:100:pageable:sp async2d=h2d:32:4:pageable:s1 async3d=h2d:8:2:2:pinned:s1 free free-null host-alloc=65536 malloc-host=4096 register=8192 memset=4096 memset-host=4096"
 $G/syncspy run --report $R/cudacalls-all.json -- $G/cudacalls --iters 3 $OPS > $R/cudacalls-all.truth 2>$R/cudacalls-all.err; echo "exit $?"; cat $R/cudacalls-all.truth
 
 log "cudacalls: durations (5 x 20 ms host-function work then sync; 5 x 10 ms then pageable D2H)"

@@ -56,10 +56,13 @@ pub fn host_side(d: Direction) -> HostSide {
     }
 }
 
-/// A synchronous copy: always a `memcpy_sync` event.
+/// A synchronous copy: a `memcpy_sync` event, except device-to-device copies, which the
+/// runtime performs without host-side synchronization (documented, and seen on an H100:
+/// `scenarios/simcuda/probe/h100-cuda13.0.txt`); those are counted as non-stalling calls.
 pub fn sync_copy(api: Api, direction: Direction, bytes: u64, stream: u64) -> Call {
+    let kind = (direction != Direction::DeviceToDevice).then_some(Kind::MemcpySync);
     Call {
-        kind: Some(Kind::MemcpySync),
+        kind,
         api,
         direction,
         bytes,
@@ -68,8 +71,9 @@ pub fn sync_copy(api: Api, direction: Direction, bytes: u64, stream: u64) -> Cal
     }
 }
 
-/// An asynchronous copy: a `memcpy_pageable` event when a host side is pageable, otherwise
-/// a counted non-stalling call.
+/// An asynchronous copy: host-to-host copies are fully synchronous whatever the memory
+/// (`memcpy_sync`); otherwise a `memcpy_pageable` event when the host side is pageable and a
+/// counted non-stalling call when it is pinned or there is no host side.
 pub fn async_copy(
     api: Api,
     direction: Direction,
@@ -86,18 +90,24 @@ pub fn async_copy(
         }
         HostSide::Neither => true,
     };
-    let stalls = !pinned && direction != Direction::None;
+    let kind = match direction {
+        Direction::HostToHost => Some(Kind::MemcpySync),
+        Direction::None => None,
+        _ if !pinned => Some(Kind::MemcpyPageable),
+        _ => None,
+    };
+    let flags = if pinned && host_side(direction) != HostSide::Neither {
+        FLAG_HOST_PINNED
+    } else {
+        0
+    };
     Call {
-        kind: stalls.then_some(Kind::MemcpyPageable),
+        kind,
         api,
         direction,
         bytes,
         stream,
-        flags: if pinned && host_side(direction) != HostSide::Neither {
-            FLAG_HOST_PINNED
-        } else {
-            0
-        },
+        flags,
     }
 }
 

@@ -124,26 +124,29 @@ static POINTER_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttributes");
 static PEEK_LAST_ERROR: Real = Real::new(c"cudaPeekAtLastError");
 static GET_LAST_ERROR: Real = Real::new(c"cudaGetLastError");
 
-/// Asks the runtime what `addr` is. Leaves the thread's last-error state as it found it.
+/// Asks the runtime what `addr` is. Never disturbs the thread's CUDA last-error state: when
+/// the application has an error pending, it does not ask (the answer is `None`, "unknown").
 pub fn memory_type(addr: u64) -> Option<MemType> {
     type Attr = unsafe extern "C" fn(*mut cudaPointerAttributes, *const std::ffi::c_void) -> u32;
     type Err = unsafe extern "C" fn() -> u32;
+    if addr == 0 {
+        return Some(MemType::Unregistered);
+    }
     let query: Attr = POINTER_ATTRIBUTES.get()?;
+    let peek: Err = PEEK_LAST_ERROR.get()?;
+    let get: Err = GET_LAST_ERROR.get()?;
+    // SAFETY: argument-less runtime call.
+    if unsafe { peek() } != 0 {
+        return None;
+    }
     let mut attrs = std::mem::MaybeUninit::<cudaPointerAttributes>::zeroed();
     // SAFETY: the struct layout is cudarc's for the CUDA 13 runtime; the runtime fills it.
     let rc = unsafe { query(attrs.as_mut_ptr(), addr as *const std::ffi::c_void) };
     if rc != 0 {
         // Older runtimes report unregistered memory as an error and make it the thread's
-        // last error; clear it unless the application had an error pending already.
-        if let (Some(peek), Some(get)) = (PEEK_LAST_ERROR.get::<Err>(), GET_LAST_ERROR.get::<Err>())
-        {
-            // SAFETY: argument-less runtime calls.
-            unsafe {
-                if peek() == rc {
-                    get();
-                }
-            }
-        }
+        // last error; nothing was pending before the query, so clearing it restores the state.
+        // SAFETY: argument-less runtime call.
+        unsafe { get() };
         return None;
     }
     // Read the enum as its raw value: a runtime newer than the bindings may report a type

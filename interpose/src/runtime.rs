@@ -10,7 +10,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::Once;
 
 use syncspy_abi::record::NO_SITE;
 use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
@@ -68,6 +67,8 @@ pub struct Config {
     pub stack_depth: usize,
     /// Stalls shorter than this get no stack (`SYNCSPY_STACK_MIN_NS`, default 0).
     pub stack_min_ns: u64,
+    /// Reuse a thread's cached stack when provably unchanged (`SYNCSPY_STACK_CACHE=0` off).
+    pub stack_cache: bool,
 }
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -89,6 +90,7 @@ impl Config {
                 .unwrap_or(syncspy_abi::sites::MAX_FRAMES)
                 .clamp(1, syncspy_abi::sites::MAX_FRAMES),
             stack_min_ns: env_num("SYNCSPY_STACK_MIN_NS").unwrap_or(0),
+            stack_cache: env_num::<u32>("SYNCSPY_STACK_CACHE") != Some(0),
         }
     }
 }
@@ -158,7 +160,6 @@ impl Runtime {
                 live.overhead_ns
                     .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                 RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
-                install_process_handlers();
                 STATE.store(ACTIVE, Ordering::Release);
                 Some(rt)
             }
@@ -187,7 +188,9 @@ impl Runtime {
             Err(e) => {
                 eprintln!(
                     "syncspy: not recording this process: cannot create its segment: {e} \
-                     (set SYNCSPY_DIR to a writable folder; default /dev/shm)"
+                     (SYNCSPY_DIR, default /dev/shm, must be writable and have room for \
+                     about {} MiB; SYNCSPY_RING sets most of it)",
+                    (cfg.ring as u64 * 64 + cfg.sites as u64 * 512 + (1 << 20)) >> 20
                 );
                 return None;
             }
@@ -268,16 +271,21 @@ fn current_device() -> i32 {
 /// the application; errno is preserved across the library's work.
 #[inline(always)]
 pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 {
+    // The library's own work (initialisation, pointer queries) must not leave errno changed.
+    let errno_in = errno();
     let Some(rt) = Runtime::active() else {
         if STATE.load(Ordering::Relaxed) == INITIALIZING {
             MISSED.fetch_add(1, Ordering::Relaxed);
         }
+        set_errno(errno_in);
         return real();
     };
     let Some(_reentry) = Reentry::enter() else {
         return real();
     };
-    let Ok(call) = catch_unwind(AssertUnwindSafe(describe)) else {
+    let described = catch_unwind(AssertUnwindSafe(describe));
+    set_errno(errno_in);
+    let Ok(call) = described else {
         disable();
         return real();
     };
@@ -288,11 +296,11 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     let t0 = now_ns();
     let result = real();
     let t1 = now_ns();
-    let errno = errno();
+    let errno_out = errno();
     if catch_unwind(AssertUnwindSafe(|| rt.emit(kind, &call, t0, t1, result))).is_err() {
         disable();
     }
-    set_errno(errno);
+    set_errno(errno_out);
     result
 }
 
@@ -329,17 +337,20 @@ fn off_by_env_cached() -> bool {
     }
 }
 
-fn install_process_handlers() {
-    static ONCE: Once = Once::new();
-    // Handlers survive fork, so they are installed once per process image; each consults
-    // the current RUNTIME when it runs.
-    ONCE.call_once(|| {
-        // SAFETY: registering plain extern "C" callbacks with libc.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
-            on_exit(at_exit, std::ptr::null_mut());
-        }
-    });
+/// Registers the fork and exit handlers when the library is loaded, before any thread can
+/// be inside the first CUDA call: a fork during initialisation must still reset the child.
+/// Handlers survive fork, so this runs once per process image; each handler consults the
+/// current state when it runs.
+#[used]
+#[link_section = ".init_array"]
+static INSTALL_PROCESS_HANDLERS: extern "C" fn() = install_process_handlers;
+
+extern "C" fn install_process_handlers() {
+    // SAFETY: registering plain extern "C" callbacks with libc.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        on_exit(at_exit, std::ptr::null_mut());
+    }
 }
 
 extern "C" {

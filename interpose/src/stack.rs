@@ -9,13 +9,18 @@
 //!
 //! A stall that repeats from the same place (the common case: a sync in a training loop)
 //! does not unwind again. Each thread caches recent stacks keyed by its stack position, with
-//! the stack slots that held each return address. On a later stall at the same stack
-//! position, the cached stack is taken only if every one of those slots still holds the
-//! same return address. That check is exact: with the same stack pointer and the same return
-//! address, DWARF unwinding of the next frame lands on the same slot, so by induction the
-//! whole chain is the one the unwinder would find. x86_64 only (the return address sits at
-//! CFA − 8); elsewhere every stall unwinds.
-
+//! the stack slots that held each return address; a later stall at the same stack position
+//! takes the cached stack only if every one of those slots still holds the same return
+//! address. With the same stack pointer and return address, a frame whose CFA is computed
+//! from the stack pointer puts its caller's return address in the same slot, so for such
+//! frames the whole chain is the one the unwinder would find. A frame that allocates a
+//! dynamic amount of stack (alloca, VLAs) computes its CFA from the frame pointer; if the
+//! allocation size changed between two stalls at the same depth and stale stack contents
+//! happen to hold the old return addresses, the cache can return the older stack: a wrong
+//! call site, never a wrong count or duration. `SYNCSPY_STACK_CACHE=0` turns the cache off.
+//! The cache reads only inside the calling thread's own pthread stack (fibers, coroutines
+//! and alternate signal stacks always unwind), is dropped in a fork child, and is x86_64
+//! only (the return address sits at CFA − 8); elsewhere every stall unwinds.
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::Ordering;
 
@@ -112,7 +117,7 @@ pub fn capture_site(rt: &Runtime) -> (u32, bool) {
     // The address of a local: a deterministic function of the stack pointer at the hook.
     let key = std::hint::black_box(&marker) as *const u8 as usize;
     let live = rt.seg.live();
-    if let Some(hit) = cache::lookup(key) {
+    if let Some(hit) = cache::lookup(key).filter(|_| rt.cfg.stack_cache) {
         live.stack_cache_hits.fetch_add(1, Ordering::Relaxed);
         live.stack_ns
             .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
@@ -125,7 +130,7 @@ pub fn capture_site(rt: &Runtime) -> (u32, bool) {
     } else {
         rt.seg.intern_site(&w.frames[..w.n]).unwrap_or(NO_SITE)
     };
-    if site != NO_SITE {
+    if site != NO_SITE && rt.cfg.stack_cache {
         cache::store(key, &w, site);
     }
     live.stack_captures.fetch_add(1, Ordering::Relaxed);
@@ -256,10 +261,12 @@ pub fn own_range() -> (u64, u64) {
 /// The per-thread stack cache (see the module comment).
 mod cache {
     use std::cell::RefCell;
+    use std::sync::atomic::Ordering;
 
     use syncspy_abi::sites::MAX_FRAMES;
 
     use super::Walk;
+    use crate::guard::FORK_GEN;
 
     const WAYS: usize = 8;
 
@@ -284,8 +291,11 @@ mod cache {
 
     struct ThreadStacks {
         entries: [Entry; WAYS],
-        /// Highest address of this thread's stack: slots must lie below it.
-        stack_hi: usize,
+        /// This thread's pthread stack, `[lo, hi)`: keys and slots must lie inside it.
+        lo: usize,
+        hi: usize,
+        /// `guard::FORK_GEN` when the entries were made: a fork child starts empty.
+        fork_gen: u32,
     }
 
     thread_local! {
@@ -296,20 +306,21 @@ mod cache {
         (key >> 4) % WAYS
     }
 
-    fn stack_hi() -> usize {
+    /// The calling thread's stack as pthread reports it, `(lo, hi)`; `(0, 0)` if unknown.
+    fn stack_bounds() -> (usize, usize) {
         // SAFETY: querying the calling thread's own attributes into zeroed locals.
         unsafe {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-                return 0;
+                return (0, 0);
             }
             let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
             let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
             libc::pthread_attr_destroy(&mut attr);
             if rc != 0 {
-                return 0;
+                return (0, 0);
             }
-            addr as usize + size
+            (addr as usize, addr as usize + size)
         }
     }
 
@@ -323,13 +334,16 @@ mod cache {
             .try_with(|s| {
                 let s = s.try_borrow().ok()?;
                 let ts = s.as_ref()?;
+                if ts.fork_gen != FORK_GEN.load(Ordering::Relaxed) || key < ts.lo || key >= ts.hi {
+                    return None;
+                }
                 let e = &ts.entries[way(key)];
                 if e.key != key || e.n == 0 {
                     return None;
                 }
                 for (slot, frame) in e.slots[..e.n].iter().zip(&e.frames[..e.n]) {
                     let slot = *slot as usize;
-                    if slot < key || slot.checked_add(8)? > ts.stack_hi {
+                    if slot < key || slot.checked_add(8)? > ts.hi {
                         return None;
                     }
                     // SAFETY: `slot` lies between this function's frame and the top of the
@@ -354,12 +368,25 @@ mod cache {
             let Ok(mut s) = s.try_borrow_mut() else {
                 return;
             };
-            let ts = s.get_or_insert_with(|| {
-                Box::new(ThreadStacks {
+            let gen = FORK_GEN.load(Ordering::Relaxed);
+            let fresh = || {
+                let (lo, hi) = stack_bounds();
+                ThreadStacks {
                     entries: [EMPTY; WAYS],
-                    stack_hi: stack_hi(),
-                })
-            });
+                    lo,
+                    hi,
+                    fork_gen: gen,
+                }
+            };
+            let ts = s.get_or_insert_with(|| Box::new(fresh()));
+            if ts.fork_gen != gen {
+                // A fork child: the parent's stacks and site ids are not this process's.
+                **ts = fresh();
+            }
+            let inside = |a: u64| (a as usize) >= key && (a as usize).saturating_add(8) <= ts.hi;
+            if key < ts.lo || key >= ts.hi || !w.slots[..w.n].iter().all(|s| inside(*s)) {
+                return;
+            }
             ts.entries[way(key)] = Entry {
                 key,
                 n: w.n,

@@ -198,6 +198,7 @@ fn every_call_is_classified_and_counted_exactly() {
         "async=h2d:1000:pinned:s1",
         "async=d2h:1000:registered:s1",
         "async=d2d:1000:pageable:s1",
+        "async=h2h:512:pinned:s1",
         "async-ptsz=h2d:100:pageable:sp",
         "async2d=h2d:32:4:pageable:s1",
         "async3d=h2d:8:2:2:pinned:s1",
@@ -224,7 +225,10 @@ fn every_call_is_classified_and_counted_exactly() {
     assert_eq!(count(kind(p, "stream_sync")), 3 * 2);
     assert_eq!(count(kind(p, "device_sync")), 3 + 1);
     assert_eq!(count(kind(p, "event_sync")), 3);
-    assert_eq!(count(kind(p, "memcpy_sync")), 3 * 7);
+    // h2d, pinned d2h, cudaMemcpyDefault h2d, 2D, 3D, and the async host-to-host copy (fully
+    // synchronous even between pinned buffers); the d2d `_ptds` copy and the peer copy do
+    // not block the host and are counted as non-stalling.
+    assert_eq!(count(kind(p, "memcpy_sync")), 3 * 6);
     // pageable h2d, pageable d2h, ptsz pageable h2d, pageable 2D.
     assert_eq!(count(kind(p, "memcpy_pageable")), 3 * 4);
     assert_eq!(
@@ -240,11 +244,13 @@ fn every_call_is_classified_and_counted_exactly() {
     assert_eq!(count(&quiet["cudaMemcpy3DAsync"]), 3);
     assert_eq!(count(&quiet["cudaFree"]), 3);
     assert_eq!(count(&quiet["cudaMemset"]), 3);
+    assert_eq!(count(&quiet["cudaMemcpy_ptds"]), 3);
+    assert_eq!(count(&quiet["cudaMemcpyPeer"]), 3);
     assert_eq!(p["dropped_events"].as_u64(), Some(0));
 
     // Directions, per kind (3 iterations). Blocking copies: h2d 4096 + cudaMemcpyDefault
-    // h2d 512 (resolved from pointer attributes) + 2D h2d 512; d2h 8192 + 3D d2h 128;
-    // d2d 1024 + peer 2048. Pageable async: h2d 1000 + ptsz 100 + 2D 128; d2h 3000.
+    // h2d 512 (resolved from pointer attributes) + 2D h2d 512; d2h 8192 + 3D d2h 128; no
+    // d2d. Pageable async: h2d 1000 + ptsz 100 + 2D 128; d2h 3000.
     let copies = &p["copies"];
     let dir = |k: &str, d: &str| {
         (
@@ -254,13 +260,13 @@ fn every_call_is_classified_and_counted_exactly() {
     };
     assert_eq!(dir("memcpy_sync", "h2d"), (3 * 3, 3 * (4096 + 512 + 512)));
     assert_eq!(dir("memcpy_sync", "d2h"), (3 * 2, 3 * (8192 + 128)));
-    assert_eq!(dir("memcpy_sync", "d2d"), (3 * 2, 3 * (1024 + 2048)));
+    assert!(copies["memcpy_sync"].get("d2d").is_none());
     assert_eq!(
         dir("memcpy_pageable", "h2d"),
         (3 * 3, 3 * (1000 + 100 + 128))
     );
     assert_eq!(dir("memcpy_pageable", "d2h"), (3, 3 * 3000));
-    assert!(copies["memcpy_sync"].get("h2h").is_none());
+    assert_eq!(dir("memcpy_sync", "h2h"), (3, 3 * 512));
 }
 
 #[test]

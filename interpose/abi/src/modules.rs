@@ -46,43 +46,53 @@ impl Module {
 }
 
 /// Appends a module; `false` when the map is full (counted in `modules_dropped`).
-pub fn append(
+///
+/// # Safety
+/// `table` points to `cap` entries of a writable segment mapping.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn append(
     live: &Live,
-    table: &[ModuleEntry],
+    table: *mut ModuleEntry,
+    cap: usize,
     path: &[u8],
     bias: u64,
     start: u64,
     end: u64,
     build_id: &[u8],
 ) -> bool {
-    let idx = live.modules_used.fetch_add(1, Ordering::Relaxed) as usize;
-    let Some(e) = table.get(idx) else {
+    if live.modules_used.load(Ordering::Relaxed) as usize >= cap {
         live.modules_dropped.fetch_add(1, Ordering::Relaxed);
         return false;
-    };
+    }
+    let idx = live.modules_used.fetch_add(1, Ordering::Relaxed) as usize;
+    if idx >= cap {
+        live.modules_dropped.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
     let p = &path[..path.len().min(PATH_MAX)];
     let b = &build_id[..build_id.len().min(BUILD_ID_MAX)];
-    // SAFETY: index `idx` was claimed by this thread alone through `fetch_add`; readers do
-    // not look at the entry's plain fields before `state` is published below.
+    // SAFETY: index `idx < cap` was claimed by this thread alone through `fetch_add`; the
+    // pointer comes from the writable mapping, and readers do not look at the entry's plain
+    // fields before `state` is published below.
     unsafe {
-        let e = e as *const ModuleEntry as *mut ModuleEntry;
+        let e = table.add(idx);
         std::ptr::copy_nonoverlapping(
             p.as_ptr(),
             std::ptr::addr_of_mut!((*e).path).cast(),
             p.len(),
         );
-        (*e).path_len = p.len() as u32;
+        std::ptr::addr_of_mut!((*e).path_len).write(p.len() as u32);
         std::ptr::copy_nonoverlapping(
             b.as_ptr(),
             std::ptr::addr_of_mut!((*e).build_id).cast(),
             b.len(),
         );
-        (*e).build_id_len = b.len() as u32;
-        (*e).bias = bias;
-        (*e).start = start;
-        (*e).end = end;
+        std::ptr::addr_of_mut!((*e).build_id_len).write(b.len() as u32);
+        std::ptr::addr_of_mut!((*e).bias).write(bias);
+        std::ptr::addr_of_mut!((*e).start).write(start);
+        std::ptr::addr_of_mut!((*e).end).write(end);
+        (*e).state.store(STATE_READY, Ordering::Release);
     }
-    e.state.store(STATE_READY, Ordering::Release);
     true
 }
 

@@ -320,8 +320,19 @@ impl SegmentWriter {
             }
             // O_CREAT applies the umask; the requested mode is the contract.
             libc::fchmod(fd, p.mode as libc::mode_t);
-            if libc::ftruncate(fd, g.total_size as libc::off_t) != 0 {
-                let e = io("size", &tmp);
+            // Reserve the space now: on tmpfs `ftruncate` alone reserves nothing, and a write
+            // to a page the filesystem cannot supply later kills the writer with SIGBUS.
+            let sized = libc::ftruncate(fd, g.total_size as libc::off_t) == 0;
+            let reserved = sized && {
+                let rc = libc::posix_fallocate(fd, 0, g.total_size as libc::off_t);
+                // Filesystems without fallocate: fall back to sizing alone.
+                rc == 0 || rc == libc::EOPNOTSUPP
+            };
+            if !reserved {
+                if sized {
+                    *libc::__errno_location() = libc::ENOSPC;
+                }
+                let e = io("reserve space for", &tmp);
                 libc::close(fd);
                 libc::unlink(ctmp.as_ptr());
                 return Err(e);
@@ -420,6 +431,7 @@ impl SegmentWriter {
         sites::intern(self.v.live(), self.v.sites(), frames)
     }
 
+    /// Appends a module to the map; `false` when it is full.
     pub fn add_module(
         &self,
         path: &[u8],
@@ -428,17 +440,22 @@ impl SegmentWriter {
         end: u64,
         build_id: &[u8],
     ) -> bool {
-        modules::append(
-            self.v.live(),
-            self.v.modules(),
-            path,
-            bias,
-            start,
-            end,
-            build_id,
-        )
+        // SAFETY: the writer's mapping is writable, and the module region holds
+        // `module_capacity` entries (laid out at creation).
+        unsafe {
+            let table = self.v.map.ptr.add(self.v.modules_offset) as *mut ModuleEntry;
+            modules::append(
+                self.v.live(),
+                table,
+                self.v.module_capacity,
+                path,
+                bias,
+                start,
+                end,
+                build_id,
+            )
+        }
     }
-
     /// Modules published so far (the writer's own view, for deduplication).
     pub fn modules(&self) -> Vec<Module> {
         modules::read_all(self.v.live(), self.v.modules())

@@ -335,7 +335,11 @@ fn memcpy_2d_async(
 ) -> RawError {
     let bytes = (w as u64).saturating_mul(h as u64);
     // The host side spans the pitched rows, not just width × height.
-    let span = |pitch: usize| (pitch as u64).saturating_mul(h.saturating_sub(1) as u64) + w as u64;
+    let span = |pitch: usize| {
+        (pitch as u64)
+            .saturating_mul(h.saturating_sub(1) as u64)
+            .saturating_add(w as u64)
+    };
     hook(
         || {
             let d = direction(k, dst, src);
@@ -420,13 +424,24 @@ unsafe fn describe_3d(
     if p.is_null() {
         return (Direction::None, 0, std::ptr::null(), std::ptr::null());
     }
-    // SAFETY: non-null and valid per the contract; `kind` read as its raw C value.
-    let (p, kind) = unsafe { (&*p, std::ptr::addr_of!((*p).kind).cast::<u32>().read()) };
-    let bytes = (p.extent.width as u64)
-        .saturating_mul(p.extent.height.max(1) as u64)
-        .saturating_mul(p.extent.depth.max(1) as u64);
-    let (src, dst) = (p.srcPtr.ptr as *const c_void, p.dstPtr.ptr as *const c_void);
-    let d = match (p.srcArray.is_null(), p.dstArray.is_null()) {
+    // Fields are read one by one through raw pointers: no reference to the whole struct is
+    // made, since its `kind` is a Rust enum that the caller may have set to any integer.
+    // SAFETY: non-null and valid per the contract.
+    let (src_array, dst_array, src_ptr, dst_ptr, extent, kind) = unsafe {
+        (
+            std::ptr::addr_of!((*p).srcArray).read(),
+            std::ptr::addr_of!((*p).dstArray).read(),
+            std::ptr::addr_of!((*p).srcPtr).read(),
+            std::ptr::addr_of!((*p).dstPtr).read(),
+            std::ptr::addr_of!((*p).extent).read(),
+            std::ptr::addr_of!((*p).kind).cast::<u32>().read(),
+        )
+    };
+    let bytes = (extent.width as u64)
+        .saturating_mul(extent.height.max(1) as u64)
+        .saturating_mul(extent.depth.max(1) as u64);
+    let (src, dst) = (src_ptr.ptr as *const c_void, dst_ptr.ptr as *const c_void);
+    let d = match (src_array.is_null(), dst_array.is_null()) {
         (true, true) => direction(kind, dst, src),
         (false, false) => Direction::DeviceToDevice,
         (false, true) => match direction(kind, dst, std::ptr::null()) {
