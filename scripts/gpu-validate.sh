@@ -40,15 +40,16 @@ for s in item cpu to_cuda_pageable to_cuda_pinned nonzero synchronize; do
   done
 done
 
-log "Overhead on a real job: tight loops, us per call, 3 interleaved rounds (no preload / SYNCSPY_OFF / recording / recording without stacks)"
+log "Overhead on a real job: tight loops, us per call, 3 interleaved rounds"
 V=scenarios/python/core_validation.py
-for s in tight_item tight_pinned; do
-  for i in 1 2 3; do
-    echo "$s plain      $(python3 $V --section $s --iters 20000)"
-    echo "$s off        $(SYNCSPY_OFF=1 $G/syncspy run -- python3 $V --section $s --iters 20000 2>/dev/null)"
-    echo "$s recording  $($G/syncspy run --report $R/tight-$s-rec-$i.json -- python3 $V --section $s --iters 20000 2>/dev/null)"
-    echo "$s no-stacks  $(SYNCSPY_STACKS=0 $G/syncspy run --report $R/tight-$s-nostack-$i.json -- python3 $V --section $s --iters 20000 2>/dev/null)"
-  done
+for i in 1 2 3; do
+  echo "tight_item plain         $(python3 $V --section tight_item --iters 20000)"
+  echo "tight_item off           $(SYNCSPY_OFF=1 $G/syncspy run -- python3 $V --section tight_item --iters 20000 2>/dev/null)"
+  echo "tight_item stacks+cache  $($G/syncspy run --report $R/tight-item-cache-$i.json -- python3 $V --section tight_item --iters 20000 2>/dev/null)"
+  echo "tight_item stacks        $(SYNCSPY_STACK_CACHE=0 $G/syncspy run --report $R/tight-item-nocache-$i.json -- python3 $V --section tight_item --iters 20000 2>/dev/null)"
+  echo "tight_item no-stacks     $(SYNCSPY_STACKS=0 $G/syncspy run --report $R/tight-item-nostack-$i.json -- python3 $V --section tight_item --iters 20000 2>/dev/null)"
+  echo "tight_pinned plain       $(python3 $V --section tight_pinned --iters 20000)"
+  echo "tight_pinned recording   $($G/syncspy run -- python3 $V --section tight_pinned --iters 20000 2>/dev/null)"
 done
 python3 - "$R" <<'PY'
 import json, glob, sys
