@@ -92,6 +92,15 @@ pub enum Pattern {
     Healthy,
 }
 
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Stalling => "stalling",
+            Pattern::Healthy => "healthy",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Run {
