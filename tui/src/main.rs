@@ -1,10 +1,69 @@
-//! `syncspy-top`: the live monitor. Not built yet (see the monitor issue); until then it says
-//! so and points at what exists.
+//! `syncspy-top`: parses arguments and runs the monitor (`syncspy_tui::term::run`).
 
-fn main() -> std::process::ExitCode {
-    eprintln!(
-        "syncspy-top: the live monitor is not implemented yet.\n\
-         Use `syncspy run -- CMD` for a summary and a JSON report of a command's stalls."
-    );
-    std::process::ExitCode::from(2)
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use syncspy_tui::app::App;
+use syncspy_tui::Source;
+
+/// The live monitor of syncspy: which processes wait for their GPU, how long, how often,
+/// and which code is to blame.
+#[derive(Parser, Debug)]
+#[command(name = "syncspy-top", version)]
+struct Args {
+    /// Follow only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Read a `syncspy agent` (e.g. http://127.0.0.1:9599) instead of the local segments.
+    #[arg(long, value_name = "URL")]
+    agent: Option<String>,
+    /// Folder of the segments [default: $SYNCSPY_DIR or /dev/shm].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Length of the "recent" window, seconds (1..=300).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    window: u64,
+    /// Refresh period, milliseconds (100..=5000).
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=5000))]
+    interval_ms: u64,
+    /// Only ASCII characters (borders, bars, units).
+    #[arg(long)]
+    ascii: bool,
+    /// Start with the "since start" view instead of the last N seconds.
+    #[arg(long)]
+    all: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let source: Box<dyn Source> = match &args.agent {
+        Some(url) => Box::new(
+            syncspy_tui::agent::AgentSource::new(url, args.pid, args.window)
+                .with_context(|| format!("--agent {url}"))?,
+        ),
+        None => {
+            let dir = args
+                .dir
+                .clone()
+                .or_else(|| std::env::var_os("SYNCSPY_DIR").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "{} is not a folder: set SYNCSPY_DIR (or --dir) to where the programs \
+                     write their segments",
+                    dir.display()
+                );
+            }
+            Box::new(syncspy_tui::local::LocalSource::new(
+                dir,
+                args.pid,
+                args.window,
+            ))
+        }
+    };
+    let mut app = App::new(args.ascii);
+    app.recent = !args.all;
+    syncspy_tui::term::run(source, app, Duration::from_millis(args.interval_ms))
 }

@@ -1,0 +1,260 @@
+//! Data from a `syncspy agent`: GET `/api/v1/snapshot` every refresh (plain HTTP/1.0 over
+//! std's `TcpStream`; the agent serves loopback by default, so no TLS). The snapshot carries
+//! since-start figures only: events/s and stall/s come from the difference between two
+//! refreshes, the "last N seconds" histograms are not available (the window key says so),
+//! and a reset subtracts counts and totals (percentiles stay since start).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use syncspy_abi::Kind;
+use syncspy_agent::daemon::Snapshot as AgentSnapshot;
+use syncspy_agent::report::ProcessReport;
+
+use crate::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State, STALL_KINDS};
+use crate::Source;
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest snapshot read (a host with many processes and sites stays well below).
+const MAX_BYTES: u64 = 64 << 20;
+
+/// Reads an agent's snapshots.
+pub struct AgentSource {
+    url: String,
+    host: String,
+    addr: std::net::SocketAddr,
+    pid: Option<u32>,
+    window_secs: u64,
+    /// Per process: the previous (time, events, stall ns) for rates.
+    prev: HashMap<(u32, u64), (Instant, u64, u64)>,
+    /// Per process: counts and totals at the last reset, per kind and per site.
+    baseline: HashMap<(u32, u64), Baseline>,
+    last: Vec<Proc>,
+    reset_pending: bool,
+    forgotten: std::collections::HashSet<(u32, u64)>,
+}
+
+#[derive(Default)]
+struct Baseline {
+    kinds: HashMap<String, (u64, u64)>,
+    sites: HashMap<(u32, String, String), (u64, u64)>,
+}
+
+impl AgentSource {
+    /// `url` is `http://HOST:PORT` (a path, if any, is ignored).
+    pub fn new(url: &str, pid: Option<u32>, window_secs: u64) -> anyhow::Result<AgentSource> {
+        let rest = url
+            .strip_prefix("http://")
+            .context("only http:// URLs are supported (the agent serves plain HTTP)")?;
+        let host = rest.split('/').next().unwrap_or(rest).to_string();
+        if host.is_empty() {
+            bail!("no host in the URL");
+        }
+        let with_port = if host.contains(':') {
+            host.clone()
+        } else {
+            format!("{host}:80")
+        };
+        let addr = with_port
+            .to_socket_addrs()
+            .with_context(|| format!("resolving {with_port}"))?
+            .next()
+            .context("the host has no address")?;
+        Ok(AgentSource {
+            url: url.trim_end_matches('/').to_string(),
+            host,
+            addr,
+            pid,
+            window_secs,
+            prev: HashMap::new(),
+            baseline: HashMap::new(),
+            last: Vec::new(),
+            reset_pending: false,
+            forgotten: Default::default(),
+        })
+    }
+
+    fn fetch(&self) -> anyhow::Result<AgentSnapshot> {
+        let mut s = TcpStream::connect_timeout(&self.addr, TIMEOUT)
+            .with_context(|| format!("connecting to {}", self.addr))?;
+        s.set_read_timeout(Some(TIMEOUT))?;
+        s.set_write_timeout(Some(TIMEOUT))?;
+        write!(
+            s,
+            "GET /api/v1/snapshot HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\r\n",
+            self.host
+        )?;
+        let mut buf = Vec::new();
+        s.take(MAX_BYTES).read_to_end(&mut buf)?;
+        parse_response(&buf)
+    }
+}
+
+/// The snapshot in an HTTP response.
+pub fn parse_response(buf: &[u8]) -> anyhow::Result<AgentSnapshot> {
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("not an HTTP response")?;
+    let head = String::from_utf8_lossy(&buf[..split]);
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("the agent answered `{status}`");
+    }
+    serde_json::from_slice(&buf[split + 4..]).context("not a syncspy agent snapshot")
+}
+
+fn state_of(r: &ProcessReport) -> State {
+    match (r.state.as_str(), r.exit_status) {
+        ("running", _) => State::Running,
+        ("exited", Some(s)) => State::Exited(s),
+        ("exited", None) => State::Exited(0),
+        ("gone", _) => State::Gone,
+        _ => State::Unknown,
+    }
+}
+
+/// The monitor's view of one process of a snapshot, less `base`.
+fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
+    let mut kinds = Vec::new();
+    for k in STALL_KINDS {
+        let Some(s) = r.kinds.get(k.name()) else {
+            continue;
+        };
+        let (bc, bt) = base
+            .and_then(|b| b.kinds.get(k.name()).copied())
+            .unwrap_or_default();
+        kinds.push(KindRow {
+            kind: k,
+            count: s.count.saturating_sub(bc),
+            total_ns: s.total_ns.saturating_sub(bt),
+            p50_ns: s.p50_ns,
+            p99_ns: s.p99_ns,
+            max_ns: s.max_ns,
+            bars: None,
+        });
+    }
+    let mut sites: Vec<SiteRow> = r
+        .sites
+        .iter()
+        .filter_map(|s| {
+            let kind = Kind::from_name(&s.kind)?;
+            let (bc, bt) = base
+                .and_then(|b| b.sites.get(&(s.site_id, s.kind.clone(), s.api.clone())))
+                .copied()
+                .unwrap_or_default();
+            Some(SiteRow {
+                site_id: s.site_id,
+                kind,
+                api: s.api.clone(),
+                count: s.count.saturating_sub(bc),
+                total_ns: s.total_ns.saturating_sub(bt),
+                p99_ns: s.p99_ns,
+                max_ns: s.max_ns,
+                location: s
+                    .location
+                    .clone()
+                    .or_else(|| s.frames.first().cloned())
+                    .unwrap_or_else(|| "(no stack captured)".into()),
+                frames: s.frames.clone(),
+            })
+        })
+        .filter(|s| s.count > 0)
+        .collect();
+    sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
+    let stall_ns = kinds.iter().map(|k| k.total_ns).sum();
+    Proc {
+        pid: r.pid,
+        start_ticks: r.start_ticks,
+        command: r.cmdline.clone(),
+        state: state_of(r),
+        events_per_s: None,
+        stall_per_s: None,
+        gpu_idle_share: (r.gpu.measured && r.wall_ns > 0)
+            .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64),
+        dropped: r.dropped_events,
+        lost: r.lost_records,
+        wall_ns: r.wall_ns,
+        all: Scope {
+            kinds,
+            sites,
+            stall_ns,
+        },
+        recent: None,
+    }
+}
+
+impl Source for AgentSource {
+    fn step(&mut self) -> Snapshot {
+        let mut problems = Vec::new();
+        match self.fetch() {
+            Ok(snap) => {
+                problems.extend(snap.warnings.iter().cloned());
+                let now = Instant::now();
+                let mut procs = Vec::new();
+                for sp in &snap.processes {
+                    let r = &sp.report;
+                    let key = (r.pid, r.start_ticks);
+                    if self.pid.is_some_and(|p| p != r.pid) || self.forgotten.contains(&key) {
+                        continue;
+                    }
+                    let events: u64 = r.kinds.values().map(|s| s.count).sum();
+                    if self.reset_pending {
+                        self.baseline.insert(
+                            key,
+                            Baseline {
+                                kinds: r
+                                    .kinds
+                                    .iter()
+                                    .map(|(k, s)| (k.clone(), (s.count, s.total_ns)))
+                                    .collect(),
+                                sites: r
+                                    .sites
+                                    .iter()
+                                    .map(|s| {
+                                        (
+                                            (s.site_id, s.kind.clone(), s.api.clone()),
+                                            (s.count, s.total_ns),
+                                        )
+                                    })
+                                    .collect(),
+                            },
+                        );
+                    }
+                    let mut p = proc_of(r, self.baseline.get(&key));
+                    if let Some((t, e, st)) = self.prev.get(&key) {
+                        let dt = now.duration_since(*t).as_secs_f64();
+                        if dt > 0.05 && !p.state.ended() {
+                            p.events_per_s = Some(events.saturating_sub(*e) as f64 / dt);
+                            p.stall_per_s = Some(r.stall_ns.saturating_sub(*st) as f64 / 1e9 / dt);
+                        }
+                    }
+                    self.prev.insert(key, (now, events, r.stall_ns));
+                    procs.push(p);
+                }
+                self.reset_pending = false;
+                self.last = procs;
+            }
+            Err(e) => problems.push(format!("{}: {e:#}", self.url)),
+        }
+        Snapshot {
+            source: self.url.clone(),
+            processes: self.last.clone(),
+            problems,
+            window_secs: self.window_secs,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.reset_pending = true;
+    }
+
+    fn forget(&mut self, pid: u32, start_ticks: u64) {
+        self.forgotten.insert((pid, start_ticks));
+        self.last
+            .retain(|p| (p.pid, p.start_ticks) != (pid, start_ticks));
+    }
+}

@@ -1,0 +1,395 @@
+//! The monitor's state machine: `App` is plain state, changed only by `App::update` with an
+//! `Action` (a key press already mapped, or new data). Rendering reads it (`ui.rs`).
+
+use std::collections::HashSet;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use syncspy_abi::Kind;
+
+use crate::model::{Proc, SiteRow, Snapshot, STALL_KINDS};
+
+/// The focused pane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pane {
+    Processes,
+    Histograms,
+    Sites,
+}
+
+/// Order of the process list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcSort {
+    /// Stall time per second, then total stall time.
+    Stall,
+    Events,
+    Pid,
+}
+
+/// Order of the call sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteSort {
+    Total,
+    Count,
+    P99,
+}
+
+impl ProcSort {
+    pub fn label(self) -> &'static str {
+        match self {
+            ProcSort::Stall => "stall/s",
+            ProcSort::Events => "events/s",
+            ProcSort::Pid => "pid",
+        }
+    }
+}
+
+impl SiteSort {
+    pub fn label(self) -> &'static str {
+        match self {
+            SiteSort::Total => "total",
+            SiteSort::Count => "count",
+            SiteSort::P99 => "p99",
+        }
+    }
+}
+
+/// Everything that changes the monitor.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Quit,
+    Up,
+    Down,
+    NextPane,
+    PrevPane,
+    Sort,
+    ToggleWindow,
+    TogglePause,
+    Reset,
+    /// `/`: start typing a site filter.
+    StartFilter,
+    FilterChar(char),
+    FilterBackspace,
+    /// Enter while typing: keep the filter.
+    FilterDone,
+    /// Esc while typing: drop the filter.
+    FilterCancel,
+    /// Enter: open the selected site's stack, or (histogram pane) show only that kind's sites.
+    Open,
+    /// Esc: close what is open.
+    Back,
+    Help,
+    /// `d`: stop showing the selected process (ended ones only).
+    Dismiss,
+    Data(Box<Snapshot>),
+}
+
+/// What the App asks of the data source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    Reset,
+    Forget(u32, u64),
+}
+
+/// The monitor's state.
+#[derive(Debug)]
+pub struct App {
+    pub snapshot: Snapshot,
+    pub focus: Pane,
+    /// Selected process (pid, start ticks); follows the process when the order changes.
+    pub selected: Option<(u32, u64)>,
+    pub kind_sel: usize,
+    pub site_sel: usize,
+    pub proc_sort: ProcSort,
+    pub site_sort: SiteSort,
+    /// Show the last N seconds (true) or everything since start / reset.
+    pub recent: bool,
+    pub paused: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    /// Sites of this kind only (Enter in the histogram pane).
+    pub kind_filter: Option<Kind>,
+    pub help: bool,
+    /// The selected site's full stack is open.
+    pub detail: bool,
+    pub dismissed: HashSet<(u32, u64)>,
+    pub ascii: bool,
+    pub quit: bool,
+    /// Refreshes received (including while paused).
+    pub refreshes: u64,
+    /// Commands for the data source, taken by the event loop.
+    pub commands: Vec<Command>,
+    /// Whether a reset happened (the "all" scope then means "since reset").
+    pub was_reset: bool,
+}
+
+impl App {
+    pub fn new(ascii: bool) -> App {
+        App {
+            snapshot: Snapshot::default(),
+            focus: Pane::Processes,
+            selected: None,
+            kind_sel: 0,
+            site_sel: 0,
+            proc_sort: ProcSort::Stall,
+            site_sort: SiteSort::Total,
+            recent: true,
+            paused: false,
+            filter: String::new(),
+            editing_filter: false,
+            kind_filter: None,
+            help: false,
+            detail: false,
+            dismissed: HashSet::new(),
+            ascii,
+            quit: false,
+            refreshes: 0,
+            commands: Vec::new(),
+            was_reset: false,
+        }
+    }
+
+    /// Processes as listed: dismissed ones left out, in the chosen order.
+    pub fn processes(&self) -> Vec<&Proc> {
+        let mut v: Vec<&Proc> = self
+            .snapshot
+            .processes
+            .iter()
+            .filter(|p| !self.dismissed.contains(&p.key()))
+            .collect();
+        match self.proc_sort {
+            ProcSort::Stall => v.sort_by(|a, b| {
+                let r = |p: &Proc| p.stall_per_s.unwrap_or(-1.0);
+                r(b).total_cmp(&r(a))
+                    .then(b.all.stall_ns.cmp(&a.all.stall_ns))
+                    .then(a.pid.cmp(&b.pid))
+            }),
+            ProcSort::Events => v.sort_by(|a, b| {
+                let r = |p: &Proc| p.events_per_s.unwrap_or(-1.0);
+                r(b).total_cmp(&r(a)).then(a.pid.cmp(&b.pid))
+            }),
+            ProcSort::Pid => v.sort_by_key(|p| (p.pid, p.start_ticks)),
+        }
+        v
+    }
+
+    /// The selected process, or the first listed.
+    pub fn current(&self) -> Option<&Proc> {
+        let procs = self.processes();
+        self.selected
+            .and_then(|k| procs.iter().find(|p| p.key() == k).copied())
+            .or_else(|| procs.first().copied())
+    }
+
+    /// Whether the recent window is what is shown (the source may not have one).
+    pub fn showing_recent(&self) -> bool {
+        self.recent && self.current().is_some_and(|p| p.recent.is_some())
+    }
+
+    /// The selected process's sites as listed: filtered and sorted.
+    pub fn sites(&self) -> Vec<&SiteRow> {
+        let Some(p) = self.current() else {
+            return Vec::new();
+        };
+        let needle = self.filter.to_lowercase();
+        let mut v: Vec<&SiteRow> = p
+            .scope(self.recent)
+            .sites
+            .iter()
+            .filter(|s| self.kind_filter.is_none_or(|k| s.kind == k))
+            .filter(|s| s.matches(&needle))
+            .collect();
+        match self.site_sort {
+            SiteSort::Total => {}
+            SiteSort::Count => v.sort_by_key(|s| std::cmp::Reverse(s.count)),
+            SiteSort::P99 => v.sort_by_key(|s| std::cmp::Reverse(s.p99_ns)),
+        }
+        v
+    }
+
+    pub fn selected_site(&self) -> Option<&SiteRow> {
+        self.sites().get(self.site_sel).copied()
+    }
+
+    fn clamp_selections(&mut self) {
+        let cur = self.current().map(Proc::key);
+        self.selected = cur;
+        let n = self.sites().len();
+        self.site_sel = self.site_sel.min(n.saturating_sub(1));
+        self.kind_sel = self.kind_sel.min(STALL_KINDS.len() - 1);
+        if n == 0 {
+            self.detail = false;
+        }
+    }
+
+    fn move_by(&mut self, delta: isize) {
+        match self.focus {
+            Pane::Processes => {
+                let keys: Vec<(u32, u64)> = self.processes().iter().map(|p| p.key()).collect();
+                if keys.is_empty() {
+                    return;
+                }
+                let at = self
+                    .selected
+                    .and_then(|k| keys.iter().position(|x| *x == k))
+                    .unwrap_or(0);
+                let to = (at as isize + delta).clamp(0, keys.len() as isize - 1) as usize;
+                if to != at {
+                    self.selected = Some(keys[to]);
+                    self.site_sel = 0;
+                    self.detail = false;
+                }
+            }
+            Pane::Histograms => {
+                self.kind_sel = (self.kind_sel as isize + delta)
+                    .clamp(0, STALL_KINDS.len() as isize - 1)
+                    as usize;
+            }
+            Pane::Sites => {
+                let n = self.sites().len();
+                if n > 0 {
+                    self.site_sel =
+                        (self.site_sel as isize + delta).clamp(0, n as isize - 1) as usize;
+                }
+            }
+        }
+    }
+
+    pub fn update(&mut self, action: Action) {
+        match action {
+            Action::Quit => self.quit = true,
+            Action::Data(s) => {
+                self.refreshes += 1;
+                if !self.paused {
+                    self.snapshot = *s;
+                }
+            }
+            Action::Up => self.move_by(-1),
+            Action::Down => self.move_by(1),
+            Action::NextPane | Action::PrevPane => {
+                let order = [Pane::Processes, Pane::Histograms, Pane::Sites];
+                let at = order.iter().position(|p| *p == self.focus).unwrap_or(0);
+                let step = if matches!(action, Action::NextPane) {
+                    1
+                } else {
+                    2
+                };
+                self.focus = order[(at + step) % 3];
+                self.detail = false;
+            }
+            Action::Sort => match self.focus {
+                Pane::Processes => {
+                    self.proc_sort = match self.proc_sort {
+                        ProcSort::Stall => ProcSort::Events,
+                        ProcSort::Events => ProcSort::Pid,
+                        ProcSort::Pid => ProcSort::Stall,
+                    }
+                }
+                _ => {
+                    self.site_sort = match self.site_sort {
+                        SiteSort::Total => SiteSort::Count,
+                        SiteSort::Count => SiteSort::P99,
+                        SiteSort::P99 => SiteSort::Total,
+                    };
+                    self.site_sel = 0;
+                }
+            },
+            Action::ToggleWindow => {
+                self.recent = !self.recent;
+                self.site_sel = 0;
+            }
+            Action::TogglePause => self.paused = !self.paused,
+            Action::Reset => {
+                self.commands.push(Command::Reset);
+                self.was_reset = true;
+            }
+            Action::StartFilter => {
+                self.editing_filter = true;
+                self.focus = Pane::Sites;
+            }
+            Action::FilterChar(c) => {
+                self.filter.push(c);
+                self.site_sel = 0;
+            }
+            Action::FilterBackspace => {
+                self.filter.pop();
+                self.site_sel = 0;
+            }
+            Action::FilterDone => self.editing_filter = false,
+            Action::FilterCancel => {
+                self.editing_filter = false;
+                self.filter.clear();
+                self.site_sel = 0;
+            }
+            Action::Open => match self.focus {
+                Pane::Sites => self.detail = self.selected_site().is_some(),
+                Pane::Histograms => {
+                    let k = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
+                    self.kind_filter = if self.kind_filter == Some(k) {
+                        None
+                    } else {
+                        Some(k)
+                    };
+                    self.site_sel = 0;
+                }
+                Pane::Processes => self.focus = Pane::Sites,
+            },
+            Action::Back => {
+                if self.help {
+                    self.help = false;
+                } else if self.detail {
+                    self.detail = false;
+                } else if self.kind_filter.is_some() {
+                    self.kind_filter = None;
+                } else {
+                    self.filter.clear();
+                }
+            }
+            Action::Help => self.help = !self.help,
+            Action::Dismiss => {
+                if let Some(p) = self.current().filter(|p| p.state.ended()) {
+                    let k = p.key();
+                    self.dismissed.insert(k);
+                    self.commands.push(Command::Forget(k.0, k.1));
+                    self.selected = None;
+                }
+            }
+        }
+        self.clamp_selections();
+    }
+
+    /// The action a key press means in the current state, if any.
+    pub fn action_for(&self, key: KeyEvent) -> Option<Action> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            return Some(Action::Quit);
+        }
+        if self.editing_filter {
+            return match key.code {
+                KeyCode::Enter => Some(Action::FilterDone),
+                KeyCode::Esc => Some(Action::FilterCancel),
+                KeyCode::Backspace => Some(Action::FilterBackspace),
+                KeyCode::Char(c) => Some(Action::FilterChar(c)),
+                _ => None,
+            };
+        }
+        Some(match key.code {
+            KeyCode::Char('q') => Action::Quit,
+            KeyCode::Up | KeyCode::Char('k') => Action::Up,
+            KeyCode::Down | KeyCode::Char('j') => Action::Down,
+            KeyCode::Tab => Action::NextPane,
+            KeyCode::BackTab => Action::PrevPane,
+            KeyCode::Char('s') => Action::Sort,
+            KeyCode::Char('w') => Action::ToggleWindow,
+            KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
+            KeyCode::Char('r') => Action::Reset,
+            KeyCode::Char('/') => Action::StartFilter,
+            KeyCode::Enter => Action::Open,
+            KeyCode::Esc => Action::Back,
+            KeyCode::Char('?') | KeyCode::F(1) => Action::Help,
+            KeyCode::Char('d') | KeyCode::Delete => Action::Dismiss,
+            _ => return None,
+        })
+    }
+}

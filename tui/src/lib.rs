@@ -1,0 +1,31 @@
+//! `syncspy-top`, the live monitor: which processes stall, how long, how often, and which
+//! code is to blame.
+//!
+//! - [`model`]: what the screen shows, as plain data (a [`model::Snapshot`] per refresh).
+//! - [`local`]: that data from the segments in `SYNCSPY_DIR`; [`agent`]: from a
+//!   `syncspy agent`'s `/api/v1/snapshot`.
+//! - [`window`] + [`loghist`]: the "last N seconds" view, per-second bins in bounded memory.
+//! - [`app`]: the state machine (`App`, `Action`); [`ui`]: `impl Widget for &App`.
+//! - [`term`]: the terminal, the event loop (one channel for keys, resizes and data), and the
+//!   guard that restores the terminal on exit and on panic.
+
+pub mod agent;
+pub mod app;
+pub mod local;
+pub mod loghist;
+pub mod model;
+pub mod term;
+pub mod ui;
+pub mod window;
+
+use model::Snapshot;
+
+/// Where refreshes come from.
+pub trait Source: Send {
+    /// Reads what is new and returns the current view.
+    fn step(&mut self) -> Snapshot;
+    /// Counts from now on (the `r` key).
+    fn reset(&mut self);
+    /// Stops following a (dismissed, ended) process.
+    fn forget(&mut self, pid: u32, start_ticks: u64);
+}

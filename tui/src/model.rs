@@ -1,0 +1,237 @@
+//! What the monitor shows, independent of where it came from (local segments or an agent):
+//! plain data, so screens can be rendered and tested from fixed snapshots.
+
+use syncspy_abi::Kind;
+
+use crate::loghist::BAR_CELLS;
+
+/// The host stall kinds, in the order the monitor lists them.
+pub const STALL_KINDS: [Kind; 6] = [
+    Kind::StreamSync,
+    Kind::DeviceSync,
+    Kind::EventSync,
+    Kind::MemcpySync,
+    Kind::MemcpyPageable,
+    Kind::ImplicitSync,
+];
+
+/// One refresh of everything the monitor knows.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Where the data comes from (`/dev/shm`, `http://host:9599`).
+    pub source: String,
+    pub processes: Vec<Proc>,
+    /// Segments that could not be read, errors reaching the agent: shown, never fatal.
+    pub problems: Vec<String>,
+    /// Length of the "recent" window, seconds.
+    pub window_secs: u64,
+}
+
+/// How a process stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Running,
+    Exited(i32),
+    /// Ended without the library's exit handler (killed, `_exit`).
+    Gone,
+    Unknown,
+}
+
+impl State {
+    pub fn ended(self) -> bool {
+        matches!(self, State::Exited(_) | State::Gone)
+    }
+
+    pub fn label(self) -> String {
+        match self {
+            State::Running => "running".into(),
+            State::Exited(s) => format!("exited {s}"),
+            State::Gone => "gone".into(),
+            State::Unknown => "unknown".into(),
+        }
+    }
+}
+
+/// One instrumented process.
+#[derive(Clone, Debug)]
+pub struct Proc {
+    pub pid: u32,
+    /// Start time in clock ticks: with the pid, names one process for its whole life.
+    pub start_ticks: u64,
+    pub command: String,
+    pub state: State,
+    /// Events the library counted per second, over the last couple of seconds (`None`
+    /// until two samples exist or once the process ended).
+    pub events_per_s: Option<f64>,
+    /// Seconds of host stall per second of wall time, same period (more than 1 when several
+    /// threads wait at once).
+    pub stall_per_s: Option<f64>,
+    /// Share of wall time the GPU was idle; `None` while not measured.
+    pub gpu_idle_share: Option<f64>,
+    /// Events the library could not write (ring full).
+    pub dropped: u64,
+    /// Records this reader never received (percentiles and sites miss them, totals do not).
+    pub lost: u64,
+    pub wall_ns: u64,
+    /// Since start (or since the last reset).
+    pub all: Scope,
+    /// The last `window_secs` seconds; `None` when the source cannot tell.
+    pub recent: Option<Scope>,
+}
+
+impl Proc {
+    pub fn key(&self) -> (u32, u64) {
+        (self.pid, self.start_ticks)
+    }
+
+    pub fn scope(&self, recent: bool) -> &Scope {
+        match (&self.recent, recent) {
+            (Some(r), true) => r,
+            _ => &self.all,
+        }
+    }
+}
+
+/// Figures over one period.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// One row per stall kind with events, in `STALL_KINDS` order.
+    pub kinds: Vec<KindRow>,
+    /// Largest total first.
+    pub sites: Vec<SiteRow>,
+    /// Host stall time in the period, ns.
+    pub stall_ns: u64,
+}
+
+impl Scope {
+    pub fn kind(&self, k: Kind) -> Option<&KindRow> {
+        self.kinds.iter().find(|r| r.kind == k)
+    }
+}
+
+/// One stall kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindRow {
+    pub kind: Kind,
+    pub count: u64,
+    pub total_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Events per half-decade latency cell (`loghist::BAR_CELLS`); `None` when the source
+    /// has no distribution (an agent snapshot).
+    pub bars: Option<[u64; BAR_CELLS]>,
+}
+
+/// One call site: a stack making calls of one kind through one API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteRow {
+    pub site_id: u32,
+    pub kind: Kind,
+    pub api: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Where the program called (innermost frame outside the runtime and syncspy), or a
+    /// placeholder while symbolizing / when no stack was captured.
+    pub location: String,
+    /// The symbolized stack, innermost first (empty until symbolized, or none captured).
+    pub frames: Vec<String>,
+}
+
+impl SiteRow {
+    /// Whether `needle` (lower case) appears in anything the user sees of this site.
+    pub fn matches(&self, needle: &str) -> bool {
+        needle.is_empty()
+            || self.location.to_lowercase().contains(needle)
+            || self.api.to_lowercase().contains(needle)
+            || self.kind.name().contains(needle)
+            || self
+                .frames
+                .iter()
+                .any(|f| f.to_lowercase().contains(needle))
+    }
+}
+
+/// `1.35 ms`, `890 us` (`µs` unless ascii), `12.0 s`, `-` for 0.
+pub fn dur(ns: u64, ascii: bool) -> String {
+    let us = if ascii { "us" } else { "µs" };
+    let f = ns as f64;
+    match ns {
+        0 => "-".into(),
+        1..=999 => format!("{ns} ns"),
+        1_000..=999_999 => fmt3(f / 1e3, us),
+        1_000_000..=999_999_999 => fmt3(f / 1e6, "ms"),
+        _ => fmt3(f / 1e9, "s"),
+    }
+}
+
+/// Three significant digits.
+fn fmt3(v: f64, unit: &str) -> String {
+    if v >= 99.95 {
+        format!("{v:.0} {unit}")
+    } else if v >= 9.995 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.2} {unit}")
+    }
+}
+
+/// `12`, `1.2k`, `3.4M`.
+pub fn count(n: u64) -> String {
+    let f = n as f64;
+    if n < 10_000 {
+        n.to_string()
+    } else if n < 1_000_000 {
+        format!("{:.1}k", f / 1e3)
+    } else if n < 1_000_000_000 {
+        format!("{:.1}M", f / 1e6)
+    } else {
+        format!("{:.1}G", f / 1e9)
+    }
+}
+
+/// A rate per second, `-` when unknown.
+pub fn rate(r: Option<f64>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) if r < 10.0 => format!("{r:.1}"),
+        Some(r) => count(r.round() as u64),
+    }
+}
+
+/// Stall seconds per second as `420 ms/s`, `-` when unknown.
+pub fn stall_rate(r: Option<f64>, ascii: bool) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) if r <= 0.0 => "0".into(),
+        Some(r) => format!("{}/s", dur((r * 1e9) as u64, ascii)).replace(' ', ""),
+    }
+}
+
+pub fn percent(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_counts_read_well() {
+        assert_eq!(dur(0, false), "-");
+        assert_eq!(dur(512, false), "512 ns");
+        assert_eq!(dur(7_100, true), "7.10 us");
+        assert_eq!(dur(1_330_000, false), "1.33 ms");
+        assert_eq!(dur(79_738_000, false), "79.7 ms");
+        assert_eq!(dur(465_200_000, false), "465 ms");
+        assert_eq!(dur(12_000_000_000, false), "12.0 s");
+        assert_eq!(count(61), "61");
+        assert_eq!(count(14_200), "14.2k");
+        assert_eq!(rate(Some(100_000.0)), "100.0k");
+        assert_eq!(rate(None), "-");
+        assert_eq!(stall_rate(Some(0.42), true), "420ms/s");
+        assert_eq!(percent(0.188), "18.8%");
+    }
+}

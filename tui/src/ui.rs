@@ -1,0 +1,581 @@
+//! Rendering: `impl Widget for &App` draws the whole screen from the App's state. Colors are
+//! the terminal's own foreground plus a few named colors and reverse video, so the screen
+//! reads on dark and light backgrounds; `--ascii` avoids every non-ASCII character.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::border;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
+
+use crate::app::{App, Pane};
+use crate::loghist::BAR_CELLS;
+use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
+
+const ASCII_BORDER: border::Set = border::Set {
+    top_left: "+",
+    top_right: "+",
+    bottom_left: "+",
+    bottom_right: "+",
+    vertical_left: "|",
+    vertical_right: "|",
+    horizontal_top: "-",
+    horizontal_bottom: "-",
+};
+
+const BAR_LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
+const BAR_LEVELS_ASCII: [&str; 9] = [" ", ".", ":", "-", "=", "+", "*", "#", "@"];
+
+fn bold() -> Style {
+    Style::default().add_modifier(Modifier::BOLD)
+}
+
+fn alarm() -> Style {
+    Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+}
+
+fn dim() -> Style {
+    Style::default().add_modifier(Modifier::DIM)
+}
+
+fn selected() -> Style {
+    Style::default().add_modifier(Modifier::REVERSED)
+}
+
+/// A short kind label for narrow tables.
+pub fn short_kind(k: syncspy_abi::Kind) -> &'static str {
+    use syncspy_abi::Kind::*;
+    match k {
+        DeviceSync => "device",
+        StreamSync => "stream",
+        EventSync => "event",
+        MemcpySync => "memcpy",
+        MemcpyPageable => "pageable",
+        ImplicitSync => "implicit",
+        GpuIdle => "gpu_idle",
+    }
+}
+
+/// One character per latency cell, heights log-scaled to the fullest cell.
+pub fn bar_string(bars: &[u64; BAR_CELLS], ascii: bool) -> String {
+    let levels = if ascii {
+        &BAR_LEVELS_ASCII
+    } else {
+        &BAR_LEVELS
+    };
+    let max = bars.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        return " ".repeat(BAR_CELLS);
+    }
+    let top = (1.0 + max as f64).ln();
+    bars.iter()
+        .map(|c| {
+            if *c == 0 {
+                levels[0]
+            } else {
+                let l = (8.0 * (1.0 + *c as f64).ln() / top).ceil() as usize;
+                levels[l.clamp(1, 8)]
+            }
+        })
+        .collect()
+}
+
+impl App {
+    fn block<'a>(&self, title: Line<'a>, pane: Option<Pane>) -> Block<'a> {
+        let focused = pane.is_some_and(|p| p == self.focus);
+        let mut b = Block::default().borders(Borders::ALL).title(title);
+        if self.ascii {
+            b = b.border_set(ASCII_BORDER);
+        }
+        if focused {
+            b = b
+                .border_style(Style::default().fg(Color::Cyan))
+                .title_style(bold());
+        }
+        b
+    }
+
+    fn scope_label(&self) -> String {
+        if self.showing_recent() {
+            format!("last {}s", self.snapshot.window_secs)
+        } else if self.was_reset {
+            "since reset".into()
+        } else {
+            "since start".into()
+        }
+    }
+
+    fn header(&self) -> Line<'_> {
+        let procs = self.processes();
+        let running = procs.iter().filter(|p| !p.state.ended()).count();
+        let ev: f64 = procs.iter().filter_map(|p| p.events_per_s).sum();
+        let stall: f64 = procs.iter().filter_map(|p| p.stall_per_s).sum();
+        let dropped: u64 = procs.iter().map(|p| p.dropped).sum();
+        // Alarms first, so a narrow terminal still shows them.
+        let mut spans = vec![Span::styled("syncspy-top", bold())];
+        if self.paused {
+            spans.push(Span::styled("  PAUSED", alarm()));
+        }
+        if dropped > 0 {
+            spans.push(Span::styled(
+                format!("  {} EVENTS DROPPED", count(dropped)),
+                alarm(),
+            ));
+        }
+        spans.push(Span::raw(format!(
+            "  {} proc ({} running)  {} ev/s  stall {}  [{}]",
+            procs.len(),
+            running,
+            rate(Some(ev)),
+            stall_rate(Some(stall), self.ascii),
+            self.scope_label(),
+        )));
+        Line::from(spans)
+    }
+
+    fn render_processes(&self, area: Rect, buf: &mut Buffer) {
+        let procs = self.processes();
+        let cur = self.current().map(Proc::key);
+        let header = Row::new([
+            "PID", "STATE", "EV/S", "STALL/S", "GPU IDLE", "DROPPED", "COMMAND",
+        ])
+        .style(bold());
+        let rows: Vec<Row> = procs
+            .iter()
+            .map(|p| {
+                let state_style = if p.state.ended() {
+                    dim()
+                } else {
+                    Style::default().fg(Color::Green)
+                };
+                let dropped = if p.dropped > 0 {
+                    Cell::from(count(p.dropped)).style(alarm())
+                } else {
+                    Cell::from("0")
+                };
+                let gpu = match p.gpu_idle_share {
+                    Some(s) => percent(s),
+                    None => "n/m".into(),
+                };
+                let mut row = Row::new(vec![
+                    Cell::from(p.pid.to_string()),
+                    Cell::from(p.state.label()).style(state_style),
+                    Cell::from(rate(p.events_per_s)),
+                    Cell::from(stall_rate(p.stall_per_s, self.ascii)),
+                    Cell::from(gpu),
+                    dropped,
+                    Cell::from(p.command.clone()),
+                ]);
+                if Some(p.key()) == cur {
+                    row = row.style(selected());
+                }
+                row
+            })
+            .collect();
+        let title = Line::from(format!(
+            " Processes ({}, by {}) {} ",
+            procs.len(),
+            self.proc_sort.label(),
+            self.snapshot.source
+        ));
+        let widths = [
+            Constraint::Length(7),
+            Constraint::Length(9),
+            Constraint::Length(7),
+            Constraint::Length(9),
+            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Min(10),
+        ];
+        let block = self.block(title, Some(Pane::Processes));
+        if rows.is_empty() {
+            Paragraph::new(vec![Line::from(
+                "No instrumented process yet. Start one with `syncspy run -- CMD` or \
+                 LD_PRELOAD=libsyncspy.so CMD.",
+            )])
+            .wrap(Wrap { trim: true })
+            .block(block)
+            .render(area, buf);
+            return;
+        }
+        // Keep the selected row visible.
+        let visible = area.height.saturating_sub(3) as usize;
+        let at = procs.iter().position(|p| Some(p.key()) == cur).unwrap_or(0);
+        let skip = (at + 1).saturating_sub(visible.max(1));
+        Table::new(rows.into_iter().skip(skip), widths)
+            .header(header)
+            .column_spacing(1)
+            .block(block)
+            .render(area, buf);
+    }
+
+    fn kind_rows(&self, p: &Proc, all_kinds: bool) -> Vec<KindRow> {
+        let scope = p.scope(self.recent);
+        STALL_KINDS
+            .iter()
+            .filter_map(|k| match scope.kind(*k) {
+                Some(r) => Some(r.clone()),
+                None if all_kinds => Some(KindRow {
+                    kind: *k,
+                    count: 0,
+                    total_ns: 0,
+                    p50_ns: 0,
+                    p99_ns: 0,
+                    max_ns: 0,
+                    bars: None,
+                }),
+                None => None,
+            })
+            .collect()
+    }
+
+    fn render_histograms(&self, area: Rect, buf: &mut Buffer, all_kinds: bool) {
+        let title = match self.current() {
+            Some(p) => format!(" Stall histograms: pid {} [{}] ", p.pid, self.scope_label()),
+            None => " Stall histograms ".into(),
+        };
+        let block = self.block(Line::from(title), Some(Pane::Histograms));
+        let Some(p) = self.current() else {
+            block.render(area, buf);
+            return;
+        };
+        let rows = self.kind_rows(p, all_kinds);
+        let us = if self.ascii { "us" } else { "µs" };
+        let scale = format!(" 1{us}   1ms   1s");
+        let header =
+            Row::new(vec!["KIND", "COUNT", "TOTAL", "P50", "P99", "MAX", &scale]).style(bold());
+        let sel_kind = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
+        let mut table_rows: Vec<Row> = rows
+            .iter()
+            .map(|r| {
+                let bars = match &r.bars {
+                    Some(b) => bar_string(b, self.ascii),
+                    None if r.count > 0 => "(no histogram)".into(),
+                    None => String::new(),
+                };
+                let mut kind = r.kind.name().to_string();
+                if self.kind_filter == Some(r.kind) {
+                    kind.push('*');
+                }
+                let mut row = Row::new(vec![
+                    Cell::from(kind),
+                    Cell::from(if r.count == 0 {
+                        "-".into()
+                    } else {
+                        count(r.count)
+                    }),
+                    Cell::from(dur(r.total_ns, self.ascii)),
+                    Cell::from(dur(r.p50_ns, self.ascii)),
+                    Cell::from(dur(r.p99_ns, self.ascii)),
+                    Cell::from(dur(r.max_ns, self.ascii)),
+                    Cell::from(bars),
+                ]);
+                if r.count == 0 {
+                    row = row.style(dim());
+                }
+                if self.focus == Pane::Histograms && r.kind == sel_kind {
+                    row = row.style(selected());
+                }
+                row
+            })
+            .collect();
+        if table_rows.is_empty() {
+            table_rows.push(Row::new(vec![Cell::from("no stalls in this period")]).style(dim()));
+        }
+        let widths = [
+            Constraint::Length(15),
+            Constraint::Length(6),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Min(BAR_CELLS as u16),
+        ];
+        Table::new(table_rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .block(block)
+            .render(area, buf);
+    }
+
+    fn gpu_line(&self) -> Line<'_> {
+        let label = Span::styled("GPU idle gaps: ", bold());
+        match self.current().and_then(|p| p.gpu_idle_share) {
+            Some(s) => Line::from(vec![
+                label,
+                Span::raw(format!("{} of wall time", percent(s))),
+            ]),
+            None => Line::from(vec![
+                label,
+                Span::styled("not measured (no GPU activity source yet)", dim()),
+            ]),
+        }
+    }
+
+    fn render_sites(&self, area: Rect, buf: &mut Buffer) {
+        let sites = self.sites();
+        let wide = area.width >= 120;
+        let mut title = format!(
+            " Top call sites by {} [{}]",
+            self.site_sort.label(),
+            self.scope_label()
+        );
+        if let Some(k) = self.kind_filter {
+            title.push_str(&format!(" kind={}", k.name()));
+        }
+        if !self.filter.is_empty() || self.editing_filter {
+            title.push_str(&format!(" filter=\"{}\"", self.filter));
+        }
+        title.push(' ');
+        let block = self.block(Line::from(title), Some(Pane::Sites));
+        let Some(p) = self.current() else {
+            block.render(area, buf);
+            return;
+        };
+        let scope_stall = p.scope(self.recent).stall_ns.max(1);
+        let mut head = vec!["#", "SHARE", "TOTAL", "COUNT", "P99", "KIND"];
+        if wide {
+            head.push("API");
+        }
+        head.push("WHERE");
+        let header = Row::new(head).style(bold());
+        let visible = area.height.saturating_sub(3) as usize;
+        let skip = (self.site_sel + 1).saturating_sub(visible.max(1));
+        let rows: Vec<Row> = sites
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(|(i, s)| {
+                let mut cells = vec![
+                    Cell::from(format!("{}", i + 1)),
+                    Cell::from(percent(s.total_ns as f64 / scope_stall as f64)),
+                    Cell::from(dur(s.total_ns, self.ascii)),
+                    Cell::from(count(s.count)),
+                    Cell::from(dur(s.p99_ns, self.ascii)),
+                    Cell::from(if wide {
+                        s.kind.name()
+                    } else {
+                        short_kind(s.kind)
+                    }),
+                ];
+                if wide {
+                    cells.push(Cell::from(s.api.clone()));
+                }
+                cells.push(Cell::from(short_location(&s.location)));
+                let mut row = Row::new(cells);
+                if self.focus == Pane::Sites && i == self.site_sel {
+                    row = row.style(selected());
+                }
+                row
+            })
+            .collect();
+        let mut widths = vec![
+            Constraint::Length(3),
+            Constraint::Length(6),
+            Constraint::Length(9),
+            Constraint::Length(6),
+            Constraint::Length(9),
+            Constraint::Length(if wide { 15 } else { 8 }),
+        ];
+        if wide {
+            widths.push(Constraint::Length(24));
+        }
+        widths.push(Constraint::Min(10));
+        if rows.is_empty() {
+            let msg = if p.scope(self.recent).sites.is_empty() {
+                "no stalls in this period"
+            } else {
+                "no call site matches the filter"
+            };
+            Paragraph::new(Line::styled(msg, dim()))
+                .block(block)
+                .render(area, buf);
+            return;
+        }
+        Table::new(rows, widths)
+            .header(header)
+            .column_spacing(1)
+            .block(block)
+            .render(area, buf);
+    }
+
+    fn footer(&self) -> Line<'_> {
+        if self.editing_filter {
+            return Line::from(vec![
+                Span::styled("filter sites: ", bold()),
+                Span::raw(format!("{}_", self.filter)),
+                Span::styled("   Enter keep  Esc clear", dim()),
+            ]);
+        }
+        let arrows = if self.ascii { "up/dn" } else { "↑↓" };
+        let keys: [(&str, &str); 11] = [
+            ("q", "quit"),
+            ("?", "help"),
+            ("Tab", "pane"),
+            (arrows, "move"),
+            ("s", "sort"),
+            ("w", "window"),
+            ("p", "pause"),
+            ("r", "reset"),
+            ("/", "filter"),
+            ("Enter", "stack"),
+            ("d", "dismiss"),
+        ];
+        let mut spans = Vec::new();
+        for (k, v) in keys {
+            spans.push(Span::styled(k.to_string(), bold()));
+            spans.push(Span::raw(format!(" {v}  ")));
+        }
+        Line::from(spans)
+    }
+
+    fn render_detail(&self, area: Rect, buf: &mut Buffer) {
+        let Some(s) = self.selected_site() else {
+            return;
+        };
+        let popup = centered(area, 94, 80);
+        Clear.render(popup, buf);
+        let mut lines = vec![
+            Line::from(vec![
+                Span::styled(format!("{} {}", s.kind.name(), s.api), bold()),
+                Span::raw(format!(
+                    "  x{}  total {}  p99 {}  max {}",
+                    s.count,
+                    dur(s.total_ns, self.ascii),
+                    dur(s.p99_ns, self.ascii),
+                    dur(s.max_ns, self.ascii)
+                )),
+            ]),
+            Line::raw(""),
+        ];
+        if s.frames.is_empty() {
+            lines.push(Line::styled(
+                if s.site_id == 0 {
+                    "no stack was captured for these calls (SYNCSPY_STACKS=0 or SYNCSPY_STACK_MIN_NS)"
+                } else {
+                    "symbolizing..."
+                },
+                dim(),
+            ));
+        }
+        for (i, f) in s.frames.iter().enumerate() {
+            lines.push(Line::raw(format!("#{i:<2} {f}")));
+        }
+        let title = Line::from(format!(" Stack of site {} (Esc closes) ", s.site_id));
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(self.block(title, None))
+            .render(popup, buf);
+    }
+
+    fn render_help(&self, area: Rect, buf: &mut Buffer) {
+        let popup = centered(area, 80, 90);
+        Clear.render(popup, buf);
+        let rows = [
+            ("Up/Down, k/j", "move in the focused pane"),
+            ("Tab, Shift-Tab", "next / previous pane"),
+            (
+                "s",
+                "sort: processes by stall/s, events/s, pid; sites by total, count, p99",
+            ),
+            ("w", "window: last N seconds / since start (or reset)"),
+            ("p, Space", "pause (keep showing this refresh)"),
+            ("r", "reset: count from now on"),
+            ("/", "filter call sites by text (Enter keeps, Esc clears)"),
+            (
+                "Enter",
+                "sites: open the full stack; histograms: only this kind's sites",
+            ),
+            ("Esc", "close / clear filter"),
+            ("d", "dismiss an exited process"),
+            ("q, Ctrl-C", "quit"),
+        ];
+        let mut lines: Vec<Line> = rows
+            .iter()
+            .map(|(k, v)| {
+                Line::from(vec![
+                    Span::styled(format!("{k:<16}"), bold()),
+                    Span::raw(*v),
+                ])
+            })
+            .collect();
+        lines.push(Line::raw(""));
+        lines.push(Line::raw(
+            "STALL/S: seconds the host waited per second of wall time. Counts and totals are \
+             exact (library counters); percentiles come from the records this monitor read. \
+             GPU idle is 'n/m' until a GPU activity source exists.",
+        ));
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .block(self.block(Line::from(" Help (? or Esc closes) "), None))
+            .render(popup, buf);
+    }
+}
+
+/// `symbol (/long/path/file.rs:12)` as `file.rs:12 symbol`: the line first, so narrow
+/// terminals still tell sites apart.
+pub fn short_location(loc: &str) -> String {
+    if let Some(open) = loc.rfind(" (") {
+        if let Some(inner) = loc[open + 2..].strip_suffix(')') {
+            let file = inner.rsplit('/').next().unwrap_or(inner);
+            return format!("{file} {}", &loc[..open]);
+        }
+    }
+    loc.to_string()
+}
+
+fn centered(area: Rect, pct_x: u16, pct_y: u16) -> Rect {
+    let w = area.width * pct_x / 100;
+    let h = area.height * pct_y / 100;
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+impl Widget for &App {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let nprocs = self.processes().len() as u16;
+        let all_kinds = area.height >= 30;
+        let nkinds = match self.current() {
+            Some(p) => self.kind_rows(p, all_kinds).len().max(1) as u16,
+            None => 1,
+        };
+        let problem = self.snapshot.problems.last();
+        let proc_h = (nprocs.max(1) + 3).min(if area.height >= 30 { 10 } else { 6 });
+        let [head, procs, hist, gpu, sites, prob, foot] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(proc_h),
+            Constraint::Length(nkinds + 3),
+            Constraint::Length(1),
+            Constraint::Min(4),
+            Constraint::Length(u16::from(problem.is_some())),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        Paragraph::new(self.header()).render(head, buf);
+        self.render_processes(procs, buf);
+        self.render_histograms(hist, buf, all_kinds);
+        Paragraph::new(self.gpu_line()).render(gpu, buf);
+        self.render_sites(sites, buf);
+        if let Some(p) = problem {
+            let more = self.snapshot.problems.len() - 1;
+            let text = if more > 0 {
+                format!("! {p} (+{more} more)")
+            } else {
+                format!("! {p}")
+            };
+            Paragraph::new(Line::styled(text, alarm())).render(prob, buf);
+        }
+        Paragraph::new(self.footer()).render(foot, buf);
+        if self.detail {
+            self.render_detail(area, buf);
+        }
+        if self.help {
+            self.render_help(area, buf);
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! Whole screens rendered into ratatui's TestBackend from fixed snapshots, and the App state
+//! machine driven by Actions: the text a user reads (names, numbers, order).
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use syncspy_abi::Kind;
+use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
+use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
+
+fn bars(cells: &[(usize, u64)]) -> Option<[u64; 15]> {
+    let mut b = [0u64; 15];
+    for (i, c) in cells {
+        b[*i] = *c;
+    }
+    Some(b)
+}
+
+fn site(id: u32, kind: Kind, api: &str, count: u64, total_ns: u64, loc: &str) -> SiteRow {
+    SiteRow {
+        site_id: id,
+        kind,
+        api: api.into(),
+        count,
+        total_ns,
+        p99_ns: total_ns / count.max(1) + 1000,
+        max_ns: total_ns / count.max(1) + 2000,
+        location: loc.into(),
+        frames: vec![
+            loc.into(),
+            "train_step (/src/train.py.so:10)".into(),
+            "main (/src/main.c:3)".into(),
+        ],
+    }
+}
+
+fn trainer() -> Proc {
+    let all = Scope {
+        kinds: vec![
+            KindRow {
+                kind: Kind::StreamSync,
+                count: 61,
+                total_ns: 79_738_000,
+                p50_ns: 1_330_000,
+                p99_ns: 1_350_000,
+                max_ns: 1_350_000,
+                bars: bars(&[(7, 61)]),
+            },
+            KindRow {
+                kind: Kind::ImplicitSync,
+                count: 2,
+                total_ns: 6_252_000,
+                p50_ns: 890_900,
+                p99_ns: 5_360_000,
+                max_ns: 5_360_000,
+                bars: bars(&[(6, 1), (8, 1)]),
+            },
+        ],
+        sites: vec![
+            site(
+                3,
+                Kind::StreamSync,
+                "cudaStreamSynchronize",
+                61,
+                79_738_000,
+                "loss_item (/src/train.cc:42)",
+            ),
+            site(
+                5,
+                Kind::ImplicitSync,
+                "cudaHostAlloc",
+                1,
+                5_360_000,
+                "pin_buffer (/src/data.cc:7)",
+            ),
+        ],
+        stall_ns: 85_990_000,
+    };
+    let recent = Scope {
+        kinds: vec![KindRow {
+            kind: Kind::StreamSync,
+            count: 9,
+            total_ns: 12_000_000,
+            p50_ns: 1_300_000,
+            p99_ns: 1_400_000,
+            max_ns: 1_400_000,
+            bars: bars(&[(7, 9)]),
+        }],
+        sites: vec![site(
+            3,
+            Kind::StreamSync,
+            "cudaStreamSynchronize",
+            9,
+            12_000_000,
+            "loss_item (/src/train.cc:42)",
+        )],
+        stall_ns: 12_000_000,
+    };
+    Proc {
+        pid: 614,
+        start_ticks: 100,
+        command: "python3 train.py --epochs 1".into(),
+        state: State::Running,
+        events_per_s: Some(14_200.0),
+        stall_per_s: Some(0.188),
+        gpu_idle_share: None,
+        dropped: 0,
+        lost: 0,
+        wall_ns: 465_200_000,
+        all,
+        recent: Some(recent),
+    }
+}
+
+fn loader() -> Proc {
+    Proc {
+        pid: 700,
+        start_ticks: 5,
+        command: "./loader --fast".into(),
+        state: State::Exited(0),
+        events_per_s: None,
+        stall_per_s: None,
+        gpu_idle_share: None,
+        dropped: 1234,
+        lost: 10,
+        wall_ns: 1_000_000,
+        all: Scope {
+            kinds: vec![KindRow {
+                kind: Kind::MemcpyPageable,
+                count: 5,
+                total_ns: 5_000,
+                p50_ns: 1_000,
+                p99_ns: 1_000,
+                max_ns: 1_000,
+                bars: bars(&[(1, 5)]),
+            }],
+            sites: vec![site(
+                1,
+                Kind::MemcpyPageable,
+                "cudaMemcpyAsync",
+                5,
+                5_000,
+                "copy_in (/src/loader.c:9)",
+            )],
+            stall_ns: 5_000,
+        },
+        recent: Some(Scope::default()),
+    }
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot {
+        source: "/dev/shm".into(),
+        processes: vec![loader(), trainer()],
+        problems: vec![],
+        window_secs: 10,
+    }
+}
+
+fn app_with(s: Snapshot) -> App {
+    let mut app = App::new(false);
+    app.update(Action::Data(Box::new(s)));
+    app
+}
+
+fn screen(app: &App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| f.render_widget(app, f.area())).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in\n{screen}"))
+}
+
+#[test]
+fn the_80x24_screen_shows_processes_kinds_and_sites() {
+    let app = app_with(snapshot());
+    let s = screen(&app, 80, 24);
+    // The stalling process first (by stall/s), with its rate figures.
+    let first = s.find("614").unwrap();
+    let second = s.find("700").unwrap();
+    assert!(first < second, "{s}");
+    let row = line_with(&s, "python3 train.py");
+    assert!(row.contains("running") && row.contains("14.2k"), "{row}");
+    assert!(row.contains("188ms/s"), "{row}");
+    assert!(row.contains("n/m"), "{row}");
+    // Dropped events are loud.
+    assert!(line_with(&s, "./loader").contains("1234"), "{s}");
+    assert!(line_with(&s, "exited 0").contains("700"));
+    assert!(s.contains("1234 EVENTS DROPPED"), "{s}");
+    // The selected (first) process's recent window by default.
+    assert!(s.contains("Stall histograms: pid 614 [last 10s]"), "{s}");
+    let k = line_with(&s, "stream_sync");
+    assert!(
+        k.contains("12.0 ms") && k.contains("1.30 ms") && k.contains("1.40 ms"),
+        "{k}"
+    );
+    assert!(k.contains('█'), "{k}");
+    assert!(s.contains("GPU idle gaps: not measured"), "{s}");
+    let top = line_with(&s, "train.cc:42");
+    assert!(top.contains("100.0%") && top.contains("stream"), "{top}");
+    assert!(s.contains("q quit"), "{s}");
+}
+
+#[test]
+fn since_start_shows_exact_totals_and_every_site_by_total() {
+    let mut app = app_with(snapshot());
+    app.update(Action::ToggleWindow);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("[since start]"), "{s}");
+    let k = line_with(&s, "stream_sync");
+    assert!(
+        k.contains("61") && k.contains("79.7 ms") && k.contains("1.35 ms"),
+        "{k}"
+    );
+    let i = line_with(&s, "implicit_sync");
+    assert!(i.contains("5.36 ms"), "{i}");
+    let a = s.find("train.cc:42").unwrap();
+    let b = s.find("data.cc:7").unwrap();
+    assert!(a < b, "sites by total: {s}");
+    assert!(line_with(&s, "train.cc:42").contains("92.7%"), "{s}");
+}
+
+#[test]
+fn wide_screen_shows_all_kinds_and_apis() {
+    let app = app_with(snapshot());
+    let s = screen(&app, 160, 40);
+    for k in [
+        "stream_sync",
+        "device_sync",
+        "event_sync",
+        "memcpy_sync",
+        "memcpy_pageable",
+        "implicit_sync",
+    ] {
+        assert!(s.contains(k), "{k} in\n{s}");
+    }
+    assert!(
+        line_with(&s, "train.cc:42").contains("cudaStreamSynchronize"),
+        "{s}"
+    );
+}
+
+#[test]
+fn ascii_mode_uses_only_ascii() {
+    let mut app = app_with(snapshot());
+    app.ascii = true;
+    app.update(Action::ToggleWindow);
+    let s = screen(&app, 80, 24);
+    assert!(s.is_ascii(), "{s}");
+    assert!(s.contains("+ Processes"), "{s}");
+    assert!(
+        line_with(&s, "implicit_sync").contains("891 us") || s.contains("us"),
+        "{s}"
+    );
+}
+
+#[test]
+fn tiny_and_empty_screens_do_not_panic() {
+    let app = App::new(false);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("No instrumented process yet"), "{s}");
+    let app = app_with(snapshot());
+    for (w, h) in [(1, 1), (10, 5), (40, 10), (80, 8), (300, 100)] {
+        screen(&app, w, h);
+    }
+    let mut app = app_with(snapshot());
+    app.update(Action::Help);
+    screen(&app, 20, 6);
+}
+
+#[test]
+fn enter_opens_the_full_stack_and_esc_closes_it() {
+    let mut app = app_with(snapshot());
+    app.update(Action::NextPane);
+    app.update(Action::NextPane);
+    assert_eq!(app.focus, Pane::Sites);
+    app.update(Action::Open);
+    assert!(app.detail);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("Stack of site 3"), "{s}");
+    assert!(s.contains("#1  train_step"), "{s}");
+    assert!(s.contains("#2  main (/src/main.c:3)"), "{s}");
+    app.update(Action::Back);
+    assert!(!app.detail);
+}
+
+#[test]
+fn help_lists_the_keys() {
+    let mut app = app_with(snapshot());
+    app.update(app.action_for(key(KeyCode::Char('?'))).unwrap());
+    let s = screen(&app, 100, 30);
+    for k in ["Tab", "sort", "window", "pause", "reset", "filter", "quit"] {
+        assert!(s.contains(k), "{k}: {s}");
+    }
+}
+
+fn key(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+#[test]
+fn keys_map_to_actions_and_filter_mode_takes_text() {
+    let mut app = app_with(snapshot());
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('q'))),
+        Some(Action::Quit)
+    ));
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('j'))),
+        Some(Action::Down)
+    ));
+    assert!(matches!(app.action_for(key(KeyCode::Up)), Some(Action::Up)));
+    assert!(matches!(
+        app.action_for(key(KeyCode::Tab)),
+        Some(Action::NextPane)
+    ));
+    assert!(matches!(
+        app.action_for(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+        Some(Action::Quit)
+    ));
+    app.update(Action::StartFilter);
+    // While typing, `q` is text.
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('q'))),
+        Some(Action::FilterChar('q'))
+    ));
+    for c in "data".chars() {
+        app.update(Action::FilterChar(c));
+    }
+    app.update(Action::FilterDone);
+    let names: Vec<_> = app.sites().iter().map(|s| s.location.clone()).collect();
+    app.update(Action::ToggleWindow);
+    let all: Vec<_> = app.sites().iter().map(|s| s.location.clone()).collect();
+    assert!(names.is_empty(), "recent has no data.cc site: {names:?}");
+    assert_eq!(all, vec!["pin_buffer (/src/data.cc:7)"]);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("filter=\"data\""), "{s}");
+    app.update(Action::Back);
+    assert_eq!(app.sites().len(), 2);
+}
+
+#[test]
+fn selection_sort_pause_reset_and_dismiss() {
+    let mut app = app_with(snapshot());
+    assert_eq!(app.current().unwrap().pid, 614);
+    app.update(Action::Down);
+    assert_eq!(app.current().unwrap().pid, 700);
+    // The selection follows the process when the order changes.
+    app.update(Action::Sort); // events/s
+    app.update(Action::Sort); // pid
+    assert_eq!(app.processes()[0].pid, 614);
+    assert_eq!(app.current().unwrap().pid, 700);
+    // Sites sort in the sites pane.
+    app.update(Action::Up);
+    app.update(Action::PrevPane);
+    assert_eq!(app.focus, Pane::Sites);
+    app.update(Action::ToggleWindow);
+    app.update(Action::Sort);
+    assert_eq!(app.site_sort, SiteSort::Count);
+    app.update(Action::Sort);
+    assert_eq!(app.site_sort, SiteSort::P99);
+    assert_eq!(app.sites()[0].location, "pin_buffer (/src/data.cc:7)");
+    // Pause keeps the screen; data keeps arriving.
+    app.update(Action::TogglePause);
+    let mut empty = snapshot();
+    empty.processes.clear();
+    app.update(Action::Data(Box::new(empty.clone())));
+    assert_eq!(app.processes().len(), 2);
+    assert!(screen(&app, 80, 24).contains("PAUSED"));
+    app.update(Action::TogglePause);
+    app.update(Action::Data(Box::new(snapshot())));
+    // Reset asks the source.
+    app.update(Action::Reset);
+    assert_eq!(app.commands, vec![Command::Reset]);
+    app.commands.clear();
+    // Dismiss only ended processes.
+    app.focus = Pane::Processes;
+    app.selected = Some((614, 100));
+    app.update(Action::Dismiss);
+    assert_eq!(app.processes().len(), 2);
+    app.selected = Some((700, 5));
+    app.update(Action::Dismiss);
+    assert_eq!(app.commands, vec![Command::Forget(700, 5)]);
+    let pids: Vec<u32> = app.processes().iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![614]);
+    assert!(!screen(&app, 80, 24).contains("./loader"));
+    app.update(Action::Quit);
+    assert!(app.quit);
+}
+
+#[test]
+fn histogram_pane_enter_filters_sites_by_kind() {
+    let mut app = app_with(snapshot());
+    app.update(Action::ToggleWindow);
+    app.update(Action::NextPane);
+    assert_eq!(app.focus, Pane::Histograms);
+    // stream_sync is first; implicit_sync is the last of the six.
+    for _ in 0..5 {
+        app.update(Action::Down);
+    }
+    app.update(Action::Open);
+    assert_eq!(app.kind_filter, Some(Kind::ImplicitSync));
+    let locs: Vec<_> = app.sites().iter().map(|s| s.site_id).collect();
+    assert_eq!(locs, vec![5]);
+    assert!(screen(&app, 80, 24).contains("kind=implicit_sync"));
+}
+
+#[test]
+fn problems_are_shown_not_fatal() {
+    let mut s = snapshot();
+    s.problems
+        .push("skipped /dev/shm/syncspy-13-14: not a syncspy segment".into());
+    let app = app_with(s);
+    let out = screen(&app, 80, 24);
+    assert!(out.contains("! skipped /dev/shm/syncspy-13-14"), "{out}");
+    assert!(out.contains("python3 train.py"), "{out}");
+}
