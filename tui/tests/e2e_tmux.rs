@@ -1,0 +1,156 @@
+//! End to end: a `cudacalls` scenario runs on the simulated CUDA runtime under
+//! `syncspy run --sim`, `syncspy-top` runs in a real pseudo-terminal (a private tmux server),
+//! and the screen must show the process, its stall kinds and its top call site; `q` must end
+//! the monitor. Needs `cargo build --workspace` first (for `syncspy`, `cudacalls` and the
+//! libraries) and tmux.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_syncspy-top"))
+        .parent()
+        .expect("the binary is in a folder")
+        .to_path_buf()
+}
+
+/// Kills what it started when the test ends, passed or not.
+struct Cleanup {
+    scenario: Option<Child>,
+    socket: String,
+    dir: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.scenario {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn capture(socket: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", socket, "capture-pane", "-p", "-t", "top"])
+        .output()
+        .expect("running tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn monitor_in_a_real_terminal_shows_process_kinds_and_top_site() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("tmux is not installed: skipping the pseudo-terminal test");
+        return;
+    }
+    let t = target_dir();
+    for need in ["syncspy", "cudacalls", "libsyncspy.so", "libsimcudart.so"] {
+        assert!(
+            t.join(need).exists(),
+            "{} missing: run `cargo build --workspace` first",
+            t.join(need).display()
+        );
+    }
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("syncspy-top-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = format!("syncspy-top-e2e-{}", std::process::id());
+    let mut cleanup = Cleanup {
+        scenario: None,
+        socket: socket.clone(),
+        dir: dir.clone(),
+    };
+
+    // 3 ms of stream work then a wait for it, and a pageable copy: for minutes unless killed.
+    cleanup.scenario = Some(
+        Command::new(t.join("syncspy"))
+            .args(["run", "--sim", "--"])
+            .arg(t.join("cudacalls"))
+            .args([
+                "--iters",
+                "100000",
+                "busy=s1:3000",
+                "sync=s1",
+                "async=d2h:4096:pageable:s1",
+            ])
+            .env("SYNCSPY_DIR", &dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let top = format!(
+        "env SYNCSPY_DIR={} TERM=xterm-256color {}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_syncspy-top")
+    );
+    let ok = Command::new("tmux")
+        .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+        .args(["-s", "top", "-x", "100", "-y", "30", &top])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let screen = loop {
+        let s = capture(&socket);
+        let site_row = s
+            .lines()
+            .any(|l| l.contains("│1 ") && l.contains("stream") && l.contains("cudacalls.rs:"));
+        if s.contains("cudacalls")
+            && s.contains("running")
+            && s.contains("stream_sync")
+            && s.contains("memcpy_pageable")
+            && site_row
+        {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the screen never showed it all:\n{s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The process row has a measured event rate and stall rate.
+    let row = screen
+        .lines()
+        .find(|l| l.contains("cudacalls") && l.contains("running"))
+        .unwrap();
+    assert!(
+        row.contains("ms/s") || row.contains("s/s"),
+        "{row}\n{screen}"
+    );
+
+    // q quits and the terminal session ends with it.
+    Command::new("tmux")
+        .args(["-L", &socket, "send-keys", "-t", "top", "q"])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive = Command::new("tmux")
+            .args(["-L", &socket, "has-session", "-t", "top"])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !alive {
+            break;
+        }
+        assert!(Instant::now() < deadline, "q did not end the monitor");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
