@@ -67,6 +67,43 @@ pub fn stall_share(process: &Value) -> f64 {
     f(&process["stall_ns"]) / f(&process["wall_ns"]).max(1.0)
 }
 
+/// One side of a comparison: the loop's wall time, and the calls and time of the kinds the
+/// run's stall rules are about (what the pattern waits in).
+fn comparison_cell(c: Option<&Checked>) -> String {
+    let Some(c) = c else {
+        return "not run".into();
+    };
+    let wall = c
+        .outcome
+        .truth
+        .as_ref()
+        .map(|t| f(&t["wall_ms"]["loop"]))
+        .unwrap_or(0.0);
+    let mut kinds: Vec<&str> = c
+        .run
+        .stall
+        .iter()
+        .flat_map(|r| r.kinds.iter().map(String::as_str))
+        .collect();
+    kinds.dedup();
+    let waits: Vec<String> = match c.outcome.process() {
+        Some(p) => kinds
+            .iter()
+            .map(|k| {
+                let st = &p["kinds"][*k];
+                format!(
+                    "{} x{} {:.2} ms",
+                    k,
+                    st["count"].as_u64().unwrap_or(0),
+                    f(&st["total_ns"]) / 1e6
+                )
+            })
+            .collect(),
+        None => vec!["no report".into()],
+    };
+    format!("{wall:.2} ms; {}", waits.join(", "))
+}
+
 /// Markdown: one summary row per run, the comparisons, then every finding.
 pub fn markdown(m: &Manifest, checked: &[Checked]) -> String {
     let mut s = String::new();
@@ -101,29 +138,17 @@ pub fn markdown(m: &Manifest, checked: &[Checked]) -> String {
     }
     if !m.comparisons.is_empty() {
         s.push_str(
-            "\n| the same work | stalling: loop wall ms, stall share | healthy: loop wall ms, \
-             stall share |\n| --- | --- | --- |\n",
+            "\n| the same work | stalling: loop wall ms; waits (the pattern's kinds) | healthy: \
+             loop wall ms; waits |\n| --- | --- | --- |\n",
         );
         for cmp in &m.comparisons {
             let find = |id: &str| checked.iter().find(|c| c.run.id == id);
-            let cell = |c: Option<&Checked>| match c {
-                Some(c) => format!(
-                    "{:.2} ms, {:.1}%",
-                    c.outcome
-                        .truth
-                        .as_ref()
-                        .map(|t| f(&t["wall_ms"]["loop"]))
-                        .unwrap_or(0.0),
-                    c.outcome.process().map(stall_share).unwrap_or(0.0) * 100.0
-                ),
-                None => "not run".into(),
-            };
             let _ = writeln!(
                 s,
                 "| {} | {} | {} |",
                 cmp.title,
-                cell(find(&cmp.stalling)),
-                cell(find(&cmp.healthy))
+                comparison_cell(find(&cmp.stalling)),
+                comparison_cell(find(&cmp.healthy))
             );
         }
     }
