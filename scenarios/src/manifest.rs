@@ -24,6 +24,7 @@
 //! max = 2.0                             # stall <= max * gpu + slack (generous upper bound)
 //! slack_ms = 20.0                       # slack: slack_ms + slack_ms_per_call * calls
 //! slack_ms_per_call = 5.0
+//! site = "scn_item_in_loop.rs"          # optional: in the top call site's frames
 //!
 //! [[comparison]]                        # the same work done two ways, for `syncspy demo`
 //! title = "..."
@@ -117,6 +118,8 @@ pub struct Run {
     pub non_stall: BTreeMap<String, Count>,
     #[serde(default)]
     pub stall: Vec<StallRule>,
+    /// A substring the top call site's frames must contain (the program's own source file).
+    pub site: Option<String>,
 }
 
 /// An expected count: a number, or a sum of products of numbers and the truth line's `args`
@@ -422,6 +425,19 @@ fn ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
 
+/// The frames of a report process's top call site, joined with ` | `.
+pub fn top_site(process: &Value) -> String {
+    process["sites"][0]["frames"]
+        .as_array()
+        .map(|fr| {
+            fr.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .unwrap_or_default()
+}
+
 /// Checks one run: `truth` is the program's ground-truth line, `process` the report's entry
 /// for its process (`processes[i]` of a syncspy report).
 pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
@@ -521,6 +537,21 @@ pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
             tb.to_string(),
             rb.to_string(),
             tb == rb,
+        );
+    }
+
+    if let Some(site) = &run.site {
+        let top = top_site(process);
+        let found = top.contains(site.as_str());
+        v.push(
+            "top call site",
+            format!("names {site}"),
+            if found {
+                format!("{site} found")
+            } else {
+                top.chars().take(120).collect()
+            },
+            found,
         );
     }
 
@@ -766,14 +797,16 @@ mod tests {
     fn run_with(counts: &str, rule: &str) -> Run {
         let text = format!(
             "version = 1\n[[run]]\nid = \"a\"\nscenario = \"item-in-loop\"\n\
-             pattern = \"stalling\"\nsummary = \"s\"\n[run.counts]\n{counts}\n\
+             pattern = \"stalling\"\nsummary = \"s\"\nsite = \"main.rs\"\n[run.counts]\n{counts}\n\
              [run.non_stall]\ncudaMemcpyAsync = \"iters\"\n{rule}"
         );
         Manifest::parse(&text).unwrap().runs.remove(0)
     }
 
+    use serde_json::json;
+
     fn stats(count: u64, total_ms: f64) -> Value {
-        serde_json::json!({"count": count, "bytes": 0, "total_ns": (total_ms * 1e6) as u64})
+        json!({"count": count, "bytes": 0, "total_ns": (total_ms * 1e6) as u64})
     }
 
     #[test]
@@ -792,7 +825,8 @@ mod tests {
         let good = serde_json::json!({
             "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
             "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
-            "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}}
+            "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+            "sites": [{"frames": ["wrapper (lib.rs:1)", "main (main.rs:9)"]}]
         });
         let v = check(&run, &truth, &good);
         assert!(v.ok(), "{:#?}", v.failures().collect::<Vec<_>>());
@@ -828,6 +862,7 @@ mod tests {
             "bytes",
         );
         failing(&|p| p["dropped_events"] = 3.into(), "process");
+        failing(&|p| p["sites"] = json!([]), "top call site");
         // The program itself must have done what the manifest says.
         let mut t2 = truth.clone();
         t2["args"]["iters"] = 11.into();

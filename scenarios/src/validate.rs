@@ -367,15 +367,7 @@ pub mod python {
             );
         }
         if let Some(site) = &p.site {
-            let top = pb["sites"][0]["frames"]
-                .as_array()
-                .map(|fr| {
-                    fr.iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                })
-                .unwrap_or_default();
+            let top = crate::manifest::top_site(pb);
             push(
                 "top call site".into(),
                 format!("names {site}"),
