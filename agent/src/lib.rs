@@ -21,6 +21,7 @@ pub mod budget;
 pub mod check;
 pub mod compare;
 pub mod daemon;
+pub mod demo;
 pub mod follow;
 pub mod junit;
 pub mod markdown;

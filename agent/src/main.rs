@@ -84,6 +84,17 @@ enum Cmd {
         #[arg(long)]
         keep_segments: bool,
     },
+    /// Run the bundled scenario pairs (the stalling and the healthy way of the same work)
+    /// under syncspy and compare them in a table
+    Demo {
+        /// Use the simulated CUDA runtime (default: the GPU when /dev/nvidia0 exists, else
+        /// the simulator)
+        #[arg(long)]
+        sim: bool,
+        /// Steps per scenario (default: each scenario's own)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        iters: Option<u64>,
+    },
     /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
         /// A report written by `run --report FILE` or `check --report FILE`; with two, the
@@ -207,6 +218,10 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Demo { sim, iters } => syncspy_agent::demo::demo(&syncspy_agent::demo::DemoOptions {
+            sim: sim.then_some(true),
+            iters,
+        }),
         Cmd::Report { files, format } => {
             let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
             match present::render(&files, format) {

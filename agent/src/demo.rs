@@ -1,0 +1,388 @@
+//! `syncspy demo`: run the bundled scenario pairs of the manifest's `[[comparison]]` entries
+//! under the library, one after another, print each run's summary with a caption, and end
+//! with a table comparing the stalling way and the healthy way of the same work.
+//!
+//! The manifest is embedded, so the demo needs no source tree; the scenario binaries
+//! (`scn-<name>`) are looked for next to the syncspy executable, like libsyncspy.so.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::report::Report;
+use crate::run::{self, RunOptions, EXIT_SETUP};
+use crate::summary::{self, fmt_ns};
+
+/// The scenario manifest, as built into syncspy.
+pub const MANIFEST: &str = include_str!("../../scenarios/manifest.toml");
+
+/// The environment variable the simulated runtime reads its time scale from.
+pub const SIM_TIME_SCALE_ENV: &str = "SIMCUDA_TIME_SCALE";
+
+/// The few manifest fields the demo needs (everything else is ignored).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Manifest {
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(rename = "run", default)]
+    pub runs: Vec<ManifestRun>,
+    #[serde(rename = "comparison", default)]
+    pub comparisons: Vec<Comparison>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Defaults {
+    #[serde(default = "one")]
+    pub sim_time_scale: f64,
+}
+
+impl Default for Defaults {
+    fn default() -> Defaults {
+        Defaults {
+            sim_time_scale: 1.0,
+        }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ManifestRun {
+    pub id: String,
+    pub scenario: String,
+    pub pattern: String,
+    pub summary: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    pub sim_time_scale: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Comparison {
+    pub title: String,
+    pub stalling: String,
+    pub healthy: String,
+}
+
+/// A comparison with its two runs resolved.
+#[derive(Debug, Clone)]
+pub struct Pair<'a> {
+    pub title: &'a str,
+    pub stalling: &'a ManifestRun,
+    pub healthy: &'a ManifestRun,
+}
+
+impl Manifest {
+    pub fn parse(text: &str) -> Result<Manifest, String> {
+        toml::from_str(text).map_err(|e| format!("the built-in scenario manifest: {e}"))
+    }
+
+    /// The comparisons, each with its two runs; an error names an id no run has.
+    pub fn pairs(&self) -> Result<Vec<Pair<'_>>, String> {
+        let find = |id: &str| {
+            self.runs.iter().find(|r| r.id == id).ok_or_else(|| {
+                format!("the manifest's comparisons name run `{id}`, which it lacks")
+            })
+        };
+        self.comparisons
+            .iter()
+            .map(|c| {
+                Ok(Pair {
+                    title: &c.title,
+                    stalling: find(&c.stalling)?,
+                    healthy: find(&c.healthy)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// What `syncspy demo` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// `Some(true)`: the simulated runtime; `Some(false)`: the real GPU; `None`: detect.
+    pub sim: Option<bool>,
+    /// `--iters N` passed to every scenario (None: each scenario's default).
+    pub iters: Option<u64>,
+}
+
+/// Whether a real GPU is there to use: the first NVIDIA device node exists.
+pub fn gpu_present() -> bool {
+    Path::new("/dev/nvidia0").exists()
+}
+
+/// One run's numbers for the table.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Measured {
+    pub wall_ns: u64,
+    pub stall_ns: u64,
+    pub exit_code: i32,
+}
+
+impl Measured {
+    pub fn from_report(r: &Report) -> Measured {
+        Measured {
+            wall_ns: r.wall_ns,
+            stall_ns: r.processes.iter().map(|p| p.stall_ns).sum(),
+            exit_code: r.exit_code,
+        }
+    }
+
+    /// Host stall time as a share of wall time, 0..=1 (None for a zero wall time).
+    pub fn share(&self) -> Option<f64> {
+        (self.wall_ns > 0).then(|| self.stall_ns as f64 / self.wall_ns as f64)
+    }
+}
+
+fn fmt_share(m: Option<&Measured>) -> String {
+    match m.and_then(Measured::share) {
+        Some(s) => format!("{:.1}%", s * 100.0),
+        None => "-".into(),
+    }
+}
+
+/// The final table: per pair a title line, then the stalling and the healthy run with wall
+/// time, host stall time and stall share, the healthy row with the speed-up.
+pub fn render_table(
+    pairs: &[Pair<'_>],
+    measured: &[(Option<Measured>, Option<Measured>)],
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "syncspy demo: the same work, the stalling way and the healthy way"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<24} {:<9} {:>11} {:>11} {:>12} {:>9}",
+        "run", "way", "wall", "host stall", "stall share", "speed-up"
+    );
+    for (p, (s, h)) in pairs.iter().zip(measured) {
+        let _ = writeln!(out, "{}", p.title);
+        let speedup = match (s, h) {
+            (Some(s), Some(h)) if h.wall_ns > 0 => {
+                format!("{:.2}x", s.wall_ns as f64 / h.wall_ns as f64)
+            }
+            _ => "-".into(),
+        };
+        for (run, m, way, sp) in [
+            (p.stalling, s, "stalling", String::new()),
+            (p.healthy, h, "healthy", speedup),
+        ] {
+            let (wall, stall) = match m {
+                Some(m) => (fmt_ns(m.wall_ns), fmt_ns(m.stall_ns)),
+                None => ("not run".into(), "-".into()),
+            };
+            let line = format!(
+                "  {:<24} {:<9} {:>11} {:>11} {:>12} {:>9}",
+                run.id,
+                way,
+                wall,
+                stall,
+                fmt_share(m.as_ref()),
+                sp
+            );
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "speed-up: the stalling run's wall time over the healthy run's (same work)"
+    );
+    out
+}
+
+/// The folder holding every binary in `names`, among `dirs` (the first that holds them
+/// all), or the names missing from all of them.
+fn find_bin_dir(names: &[String], dirs: &[PathBuf]) -> Result<PathBuf, Vec<String>> {
+    if let Some(d) = dirs
+        .iter()
+        .find(|d| names.iter().all(|n| d.join(n).is_file()))
+    {
+        return Ok(d.clone());
+    }
+    let missing = names
+        .iter()
+        .filter(|n| !dirs.iter().any(|d| d.join(n).is_file()))
+        .cloned()
+        .collect::<Vec<_>>();
+    if missing.is_empty() {
+        // Each exists somewhere, but not all in one folder: report those of the first.
+        let first = dirs.first().cloned().unwrap_or_default();
+        Err(names
+            .iter()
+            .filter(|n| !first.join(n).is_file())
+            .cloned()
+            .collect())
+    } else {
+        Err(missing)
+    }
+}
+
+/// Runs the demo; returns the exit code (0 when every run exited 0, 1 when one did not, 2
+/// on a setup error).
+pub fn demo(opts: &DemoOptions) -> i32 {
+    let manifest = match Manifest::parse(MANIFEST) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("syncspy demo: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    let pairs = match manifest.pairs() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("syncspy demo: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    let mut names: Vec<String> = pairs
+        .iter()
+        .flat_map(|p| [p.stalling, p.healthy])
+        .map(|r| format!("scn-{}", r.scenario))
+        .collect();
+    names.sort();
+    names.dedup();
+    let dirs = run::library_dirs();
+    let bin_dir = match find_bin_dir(&names, &dirs) {
+        Ok(d) => d,
+        Err(missing) => {
+            let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            eprintln!(
+                "syncspy demo: scenario binar{} {} not found (looked in {}): build them with \
+                 `cargo build --release --workspace` and run the syncspy of that build",
+                if missing.len() == 1 { "y" } else { "ies" },
+                missing.join(", "),
+                if looked.is_empty() {
+                    "no folder".into()
+                } else {
+                    looked.join(", ")
+                }
+            );
+            return EXIT_SETUP;
+        }
+    };
+    let sim = opts.sim.unwrap_or_else(|| !gpu_present());
+    println!(
+        "syncspy demo: {} pairs of runs on {}",
+        pairs.len(),
+        if sim {
+            "the simulated CUDA runtime (no GPU used)"
+        } else {
+            "the GPU"
+        }
+    );
+
+    let total = pairs.len() * 2;
+    let mut measured = Vec::with_capacity(pairs.len());
+    let mut failed = false;
+    let mut n = 0;
+    for p in &pairs {
+        let mut both = [None, None];
+        for (slot, r) in both.iter_mut().zip([p.stalling, p.healthy]) {
+            n += 1;
+            let mut command: Vec<OsString> =
+                vec![bin_dir.join(format!("scn-{}", r.scenario)).into()];
+            command.extend(r.args.iter().map(OsString::from));
+            if let Some(i) = opts.iters {
+                command.push("--iters".into());
+                command.push(i.to_string().into());
+            }
+            if sim {
+                let scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
+                // Read by the simulated runtime in the child; syncspy's own threads of the
+                // previous run have ended and none reads the environment.
+                std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
+            }
+            println!();
+            println!("== [{n}/{total}] {} ({}): {}", r.id, r.pattern, r.summary);
+            let mut ro = RunOptions::new(command);
+            ro.sim = sim;
+            ro.print_summary = false;
+            match run::run(&ro) {
+                Ok(outcome) => {
+                    print!("{}", summary::render(&outcome.report));
+                    if outcome.exit_code != 0 {
+                        failed = true;
+                    }
+                    *slot = Some(Measured::from_report(&outcome.report));
+                }
+                Err(e) => {
+                    eprintln!("syncspy demo: {}: {e}", r.id);
+                    if matches!(e, run::RunError::Setup(_)) {
+                        return e.exit_code();
+                    }
+                    failed = true;
+                }
+            }
+        }
+        let [s, h] = both;
+        measured.push((s, h));
+    }
+    println!();
+    print!("{}", render_table(&pairs, &measured));
+    if failed {
+        eprintln!("syncspy demo: some runs did not exit with 0 (see above)");
+        1
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_manifest_has_resolvable_pairs() {
+        let m = Manifest::parse(MANIFEST).unwrap();
+        let pairs = m.pairs().unwrap();
+        assert!(!pairs.is_empty());
+        for p in &pairs {
+            assert_eq!(p.stalling.pattern, "stalling", "{}", p.title);
+            assert_eq!(p.healthy.pattern, "healthy", "{}", p.title);
+        }
+        let bad = Manifest::parse(
+            "[[run]]\nid = \"a\"\nscenario = \"a\"\npattern = \"stalling\"\nsummary = \"\"\n\
+             [[comparison]]\ntitle = \"t\"\nstalling = \"a\"\nhealthy = \"b\"\n",
+        )
+        .unwrap();
+        assert!(bad.pairs().unwrap_err().contains("`b`"));
+    }
+
+    #[test]
+    fn the_table_shows_shares_and_the_speed_up() {
+        let m = Manifest::parse(MANIFEST).unwrap();
+        let pairs = m.pairs().unwrap();
+        let s = Measured {
+            wall_ns: 200_000_000,
+            stall_ns: 150_000_000,
+            exit_code: 0,
+        };
+        let h = Measured {
+            wall_ns: 100_000_000,
+            stall_ns: 10_000_000,
+            exit_code: 0,
+        };
+        let measured: Vec<_> = pairs.iter().map(|_| (Some(s), Some(h))).collect();
+        let t = render_table(&pairs[..1], &measured[..1]);
+        assert!(t.contains(pairs[0].title), "{t}");
+        assert!(
+            t.contains("75.0%") && t.contains("10.0%") && t.contains("2.00x"),
+            "{t}"
+        );
+        let t = render_table(&pairs[..1], &[(None, Some(h))]);
+        assert!(t.contains("not run"), "{t}");
+    }
+
+    #[test]
+    fn missing_binaries_are_named() {
+        let d = std::env::temp_dir();
+        let err = find_bin_dir(&["scn-surely-not-there".into()], &[d]).unwrap_err();
+        assert_eq!(err, vec!["scn-surely-not-there".to_string()]);
+    }
+}
