@@ -88,7 +88,11 @@ impl Totals {
         if bytes != 0 {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        self.max_ns.fetch_max(duration_ns, Ordering::Relaxed);
+        // A plain load first: most events are not a new maximum, and a load is far cheaper
+        // than the read-modify-write.
+        if duration_ns > self.max_ns.load(Ordering::Relaxed) {
+            self.max_ns.fetch_max(duration_ns, Ordering::Relaxed);
+        }
     }
 
     /// Counts a call that is not timed (a non-stalling call).
