@@ -32,7 +32,11 @@ impl TempDir {
         } else {
             std::env::temp_dir()
         };
-        let d = base.join(format!("syncspy-scn-{tag}-{}", std::process::id()));
+        // Unique per call: tests run in parallel threads of one process, and several may
+        // ask for the same tag.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = base.join(format!("syncspy-scn-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)
