@@ -115,38 +115,83 @@ pub fn gpu_present() -> bool {
     Path::new("/dev/nvidia0").exists()
 }
 
-/// One run's numbers for the table.
+/// The stall kind of set-up and teardown allocations (cudaMallocHost, cudaFree, ...),
+/// left out of the table: it is no part of the timed loop.
+pub const SETUP_KIND: &str = "implicit_sync";
+
+/// One run's numbers for the table: the timed loop from the scenario's own ground-truth
+/// line, the stalls from syncspy's report.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Measured {
-    pub wall_ns: u64,
+    /// The scenario's host time of its timed loop (`wall_ms.loop`), if it printed it.
+    pub loop_ns: Option<u64>,
+    /// The scenario's steps (`args.iters`), if it printed them.
+    pub iters: Option<u64>,
+    /// Stalls syncspy saw, of every kind but `implicit_sync`.
+    pub stalls: u64,
+    /// Their host time.
     pub stall_ns: u64,
     pub exit_code: i32,
 }
 
 impl Measured {
-    pub fn from_report(r: &Report) -> Measured {
+    /// `stdout`: the scenario's standard output, whose last JSON line is its ground truth.
+    pub fn from_run(r: &Report, stdout: &[u8]) -> Measured {
+        let (mut stalls, mut stall_ns) = (0, 0);
+        for (_, st) in r
+            .processes
+            .iter()
+            .flat_map(|p| &p.kinds)
+            .filter(|(k, _)| k.as_str() != SETUP_KIND)
+        {
+            stalls += st.count;
+            stall_ns += st.total_ns;
+        }
+        let truth = String::from_utf8_lossy(stdout)
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+            .filter(serde_json::Value::is_object);
+        let loop_ns = truth
+            .as_ref()
+            .and_then(|t| t["wall_ms"]["loop"].as_f64())
+            .map(|ms| (ms * 1e6).round() as u64);
+        let iters = truth.as_ref().and_then(|t| t["args"]["iters"].as_u64());
         Measured {
-            wall_ns: r.wall_ns,
-            stall_ns: r.processes.iter().map(|p| p.stall_ns).sum(),
+            loop_ns,
+            iters,
+            stalls,
+            stall_ns,
             exit_code: r.exit_code,
         }
     }
 
-    /// Host stall time as a share of wall time, 0..=1 (None for a zero wall time).
+    /// Stalls per step of the loop (None without a step count).
+    pub fn per_step(&self) -> Option<f64> {
+        self.iters
+            .filter(|&i| i > 0)
+            .map(|i| self.stalls as f64 / i as f64)
+    }
+
+    /// Stall time as a share of the loop time, 0.. (may pass 1: see the table's note).
     pub fn share(&self) -> Option<f64> {
-        (self.wall_ns > 0).then(|| self.stall_ns as f64 / self.wall_ns as f64)
+        self.loop_ns
+            .filter(|&l| l > 0)
+            .map(|l| self.stall_ns as f64 / l as f64)
     }
 }
 
 fn fmt_share(m: Option<&Measured>) -> String {
     match m.and_then(Measured::share) {
+        Some(s) if s > 1.0 => ">100%".into(),
         Some(s) => format!("{:.1}%", s * 100.0),
         None => "-".into(),
     }
 }
 
-/// The final table: per pair a title line, then the stalling and the healthy run with wall
-/// time, host stall time and stall share, the healthy row with the speed-up.
+/// The final table: per pair a title line, then the stalling and the healthy run with the
+/// timed loop's host time, stalls per step, their time and share of the loop, the healthy
+/// row with the speed-up.
 pub fn render_table(
     pairs: &[Pair<'_>],
     measured: &[(Option<Measured>, Option<Measured>)],
@@ -158,30 +203,34 @@ pub fn render_table(
     );
     let _ = writeln!(
         out,
-        "  {:<24} {:<9} {:>11} {:>11} {:>12} {:>9}",
-        "run", "way", "wall", "host stall", "stall share", "speed-up"
+        "  {:<24} {:<9} {:>11} {:>11} {:>11} {:>10} {:>9}",
+        "run", "way", "loop time", "stalls/step", "stall time", "% of loop", "speed-up"
     );
     for (p, (s, h)) in pairs.iter().zip(measured) {
         let _ = writeln!(out, "{}", p.title);
-        let speedup = match (s, h) {
-            (Some(s), Some(h)) if h.wall_ns > 0 => {
-                format!("{:.2}x", s.wall_ns as f64 / h.wall_ns as f64)
-            }
+        let speedup = match (s.and_then(|m| m.loop_ns), h.and_then(|m| m.loop_ns)) {
+            (Some(s), Some(h)) if h > 0 => format!("{:.2}x", s as f64 / h as f64),
             _ => "-".into(),
         };
         for (run, m, way, sp) in [
             (p.stalling, s, "stalling", String::new()),
             (p.healthy, h, "healthy", speedup),
         ] {
-            let (wall, stall) = match m {
-                Some(m) => (fmt_ns(m.wall_ns), fmt_ns(m.stall_ns)),
-                None => ("not run".into(), "-".into()),
+            let (time, per_step, stall) = match m {
+                Some(m) => (
+                    m.loop_ns.map_or_else(|| "-".into(), fmt_ns),
+                    m.per_step()
+                        .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
+                    fmt_ns(m.stall_ns),
+                ),
+                None => ("not run".into(), "-".into(), "-".into()),
             };
             let line = format!(
-                "  {:<24} {:<9} {:>11} {:>11} {:>12} {:>9}",
+                "  {:<24} {:<9} {:>11} {:>11} {:>11} {:>10} {:>9}",
                 run.id,
                 way,
-                wall,
+                time,
+                per_step,
                 stall,
                 fmt_share(m.as_ref()),
                 sp
@@ -191,7 +240,22 @@ pub fn render_table(
     }
     let _ = writeln!(
         out,
-        "speed-up: the stalling run's wall time over the healthy run's (same work)"
+        "loop time: the scenario's own host time of its timed loop (CUDA start-up, set-up and \
+         teardown left out)"
+    );
+    let _ = writeln!(
+        out,
+        "stalls: syncspy's stalling calls, {SETUP_KIND} (set-up/teardown allocations) left \
+         out; they may include a warm-up wait"
+    );
+    let _ = writeln!(
+        out,
+        "  before the loop and the final wait after it, so the share of the loop is shown \
+         capped at >100%"
+    );
+    let _ = writeln!(
+        out,
+        "speed-up: the stalling run's loop time over the healthy run's (same work)"
     );
     out
 }
@@ -303,13 +367,18 @@ pub fn demo(opts: &DemoOptions) -> i32 {
             let mut ro = RunOptions::new(command);
             ro.sim = sim;
             ro.print_summary = false;
+            // The scenario's ground-truth JSON line feeds the table, not the screen.
+            ro.capture_stdout = true;
             match run::run(&ro) {
                 Ok(outcome) => {
                     print!("{}", summary::render(&outcome.report));
                     if outcome.exit_code != 0 {
                         failed = true;
                     }
-                    *slot = Some(Measured::from_report(&outcome.report));
+                    *slot = Some(Measured::from_run(
+                        &outcome.report,
+                        outcome.stdout.as_deref().unwrap_or_default(),
+                    ));
                 }
                 Err(e) => {
                     eprintln!("syncspy demo: {}: {e}", r.id);
@@ -359,12 +428,16 @@ mod tests {
         let m = Manifest::parse(MANIFEST).unwrap();
         let pairs = m.pairs().unwrap();
         let s = Measured {
-            wall_ns: 200_000_000,
+            loop_ns: Some(200_000_000),
+            iters: Some(10),
+            stalls: 12,
             stall_ns: 150_000_000,
             exit_code: 0,
         };
         let h = Measured {
-            wall_ns: 100_000_000,
+            loop_ns: Some(100_000_000),
+            iters: Some(10),
+            stalls: 2,
             stall_ns: 10_000_000,
             exit_code: 0,
         };
@@ -375,8 +448,40 @@ mod tests {
             t.contains("75.0%") && t.contains("10.0%") && t.contains("2.00x"),
             "{t}"
         );
+        assert!(t.contains(" 1.20 ") && t.contains(" 0.20 "), "{t}");
+        let over = Measured {
+            stall_ns: 300_000_000,
+            ..s
+        };
+        let t = render_table(&pairs[..1], &[(Some(over), Some(h))]);
+        assert!(t.contains(">100%"), "{t}");
         let t = render_table(&pairs[..1], &[(None, Some(h))]);
         assert!(t.contains("not run"), "{t}");
+    }
+
+    #[test]
+    fn the_ground_truth_line_gives_the_loop_and_implicit_syncs_are_left_out() {
+        let mut p = crate::report::ProcessReport::default();
+        for (kind, count, total_ns) in [("device_sync", 3, 300), (SETUP_KIND, 4, 9000)] {
+            let st = crate::report::Stats {
+                count,
+                total_ns,
+                ..Default::default()
+            };
+            p.kinds.insert(kind.into(), st);
+        }
+        let r = Report {
+            processes: vec![p],
+            ..Default::default()
+        };
+        let out = b"hello\n{\"wall_ms\":{\"loop\":12.5},\"args\":{\"iters\":5}}\n";
+        let m = Measured::from_run(&r, out);
+        assert_eq!(m.loop_ns, Some(12_500_000));
+        assert_eq!(m.iters, Some(5));
+        assert_eq!((m.stalls, m.stall_ns), (3, 300));
+        assert_eq!(m.per_step(), Some(0.6));
+        let m = Measured::from_run(&r, b"no json");
+        assert_eq!((m.loop_ns, m.iters), (None, None));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub print_summary: bool,
     /// How often the segment folder is scanned and the rings drained.
     pub poll_interval: Duration,
+    /// Capture the command's standard output (returned in `RunOutcome::stdout`) instead of
+    /// letting it through.
+    pub capture_stdout: bool,
 }
 
 impl RunOptions {
@@ -74,6 +77,7 @@ impl RunOptions {
             tui: false,
             print_summary: true,
             poll_interval: Duration::from_millis(50),
+            capture_stdout: false,
         }
     }
 }
@@ -86,6 +90,8 @@ pub struct RunOutcome {
     pub report: Report,
     /// Segment files removed after the run.
     pub removed_segments: Vec<PathBuf>,
+    /// The command's standard output, when `capture_stdout` was asked for.
+    pub stdout: Option<Vec<u8>>,
 }
 
 /// Why `syncspy run` could not do its job; the message says what to do.
@@ -398,8 +404,19 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let forwarder = Forwarder::install()
         .map_err(|e| RunError::Setup(format!("cannot install signal handlers: {e}")))?;
     let started = Instant::now();
+    if opts.capture_stdout {
+        cmd.stdout(Stdio::piped());
+    }
     let mut child = cmd.spawn().map_err(|e| cannot_start(program, &e))?;
     forwarder.set_child(child.id());
+    // Read while the command runs, so that a full pipe never blocks it.
+    let stdout_reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = io::Read::read_to_end(&mut out, &mut buf);
+            buf
+        })
+    });
     // Waiting in a thread ends the run the moment the command exits, not at the next poll.
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -442,6 +459,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         }
     };
     drop(forwarder);
+    // Ends when every holder of the pipe's write end (the command, its descendants) has.
+    let stdout = stdout_reader.map(|h| h.join().unwrap_or_default());
     let exit_code = match status {
         Ok(s) => exit_code_of(s),
         Err(e) => {
@@ -527,6 +546,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         exit_code,
         report,
         removed_segments,
+        stdout,
     })
 }
 
