@@ -27,12 +27,23 @@ fn two_reports(d: &TempDir) -> (String, String) {
     let c = cudacalls();
     let a = d.path().join("before.json").to_string_lossy().into_owned();
     let b = d.path().join("after.json").to_string_lossy().into_owned();
-    let o = run_sim(d, &["--report", &a], &[&c, "--iters", "3", "sync=s1"]);
+    let o = run_sim(
+        d,
+        &["--report", &a],
+        &[&c, "--iters", "3", "busy=s1:3000", "sync=s1"],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let o = run_sim(
         d,
         &["--report", &b],
-        &[&c, "--iters", "5", "sync=s1", "async=d2h:4096:pageable:s1"],
+        &[
+            &c,
+            "--iters",
+            "5",
+            "busy=s1:3000",
+            "sync=s1",
+            "async=d2h:4096:pageable:s1",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     (a, b)
