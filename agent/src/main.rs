@@ -126,10 +126,19 @@ struct RunArgs {
     /// real one: no GPU needed
     #[arg(long)]
     sim: bool,
-    /// Show the live monitor while CMD runs (not available yet: prints a notice and runs
-    /// without it)
+    /// Show the live monitor (syncspy-top) of this run's processes while CMD runs; CMD's
+    /// output goes to a log file
+    ///
+    /// syncspy-top is found next to syncspy. CMD's stdout and stderr go to a log file (see
+    /// --tui-log), its stdin is /dev/null. Quitting the monitor (q) leaves CMD running; when CMD ends the monitor
+    /// shows it as exited until you quit, then the summary follows. Without a terminal on
+    /// stdin and stdout, or without syncspy-top, prints a notice and runs without it
     #[arg(long)]
     tui: bool,
+    /// With --tui: where CMD's output goes [default: syncspy-run-<pid>.log in the current
+    /// folder]
+    #[arg(long, value_name = "FILE", requires = "tui")]
+    tui_log: Option<PathBuf>,
     /// Keep the segment files in SYNCSPY_DIR after CMD ends (by default those of ended
     /// processes are removed; those of processes still running are always kept)
     #[arg(long)]
@@ -159,6 +168,7 @@ impl RunArgs {
         opts.trace_limit = self.trace_limit;
         opts.sim = self.sim;
         opts.tui = self.tui;
+        opts.tui_log = self.tui_log;
         opts.keep_segments = self.keep_segments;
         opts
     }

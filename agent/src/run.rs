@@ -38,6 +38,8 @@ pub const SIM_LINK_NAMES: [&str; 2] = ["libcudart.so.13", "libcudart.so"];
 pub const DIR_ENV: &str = "SYNCSPY_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
 pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
+/// The live monitor `syncspy run --tui` starts, found next to syncspy like the library.
+pub const TOP_NAME: &str = "syncspy-top";
 
 /// What `syncspy run` was asked to do.
 #[derive(Clone, Debug)]
@@ -54,8 +56,12 @@ pub struct RunOptions {
     pub sim: bool,
     /// Keep the segment files of ended processes.
     pub keep_segments: bool,
-    /// Asked for the live monitor (not available yet).
+    /// Show the live monitor (`syncspy-top --session`) while the command runs, with the
+    /// command's output going to a log file.
     pub tui: bool,
+    /// Where the command's output goes under `tui` (default `syncspy-run-<pid>.log` in the
+    /// current folder).
+    pub tui_log: Option<PathBuf>,
     /// Print the text summary to stderr when the command ends.
     pub print_summary: bool,
     /// How often the segment folder is scanned and the rings drained.
@@ -75,6 +81,7 @@ impl RunOptions {
             sim: false,
             keep_segments: false,
             tui: false,
+            tui_log: None,
             print_summary: true,
             poll_interval: Duration::from_millis(50),
             capture_stdout: false,
@@ -323,6 +330,35 @@ pub fn check_output_path(flag: &str, what: &str, p: &Path) -> Result<(), RunErro
     Ok(())
 }
 
+/// The monitor `--tui` asked for: where it is and where the command's output goes, or why
+/// the run goes on without it (a one-line notice).
+fn tui_plan(
+    opts: &RunOptions,
+    dirs: &[PathBuf],
+) -> Result<Result<(PathBuf, PathBuf), String>, RunError> {
+    use std::io::IsTerminal;
+    if !(io::stdin().is_terminal() && io::stdout().is_terminal()) {
+        return Ok(Err(
+            "syncspy: --tui needs a terminal on stdin and stdout; running without the monitor"
+                .into(),
+        ));
+    }
+    let Some(top) = dirs.iter().map(|d| d.join(TOP_NAME)).find(|p| p.is_file()) else {
+        return Ok(Err(format!(
+            "syncspy: --tui: {TOP_NAME} not found next to syncspy (build it with `cargo build \
+             -p syncspy-tui`); running without the monitor"
+        )));
+    };
+    let log = match &opts.tui_log {
+        Some(p) => {
+            check_output_path("--tui-log", "a log file", p)?;
+            p.clone()
+        }
+        None => PathBuf::from(format!("syncspy-run-{}.log", std::process::id())),
+    };
+    Ok(Ok((top, std::path::absolute(&log).unwrap_or(log))))
+}
+
 fn cannot_start(cmd: &OsStr, e: &io::Error) -> RunError {
     let name = cmd.to_string_lossy();
     RunError::CannotStart(match e.kind() {
@@ -372,9 +408,28 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     } else {
         None
     };
-    if opts.tui {
-        eprintln!("syncspy: the live monitor (--tui) is not available yet; running without it");
-    }
+    let tui = if opts.tui {
+        match tui_plan(opts, &dirs)? {
+            Ok(plan) => Some(plan),
+            Err(notice) => {
+                eprintln!("{notice}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // Under the monitor the command's output goes to the log, so it does not garble the
+    // screen, and its stdin is not the terminal, so it does not take the monitor's keys.
+    let log_file = match &tui {
+        Some((_, log)) => Some(std::fs::File::create(log).map_err(|e| {
+            RunError::Setup(format!(
+                "cannot create the log {}: {e}: give another with --tui-log FILE",
+                log.display()
+            ))
+        })?),
+        None => None,
+    };
 
     let mut cmd = Command::new(program);
     cmd.args(&opts.command[1..]);
@@ -404,11 +459,47 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let forwarder = Forwarder::install()
         .map_err(|e| RunError::Setup(format!("cannot install signal handlers: {e}")))?;
     let started = Instant::now();
+    if let Some(f) = &log_file {
+        let stdio = |f: &std::fs::File| {
+            f.try_clone()
+                .map(Stdio::from)
+                .map_err(|e| RunError::Setup(format!("cannot use the log file: {e}")))
+        };
+        cmd.stdin(Stdio::null());
+        cmd.stdout(stdio(f)?);
+        cmd.stderr(stdio(f)?);
+    }
     if opts.capture_stdout {
         cmd.stdout(Stdio::piped());
     }
     let mut child = cmd.spawn().map_err(|e| cannot_start(program, &e))?;
     forwarder.set_child(child.id());
+    drop(log_file);
+    // The monitor, attached to the terminal, follows this run's session only.
+    let mut monitor = match &tui {
+        Some((top, log)) => match Command::new(top)
+            .arg("--session")
+            .arg(session.to_string())
+            .arg("--dir")
+            .arg(&seg_dir)
+            .spawn()
+        {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!(
+                    "syncspy: cannot start {}: {e}; running without the monitor (the \
+                     command's output goes to {})",
+                    top.display(),
+                    log.display()
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    // While the monitor owns the screen, syncspy's own warnings wait until it ends.
+    let defer_notes = monitor.is_some();
+    let mut notes: Vec<String> = Vec::new();
     // Read while the command runs, so that a full pipe never blocks it.
     let stdout_reader = child.stdout.take().map(|mut out| {
         std::thread::spawn(move || {
@@ -431,17 +522,24 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     }
     let mut scan_failed = false;
     let mut step = |follower: &mut Follower| {
+        let mut say = |m: String| {
+            if defer_notes {
+                notes.push(m);
+            } else {
+                eprintln!("{m}");
+            }
+        };
         if let Err(e) = follower.scan() {
             if !scan_failed {
-                eprintln!(
+                say(format!(
                     "syncspy: warning: cannot read {}: {e}",
                     follower.dir().display()
-                );
+                ));
                 scan_failed = true;
             }
         }
         for p in follower.take_new_problems() {
-            eprintln!("syncspy: warning: {p}");
+            say(format!("syncspy: warning: {p}"));
         }
         follower.poll();
     };
@@ -458,6 +556,22 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             }
         }
     };
+    // The command ended; the monitor shows it as exited until the user quits it.
+    if let Some(m) = &mut monitor {
+        let status = loop {
+            step(&mut follower);
+            match m.try_wait() {
+                Ok(Some(s)) => break Ok(s),
+                Ok(None) => std::thread::sleep(opts.poll_interval),
+                Err(e) => break Err(e),
+            }
+        };
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => eprintln!("syncspy: warning: {TOP_NAME} ended with {s}"),
+            Err(e) => eprintln!("syncspy: warning: cannot wait for {TOP_NAME}: {e}"),
+        }
+    }
     drop(forwarder);
     // Ends when every holder of the pipe's write end (the command, its descendants) has.
     let stdout = stdout_reader.map(|h| h.join().unwrap_or_default());
@@ -471,6 +585,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
 
     step(&mut follower);
     follower.final_drain();
+    for n in notes {
+        eprintln!("{n}");
+    }
+    if let Some((_, log)) = &tui {
+        eprintln!("syncspy: the command's output is in {}", log.display());
+    }
     let run_info = RunInfo {
         command: opts
             .command

@@ -304,13 +304,13 @@ fn sim_puts_a_private_runtime_folder_first_and_removes_it() {
 }
 
 #[test]
-fn tui_is_announced_as_not_available_and_the_run_goes_on() {
+fn tui_without_a_terminal_is_announced_and_the_run_goes_on() {
     let d = TempDir::new("tui");
     let o = syncspy(&d, &["run", "--tui", "--", "sh", "-c", "exit 5"])
         .output()
         .unwrap();
     assert_eq!(code(&o), 5);
-    assert!(text(&o.stderr).contains("not available yet"));
+    assert!(text(&o.stderr).contains("running without the monitor"));
 }
 
 #[test]

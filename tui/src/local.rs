@@ -188,10 +188,11 @@ enum Seen {
     Failed,
 }
 
-/// Follows every segment of a folder (or one pid's).
+/// Follows every segment of a folder (or one pid's, or one session's).
 pub struct LocalSource {
     dir: PathBuf,
     pid: Option<u32>,
+    session: Option<u64>,
     window_secs: u64,
     seen: HashMap<(OsString, u64), Seen>,
     procs: Vec<Tracked>,
@@ -204,12 +205,19 @@ impl LocalSource {
         LocalSource {
             dir,
             pid,
+            session: None,
             window_secs,
             seen: HashMap::new(),
             procs: Vec::new(),
             problems: Vec::new(),
             sym: SymWorker::new(),
         }
+    }
+
+    /// Follows only the segments whose `Ident::session` is `session` (`None`: every one).
+    pub fn with_session(mut self, session: Option<u64>) -> LocalSource {
+        self.session = session;
+        self
     }
 
     fn scan(&mut self) {
@@ -239,6 +247,9 @@ impl LocalSource {
                 continue;
             }
             let seen = match SegmentReader::open(&entry.path()) {
+                Ok(reader) if self.session.is_some_and(|s| s != reader.ident().session) => {
+                    Seen::Ignored
+                }
                 Ok(reader) => {
                     let agg = ProcessAgg::new(reader.ident());
                     self.procs.push(Tracked {

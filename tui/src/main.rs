@@ -16,6 +16,10 @@ struct Args {
     /// Follow only this process.
     #[arg(long)]
     pid: Option<u32>,
+    /// Follow only the processes of this session (the `SYNCSPY_SESSION` that `syncspy run`
+    /// gives its command and the command's descendants).
+    #[arg(long, value_name = "ID", conflicts_with = "agent")]
+    session: Option<u64>,
     /// Read a `syncspy agent` (e.g. http://127.0.0.1:9599) instead of the local segments.
     #[arg(long, value_name = "URL")]
     agent: Option<String>,
@@ -56,11 +60,10 @@ fn main() -> anyhow::Result<()> {
                     dir.display()
                 );
             }
-            Box::new(syncspy_tui::local::LocalSource::new(
-                dir,
-                args.pid,
-                args.window,
-            ))
+            Box::new(
+                syncspy_tui::local::LocalSource::new(dir, args.pid, args.window)
+                    .with_session(args.session),
+            )
         }
     };
     let mut app = App::new(args.ascii);
