@@ -108,6 +108,14 @@ pub struct DemoOptions {
     pub sim: Option<bool>,
     /// `--iters N` passed to every scenario (None: each scenario's default).
     pub iters: Option<u64>,
+    /// Show each run in the live monitor (`syncspy run --tui`) before its summary.
+    pub tui: bool,
+}
+
+/// Whether both standard input and output are terminals (the monitor needs one).
+fn on_a_terminal() -> bool {
+    // SAFETY: isatty only inspects the descriptors.
+    unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 }
 }
 
 /// Whether a real GPU is there to use: the first NVIDIA device node exists.
@@ -341,6 +349,14 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         }
     );
 
+    let tui = opts.tui && on_a_terminal();
+    if opts.tui && !tui {
+        println!(
+            "syncspy demo: --tui needs a terminal on stdin and stdout; showing summaries only"
+        );
+    } else if tui {
+        println!("syncspy demo: each run opens in the monitor; press q to go on to its summary");
+    }
     let total = pairs.len() * 2;
     let mut measured = Vec::with_capacity(pairs.len());
     let mut failed = false;
@@ -367,18 +383,28 @@ pub fn demo(opts: &DemoOptions) -> i32 {
             let mut ro = RunOptions::new(command);
             ro.sim = sim;
             ro.print_summary = false;
-            // The scenario's ground-truth JSON line feeds the table, not the screen.
-            ro.capture_stdout = true;
+            // The scenario's ground-truth JSON line feeds the table, not the screen: captured,
+            // or with the monitor on the terminal, read back from the run's log.
+            let log =
+                std::env::temp_dir().join(format!("syncspy-demo-{}-{n}.log", std::process::id()));
+            if tui {
+                ro.tui = true;
+                ro.tui_log = Some(log.clone());
+            } else {
+                ro.capture_stdout = true;
+            }
             match run::run(&ro) {
                 Ok(outcome) => {
                     print!("{}", summary::render(&outcome.report));
                     if outcome.exit_code != 0 {
                         failed = true;
                     }
-                    *slot = Some(Measured::from_run(
-                        &outcome.report,
-                        outcome.stdout.as_deref().unwrap_or_default(),
-                    ));
+                    let stdout = match outcome.stdout {
+                        Some(out) => out,
+                        None => std::fs::read(&log).unwrap_or_default(),
+                    };
+                    let _ = std::fs::remove_file(&log);
+                    *slot = Some(Measured::from_run(&outcome.report, &stdout));
                 }
                 Err(e) => {
                     eprintln!("syncspy demo: {}: {e}", r.id);

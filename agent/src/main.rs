@@ -94,6 +94,9 @@ enum Cmd {
         /// Steps per scenario (default: each scenario's own)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
+        /// Show each run live in the monitor (syncspy-top) first; press q to go on
+        #[arg(long)]
+        tui: bool,
     },
     /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
@@ -228,10 +231,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Demo { sim, iters } => syncspy_agent::demo::demo(&syncspy_agent::demo::DemoOptions {
-            sim: sim.then_some(true),
-            iters,
-        }),
+        Cmd::Demo { sim, iters, tui } => {
+            syncspy_agent::demo::demo(&syncspy_agent::demo::DemoOptions {
+                sim: sim.then_some(true),
+                iters,
+                tui,
+            })
+        }
         Cmd::Report { files, format } => {
             let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
             match present::render(&files, format) {

@@ -97,3 +97,32 @@ fn demo_on_the_simulator_compares_every_pair() {
     // No segment files left behind.
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn demo_tui_without_a_terminal_says_so_and_still_compares() {
+    artifact("scn-item-in-loop");
+    let d = TempDir::new("demo-tui");
+    let out = Command::new(SYNCSPY)
+        .args(["demo", "--sim", "--iters", "10", "--tui"])
+        .env("SYNCSPY_DIR", d.path())
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .env_remove("SYNCSPY_RING")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("start syncspy");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("--tui needs a terminal"), "{stdout}");
+    let at = stdout
+        .find("syncspy demo: the same work, the stalling way and the healthy way")
+        .unwrap_or_else(|| panic!("no table:\n{stdout}\n{stderr}"));
+    // Every run's ground truth was still read: each row has a loop time.
+    for (_, stalling, healthy) in comparisons() {
+        for id in [stalling, healthy] {
+            let cells = row(&stdout[at..], &id);
+            assert!(cells.len() >= 3 && cells[2] != "-", "row {id}: {cells:?}");
+        }
+    }
+}
