@@ -182,6 +182,15 @@ impl<'de> Deserialize<'de> for Pattern {
 #[derive(Clone, Debug)]
 struct OneOrMany<T>(Vec<T>);
 
+/// The pattern strings of an optional one-or-many field (none when it is absent).
+fn patterns(v: Option<OneOrMany<Pattern>>) -> Vec<String> {
+    v.map(|s| s.0)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.0)
+        .collect()
+}
+
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V<T>(std::marker::PhantomData<T>);
@@ -451,20 +460,8 @@ pub fn parse(source: &str, text: &str) -> Result<Budget, BudgetError> {
                 .into_iter()
                 .map(|k| k.0)
                 .collect(),
-            sites: r
-                .site
-                .map(|s| s.0)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| p.0)
-                .collect(),
-            allow_sites: r
-                .allow_sites
-                .map(|s| s.0)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| p.0)
-                .collect(),
+            sites: patterns(r.site),
+            allow_sites: patterns(r.allow_sites),
             process: r.process.map(|p| p.into_inner()),
             limits,
         });
