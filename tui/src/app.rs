@@ -1,7 +1,9 @@
 //! The monitor's state machine: `App` is plain state, changed only by `App::update` with an
 //! `Action` (a key press already mapped, or new data). Rendering reads it (`ui.rs`).
 
+use std::cell::Cell;
 use std::collections::HashSet;
+use std::ffi::OsStr;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use syncspy_abi::Kind;
@@ -53,6 +55,27 @@ impl SiteSort {
     }
 }
 
+/// A move in the stack popup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scroll {
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+}
+
+/// What the last drawing of the stack popup could show. Only drawing knows the popup's
+/// size, so it records this (as ratatui's `ListState` keeps its offset) for the scroll keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackView {
+    /// Frames shown at once from the current position (at least 1).
+    pub page: usize,
+    /// The first frame when scrolled to the end: the last frames then fill the popup.
+    pub max_scroll: usize,
+}
+
 /// Everything that changes the monitor.
 #[derive(Clone, Debug)]
 pub enum Action {
@@ -77,6 +100,8 @@ pub enum Action {
     Open,
     /// Esc: close what is open.
     Back,
+    /// Scroll the open stack (arrows, j/k, PgUp/PgDn, Home/End, g/G while it is open).
+    Scroll(Scroll),
     Help,
     /// `d`: stop showing the selected process (ended ones only).
     Dismiss,
@@ -111,8 +136,14 @@ pub struct App {
     pub help: bool,
     /// The selected site's full stack is open.
     pub detail: bool,
+    /// Index of the first frame shown in the stack popup.
+    pub detail_scroll: usize,
+    /// Set by drawing the stack popup; `None` until it has been drawn since it opened.
+    pub stack_view: Cell<Option<StackView>>,
     pub dismissed: HashSet<(u32, u64)>,
     pub ascii: bool,
+    /// Colors on; without them bold, underline and reverse video still mark what matters.
+    pub color: bool,
     pub quit: bool,
     /// Refreshes received (including while paused).
     pub refreshes: u64,
@@ -139,13 +170,22 @@ impl App {
             kind_filter: None,
             help: false,
             detail: false,
+            detail_scroll: 0,
+            stack_view: Cell::new(None),
             dismissed: HashSet::new(),
             ascii,
+            color: true,
             quit: false,
             refreshes: 0,
             commands: Vec::new(),
             was_reset: false,
         }
+    }
+
+    /// Colors on or off (`--no-color`, `NO_COLOR`).
+    pub fn with_color(mut self, color: bool) -> App {
+        self.color = color;
+        self
     }
 
     /// Processes as listed: dismissed ones left out, in the chosen order.
@@ -219,6 +259,37 @@ impl App {
         if n == 0 {
             self.detail = false;
         }
+        let frames = self.selected_site().map_or(0, |s| s.frames.len());
+        self.detail_scroll = self.detail_scroll.min(frames.saturating_sub(1));
+    }
+
+    fn open_detail(&mut self) {
+        self.detail = self.selected_site().is_some();
+        self.detail_scroll = 0;
+        self.stack_view.set(None);
+    }
+
+    fn scroll(&mut self, by: Scroll) {
+        if !self.detail {
+            return;
+        }
+        let frames = self.selected_site().map_or(0, |s| s.frames.len());
+        let view = self.stack_view.get().unwrap_or(StackView {
+            page: 1,
+            max_scroll: frames.saturating_sub(1),
+        });
+        let max = view.max_scroll.min(frames.saturating_sub(1));
+        let at = self.detail_scroll.min(max);
+        let page = view.page.max(1);
+        self.detail_scroll = match by {
+            Scroll::Up => at.saturating_sub(1),
+            Scroll::Down => at + 1,
+            Scroll::PageUp => at.saturating_sub(page),
+            Scroll::PageDown => at + page,
+            Scroll::Top => 0,
+            Scroll::Bottom => max,
+        }
+        .min(max);
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -321,7 +392,9 @@ impl App {
                 self.site_sel = 0;
             }
             Action::Open => match self.focus {
-                Pane::Sites => self.detail = self.selected_site().is_some(),
+                // Enter opened the stack, Enter closes it.
+                Pane::Sites if self.detail => self.detail = false,
+                Pane::Sites => self.open_detail(),
                 Pane::Histograms => {
                     let k = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
                     self.kind_filter = if self.kind_filter == Some(k) {
@@ -344,6 +417,7 @@ impl App {
                     self.filter.clear();
                 }
             }
+            Action::Scroll(by) => self.scroll(by),
             Action::Help => self.help = !self.help,
             Action::Dismiss => {
                 if let Some(p) = self.current().filter(|p| p.state.ended()) {
@@ -374,6 +448,20 @@ impl App {
                 _ => None,
             };
         }
+        if self.detail && !self.help {
+            let by = match key.code {
+                KeyCode::Up | KeyCode::Char('k') => Some(Scroll::Up),
+                KeyCode::Down | KeyCode::Char('j') => Some(Scroll::Down),
+                KeyCode::PageUp => Some(Scroll::PageUp),
+                KeyCode::PageDown => Some(Scroll::PageDown),
+                KeyCode::Home | KeyCode::Char('g') => Some(Scroll::Top),
+                KeyCode::End | KeyCode::Char('G') => Some(Scroll::Bottom),
+                _ => None,
+            };
+            if let Some(by) = by {
+                return Some(Action::Scroll(by));
+            }
+        }
         Some(match key.code {
             KeyCode::Char('q') => Action::Quit,
             KeyCode::Up | KeyCode::Char('k') => Action::Up,
@@ -392,4 +480,10 @@ impl App {
             _ => return None,
         })
     }
+}
+
+/// Whether to draw colors: not with `--no-color`, nor when `NO_COLOR` is set and not empty
+/// (<https://no-color.org>).
+pub fn use_color(no_color_flag: bool, no_color_env: Option<&OsStr>) -> bool {
+    !no_color_flag && no_color_env.is_none_or(|v| v.is_empty())
 }

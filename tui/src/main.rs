@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use syncspy_tui::app::App;
+use syncspy_tui::app::{use_color, App};
 use syncspy_tui::Source;
 
 /// The live monitor of syncspy: which processes wait for their GPU, how long, how often,
@@ -35,6 +35,10 @@ struct Args {
     /// Only ASCII characters (borders, bars, units).
     #[arg(long)]
     ascii: bool,
+    /// No colors (as when NO_COLOR is set and not empty); bold, underline and reverse video
+    /// still mark the selection and alarms.
+    #[arg(long)]
+    no_color: bool,
     /// Start with the "since start" view instead of the last N seconds.
     #[arg(long)]
     all: bool,
@@ -66,7 +70,8 @@ fn main() -> anyhow::Result<()> {
             )
         }
     };
-    let mut app = App::new(args.ascii);
+    let color = use_color(args.no_color, std::env::var_os("NO_COLOR").as_deref());
+    let mut app = App::new(args.ascii).with_color(color);
     app.recent = !args.all;
     syncspy_tui::term::run(source, app, Duration::from_millis(args.interval_ms))
 }

@@ -1,6 +1,8 @@
 //! Rendering: `impl Widget for &App` draws the whole screen from the App's state. Colors are
 //! the terminal's own foreground plus a few named colors and reverse video, so the screen
-//! reads on dark and light backgrounds; `--ascii` avoids every non-ASCII character.
+//! reads on dark and light backgrounds; `--ascii` avoids every non-ASCII character. Without
+//! colors (`App::color` false) bold, underline, reverse video and thick borders carry the
+//! emphasis instead.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -9,7 +11,7 @@ use ratatui::symbols::border;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
 
-use crate::app::{App, Pane};
+use crate::app::{App, Pane, StackView};
 use crate::loghist::BAR_CELLS;
 use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
 
@@ -29,10 +31,6 @@ const BAR_LEVELS_ASCII: [&str; 9] = [" ", ".", ":", "-", "=", "+", "*", "#", "@"
 
 fn bold() -> Style {
     Style::default().add_modifier(Modifier::BOLD)
-}
-
-fn alarm() -> Style {
-    Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
 }
 
 fn dim() -> Style {
@@ -82,6 +80,23 @@ pub fn bar_string(bars: &[u64; BAR_CELLS], ascii: bool) -> String {
 }
 
 impl App {
+    /// Loud: red; without colors underlined, which a selected (reversed) row keeps.
+    fn alarm(&self) -> Style {
+        if self.color {
+            Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+        } else {
+            Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)
+        }
+    }
+
+    fn running(&self) -> Style {
+        if self.color {
+            Style::default().fg(Color::Green)
+        } else {
+            Style::default()
+        }
+    }
+
     fn block<'a>(&self, title: Line<'a>, pane: Option<Pane>) -> Block<'a> {
         let focused = pane.is_some_and(|p| p == self.focus);
         let mut b = Block::default().borders(Borders::ALL).title(title);
@@ -89,9 +104,14 @@ impl App {
             b = b.border_set(ASCII_BORDER);
         }
         if focused {
-            b = b
-                .border_style(Style::default().fg(Color::Cyan))
-                .title_style(bold());
+            b = b.title_style(bold());
+            b = if self.color {
+                b.border_style(Style::default().fg(Color::Cyan))
+            } else if self.ascii {
+                b.border_style(bold())
+            } else {
+                b.border_set(border::THICK).border_style(bold())
+            };
         }
         b
     }
@@ -115,12 +135,12 @@ impl App {
         // Alarms first, so a narrow terminal still shows them.
         let mut spans = vec![Span::styled("syncspy-top", bold())];
         if self.paused {
-            spans.push(Span::styled("  PAUSED", alarm()));
+            spans.push(Span::styled("  PAUSED", self.alarm()));
         }
         if dropped > 0 {
             spans.push(Span::styled(
                 format!("  {} EVENTS DROPPED", count(dropped)),
-                alarm(),
+                self.alarm(),
             ));
         }
         spans.push(Span::raw(format!(
@@ -147,10 +167,10 @@ impl App {
                 let state_style = if p.state.ended() {
                     dim()
                 } else {
-                    Style::default().fg(Color::Green)
+                    self.running()
                 };
                 let dropped = if p.dropped > 0 {
-                    Cell::from(count(p.dropped)).style(alarm())
+                    Cell::from(count(p.dropped)).style(self.alarm())
                 } else {
                     Cell::from("0")
                 };
@@ -436,8 +456,13 @@ impl App {
         };
         let popup = centered(area, 94, 80);
         Clear.render(popup, buf);
-        let mut lines = vec![
-            Line::from(vec![
+        let title = Line::from(format!(" Stack of site {} (Esc closes) ", s.site_id));
+        let mut block = self.block(title, None);
+        let inner = block.inner(popup);
+        let width = usize::from(inner.width);
+        let avail = usize::from(inner.height);
+        let header = wrap_spans(
+            &[
                 Span::styled(format!("{} {}", s.kind.name(), s.api), bold()),
                 Span::raw(format!(
                     "  x{}  total {}  p99 {}  max {}",
@@ -446,27 +471,78 @@ impl App {
                     dur(s.p99_ns, self.ascii),
                     dur(s.max_ns, self.ascii)
                 )),
-            ]),
-            Line::raw(""),
-        ];
+            ],
+            width,
+            0,
+        );
+        // The frames keep at least one row; the blank line under the header goes first.
+        let header_h = header.len().min(avail.saturating_sub(1));
+        let gap = usize::from(avail >= header_h + 3);
+        let body_h = avail - header_h - gap;
+        let mut lines: Vec<Line> = header.into_iter().take(header_h).collect();
+        lines.extend(std::iter::repeat_n(Line::raw(""), gap));
         if s.frames.is_empty() {
-            lines.push(Line::styled(
-                if s.site_id == 0 {
-                    "no stack was captured for these calls (SYNCSPY_STACKS=0 or SYNCSPY_STACK_MIN_NS)"
-                } else {
-                    "symbolizing..."
-                },
-                dim(),
-            ));
+            let msg = if s.site_id == 0 {
+                "no stack was captured for these calls (SYNCSPY_STACKS=0 or SYNCSPY_STACK_MIN_NS)"
+            } else {
+                "symbolizing..."
+            };
+            lines.extend(
+                wrap_spans(&[Span::styled(msg, dim())], width, 0)
+                    .into_iter()
+                    .take(body_h),
+            );
+            self.stack_view.set(Some(StackView {
+                page: 1,
+                max_scroll: 0,
+            }));
+        } else {
+            let n = s.frames.len();
+            let rows: Vec<Vec<Line>> = s
+                .frames
+                .iter()
+                .enumerate()
+                .map(|(i, f)| wrap_spans(&[Span::raw(format!("#{i:<2} {f}"))], width, 4))
+                .collect();
+            // The first frame of the last page: from there on every frame fits.
+            let mut max_scroll = n - 1;
+            let mut used = 0;
+            for i in (0..n).rev() {
+                used += rows[i].len();
+                if used > body_h {
+                    break;
+                }
+                max_scroll = i;
+            }
+            let first = self.detail_scroll.min(max_scroll);
+            // Whole frames only, but a first frame taller than the popup shows its start.
+            let mut end = first;
+            let mut used = 0;
+            for r in &rows[first..] {
+                let fits = used + r.len() <= body_h;
+                if !fits && (end > first || body_h == 0) {
+                    break;
+                }
+                lines.extend(r.iter().take(body_h - used).cloned());
+                used += r.len().min(body_h - used);
+                end += 1;
+                if !fits {
+                    break;
+                }
+            }
+            self.stack_view.set(Some(StackView {
+                page: (end - first).max(1),
+                max_scroll,
+            }));
+            if end > first && (first > 0 || end < n) {
+                let arrows = if self.ascii { "up/dn" } else { "↑↓" };
+                block = block.title_bottom(format!(
+                    " frames {}-{end} of {n} ({arrows} PgUp PgDn Home End) ",
+                    first + 1
+                ));
+            }
         }
-        for (i, f) in s.frames.iter().enumerate() {
-            lines.push(Line::raw(format!("#{i:<2} {f}")));
-        }
-        let title = Line::from(format!(" Stack of site {} (Esc closes) ", s.site_id));
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .block(self.block(title, None))
-            .render(popup, buf);
+        Paragraph::new(lines).block(block).render(popup, buf);
     }
 
     fn render_help(&self, area: Rect, buf: &mut Buffer) {
@@ -486,6 +562,10 @@ impl App {
             (
                 "Enter",
                 "sites: open the full stack; histograms: only this kind's sites",
+            ),
+            (
+                "PgUp/PgDn, g/G",
+                "in the stack: a page up / down, top / bottom (also Home/End, arrows)",
             ),
             ("Esc", "close / clear filter"),
             ("d", "dismiss an exited process"),
@@ -523,6 +603,36 @@ pub fn short_location(loc: &str) -> String {
         }
     }
     loc.to_string()
+}
+
+/// Cuts `spans` into rows of at most `width` columns, rows after the first indented by
+/// `indent` spaces. Cuts anywhere, not at spaces: symbols and paths have few of them. Always
+/// at least one row, so every frame takes room.
+fn wrap_spans(spans: &[Span<'_>], width: usize, indent: usize) -> Vec<Line<'static>> {
+    let indent = if indent < width { indent } else { 0 };
+    let mut rows = Vec::new();
+    let mut row: Vec<Span<'static>> = Vec::new();
+    let mut used = 0;
+    let mut row_start = 0;
+    for span in spans {
+        let mut piece = String::new();
+        for g in span.styled_graphemes(Style::default()) {
+            let w = Span::raw(g.symbol).width();
+            // Cut only a row that holds something, so a grapheme wider than `width` moves on.
+            if width > 0 && used + w > width && used > row_start {
+                row.push(Span::styled(std::mem::take(&mut piece), span.style));
+                rows.push(Line::from(std::mem::take(&mut row)));
+                row.push(Span::raw(" ".repeat(indent)));
+                used = indent;
+                row_start = indent;
+            }
+            piece.push_str(g.symbol);
+            used += w;
+        }
+        row.push(Span::styled(piece, span.style));
+    }
+    rows.push(Line::from(row));
+    rows
 }
 
 fn centered(area: Rect, pct_x: u16, pct_y: u16) -> Rect {
@@ -568,7 +678,7 @@ impl Widget for &App {
             } else {
                 format!("! {p}")
             };
-            Paragraph::new(Line::styled(text, alarm())).render(prob, buf);
+            Paragraph::new(Line::styled(text, self.alarm())).render(prob, buf);
         }
         Paragraph::new(self.footer()).render(foot, buf);
         if self.detail {

@@ -3,6 +3,8 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
 use syncspy_abi::Kind;
 use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
@@ -427,4 +429,85 @@ fn problems_are_shown_not_fatal() {
     let out = screen(&app, 80, 24);
     assert!(out.contains("! skipped /dev/shm/syncspy-13-14"), "{out}");
     assert!(out.contains("python3 train.py"), "{out}");
+}
+
+fn buffer(app: &App, w: u16, h: u16) -> Buffer {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| f.render_widget(app, f.area())).unwrap();
+    t.backend().buffer().clone()
+}
+
+/// The cells of the row that holds `needle`, from its first character on.
+fn cells_of<'a>(buf: &'a Buffer, needle: &str) -> Vec<&'a ratatui::buffer::Cell> {
+    let w = buf.area.width as usize;
+    for row in buf.content().chunks(w) {
+        let text: String = row.iter().map(|c| c.symbol()).collect();
+        if let Some(at) = text.find(needle) {
+            // Columns, not bytes: count the characters before the match.
+            let col = text[..at].chars().count();
+            return row[col..col + needle.chars().count()].iter().collect();
+        }
+    }
+    panic!("no row with {needle:?}");
+}
+
+#[test]
+fn no_color_draws_no_color_but_keeps_emphasis() {
+    // Colored, the screen has colors: the check below can fail.
+    let colored = buffer(&app_with(snapshot()), 80, 24);
+    assert!(
+        colored.content().iter().any(|c| c.fg != Color::Reset),
+        "the colored screen has no color"
+    );
+    let mut app = app_with(snapshot()).with_color(false);
+    assert!(!app.color);
+    let mut screens = vec![buffer(&app, 80, 24), buffer(&app, 160, 40)];
+    app.update(Action::NextPane);
+    app.update(Action::NextPane);
+    app.update(Action::Open);
+    screens.push(buffer(&app, 100, 30));
+    app.update(Action::Help);
+    screens.push(buffer(&app, 100, 30));
+    let mut problem = snapshot();
+    problem.problems.push("skipped a segment".into());
+    screens.push(buffer(&app_with(problem).with_color(false), 80, 24));
+    for buf in &screens {
+        for c in buf.content() {
+            assert_eq!((c.fg, c.bg), (Color::Reset, Color::Reset), "{c:?}");
+            assert_eq!(c.underline_color, Color::Reset, "{c:?}");
+        }
+    }
+    let buf = &screens[0];
+    // The selected process stands out by reverse video.
+    for c in cells_of(buf, "python3 train.py") {
+        assert!(c.modifier.contains(Modifier::REVERSED), "{c:?}");
+    }
+    for c in cells_of(buf, "./loader") {
+        assert!(!c.modifier.contains(Modifier::REVERSED), "{c:?}");
+    }
+    // Dropped events are loud: bold and underlined, unlike the text around them.
+    for c in cells_of(buf, "EVENTS DROPPED") {
+        assert!(
+            c.modifier.contains(Modifier::BOLD | Modifier::UNDERLINED),
+            "{c:?}"
+        );
+    }
+    for c in cells_of(buf, "proc (") {
+        assert!(c.modifier.is_empty(), "{c:?}");
+    }
+    // The focused pane has a thick border instead of a cyan one.
+    let text: String = buf.content().iter().map(|c| c.symbol()).collect();
+    assert!(text.contains("┏ Processes"), "{text}");
+    assert!(text.contains("┌ Stall histograms"), "{text}");
+}
+
+#[test]
+fn no_color_comes_from_the_flag_or_a_non_empty_no_color() {
+    use std::ffi::OsStr;
+    use syncspy_tui::app::use_color;
+    assert!(use_color(false, None));
+    assert!(use_color(false, Some(OsStr::new(""))));
+    assert!(!use_color(false, Some(OsStr::new("1"))));
+    assert!(!use_color(true, None));
+    assert!(App::new(false).color);
 }

@@ -1,0 +1,268 @@
+//! The stack popup: a long stack scrolls by frame and by page, clamped at both ends, and says
+//! which frames it shows; tiny terminals and empty stacks draw without panicking.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use syncspy_abi::Kind;
+use syncspy_tui::app::{Action, App, Pane, Scroll};
+use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
+
+/// `sym00` (innermost) .. `sym{n-1}`: no name is part of another.
+fn frames(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("sym{i:02} (/src/f.cc:{i})"))
+        .collect()
+}
+
+fn snapshot(frames: Vec<String>) -> Snapshot {
+    let site = SiteRow {
+        site_id: 9,
+        kind: Kind::StreamSync,
+        api: "cudaStreamSynchronize".into(),
+        count: 4,
+        total_ns: 4_000_000,
+        p99_ns: 1_000_000,
+        max_ns: 1_000_000,
+        location: "loss_item (/src/train.cc:42)".into(),
+        frames,
+    };
+    let scope = Scope {
+        kinds: vec![KindRow {
+            kind: Kind::StreamSync,
+            count: 4,
+            total_ns: 4_000_000,
+            p50_ns: 1_000_000,
+            p99_ns: 1_000_000,
+            max_ns: 1_000_000,
+            bars: None,
+        }],
+        sites: vec![site],
+        stall_ns: 4_000_000,
+    };
+    Snapshot {
+        source: "/dev/shm".into(),
+        processes: vec![Proc {
+            pid: 614,
+            start_ticks: 1,
+            command: "python3 train.py".into(),
+            state: State::Running,
+            events_per_s: Some(10.0),
+            stall_per_s: Some(0.1),
+            gpu_idle_share: None,
+            dropped: 0,
+            lost: 0,
+            wall_ns: 1_000_000_000,
+            all: scope.clone(),
+            recent: Some(scope),
+        }],
+        problems: vec![],
+        window_secs: 10,
+    }
+}
+
+fn key(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+/// Presses a key the way the event loop does.
+fn press(app: &mut App, c: KeyCode) {
+    let a = app
+        .action_for(key(c))
+        .unwrap_or_else(|| panic!("{c:?} means nothing"));
+    app.update(a);
+}
+
+/// The monitor with the site's stack open.
+fn open(frames: Vec<String>) -> App {
+    let mut app = App::new(false);
+    app.update(Action::Data(Box::new(snapshot(frames))));
+    app.focus = Pane::Sites;
+    press(&mut app, KeyCode::Enter);
+    assert!(app.detail);
+    app
+}
+
+fn screen(app: &App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| f.render_widget(app, f.area())).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            out.push_str(buf[(x, y)].symbol());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn a_long_stack_scrolls_by_frame_and_page_and_says_where_it_is() {
+    let mut app = open(frames(60));
+    // 100x30: the popup is 94x24, 22 rows inside: header, blank, 20 frames.
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("#0  sym00"), "{s}");
+    assert!(s.contains("#19 sym19"), "{s}");
+    assert!(!s.contains("sym20"), "{s}");
+    assert!(s.contains("frames 1-20 of 60"), "{s}");
+
+    press(&mut app, KeyCode::End);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("#59 sym59"), "{s}");
+    assert!(s.contains("#40 sym40"), "{s}");
+    assert!(!s.contains("sym00") && !s.contains("sym39"), "{s}");
+    assert!(s.contains("frames 41-60 of 60"), "{s}");
+
+    // At the end Down goes nowhere: one Up shows one earlier frame at once.
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(app.detail_scroll, 40);
+    press(&mut app, KeyCode::Char('k'));
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("frames 40-59 of 60"), "{s}");
+
+    press(&mut app, KeyCode::PageUp);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("frames 20-39 of 60"), "{s}");
+    press(&mut app, KeyCode::PageUp);
+    press(&mut app, KeyCode::PageUp);
+    assert_eq!(app.detail_scroll, 0);
+    press(&mut app, KeyCode::Up);
+    assert_eq!(app.detail_scroll, 0);
+    press(&mut app, KeyCode::PageDown);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("frames 21-40 of 60"), "{s}");
+    for _ in 0..5 {
+        press(&mut app, KeyCode::PageDown);
+    }
+    assert_eq!(app.detail_scroll, 40);
+    press(&mut app, KeyCode::Char('g'));
+    assert_eq!(app.detail_scroll, 0);
+    press(&mut app, KeyCode::Char('G'));
+    assert_eq!(app.detail_scroll, 40);
+    press(&mut app, KeyCode::Home);
+    assert!(screen(&app, 100, 30).contains("frames 1-20 of 60"));
+}
+
+#[test]
+fn end_before_the_first_drawing_still_shows_the_last_page() {
+    let mut app = open(frames(60));
+    app.update(Action::Scroll(Scroll::Bottom));
+    let s = screen(&app, 100, 30);
+    assert!(
+        s.contains("#59 sym59") && s.contains("frames 41-60 of 60"),
+        "{s}"
+    );
+    // The drawing knows the real end: Up moves the view at once.
+    press(&mut app, KeyCode::Up);
+    assert!(screen(&app, 100, 30).contains("frames 40-59 of 60"));
+}
+
+#[test]
+fn the_scroll_keys_only_scroll_while_the_stack_is_open() {
+    let mut app = open(frames(60));
+    let scroll = |app: &App, c| match app.action_for(key(c)) {
+        Some(Action::Scroll(by)) => Some(by),
+        _ => None,
+    };
+    assert_eq!(scroll(&app, KeyCode::Up), Some(Scroll::Up));
+    assert_eq!(scroll(&app, KeyCode::Char('j')), Some(Scroll::Down));
+    assert_eq!(scroll(&app, KeyCode::PageDown), Some(Scroll::PageDown));
+    assert_eq!(scroll(&app, KeyCode::PageUp), Some(Scroll::PageUp));
+    assert_eq!(scroll(&app, KeyCode::Home), Some(Scroll::Top));
+    assert_eq!(scroll(&app, KeyCode::Char('G')), Some(Scroll::Bottom));
+    // q still quits, as everywhere else.
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('q'))),
+        Some(Action::Quit)
+    ));
+    // Help over the stack takes the keys back.
+    press(&mut app, KeyCode::Char('?'));
+    assert!(matches!(
+        app.action_for(key(KeyCode::Down)),
+        Some(Action::Down)
+    ));
+    press(&mut app, KeyCode::Esc);
+    assert!(app.detail && !app.help);
+    press(&mut app, KeyCode::Esc);
+    assert!(!app.detail);
+    assert!(matches!(
+        app.action_for(key(KeyCode::Down)),
+        Some(Action::Down)
+    ));
+    assert!(app.action_for(key(KeyCode::PageDown)).is_none());
+    // A scroll that arrives with the stack closed changes nothing.
+    app.update(Action::Scroll(Scroll::Bottom));
+    assert_eq!(app.detail_scroll, 0);
+}
+
+#[test]
+fn opening_starts_at_the_top_and_enter_or_esc_close() {
+    let mut app = open(frames(60));
+    press(&mut app, KeyCode::End);
+    assert_eq!(app.detail_scroll, 59);
+    press(&mut app, KeyCode::Esc);
+    assert!(!app.detail);
+    press(&mut app, KeyCode::Enter);
+    assert!(app.detail);
+    assert_eq!(app.detail_scroll, 0);
+    assert!(screen(&app, 100, 30).contains("#0  sym00"));
+    press(&mut app, KeyCode::Enter);
+    assert!(!app.detail);
+}
+
+#[test]
+fn a_stack_that_fits_shows_no_position() {
+    let app = open(frames(3));
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("#2  sym02"), "{s}");
+    assert!(!s.contains("frames"), "{s}");
+}
+
+#[test]
+fn long_frames_wrap_indented_and_count_as_one() {
+    let mut f = frames(60);
+    f[1] = format!("sym01 {}END", "x".repeat(250));
+    let mut app = open(f);
+    let s = screen(&app, 100, 30);
+    // Frame 1 takes 3 of the 20 rows (92 columns inside), so 18 frames fit.
+    assert!(s.contains("END"), "{s}");
+    assert!(
+        s.contains("│    xxx"),
+        "continuation rows are indented: {s}"
+    );
+    assert!(s.contains("frames 1-18 of 60"), "{s}");
+    assert!(!s.contains("sym18"), "{s}");
+    press(&mut app, KeyCode::Down);
+    assert!(screen(&app, 100, 30).contains("frames 2-19 of 60"));
+}
+
+#[test]
+fn tiny_terminals_and_empty_stacks_do_not_panic() {
+    let sizes = [(1, 1), (5, 3), (20, 6), (30, 8), (40, 12), (20, 40)];
+    for n in [0, 1, 60] {
+        let mut app = open(frames(n));
+        for (w, h) in sizes {
+            screen(&app, w, h);
+            for c in [KeyCode::End, KeyCode::PageDown, KeyCode::Down] {
+                press(&mut app, c);
+                screen(&app, w, h);
+            }
+            assert!(app.detail_scroll <= n.saturating_sub(1));
+            for c in [KeyCode::PageUp, KeyCode::Up, KeyCode::Home] {
+                press(&mut app, c);
+                screen(&app, w, h);
+            }
+            assert_eq!(app.detail_scroll, 0);
+        }
+    }
+    // 20x6 still shows the innermost frame of a long stack.
+    let app = open(frames(60));
+    let s = screen(&app, 20, 6);
+    assert!(s.contains("sym00"), "{s}");
+    let app = open(Vec::new());
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("symbolizing..."), "{s}");
+    assert!(!s.contains("frames"), "{s}");
+}
