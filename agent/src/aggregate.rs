@@ -188,6 +188,11 @@ pub struct SiteKey {
     pub api: Api,
 }
 
+/// A map keyed by call site. A record's key is hashed once per record on the monitor's and
+/// the agent's hot path, so it uses a fast non-keyed hash (the keys are ids from a segment,
+/// not attacker-chosen strings, and the maps are bounded by the segment's site table).
+pub type SiteMap<V> = HashMap<SiteKey, V, foldhash::fast::FixedState>;
+
 /// How a process ended, as far as the reader can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lifecycle {
@@ -230,9 +235,10 @@ pub struct ProcessAgg {
     pub delivered: u64,
     pub lost: u64,
     pub corrupt: u64,
-    kinds: BTreeMap<Kind, Dist>,
-    apis: BTreeMap<Api, Dist>,
-    sites: HashMap<SiteKey, Dist>,
+    /// Recorded distributions, indexed by `Kind as usize` and `Api as usize`.
+    kinds: Vec<Option<Dist>>,
+    apis: Vec<Option<Dist>>,
+    sites: SiteMap<Dist>,
     /// Copies received, by kind and direction: (count, bytes, total_ns).
     copies: BTreeMap<(Kind, Direction), (u64, u64, u64)>,
 }
@@ -251,9 +257,9 @@ impl ProcessAgg {
             delivered: 0,
             lost: 0,
             corrupt: 0,
-            kinds: BTreeMap::new(),
-            apis: BTreeMap::new(),
-            sites: HashMap::new(),
+            kinds: vec![None; KIND_SLOTS],
+            apis: vec![None; API_SLOTS],
+            sites: SiteMap::default(),
             copies: BTreeMap::new(),
         }
     }
@@ -266,14 +272,18 @@ impl ProcessAgg {
             c.1 = c.1.saturating_add(r.bytes);
             c.2 = c.2.saturating_add(r.duration_ns);
         }
-        self.kinds
-            .entry(r.kind)
-            .or_insert_with(|| Dist::new(PROCESS_SIGFIG))
-            .record(r.duration_ns, r.bytes);
-        self.apis
-            .entry(r.api)
-            .or_insert_with(|| Dist::new(PROCESS_SIGFIG))
-            .record(r.duration_ns, r.bytes);
+        // Decoded kinds and APIs are below the slot counts (the ABI's header arrays have
+        // the same bounds); `get_mut` keeps a future mismatch from panicking.
+        for slot in [
+            self.kinds.get_mut(r.kind as usize),
+            self.apis.get_mut(r.api as usize),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
+                .record(r.duration_ns, r.bytes);
+        }
         let key = SiteKey {
             site: r.site,
             kind: r.kind,
@@ -294,11 +304,11 @@ impl ProcessAgg {
 
     /// The recorded distribution of kind `k`, if any record of it arrived.
     pub fn kind_dist(&self, k: Kind) -> Option<&Dist> {
-        self.kinds.get(&k)
+        self.kinds.get(k as usize)?.as_ref()
     }
 
     pub fn api_dist(&self, a: Api) -> Option<&Dist> {
-        self.apis.get(&a)
+        self.apis.get(a as usize)?.as_ref()
     }
 
     /// Kinds with events in the header totals or in the records, in numeric order.
@@ -311,7 +321,7 @@ impl ProcessAgg {
         Kind::ALL
             .iter()
             .copied()
-            .filter(|k| self.live.kind(*k).count > 0 || self.kinds.contains_key(k))
+            .filter(|k| self.live.kind(*k).count > 0 || self.kind_dist(*k).is_some())
             .collect()
     }
 
@@ -320,7 +330,7 @@ impl ProcessAgg {
         Api::ALL
             .iter()
             .copied()
-            .filter(|a| self.live.api(*a).count > 0 || self.apis.contains_key(a))
+            .filter(|a| self.live.api(*a).count > 0 || self.api_dist(*a).is_some())
             .collect()
     }
 
@@ -357,7 +367,7 @@ impl ProcessAgg {
     /// Values clamped into the histograms' bounds, over the per-kind histograms (every
     /// record lands in exactly one of them).
     pub fn clamped(&self) -> u64 {
-        self.kinds.values().map(Dist::clamped).sum()
+        self.kinds.iter().flatten().map(Dist::clamped).sum()
     }
 
     pub fn lifecycle(&self) -> Lifecycle {

@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use syncspy_abi::process_running;
-use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, SegmentReader};
+use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, Record, SegmentReader};
 
 use crate::aggregate::{monotonic_ns, LiveSnapshot, ProcessAgg};
 use crate::trace::TraceSink;
@@ -39,21 +39,18 @@ impl Followed {
         matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
     }
 
-    /// Drains the ring into the aggregate, and into `trace` (as segment `index`) if given.
-    fn poll(&mut self, patience: u32, mut trace: Option<&mut TraceSink>, index: u32) -> u64 {
+    /// Drains the ring into the aggregate, handing each record to `sink` as well.
+    fn poll(&mut self, patience: u32, sink: &mut dyn FnMut(&Record)) -> u64 {
         let mut delivered = 0;
         loop {
             let agg = &mut self.agg;
-            let trace = &mut trace;
             let st = self
                 .reader
                 .poll(&mut self.cursor, POLL_BUDGET, patience, |r| {
                     // Undecodable records are counted through `PollStats::corrupt`.
                     if let Ok(r) = r {
                         agg.add_record(&r);
-                        if let Some(t) = trace.as_deref_mut() {
-                            t.push(index, r);
-                        }
+                        sink(&r);
                     }
                 });
             self.agg.add_poll(&st);
@@ -115,6 +112,7 @@ enum Seen {
 pub struct Follower {
     dir: PathBuf,
     session: Option<u64>,
+    pid: Option<u32>,
     seen: HashMap<(OsString, u64), Seen>,
     followed: Vec<Followed>,
     problems: Vec<SegmentProblem>,
@@ -128,12 +126,19 @@ impl Follower {
         Follower {
             dir: dir.into(),
             session,
+            pid: None,
             seen: HashMap::new(),
             followed: Vec::new(),
             problems: Vec::new(),
             problems_taken: 0,
             trace: None,
         }
+    }
+
+    /// Follows only the segments of process `pid` (`None`: every process).
+    pub fn with_pid(mut self, pid: Option<u32>) -> Follower {
+        self.pid = pid;
+        self
     }
 
     /// Also keeps the records received (up to `limit`) for a trace file.
@@ -150,6 +155,11 @@ impl Follower {
         &self.dir
     }
 
+    /// The process this follower is limited to, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
     /// Opens segments that appeared since the last scan; returns how many are new. Fails
     /// only when the folder itself cannot be read.
     pub fn scan(&mut self) -> io::Result<usize> {
@@ -159,12 +169,16 @@ impl Follower {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
             let Some(s) = name.to_str() else { continue };
-            if parse_segment_name(s).is_none() {
+            let Some((pid, _)) = parse_segment_name(s) else {
                 continue;
-            }
+            };
             let key = (name.clone(), entry.ino());
             present.insert(key.clone());
             if self.seen.contains_key(&key) {
+                continue;
+            }
+            if self.pid.is_some_and(|p| p != pid) {
+                self.seen.insert(key, Seen::Ignored);
                 continue;
             }
             let path = entry.path();
@@ -211,9 +225,15 @@ impl Follower {
     /// Drains every followed ring (bounded per segment) and refreshes header counters;
     /// returns the records delivered.
     pub fn poll(&mut self) -> u64 {
+        self.poll_each(|_, _| {})
+    }
+
+    /// Like `poll`, and hands every record to `sink` with the index of its segment in
+    /// `processes()`.
+    pub fn poll_each(&mut self, mut sink: impl FnMut(usize, &Record)) -> u64 {
         let mut n = 0;
         for (i, f) in self.followed.iter_mut().enumerate() {
-            n += f.poll(PATIENCE, self.trace.as_mut(), i as u32);
+            n += f.poll(PATIENCE, &mut sink_for(i, &mut self.trace, &mut sink));
         }
         n
     }
@@ -223,15 +243,12 @@ impl Follower {
     /// still run get the usual patience, so a record being written is not miscounted.
     pub fn final_drain(&mut self) -> u64 {
         let mut n = 0;
+        let mut none = |_: usize, _: &Record| {};
         for (i, f) in self.followed.iter_mut().enumerate() {
-            let i = i as u32;
+            let mut sink = sink_for(i, &mut self.trace, &mut none);
             // Refresh the state first: the process may have ended since the last poll.
-            n += f.poll(PATIENCE, self.trace.as_mut(), i);
-            n += if f.ended() {
-                f.poll(0, self.trace.as_mut(), i)
-            } else {
-                f.poll(PATIENCE, self.trace.as_mut(), i)
-            };
+            n += f.poll(PATIENCE, &mut sink);
+            n += f.poll(if f.ended() { 0 } else { PATIENCE }, &mut sink);
         }
         n
     }
@@ -239,6 +256,11 @@ impl Follower {
     /// Followed segments, in the order they were found.
     pub fn processes(&self) -> &[Followed] {
         &self.followed
+    }
+
+    /// Followed segments, mutable (to reset an aggregate).
+    pub fn processes_mut(&mut self) -> &mut [Followed] {
+        &mut self.followed
     }
 
     /// Every problem found so far.
@@ -278,6 +300,20 @@ impl Follower {
             .partition(|f| forget(f));
         self.followed = keep;
         gone
+    }
+}
+
+/// The per-record sink of segment `index`: the trace (when kept), then `sink`.
+fn sink_for<'a>(
+    index: usize,
+    trace: &'a mut Option<TraceSink>,
+    sink: &'a mut impl FnMut(usize, &Record),
+) -> impl FnMut(&Record) + 'a {
+    move |r| {
+        if let Some(t) = trace.as_mut() {
+            t.push(index as u32, *r);
+        }
+        sink(index, r);
     }
 }
 

@@ -6,10 +6,14 @@
 # its report), the monitor's CPU time and its share of one core.
 #
 #   cargo build --release --workspace && tui/scripts/monitor-cost.sh [SECS]
+#
+# TOP=path/to/another/syncspy-top measures that build instead (to compare two versions on
+# the same machine, one after the other).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-10}
 T=target/release
+TOP=${TOP:-$T/syncspy-top}
 for f in syncspy syncspy-top cudacalls libsyncspy.so libsimcudart.so; do
   [ -e "$T/$f" ] || { echo "missing $T/$f: cargo build --release --workspace" >&2; exit 2; }
 done
@@ -32,7 +36,7 @@ run_case() {
   RUN=$!
   sleep 1
   tmux -L "$SOCK" -f /dev/null new-session -d -s top -x 120 -y 40 \
-    "exec env SYNCSPY_DIR=$DIR TERM=xterm-256color $T/syncspy-top"
+    "exec env SYNCSPY_DIR=$DIR TERM=xterm-256color $TOP"
   local pid; pid=$(tmux -L "$SOCK" list-panes -t top -F '#{pane_pid}')
   sleep 1 # start-up (first scan, first symbolization) is not the steady state
   local before after ev0 ev1

@@ -4,16 +4,13 @@
 //! debug info never holds up a refresh.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::OsString;
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::mpsc;
 
 use syncspy_abi::modules::Module;
-use syncspy_abi::{parse_segment_name, process_running, Cursor, Kind, OpenError, ProcState};
-use syncspy_abi::{Record, SegmentReader};
+use syncspy_abi::{Kind, Record};
 use syncspy_agent::aggregate::{monotonic_ns, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
-use syncspy_agent::follow::{describe_open_error, Followed, PATIENCE, POLL_BUDGET};
+use syncspy_agent::follow::{Followed, Follower};
 use syncspy_agent::report::location_of;
 use syncspy_agent::symbolize::Symbolizer;
 
@@ -26,6 +23,8 @@ use crate::Source;
 pub const MAX_SITES_SHOWN: usize = 100;
 /// Ended processes kept (the oldest beyond this are forgotten).
 pub const MAX_ENDED: usize = 64;
+/// Problems listed at most (the oldest beyond this are dropped).
+const MAX_PROBLEMS: usize = 20;
 /// Period over which events/s and stall/s are measured.
 const RATE_SPAN_NS: u64 = 2_000_000_000;
 
@@ -85,9 +84,9 @@ impl SymWorker {
     }
 }
 
-/// A followed process with the monitor's own additions to the agent's aggregate.
-struct Tracked {
-    f: Followed,
+/// The monitor's own additions to a followed segment (same index as in
+/// `Follower::processes()`).
+struct Extra {
     window: Window,
     /// Cumulative latency cells per kind, since start or reset (the bars of "all").
     cum: [LogHist; STALL_KINDS.len()],
@@ -99,59 +98,50 @@ struct Tracked {
     ended_seen: Option<u64>,
 }
 
-impl Tracked {
-    fn poll(&mut self, now_ns: u64) {
-        let now_s = now_ns / 1_000_000_000;
-        let agg = &mut self.f.agg;
-        let (window, cum) = (&mut self.window, &mut self.cum);
-        let mut sink = |r: &Record| {
-            agg.add_record(r);
-            window.add(r, now_s);
-            if let Some(i) = kind_index(r.kind) {
-                cum[i].record(r.duration_ns);
-            }
-        };
-        let st = self
-            .f
-            .reader
-            .poll(&mut self.f.cursor, POLL_BUDGET, PATIENCE, |r| {
-                if let Ok(r) = r {
-                    sink(&r);
-                }
-            });
-        self.f.agg.add_poll(&st);
-        self.f.agg.live = LiveSnapshot::read(&self.f.reader);
-        if self.f.agg.gone_ns.is_none()
-            && matches!(self.f.agg.live.state, ProcState::Running)
-            && !process_running(self.f.agg.pid, self.f.agg.start_ticks)
-        {
-            self.f.agg.gone_ns = Some(now_ns);
+impl Extra {
+    fn new(window_secs: u64) -> Extra {
+        Extra {
+            window: Window::new(window_secs),
+            cum: Default::default(),
+            baseline: None,
+            samples: VecDeque::new(),
+            ended_seen: None,
         }
-        if self.f.ended() && self.ended_seen.is_none() {
+    }
+
+    fn add(&mut self, r: &Record, now_s: u64) {
+        self.window.add(r, now_s);
+        if let Some(i) = kind_index(r.kind) {
+            self.cum[i].record(r.duration_ns);
+        }
+    }
+
+    /// After a poll of `f`: notes its end and samples its rates.
+    fn polled(&mut self, f: &Followed, now_ns: u64) {
+        if f.ended() && self.ended_seen.is_none() {
             self.ended_seen = Some(now_ns);
         }
-        let stall = self.f.agg.stall_ns();
         self.samples
-            .push_back((now_ns, self.f.agg.live.events_written, stall));
+            .push_back((now_ns, f.agg.live.events_written, f.agg.stall_ns()));
         while self.samples.len() > 2 && self.samples[1].0 + RATE_SPAN_NS <= now_ns {
             self.samples.pop_front();
         }
     }
 
-    fn reset(&mut self) {
-        let a = &self.f.agg;
-        let mut fresh = ProcessAgg::new(self.f.reader.ident());
-        fresh.live = a.live.clone();
-        fresh.gone_ns = a.gone_ns;
-        self.baseline = Some(a.live.clone());
-        self.f.agg = fresh;
+    /// Counts from now on; `f`'s aggregate starts over from its current header totals.
+    fn reset(&mut self, f: &mut Followed) {
+        let mut fresh = ProcessAgg::new(f.reader.ident());
+        fresh.live = f.agg.live.clone();
+        fresh.gone_ns = f.agg.gone_ns;
+        self.baseline = Some(f.agg.live.clone());
+        f.agg = fresh;
         self.window.clear();
         self.cum = Default::default();
     }
 
     /// Exact header totals of kind `k` since start or reset.
-    fn totals(&self, k: Kind) -> (u64, u64) {
-        let t = self.f.agg.live.kind(k);
+    fn totals(&self, a: &ProcessAgg, k: Kind) -> (u64, u64) {
+        let t = a.live.kind(k);
         let b = self
             .baseline
             .as_ref()
@@ -163,8 +153,8 @@ impl Tracked {
         )
     }
 
-    fn rates(&self) -> (Option<f64>, Option<f64>) {
-        if self.f.ended() || self.samples.len() < 2 {
+    fn rates(&self, ended: bool) -> (Option<f64>, Option<f64>) {
+        if ended || self.samples.len() < 2 {
             return (None, None);
         }
         let (Some(a), Some(b)) = (self.samples.front(), self.samples.back()) else {
@@ -181,21 +171,11 @@ impl Tracked {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Seen {
-    Followed,
-    Ignored,
-    Failed,
-}
-
 /// Follows every segment of a folder (or one pid's, or one session's).
 pub struct LocalSource {
-    dir: PathBuf,
-    pid: Option<u32>,
-    session: Option<u64>,
+    follower: Follower,
     window_secs: u64,
-    seen: HashMap<(OsString, u64), Seen>,
-    procs: Vec<Tracked>,
+    extras: Vec<Extra>,
     problems: Vec<String>,
     sym: SymWorker,
 }
@@ -203,125 +183,106 @@ pub struct LocalSource {
 impl LocalSource {
     pub fn new(dir: PathBuf, pid: Option<u32>, window_secs: u64) -> LocalSource {
         LocalSource {
-            dir,
-            pid,
-            session: None,
+            follower: Follower::new(dir, None).with_pid(pid),
             window_secs,
-            seen: HashMap::new(),
-            procs: Vec::new(),
+            extras: Vec::new(),
             problems: Vec::new(),
             sym: SymWorker::new(),
         }
     }
 
     /// Follows only the segments whose `Ident::session` is `session` (`None`: every one).
-    pub fn with_session(mut self, session: Option<u64>) -> LocalSource {
-        self.session = session;
-        self
+    pub fn with_session(self, session: Option<u64>) -> LocalSource {
+        let follower = Follower::new(self.follower.dir(), session).with_pid(self.follower.pid());
+        LocalSource { follower, ..self }
     }
 
-    fn scan(&mut self) {
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) => {
-                let p = format!("cannot read {}: {e}", self.dir.display());
-                if !self.problems.contains(&p) {
-                    self.problems.push(p);
-                }
-                return;
-            }
-        };
-        let mut present = HashSet::new();
-        for entry in rd.flatten() {
-            let name = entry.file_name();
-            let Some((pid, _)) = name.to_str().and_then(parse_segment_name) else {
-                continue;
-            };
-            let key = (name.clone(), entry.ino());
-            present.insert(key.clone());
-            if self.seen.contains_key(&key) {
-                continue;
-            }
-            if self.pid.is_some_and(|p| p != pid) {
-                self.seen.insert(key, Seen::Ignored);
-                continue;
-            }
-            let seen = match SegmentReader::open(&entry.path()) {
-                Ok(reader) if self.session.is_some_and(|s| s != reader.ident().session) => {
-                    Seen::Ignored
-                }
-                Ok(reader) => {
-                    let agg = ProcessAgg::new(reader.ident());
-                    self.procs.push(Tracked {
-                        f: Followed {
-                            reader,
-                            cursor: Cursor::from_start(),
-                            agg,
-                            ino: entry.ino(),
-                        },
-                        window: Window::new(self.window_secs),
-                        cum: Default::default(),
-                        baseline: None,
-                        samples: VecDeque::new(),
-                        ended_seen: None,
-                    });
-                    Seen::Followed
-                }
-                Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(OpenError::Io(e))
-                    if e.kind() == std::io::ErrorKind::PermissionDenied && !owned_by_us(&entry) =>
-                {
-                    Seen::Ignored
-                }
-                Err(e) => {
-                    self.problems.push(format!(
-                        "skipped {}: {}",
-                        entry.path().display(),
-                        describe_open_error(&e)
-                    ));
-                    Seen::Failed
-                }
-            };
-            self.seen.insert(key, seen);
+    fn note(&mut self, p: String) {
+        if !self.problems.contains(&p) {
+            self.problems.push(p);
         }
-        self.seen.retain(|k, _| present.contains(k));
-        if self.problems.len() > 20 {
-            let cut = self.problems.len() - 20;
+        if self.problems.len() > MAX_PROBLEMS {
+            let cut = self.problems.len() - MAX_PROBLEMS;
             self.problems.drain(..cut);
         }
     }
 
-    fn drop_oldest_ended(&mut self) {
-        let ended = self.procs.iter().filter(|t| t.ended_seen.is_some()).count();
-        if ended <= MAX_ENDED {
-            return;
+    fn scan(&mut self) {
+        if let Err(e) = self.follower.scan() {
+            let p = format!("cannot read {}: {e}", self.follower.dir().display());
+            self.note(p);
         }
-        let mut times: Vec<u64> = self.procs.iter().filter_map(|t| t.ended_seen).collect();
-        times.sort_unstable();
-        let cutoff = times[ended - MAX_ENDED - 1];
-        let gone: Vec<(u32, u64)> = self
-            .procs
+        let new: Vec<String> = self
+            .follower
+            .take_new_problems()
             .iter()
-            .filter(|t| t.ended_seen.is_some_and(|e| e <= cutoff))
-            .map(|t| (t.f.agg.pid, t.f.agg.start_ticks))
+            .map(|p| p.to_string())
             .collect();
-        for (pid, start) in gone {
-            self.forget(pid, start);
+        for p in new {
+            self.note(p);
+        }
+        let found = self.follower.processes().len();
+        while self.extras.len() < found {
+            self.extras.push(Extra::new(self.window_secs));
         }
     }
 
-    fn view(&mut self, idx: usize, now_ns: u64) -> Proc {
-        let t = &mut self.procs[idx];
+    fn poll(&mut self, now_ns: u64) {
         let now_s = now_ns / 1_000_000_000;
-        let merged = t.window.merged(now_s);
-        let t = &self.procs[idx];
-        let a = &t.f.agg;
+        let extras = &mut self.extras;
+        self.follower.poll_each(|i, r| extras[i].add(r, now_s));
+        for (x, f) in self.extras.iter_mut().zip(self.follower.processes()) {
+            x.polled(f, now_ns);
+        }
+    }
+
+    /// Stops following the processes `drop` picks (by index), keeping `extras` aligned.
+    fn forget_where(&mut self, drop: impl Fn(&Followed, &Extra) -> bool) {
+        let flags: Vec<bool> = self
+            .follower
+            .processes()
+            .iter()
+            .zip(&self.extras)
+            .map(|(f, x)| drop(f, x))
+            .collect();
+        for f in self.follower.processes().iter().zip(&flags) {
+            if *f.1 {
+                self.sym.forget(f.0.agg.pid, f.0.agg.start_ticks);
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        self.follower.forget(|_| {
+            i += 1;
+            flags[i - 1]
+        });
+        self.extras.retain(|_| {
+            j += 1;
+            !flags[j - 1]
+        });
+    }
+
+    fn drop_oldest_ended(&mut self) {
+        let mut times: Vec<u64> = self.extras.iter().filter_map(|x| x.ended_seen).collect();
+        if times.len() <= MAX_ENDED {
+            return;
+        }
+        times.sort_unstable();
+        let cutoff = times[times.len() - MAX_ENDED - 1];
+        self.forget_where(|_, x| x.ended_seen.is_some_and(|e| e <= cutoff));
+    }
+
+    fn view(&mut self, idx: usize, now_ns: u64) -> Proc {
+        let now_s = now_ns / 1_000_000_000;
+        let merged = self.extras[idx].window.merged(now_s);
+        let t = &self.extras[idx];
+        let f = &self.follower.processes()[idx];
+        let a = &f.agg;
         let key = (a.pid, a.start_ticks);
 
         // Since start (or reset): exact header totals, recorded percentiles.
         let mut all_kinds = Vec::new();
         for (i, k) in STALL_KINDS.iter().enumerate() {
-            let (count, total_ns) = t.totals(*k);
+            let (count, total_ns) = t.totals(a, *k);
             let d = a.kind_dist(*k);
             if count == 0 && d.is_none() {
                 continue;
@@ -403,7 +364,7 @@ impl LocalSource {
 
         let idle = a.live.kind(Kind::GpuIdle);
         let wall_ns = a.wall_ns(now_ns);
-        let (events_per_s, stall_per_s) = t.rates();
+        let (events_per_s, stall_per_s) = t.rates(f.ended());
         let state = match a.lifecycle() {
             Lifecycle::Running => State::Running,
             Lifecycle::Exited(s) => State::Exited(s),
@@ -435,13 +396,14 @@ impl LocalSource {
         };
         // Ask for the stacks not symbolized yet.
         if !want.is_empty() {
-            let modules = self.procs[idx].f.reader.modules();
+            let reader = &self.follower.processes()[idx].reader;
+            let modules = reader.modules();
             for site in want {
                 let k = (key.0, key.1, site);
                 if self.sym.pending.contains(&k) || self.sym.cache.contains_key(&k) {
                     continue;
                 }
-                let stack = self.procs[idx].f.reader.site(site).unwrap_or_default();
+                let stack = reader.site(site).unwrap_or_default();
                 self.sym.pending.insert(k);
                 let _ = self.sym.tx.send(SymRequest {
                     key: k,
@@ -501,16 +463,14 @@ impl Source for LocalSource {
         self.sym.collect();
         self.scan();
         let now = monotonic_ns();
-        for t in &mut self.procs {
-            t.poll(now);
-        }
+        self.poll(now);
         self.drop_oldest_ended();
-        let mut processes = Vec::with_capacity(self.procs.len());
-        for i in 0..self.procs.len() {
+        let mut processes = Vec::with_capacity(self.extras.len());
+        for i in 0..self.extras.len() {
             processes.push(self.view(i, now));
         }
         Snapshot {
-            source: self.dir.display().to_string(),
+            source: self.follower.dir().display().to_string(),
             processes,
             problems: self.problems.clone(),
             window_secs: self.window_secs,
@@ -518,20 +478,12 @@ impl Source for LocalSource {
     }
 
     fn reset(&mut self) {
-        for t in &mut self.procs {
-            t.reset();
+        for (x, f) in self.extras.iter_mut().zip(self.follower.processes_mut()) {
+            x.reset(f);
         }
     }
 
     fn forget(&mut self, pid: u32, start_ticks: u64) {
-        self.procs
-            .retain(|t| (t.f.agg.pid, t.f.agg.start_ticks) != (pid, start_ticks));
-        self.sym.forget(pid, start_ticks);
+        self.forget_where(|f, _| (f.agg.pid, f.agg.start_ticks) == (pid, start_ticks));
     }
-}
-
-fn owned_by_us(entry: &std::fs::DirEntry) -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    entry.metadata().map(|m| m.uid() == me).unwrap_or(false)
 }

@@ -3,10 +3,10 @@
 //! bounded: at most `secs + 1` seconds are kept, each with at most `MAX_SITES_PER_SECOND`
 //! site bins (further sites in that second count in `overflow`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use syncspy_abi::{Kind, Record};
-use syncspy_agent::aggregate::SiteKey;
+use syncspy_agent::aggregate::{SiteKey, SiteMap};
 
 use crate::loghist::LogHist;
 use crate::model::STALL_KINDS;
@@ -45,7 +45,7 @@ impl Bin {
 struct Second {
     t: u64,
     kinds: [Option<Box<Bin>>; STALL_KINDS.len()],
-    sites: HashMap<SiteKey, Bin>,
+    sites: SiteMap<Bin>,
 }
 
 /// The index of a host stall kind in `STALL_KINDS`.
@@ -65,7 +65,7 @@ pub struct Window {
 #[derive(Default)]
 pub struct Merged {
     pub kinds: [Option<Bin>; STALL_KINDS.len()],
-    pub sites: HashMap<SiteKey, Bin>,
+    pub sites: SiteMap<Bin>,
 }
 
 impl Window {
@@ -104,7 +104,7 @@ impl Window {
                     Second {
                         t,
                         kinds: Default::default(),
-                        sites: HashMap::new(),
+                        sites: SiteMap::default(),
                     },
                 );
                 at

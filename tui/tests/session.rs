@@ -73,3 +73,66 @@ fn only_the_segments_of_the_chosen_session_are_followed() {
     let mut all = LocalSource::new(d.path().to_path_buf(), None, 10).with_session(None);
     assert_eq!(shown(&mut all).len(), 4);
 }
+
+fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
+    use syncspy_abi::{Api, Direction, Kind, Record};
+    for i in 0..n {
+        w.record(&Record {
+            kind: Kind::StreamSync,
+            api: Api::CudaStreamSynchronize,
+            direction: Direction::None,
+            flags: 0,
+            device: 0,
+            start_ns: 1_000 + i,
+            duration_ns: dur_ns,
+            bytes: 0,
+            stream: 0,
+            tid: 1,
+            site: 0,
+            result: 0,
+        });
+    }
+}
+
+/// (pid, stream-sync count since start or reset) of every process shown.
+fn counts(src: &mut LocalSource) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = src
+        .step()
+        .processes
+        .into_iter()
+        .map(|p| (p.pid, p.all.kinds.iter().map(|k| k.count).sum()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn forgetting_one_process_keeps_the_others_numbers_and_pid_limits_what_is_followed() {
+    let d = TempDir::new("forget");
+    let a = segment(d.path(), 4_100_001, 1, "a");
+    let b = segment(d.path(), 4_100_002, 1, "b");
+    let c = segment(d.path(), 4_100_003, 1, "c");
+    stall(&a, 3, 100);
+    stall(&b, 5, 100);
+    stall(&c, 7, 100);
+    let mut src = LocalSource::new(d.path().to_path_buf(), None, 10);
+    assert_eq!(
+        counts(&mut src),
+        vec![(4_100_001, 3), (4_100_002, 5), (4_100_003, 7)]
+    );
+
+    src.forget(4_100_002, 1000 + 4_100_002);
+    stall(&a, 1, 100);
+    stall(&c, 2, 100);
+    // The forgotten process is not opened again while its file exists; the others keep
+    // their own numbers (the monitor's per-process state stays with its process).
+    assert_eq!(counts(&mut src), vec![(4_100_001, 4), (4_100_003, 9)]);
+
+    // After a reset only what came later counts.
+    src.reset();
+    stall(&c, 1, 100);
+    assert_eq!(counts(&mut src), vec![(4_100_001, 0), (4_100_003, 1)]);
+
+    let mut one = LocalSource::new(d.path().to_path_buf(), Some(4_100_003), 10);
+    assert_eq!(counts(&mut one), vec![(4_100_003, 10)]);
+}
