@@ -28,4 +28,9 @@ pub trait Source: Send {
     fn reset(&mut self);
     /// Stops following a (dismissed, ended) process.
     fn forget(&mut self, pid: u32, start_ticks: u64);
+    /// Whether work that the next refreshes will show is still under way (call sites being
+    /// symbolized), so a one-shot `--print` can wait for it.
+    fn busy(&self) -> bool {
+        false
+    }
 }

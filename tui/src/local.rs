@@ -483,6 +483,10 @@ impl Source for LocalSource {
         }
     }
 
+    fn busy(&self) -> bool {
+        !self.sym.pending.is_empty()
+    }
+
     fn forget(&mut self, pid: u32, start_ticks: u64) {
         self.forget_where(|f, _| (f.agg.pid, f.agg.start_ticks) == (pid, start_ticks));
     }

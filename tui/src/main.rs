@@ -42,6 +42,17 @@ struct Args {
     /// Start with the "since start" view instead of the last N seconds.
     #[arg(long)]
     all: bool,
+    /// Do not open the interactive screen: follow for --after seconds, print one screen as
+    /// plain text to stdout and exit (for logs, bug reports, a non-interactive ssh).
+    #[arg(long)]
+    print: bool,
+    /// With --print: seconds to follow before printing (0..=3600).
+    #[arg(long, value_name = "SECS", default_value_t = 3, requires = "print",
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    after: u64,
+    /// With --print: screen size as COLSxROWS [default: the terminal's size, or 120x40].
+    #[arg(long, value_name = "COLSxROWS", requires = "print", value_parser = parse_size)]
+    size: Option<(u16, u16)>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,7 +82,35 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let color = use_color(args.no_color, std::env::var_os("NO_COLOR").as_deref());
+    let interval = Duration::from_millis(args.interval_ms);
+    if args.print {
+        // Plain text: no colors whatever the environment says.
+        let mut app = App::new(args.ascii).with_color(false);
+        app.recent = !args.all;
+        let size = args
+            .size
+            .or_else(|| crossterm::terminal::size().ok())
+            .unwrap_or((120, 40));
+        let after = Duration::from_secs(args.after);
+        print!(
+            "{}",
+            syncspy_tui::term::print_screen(source, app, interval, after, size)
+        );
+        return Ok(());
+    }
     let mut app = App::new(args.ascii).with_color(color);
     app.recent = !args.all;
-    syncspy_tui::term::run(source, app, Duration::from_millis(args.interval_ms))
+    syncspy_tui::term::run(source, app, interval)
+}
+
+/// `COLSxROWS`, e.g. `120x40`; at least 40x10 (the smallest readable screen).
+fn parse_size(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("{s:?} is not COLSxROWS (e.g. 120x40)");
+    let (c, r) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let cols: u16 = c.trim().parse().map_err(|_| bad())?;
+    let rows: u16 = r.trim().parse().map_err(|_| bad())?;
+    if !(40..=1000).contains(&cols) || !(10..=1000).contains(&rows) {
+        return Err(format!("{s}: columns must be 40..=1000 and rows 10..=1000"));
+    }
+    Ok((cols, rows))
 }

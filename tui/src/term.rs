@@ -150,3 +150,30 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
     drop(guard);
     Ok(())
 }
+
+/// Longest `print_screen` waits, after `after`, for call sites still being symbolized.
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// Follows for `after`, refreshing every `interval` (so the "last N seconds" rates have
+/// data), then returns one screen of `width` x `height` as plain text. Waits up to 15 s more
+/// for call sites still being symbolized.
+pub fn print_screen(
+    mut source: Box<dyn Source>,
+    mut app: App,
+    interval: Duration,
+    after: Duration,
+    (width, height): (u16, u16),
+) -> String {
+    let started = Instant::now();
+    loop {
+        let step = Instant::now();
+        app.update(Action::Data(Box::new(source.step())));
+        let elapsed = started.elapsed();
+        let settled = !source.busy() || elapsed >= after + SETTLE;
+        if elapsed >= after && settled {
+            break;
+        }
+        std::thread::sleep(interval.saturating_sub(step.elapsed()));
+    }
+    crate::ui::screen_text(&app, width, height)
+}

@@ -129,8 +129,15 @@ impl App {
     fn header(&self) -> Line<'_> {
         let procs = self.processes();
         let running = procs.iter().filter(|p| !p.state.ended()).count();
-        let ev: f64 = procs.iter().filter_map(|p| p.events_per_s).sum();
-        let stall: f64 = procs.iter().filter_map(|p| p.stall_per_s).sum();
+        // A fold from +0.0: `f64::sum` of nothing is -0.0, which would print as "-0.0".
+        let ev = procs
+            .iter()
+            .filter_map(|p| p.events_per_s)
+            .fold(0.0, |a, b| a + b);
+        let stall = procs
+            .iter()
+            .filter_map(|p| p.stall_per_s)
+            .fold(0.0, |a, b| a + b);
         let dropped: u64 = procs.iter().map(|p| p.dropped).sum();
         // Alarms first, so a narrow terminal still shows them.
         let mut spans = vec![Span::styled("syncspy-top", bold())];
@@ -688,4 +695,22 @@ impl Widget for &App {
             self.render_help(area, buf);
         }
     }
+}
+
+/// The screen as plain text, `width` x `height` cells, one line per row with trailing spaces
+/// trimmed: what `syncspy-top --print` writes.
+pub fn screen_text(app: &App, width: u16, height: u16) -> String {
+    let area = Rect::new(0, 0, width, height);
+    let mut buf = Buffer::empty(area);
+    app.render(area, &mut buf);
+    let mut out = String::new();
+    for y in 0..height {
+        let mut line = String::new();
+        for x in 0..width {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }

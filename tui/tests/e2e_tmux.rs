@@ -1,7 +1,8 @@
 //! End to end: a `cudacalls` scenario runs on the simulated CUDA runtime under
 //! `syncspy run --sim`, `syncspy-top` runs in a real pseudo-terminal (a private tmux server),
 //! and the screen must show the process, its stall kinds and its top call site; `q` must end
-//! the monitor. Needs `cargo build --workspace` first (for `syncspy`, `cudacalls` and the
+//! the monitor. `syncspy-top --print` must write the same screen as plain text without a
+//! terminal. Needs `cargo build --workspace` first (for `syncspy`, `cudacalls` and the
 //! libraries) and tmux.
 
 use std::path::{Path, PathBuf};
@@ -44,12 +45,9 @@ fn capture(socket: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn monitor_in_a_real_terminal_shows_process_kinds_and_top_site() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("tmux is not installed: skipping the pseudo-terminal test");
-        return;
-    }
+/// Starts the scenario under `syncspy run --sim` in a private segment folder: 3 ms of stream
+/// work then a wait for it, and a pageable copy, for minutes unless killed.
+fn start_scenario(tag: &str) -> (PathBuf, Child) {
     let t = target_dir();
     for need in ["syncspy", "cudacalls", "libsyncspy.so", "libsimcudart.so"] {
         assert!(
@@ -63,34 +61,90 @@ fn monitor_in_a_real_terminal_shows_process_kinds_and_top_site() {
     } else {
         std::env::temp_dir()
     };
-    let dir = base.join(format!("syncspy-top-e2e-{}", std::process::id()));
+    let dir = base.join(format!("syncspy-top-e2e-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let child = Command::new(t.join("syncspy"))
+        .args(["run", "--sim", "--"])
+        .arg(t.join("cudacalls"))
+        .args([
+            "--iters",
+            "100000",
+            "busy=s1:3000",
+            "sync=s1",
+            "async=d2h:4096:pageable:s1",
+        ])
+        .env("SYNCSPY_DIR", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (dir, child)
+}
+
+#[test]
+fn print_mode_writes_one_screen_without_a_terminal() {
+    let (dir, scenario) = start_scenario("print");
+    let _cleanup = Cleanup {
+        scenario: Some(scenario),
+        socket: format!("syncspy-top-e2e-unused-{}", std::process::id()),
+        dir: dir.clone(),
+    };
+    // Wait for the segment, so the 2 s of --after see the process from their start.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(&dir).unwrap().count() == 0 {
+        assert!(Instant::now() < deadline, "no segment appeared in {dir:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_syncspy-top"))
+        .args(["--print", "--after", "2", "--size", "100x30"])
+        .env("SYNCSPY_DIR", &dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let screen = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(screen.lines().count(), 30, "{screen}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 100), "{screen}");
+    assert!(
+        !screen.contains('\x1b'),
+        "escape sequences in plain text:\n{screen}"
+    );
+    let row = screen
+        .lines()
+        .find(|l| l.contains("cudacalls") && l.contains("running"))
+        .unwrap_or_else(|| panic!("no process row:\n{screen}"));
+    assert!(row.contains("ms/s"), "{row}\n{screen}");
+    assert!(screen.contains("stream_sync") && screen.contains("memcpy_pageable"));
+    // The top site, symbolized (print waits for the symbolizer), is the 3 ms stream wait.
+    let top = screen.lines().find(|l| l.contains("│1 ")).unwrap_or("");
+    assert!(
+        top.contains("stream") && top.contains("cudacalls.rs:"),
+        "{top}\n{screen}"
+    );
+
+    // Bad sizes are refused with a clear message.
+    let bad = Command::new(env!("CARGO_BIN_EXE_syncspy-top"))
+        .args(["--print", "--size", "12"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("COLSxROWS"));
+}
+
+#[test]
+fn monitor_in_a_real_terminal_shows_process_kinds_and_top_site() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("tmux is not installed: skipping the pseudo-terminal test");
+        return;
+    }
     let socket = format!("syncspy-top-e2e-{}", std::process::id());
-    let mut cleanup = Cleanup {
-        scenario: None,
+    let (dir, scenario) = start_scenario("tmux");
+    let _cleanup = Cleanup {
+        scenario: Some(scenario),
         socket: socket.clone(),
         dir: dir.clone(),
     };
-
-    // 3 ms of stream work then a wait for it, and a pageable copy: for minutes unless killed.
-    cleanup.scenario = Some(
-        Command::new(t.join("syncspy"))
-            .args(["run", "--sim", "--"])
-            .arg(t.join("cudacalls"))
-            .args([
-                "--iters",
-                "100000",
-                "busy=s1:3000",
-                "sync=s1",
-                "async=d2h:4096:pageable:s1",
-            ])
-            .env("SYNCSPY_DIR", &dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
 
     let top = format!(
         "env SYNCSPY_DIR={} TERM=xterm-256color {}",

@@ -165,6 +165,18 @@ fn app_with(s: Snapshot) -> App {
     app
 }
 
+#[test]
+fn print_text_is_the_screen_without_trailing_spaces() {
+    let app = app_with(snapshot());
+    let text = syncspy_tui::ui::screen_text(&app, 100, 30);
+    let drawn = screen(&app, 100, 30);
+    assert_eq!(text.lines().count(), 30);
+    for (t, d) in text.lines().zip(drawn.lines()) {
+        assert_eq!(t, d.trim_end());
+    }
+    assert!(text.contains("python3 train.py"), "{text}");
+}
+
 fn screen(app: &App, w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
     t.draw(|f| f.render_widget(app, f.area())).unwrap();
@@ -274,6 +286,12 @@ fn tiny_and_empty_screens_do_not_panic() {
     let app = App::new(false);
     let s = screen(&app, 80, 24);
     assert!(s.contains("No instrumented process yet"), "{s}");
+    // Rates of no process are zero, not "-0.0" (the sum of no f64 is -0.0).
+    assert!(
+        line_with(&s, "proc (0 running)").contains(" 0.0 ev/s"),
+        "{s}"
+    );
+    assert!(!s.contains("-0"), "{s}");
     let app = app_with(snapshot());
     for (w, h) in [(1, 1), (10, 5), (40, 10), (80, 8), (300, 100)] {
         screen(&app, w, h);
