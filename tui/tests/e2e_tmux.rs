@@ -4,6 +4,7 @@
 //! the monitor. `syncspy-top --print` must write the same screen as plain text without a
 //! terminal. Needs `cargo build --workspace` first (for `syncspy`, `cudacalls` and the
 //! libraries) and tmux.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
