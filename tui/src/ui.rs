@@ -601,15 +601,43 @@ impl App {
 }
 
 /// `symbol (/long/path/file.rs:12)` as `file.rs:12 symbol`: the line first, so narrow
-/// terminals still tell sites apart.
+/// terminals still tell sites apart; `symbol(args) (/path/libx.so)` as `symbol (libx.so)`.
 pub fn short_location(loc: &str) -> String {
     if let Some(open) = loc.rfind(" (") {
         if let Some(inner) = loc[open + 2..].strip_suffix(')') {
             let file = inner.rsplit('/').next().unwrap_or(inner);
-            return format!("{file} {}", &loc[..open]);
+            let func = &loc[..open];
+            // A source line leads; a bare module (no debug info) follows the function, whose
+            // name matters more, without its parameter list.
+            let has_line = file
+                .rsplit_once(':')
+                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            return if has_line {
+                format!("{file} {func}")
+            } else {
+                format!("{} ({file})", compact_symbol(func))
+            };
         }
     }
     loc.to_string()
+}
+
+/// A C++ symbol without its parameter list and what follows it:
+/// `at::native::copy_kernel_cuda(at::TensorIterator&, bool)` becomes
+/// `at::native::copy_kernel_cuda`; `(anonymous namespace)` is kept.
+pub fn compact_symbol(sym: &str) -> &str {
+    const ANON: &str = "(anonymous namespace)";
+    let mut i = 0;
+    while let Some(p) = sym[i..].find('(') {
+        let at = i + p;
+        if sym[at..].starts_with(ANON) {
+            i = at + ANON.len();
+            continue;
+        }
+        let head = sym[..at].trim_end();
+        return if head.is_empty() { sym } else { head };
+    }
+    sym
 }
 
 /// Cuts `spans` into rows of at most `width` columns, rows after the first indented by

@@ -529,3 +529,32 @@ fn no_color_comes_from_the_flag_or_a_non_empty_no_color() {
     assert!(!use_color(true, None));
     assert!(App::new(false).color);
 }
+
+#[test]
+fn locations_lead_with_the_source_line_or_the_function() {
+    use syncspy_tui::ui::{compact_symbol, short_location};
+    assert_eq!(
+        short_location("pin_buffer (/src/data.cc:7)"),
+        "data.cc:7 pin_buffer"
+    );
+    assert_eq!(
+        short_location(
+            "at::native::copy_kernel_cuda(at::TensorIterator&, bool) (/opt/torch/lib/libtorch_cuda.so)"
+        ),
+        "at::native::copy_kernel_cuda (libtorch_cuda.so)"
+    );
+    assert_eq!(
+        compact_symbol("at::cuda::(anonymous namespace)::HostAllocator::allocate(unsigned long)"),
+        "at::cuda::(anonymous namespace)::HostAllocator::allocate"
+    );
+    assert_eq!(
+        compact_symbol("at::native::_local_scalar_dense_cuda(at::Tensor const&)::{lambda()#1}"),
+        "at::native::_local_scalar_dense_cuda"
+    );
+    assert_eq!(compact_symbol("(weird)"), "(weird)");
+    assert_eq!(
+        short_location("site 7 (symbolizing...)"),
+        "site 7 (symbolizing...)"
+    );
+    assert_eq!(short_location("(no stack captured)"), "(no stack captured)");
+}
