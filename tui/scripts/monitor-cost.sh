@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-10}
-T=target/release
+T=${T:-target/release} # the folder of the built binaries (.gpu on the GPU machine)
 TOP=${TOP:-$T/syncspy-top}
 for f in syncspy syncspy-top cudacalls libsyncspy.so libsimcudart.so; do
   [ -e "$T/$f" ] || { echo "missing $T/$f: cargo build --release --workspace" >&2; exit 2; }
