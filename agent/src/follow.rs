@@ -31,6 +31,9 @@ pub struct Followed {
     /// Inode of the file when it was opened: a later file under the same name (the process
     /// exec'd and the library created its segment again) is a different segment.
     pub ino: u64,
+    /// The file's size when it was found truncated (its reader is then frozen), and whether
+    /// that was reported.
+    truncated: Option<(u64, bool)>,
 }
 
 impl Followed {
@@ -41,6 +44,18 @@ impl Followed {
 
     /// Drains the ring into the aggregate, handing each record to `sink` as well.
     fn poll(&mut self, patience: u32, sink: &mut dyn FnMut(&Record)) -> u64 {
+        if self.reader.frozen() {
+            return 0;
+        }
+        if !self.reader.intact() {
+            // Someone truncated the file: reading on would fault. Keep what was read.
+            self.truncated = Some((self.reader.file_size(), false));
+            self.reader.freeze();
+            if self.agg.gone_ns.is_none() && !matches!(self.agg.live.state, ProcState::Exited(_)) {
+                self.agg.gone_ns = Some(monotonic_ns());
+            }
+            return 0;
+        }
         let mut delivered = 0;
         loop {
             let agg = &mut self.agg;
@@ -193,6 +208,7 @@ impl Follower {
                             cursor: Cursor::from_start(),
                             agg,
                             ino: entry.ino(),
+                            truncated: None,
                         });
                         new += 1;
                         Seen::Followed
@@ -235,7 +251,24 @@ impl Follower {
         for (i, f) in self.followed.iter_mut().enumerate() {
             n += f.poll(PATIENCE, &mut sink_for(i, &mut self.trace, &mut sink));
         }
+        self.report_truncated();
         n
+    }
+
+    /// Reports, once each, segments found truncated while followed.
+    fn report_truncated(&mut self) {
+        for f in &mut self.followed {
+            if let Some((size, reported @ false)) = &mut f.truncated {
+                *reported = true;
+                self.problems.push(SegmentProblem {
+                    path: f.reader.path().to_path_buf(),
+                    error: format!(
+                        "the file was truncated to {size} bytes while followed; its numbers \
+                         stop at the last read (nothing may write to or truncate a segment)"
+                    ),
+                });
+            }
+        }
     }
 
     /// The last drain: everything the rings still hold. Slots of ended processes that were
@@ -250,6 +283,7 @@ impl Follower {
             n += f.poll(PATIENCE, &mut sink);
             n += f.poll(if f.ended() { 0 } else { PATIENCE }, &mut sink);
         }
+        self.report_truncated();
         n
     }
 
@@ -448,6 +482,58 @@ mod tests {
         }
         assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_segment_truncated_while_followed_is_frozen_not_a_crash() {
+        let dir = TempDir::new("follow-truncated");
+        let w = SegmentWriter::create(dir.path(), &params(21, 7, 64)).unwrap();
+        let site = w.intern_site(&[0x1000, 0x2000]).unwrap();
+        for _ in 0..3 {
+            w.record(&rec(
+                Kind::StreamSync,
+                Api::CudaStreamSynchronize,
+                50,
+                0,
+                site,
+            ));
+        }
+        let mut f = Follower::new(dir.path(), Some(7));
+        f.scan().unwrap();
+        assert_eq!(f.poll(), 3);
+        assert!(f.processes()[0].reader.intact());
+
+        // Someone truncates the file: reading the ring, the site table or the header past
+        // the new end would fault (SIGBUS) and kill the follower.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(w.path())
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        // The writer's own mapping now ends early too; it must not be touched again.
+        w.leak();
+        assert_eq!(f.poll(), 0);
+        assert_eq!(f.final_drain(), 0);
+        let p = &f.processes()[0];
+        assert!(p.reader.frozen());
+        assert_eq!(p.agg.delivered, 3, "what was read before is kept");
+        assert_eq!(p.agg.live.kind(Kind::StreamSync).count, 3);
+        assert_eq!(p.agg.lifecycle(), crate::aggregate::Lifecycle::Gone);
+        assert_eq!(p.reader.site(site), None);
+        assert!(p.reader.modules().is_empty());
+        let problems: Vec<String> = f.problems().iter().map(|p| p.to_string()).collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("truncated to 4096 bytes"),
+            "{problems:?}"
+        );
+        // A report of it (which reads sites and modules to symbolize) is built as usual.
+        let mut sym = crate::symbolize::Symbolizer::new();
+        let r = crate::report::process_report(p, &mut sym, monotonic_ns());
+        assert_eq!(r.kinds["stream_sync"].count, 3);
+        assert_eq!(f.poll(), 0);
+        assert_eq!(f.problems().len(), 1, "reported once");
     }
 
     #[test]

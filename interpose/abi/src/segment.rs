@@ -7,6 +7,7 @@
 //! or corrupt file is an `OpenError`, never an out-of-bounds read.
 
 use std::ffi::CString;
+use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -492,27 +493,25 @@ pub struct SegmentReader {
     v: Views,
     ident: Ident,
     path: PathBuf,
+    /// Kept open to check the file's size (`intact`).
+    file: std::fs::File,
+    frozen: bool,
 }
 
 impl SegmentReader {
     /// Maps and validates a segment.
     pub fn open(path: &Path) -> Result<SegmentReader, OpenError> {
         let c = cpath(path)?;
-        // SAFETY: plain syscalls; every result is checked; the mapping is read-only.
-        let map = unsafe {
+        // SAFETY: plain syscalls; every result is checked; the mapping is read-only. The fd is
+        // owned by `file` at once, so every path closes it.
+        let (file, map) = unsafe {
             let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(fd, &mut st) != 0 {
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                return Err(e.into());
-            }
-            let size = st.st_size as u64;
+            let file = std::fs::File::from_raw_fd(fd);
+            let size = file.metadata()?.len();
             if size < HEADER_RESERVED as u64 {
-                libc::close(fd);
                 if size >= 8 {
                     // Short but perhaps ours: say which.
                     return Err(OpenError::Truncated {
@@ -530,14 +529,14 @@ impl SegmentReader {
                 fd,
                 0,
             );
-            libc::close(fd);
             if ptr == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error().into());
             }
-            Mapping {
+            let map = Mapping {
                 ptr: ptr.cast(),
                 len: size as usize,
-            }
+            };
+            (file, map)
         };
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
@@ -547,7 +546,56 @@ impl SegmentReader {
             v,
             ident,
             path: path.to_path_buf(),
+            file,
+            frozen: false,
         })
+    }
+
+    /// Whether the file still covers the whole mapping. Reading a mapped page past the end of
+    /// a file that someone truncated faults (SIGBUS), so followers check this before each
+    /// poll and `freeze` a reader that is not intact. (A truncation between the check and the
+    /// reads of that one poll is not caught.)
+    pub fn intact(&self) -> bool {
+        self.frozen
+            || self
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() >= self.v.map.len as u64)
+    }
+
+    /// The file's current size, in bytes (0 when it cannot be read).
+    pub fn file_size(&self) -> u64 {
+        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Replaces the mapping with private zero-filled memory of the same size: every later
+    /// read sees an empty segment (no records, sites or modules; counters and state 0)
+    /// instead of faulting. For a segment found truncated; keep what was read before.
+    pub fn freeze(&mut self) {
+        if self.frozen {
+            return;
+        }
+        // SAFETY: replaces exactly our own mapping (same address and length) with anonymous
+        // memory; no reference into it outlives a call on `self`, which is borrowed mutably.
+        let p = unsafe {
+            libc::mmap(
+                self.v.map.ptr.cast(),
+                self.v.map.len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        // On failure the file mapping stays; it is then simply not read again (callers stop
+        // polling a frozen reader), and munmap on drop is still right.
+        let _ = p;
+        self.frozen = true;
+    }
+
+    /// Whether `freeze` was called.
+    pub fn frozen(&self) -> bool {
+        self.frozen
     }
 
     pub fn path(&self) -> &Path {
@@ -586,6 +634,9 @@ impl SegmentReader {
         patience: u32,
         sink: impl FnMut(Result<Record, RecordError>),
     ) -> PollStats {
+        if self.frozen {
+            return PollStats::default();
+        }
         ring::poll(
             self.v.live(),
             self.v.slots(),
@@ -598,10 +649,16 @@ impl SegmentReader {
 
     /// The stack of call site `id`, innermost frame first.
     pub fn site(&self, id: u32) -> Option<Vec<u64>> {
+        if self.frozen {
+            return None;
+        }
         sites::read(self.v.sites(), id)
     }
 
     pub fn modules(&self) -> Vec<Module> {
+        if self.frozen {
+            return Vec::new();
+        }
         modules::read_all(self.v.live(), self.v.modules())
     }
 
