@@ -11,7 +11,16 @@ use syncspy_tui::Source;
 /// The live monitor of syncspy: which processes wait for their GPU, how long, how often,
 /// and which code is to blame.
 #[derive(Parser, Debug)]
-#[command(name = "syncspy-top", version)]
+#[command(
+    name = "syncspy-top",
+    version,
+    after_help = "Keys: Tab pane, arrows or j/k move, Enter stack (scrolls; Esc closes), s sort, \
+w window (last N s / since start), p pause, r reset, / filter sites, d dismiss an ended \
+process, ? help, q quit.\n\
+Environment: SYNCSPY_DIR (where segments are, default /dev/shm), NO_COLOR (no colors).\n\
+Start a job with `syncspy run --tui -- CMD`, or LD_PRELOAD=libsyncspy.so CMD and then \
+syncspy-top."
+)]
 struct Args {
     /// Follow only this process.
     #[arg(long)]
