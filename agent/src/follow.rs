@@ -20,6 +20,8 @@ use crate::trace::TraceSink;
 /// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
 /// (a writer is between claim and publish for microseconds; at ~50 ms a poll this is ample).
 pub const PATIENCE: u32 = 4;
+/// Problems a follower keeps (the oldest beyond this are dropped).
+pub const MAX_PROBLEMS: usize = 256;
 /// Records taken from one ring per poll, so one busy process cannot starve the others.
 pub const POLL_BUDGET: usize = 1 << 20;
 
@@ -223,7 +225,7 @@ impl Follower {
                     Seen::Ignored
                 }
                 Err(e) => {
-                    self.problems.push(SegmentProblem {
+                    self.push_problem(SegmentProblem {
                         path,
                         error: describe_open_error(&e),
                     });
@@ -257,10 +259,11 @@ impl Follower {
 
     /// Reports, once each, segments found truncated while followed.
     fn report_truncated(&mut self) {
+        let mut found = Vec::new();
         for f in &mut self.followed {
             if let Some((size, reported @ false)) = &mut f.truncated {
                 *reported = true;
-                self.problems.push(SegmentProblem {
+                found.push(SegmentProblem {
                     path: f.reader.path().to_path_buf(),
                     error: format!(
                         "the file was truncated to {size} bytes while followed; its numbers \
@@ -268,6 +271,20 @@ impl Follower {
                     ),
                 });
             }
+        }
+        for p in found {
+            self.push_problem(p);
+        }
+    }
+
+    /// Keeps a problem; only the latest `MAX_PROBLEMS` are kept, so a long-lived follower
+    /// does not grow with every bad file it ever met.
+    fn push_problem(&mut self, p: SegmentProblem) {
+        self.problems.push(p);
+        if self.problems.len() > MAX_PROBLEMS {
+            let cut = self.problems.len() - MAX_PROBLEMS;
+            self.problems.drain(..cut);
+            self.problems_taken = self.problems_taken.saturating_sub(cut);
         }
     }
 

@@ -331,7 +331,22 @@ impl App {
             Action::Data(s) => {
                 self.refreshes += 1;
                 if !self.paused {
+                    // The selected site keeps its selection (and its open stack) while
+                    // the ranking changes; an open stack whose site left the view closes.
+                    let key = self
+                        .selected_site()
+                        .map(|r| (r.site_id, r.kind, r.api.clone()));
                     self.snapshot = *s;
+                    if let Some((id, kind, api)) = key {
+                        let at = self
+                            .sites()
+                            .iter()
+                            .position(|r| r.key() == (id, kind, api.as_str()));
+                        match at {
+                            Some(i) => self.site_sel = i,
+                            None => self.detail = false,
+                        }
+                    }
                 }
             }
             Action::Up => self.move_by(-1),

@@ -193,6 +193,8 @@ impl LocalSource {
 
     /// Follows only the segments whose `Ident::session` is `session` (`None`: every one).
     pub fn with_session(self, session: Option<u64>) -> LocalSource {
+        // The follower is replaced: only before the first step, while nothing is followed.
+        debug_assert!(self.extras.is_empty(), "with_session after a step");
         let follower = Follower::new(self.follower.dir(), session).with_pid(self.follower.pid());
         LocalSource { follower, ..self }
     }

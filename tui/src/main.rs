@@ -96,9 +96,11 @@ fn main() -> anyhow::Result<()> {
         // Plain text: no colors whatever the environment says.
         let mut app = App::new(args.ascii).with_color(false);
         app.recent = !args.all;
+        // A pseudo-terminal may report 0x0: below 40x10 nothing is readable.
         let size = args
             .size
             .or_else(|| crossterm::terminal::size().ok())
+            .filter(|&(c, r)| c >= 40 && r >= 10)
             .unwrap_or((120, 40));
         let after = Duration::from_secs(args.after);
         print!(

@@ -141,6 +141,11 @@ pub struct SiteRow {
 }
 
 impl SiteRow {
+    /// What identifies a site across refreshes (its rank and numbers change).
+    pub fn key(&self) -> (u32, Kind, &str) {
+        (self.site_id, self.kind, &self.api)
+    }
+
     /// Whether `needle` (lower case) appears in anything the user sees of this site.
     pub fn matches(&self, needle: &str) -> bool {
         needle.is_empty()

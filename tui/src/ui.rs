@@ -10,6 +10,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::border;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
+use unicode_width::UnicodeWidthStr;
 
 use crate::app::{App, Pane, StackView};
 use crate::loghist::BAR_CELLS;
@@ -624,18 +625,42 @@ pub fn short_location(loc: &str) -> String {
 
 /// A C++ symbol without its parameter list and what follows it:
 /// `at::native::copy_kernel_cuda(at::TensorIterator&, bool)` becomes
-/// `at::native::copy_kernel_cuda`; `(anonymous namespace)` is kept.
+/// `at::native::copy_kernel_cuda`. The list is the first `(` outside template brackets that
+/// is not part of `(anonymous namespace)` or an operator's name (`operator()`, `operator<`).
 pub fn compact_symbol(sym: &str) -> &str {
-    const ANON: &str = "(anonymous namespace)";
-    let mut i = 0;
-    while let Some(p) = sym[i..].find('(') {
-        let at = i + p;
-        if sym[at..].starts_with(ANON) {
-            i = at + ANON.len();
+    const ANON: &[u8] = b"(anonymous namespace)";
+    const OPERATOR: &[u8] = b"operator";
+    let b = sym.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let (mut i, mut depth) = (0, 0usize);
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(ANON) {
+            i += ANON.len();
             continue;
         }
-        let head = sym[..at].trim_end();
-        return if head.is_empty() { sym } else { head };
+        if rest.starts_with(OPERATOR) && (i == 0 || !ident(b[i - 1])) {
+            i += OPERATOR.len();
+            if b[i..].starts_with(b"()") {
+                i += 2;
+            } else {
+                while i < b.len() && b"<>=!+-*/%^&|~[],".contains(&b[i]) {
+                    i += 1;
+                }
+            }
+            continue;
+        }
+        match b[i] {
+            b'<' => depth += 1,
+            b'>' => depth = depth.saturating_sub(1),
+            b'(' if depth == 0 => {
+                // `i` is at an ASCII byte, so a char boundary.
+                let head = sym[..i].trim_end();
+                return if head.is_empty() { sym } else { head };
+            }
+            _ => {}
+        }
+        i += 1;
     }
     sym
 }
@@ -734,8 +759,16 @@ pub fn screen_text(app: &App, width: u16, height: u16) -> String {
     let mut out = String::new();
     for y in 0..height {
         let mut line = String::new();
+        // A double-width character covers the next cell, which holds a filler: skip it.
+        let mut covered = 0;
         for x in 0..width {
-            line.push_str(buf[(x, y)].symbol());
+            let sym = buf[(x, y)].symbol();
+            if covered > 0 {
+                covered -= 1;
+                continue;
+            }
+            line.push_str(sym);
+            covered = sym.width().saturating_sub(1);
         }
         out.push_str(line.trim_end());
         out.push('\n');

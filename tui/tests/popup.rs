@@ -266,3 +266,44 @@ fn tiny_terminals_and_empty_stacks_do_not_panic() {
     assert!(s.contains("symbolizing..."), "{s}");
     assert!(!s.contains("frames"), "{s}");
 }
+
+/// The snapshot with a second site, `other`, ranked first or second.
+fn two_sites(other_first: bool) -> Snapshot {
+    let mut s = snapshot(frames(3));
+    let p = &mut s.processes[0];
+    let mut other = p.all.sites[0].clone();
+    other.site_id = 10;
+    other.frames = vec!["other_fn (/src/o.cc:1)".into()];
+    for scope in [Some(&mut p.all), p.recent.as_mut()].into_iter().flatten() {
+        if other_first {
+            scope.sites.insert(0, other.clone());
+        } else {
+            scope.sites.push(other.clone());
+        }
+    }
+    s
+}
+
+#[test]
+fn the_open_stack_stays_with_its_site_when_the_ranking_changes() {
+    let mut app = App::new(false);
+    app.update(Action::Data(Box::new(two_sites(false))));
+    app.focus = Pane::Sites;
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.selected_site().map(|s| s.site_id), Some(9));
+    // Next refresh: the other site now ranks first; the popup still shows site 9.
+    app.update(Action::Data(Box::new(two_sites(true))));
+    assert!(app.detail);
+    assert_eq!(app.selected_site().map(|s| s.site_id), Some(9));
+    let text = screen(&app, 100, 30);
+    assert!(text.contains("Stack of site 9"), "{text}");
+    assert!(!text.contains("other_fn"), "{text}");
+    // Site 9 leaves the view: the popup closes rather than show another site's stack.
+    let mut gone = two_sites(true);
+    let p = &mut gone.processes[0];
+    for scope in [Some(&mut p.all), p.recent.as_mut()].into_iter().flatten() {
+        scope.sites.retain(|s| s.site_id != 9);
+    }
+    app.update(Action::Data(Box::new(gone)));
+    assert!(!app.detail);
+}

@@ -558,3 +558,45 @@ fn locations_lead_with_the_source_line_or_the_function() {
     );
     assert_eq!(short_location("(no stack captured)"), "(no stack captured)");
 }
+
+#[test]
+fn compact_symbols_keep_templates_and_operators_whole() {
+    use syncspy_tui::ui::compact_symbol;
+    assert_eq!(
+        compact_symbol("std::_Function_handler<void (), Lambda>::_M_invoke(std::_Any_data const&)"),
+        "std::_Function_handler<void (), Lambda>::_M_invoke"
+    );
+    assert_eq!(
+        compact_symbol("c10::function_ref<void (char**, long)>::callback_fn<L>(long, char**)"),
+        "c10::function_ref<void (char**, long)>::callback_fn<L>"
+    );
+    assert_eq!(
+        compact_symbol("Foo::operator()(int) const"),
+        "Foo::operator()"
+    );
+    assert_eq!(
+        compact_symbol("Foo::operator<(Foo const&)"),
+        "Foo::operator<"
+    );
+    assert_eq!(compact_symbol("operator<<(std::ostream&, X)"), "operator<<");
+    assert_eq!(compact_symbol("my_operator(int)"), "my_operator");
+    assert_eq!(compact_symbol("plain_c_function"), "plain_c_function");
+    assert_eq!(compact_symbol("ünïcode::fn(int)"), "ünïcode::fn");
+}
+
+#[test]
+fn print_text_counts_wide_characters_once() {
+    let mut s = snapshot();
+    s.processes[0].command = "python3 训练.py".into();
+    let app = app_with(s);
+    let text = syncspy_tui::ui::screen_text(&app, 80, 24);
+    let row = text
+        .lines()
+        .find(|l| l.contains("训练"))
+        .unwrap_or_default();
+    assert!(row.contains("python3 训练.py"), "{row}");
+    use unicode_width::UnicodeWidthStr;
+    for l in text.lines() {
+        assert!(l.width() <= 80, "{l:?} is {} columns", l.width());
+    }
+}

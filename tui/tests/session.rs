@@ -74,8 +74,10 @@ fn only_the_segments_of_the_chosen_session_are_followed() {
     assert_eq!(shown(&mut all).len(), 4);
 }
 
+/// `n` stream-sync records that end now (so they count in the "last N seconds" window).
 fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
     use syncspy_abi::{Api, Direction, Kind, Record};
+    let now = syncspy_agent::aggregate::monotonic_ns();
     for i in 0..n {
         w.record(&Record {
             kind: Kind::StreamSync,
@@ -83,7 +85,7 @@ fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
             direction: Direction::None,
             flags: 0,
             device: 0,
-            start_ns: 1_000 + i,
+            start_ns: now - dur_ns - i,
             duration_ns: dur_ns,
             bytes: 0,
             stream: 0,
@@ -94,13 +96,21 @@ fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
     }
 }
 
-/// (pid, stream-sync count since start or reset) of every process shown.
-fn counts(src: &mut LocalSource) -> Vec<(u32, u64)> {
-    let mut v: Vec<(u32, u64)> = src
+/// (pid, stall count since start or reset, stall count in the recent window) of every
+/// process shown. The first comes from the segment's header, the second from the monitor's
+/// own per-process window: both must stay with their process.
+fn counts(src: &mut LocalSource) -> Vec<(u32, u64, u64)> {
+    let mut v: Vec<(u32, u64, u64)> = src
         .step()
         .processes
         .into_iter()
-        .map(|p| (p.pid, p.all.kinds.iter().map(|k| k.count).sum()))
+        .map(|p| {
+            let recent = p
+                .recent
+                .as_ref()
+                .map_or(0, |r| r.kinds.iter().map(|k| k.count).sum());
+            (p.pid, p.all.kinds.iter().map(|k| k.count).sum(), recent)
+        })
         .collect();
     v.sort();
     v
@@ -118,7 +128,7 @@ fn forgetting_one_process_keeps_the_others_numbers_and_pid_limits_what_is_follow
     let mut src = LocalSource::new(d.path().to_path_buf(), None, 10);
     assert_eq!(
         counts(&mut src),
-        vec![(4_100_001, 3), (4_100_002, 5), (4_100_003, 7)]
+        vec![(4_100_001, 3, 3), (4_100_002, 5, 5), (4_100_003, 7, 7)]
     );
 
     src.forget(4_100_002, 1000 + 4_100_002);
@@ -126,13 +136,13 @@ fn forgetting_one_process_keeps_the_others_numbers_and_pid_limits_what_is_follow
     stall(&c, 2, 100);
     // The forgotten process is not opened again while its file exists; the others keep
     // their own numbers (the monitor's per-process state stays with its process).
-    assert_eq!(counts(&mut src), vec![(4_100_001, 4), (4_100_003, 9)]);
+    assert_eq!(counts(&mut src), vec![(4_100_001, 4, 4), (4_100_003, 9, 9)]);
 
     // After a reset only what came later counts.
     src.reset();
     stall(&c, 1, 100);
-    assert_eq!(counts(&mut src), vec![(4_100_001, 0), (4_100_003, 1)]);
+    assert_eq!(counts(&mut src), vec![(4_100_001, 0, 0), (4_100_003, 1, 1)]);
 
     let mut one = LocalSource::new(d.path().to_path_buf(), Some(4_100_003), 10);
-    assert_eq!(counts(&mut one), vec![(4_100_003, 10)]);
+    assert_eq!(counts(&mut one), vec![(4_100_003, 10, 10)]);
 }

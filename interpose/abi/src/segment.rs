@@ -9,6 +9,7 @@
 use std::ffi::CString;
 use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -39,9 +40,16 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
 
 /// Whether process `pid` started at `start_ticks` exists and has not exited. A zombie
 /// (exited, not yet reaped by its parent) counts as ended: it will never write again.
+///
+/// Only a missing `/proc/<pid>` means gone: another error (no file descriptors left, say)
+/// answers "running", since a process wrongly taken for ended would be forgotten for good.
 pub fn process_running(pid: u32, start_ticks: u64) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
+    let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        // ESRCH: the process went away while being read.
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return false,
+        Err(_) => return true,
     };
     if parse_start_ticks(&stat) != Some(start_ticks) {
         return false;
@@ -488,13 +496,18 @@ pub enum ProcState {
     Unknown(u64),
 }
 
+/// What a frozen reader's `live` returns: every counter zero (`Live` is all atomics, for
+/// which all-zero bytes are valid).
+// SAFETY: see above.
+static FROZEN_LIVE: Live = unsafe { std::mem::zeroed() };
+
 /// A reader's handle on a segment; any number may follow one segment.
 pub struct SegmentReader {
     v: Views,
     ident: Ident,
     path: PathBuf,
-    /// Kept open to check the file's size (`intact`).
-    file: std::fs::File,
+    /// Device and inode of the file when it was opened (`intact`).
+    file_id: (u64, u64),
     frozen: bool,
 }
 
@@ -503,14 +516,15 @@ impl SegmentReader {
     pub fn open(path: &Path) -> Result<SegmentReader, OpenError> {
         let c = cpath(path)?;
         // SAFETY: plain syscalls; every result is checked; the mapping is read-only. The fd is
-        // owned by `file` at once, so every path closes it.
-        let (file, map) = unsafe {
+        // owned by `file` at once, so every path closes it; the mapping outlives it.
+        let (meta, map) = unsafe {
             let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
             let file = std::fs::File::from_raw_fd(fd);
-            let size = file.metadata()?.len();
+            let meta = file.metadata()?;
+            let size = meta.len();
             if size < HEADER_RESERVED as u64 {
                 if size >= 8 {
                     // Short but perhaps ours: say which.
@@ -536,7 +550,7 @@ impl SegmentReader {
                 ptr: ptr.cast(),
                 len: size as usize,
             };
-            (file, map)
+            (meta, map)
         };
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
@@ -546,50 +560,36 @@ impl SegmentReader {
             v,
             ident,
             path: path.to_path_buf(),
-            file,
+            file_id: (meta.dev(), meta.ino()),
             frozen: false,
         })
     }
 
     /// Whether the file still covers the whole mapping. Reading a mapped page past the end of
     /// a file that someone truncated faults (SIGBUS), so followers check this before each
-    /// poll and `freeze` a reader that is not intact. (A truncation between the check and the
-    /// reads of that one poll is not caught.)
+    /// poll and `freeze` a reader that is not intact; `site` and `modules` check it
+    /// themselves. The file is looked up by its path: removed or replaced under that name, it
+    /// can no longer be truncated through it and counts as intact. (A truncation between the
+    /// check and the reads that follow it is not caught.)
     pub fn intact(&self) -> bool {
-        self.frozen
-            || self
-                .file
-                .metadata()
-                .is_ok_and(|m| m.len() >= self.v.map.len as u64)
-    }
-
-    /// The file's current size, in bytes (0 when it cannot be read).
-    pub fn file_size(&self) -> u64 {
-        self.file.metadata().map(|m| m.len()).unwrap_or(0)
-    }
-
-    /// Replaces the mapping with private zero-filled memory of the same size: every later
-    /// read sees an empty segment (no records, sites or modules; counters and state 0)
-    /// instead of faulting. For a segment found truncated; keep what was read before.
-    pub fn freeze(&mut self) {
         if self.frozen {
-            return;
+            return true;
         }
-        // SAFETY: replaces exactly our own mapping (same address and length) with anonymous
-        // memory; no reference into it outlives a call on `self`, which is borrowed mutably.
-        let p = unsafe {
-            libc::mmap(
-                self.v.map.ptr.cast(),
-                self.v.map.len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        // On failure the file mapping stays; it is then simply not read again (callers stop
-        // polling a frozen reader), and munmap on drop is still right.
-        let _ = p;
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.file_id => m.len() >= self.v.map.len as u64,
+            _ => true,
+        }
+    }
+
+    /// The size of the file under the segment's path, in bytes (0 when it cannot be read).
+    pub fn file_size(&self) -> u64 {
+        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Stops reading the mapping: afterwards `live` (and `state`, `head`) read zeros, `poll`
+    /// delivers nothing and `site` and `modules` find nothing. For a segment found truncated;
+    /// keep what was read before.
+    pub fn freeze(&mut self) {
         self.frozen = true;
     }
 
@@ -608,7 +608,7 @@ impl SegmentReader {
     }
 
     pub fn state(&self) -> ProcState {
-        let s = self.v.live().state.load(Ordering::Acquire);
+        let s = self.live().state.load(Ordering::Acquire);
         match s & 0xffff_ffff {
             STATE_RUNNING => ProcState::Running,
             STATE_EXITED => ProcState::Exited((s >> 32) as u32 as i32),
@@ -616,14 +616,17 @@ impl SegmentReader {
         }
     }
 
-    /// The live counters (exact totals, drops, overhead).
+    /// The live counters (exact totals, drops, overhead); all zero once frozen.
     pub fn live(&self) -> &Live {
+        if self.frozen {
+            return &FROZEN_LIVE;
+        }
         self.v.live()
     }
 
     /// Sequence number the next record will get.
     pub fn head(&self) -> u64 {
-        self.v.live().write_seq.load(Ordering::Acquire)
+        self.live().write_seq.load(Ordering::Acquire)
     }
 
     /// See `ring::poll`.
@@ -649,14 +652,14 @@ impl SegmentReader {
 
     /// The stack of call site `id`, innermost frame first.
     pub fn site(&self, id: u32) -> Option<Vec<u64>> {
-        if self.frozen {
+        if self.frozen || !self.intact() {
             return None;
         }
         sites::read(self.v.sites(), id)
     }
 
     pub fn modules(&self) -> Vec<Module> {
-        if self.frozen {
+        if self.frozen || !self.intact() {
             return Vec::new();
         }
         modules::read_all(self.v.live(), self.v.modules())
@@ -819,6 +822,57 @@ mod tests {
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
             0o600
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn intact_follows_the_file_under_the_path_and_freeze_stops_every_read() {
+        let dir = tmpdir("intact");
+        let mut p = SegmentParams::new(4343, 778);
+        p.ring_capacity = 16;
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        let site = w.intern_site(&[0x1000]).unwrap();
+        w.record(&rec(1));
+        let path = w.path().to_path_buf();
+        let mut r = SegmentReader::open(&path).unwrap();
+        assert!(r.intact());
+        // Removed: nothing can truncate it through the path any more.
+        std::fs::rename(&path, dir.join("moved")).unwrap();
+        assert!(r.intact());
+        // Another file under the name is not this segment.
+        std::fs::write(&path, b"short").unwrap();
+        assert!(r.intact());
+        std::fs::remove_file(&path).unwrap();
+        std::fs::rename(dir.join("moved"), &path).unwrap();
+        assert!(r.intact());
+        assert_eq!(r.site(site), Some(vec![0x1000]));
+        // Truncated in place: not intact, and the rarely read tables are not read.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        w.leak(); // its mapping now ends early too
+        assert!(!r.intact());
+        assert_eq!(r.file_size(), 4096);
+        assert_eq!(r.site(site), None);
+        assert!(r.modules().is_empty());
+        r.freeze();
+        assert!(r.frozen() && r.intact());
+        let mut c = Cursor::from_start();
+        let st = r.poll(&mut c, usize::MAX, 0, |_| {
+            panic!("a frozen reader delivered")
+        });
+        assert_eq!(st, PollStats::default());
+        assert_eq!(r.head(), 0);
+        assert_eq!(r.state(), ProcState::Unknown(0));
+        assert_eq!(
+            r.live().kinds[Kind::MemcpyPageable as usize]
+                .snapshot()
+                .count,
+            0
         );
         std::fs::remove_dir_all(dir).unwrap();
     }
