@@ -84,6 +84,20 @@ impl Dist {
         self.clamped
     }
 
+    /// The recorded values split at `bounds_ns` (ascending upper bounds, inclusive): one
+    /// count per bound, then one for the values above the last; within the histogram's
+    /// precision (a value is placed by the top of its HDR bin). One pass over the bins
+    /// that hold values.
+    pub fn bucket_counts(&self, bounds_ns: &[u64]) -> Vec<u64> {
+        let mut out = vec![0u64; bounds_ns.len() + 1];
+        for v in self.hist.iter_recorded() {
+            let top = self.hist.highest_equivalent(v.value_iterated_to());
+            let i = bounds_ns.partition_point(|b| *b < top);
+            out[i] = out[i].saturating_add(v.count_at_value());
+        }
+        out
+    }
+
     /// The value at quantile `q` (0..=1), within the histogram's precision and never above
     /// the exact maximum; 0 when nothing was recorded.
     pub fn quantile(&self, q: f64) -> u64 {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use syncspy_abi::Kind;
 
-use crate::aggregate::monotonic_ns;
+use crate::aggregate::{monotonic_ns, Dist, ProcessAgg};
 use crate::compare::Amounts;
 use crate::follow::{Followed, Follower};
 use crate::metrics;
@@ -36,13 +36,74 @@ pub const SNAPSHOT_VERSION: u32 = 1;
 /// The default address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9599";
 
-/// One followed process in a snapshot: its report (as in `syncspy run --report`) and the
-/// bounded program label its metrics carry.
+/// Upper bounds (ns) of the latency buckets served at `/metrics`: half decades from 10 µs to
+/// 10 s, so `histogram_quantile` is within a factor of about 1.8 whatever the scale.
+pub const LATENCY_BOUNDS_NS: [u64; 13] = [
+    10_000,
+    31_623,
+    100_000,
+    316_228,
+    1_000_000,
+    3_162_278,
+    10_000_000,
+    31_622_777,
+    100_000_000,
+    316_227_766,
+    1_000_000_000,
+    3_162_277_660,
+    10_000_000_000,
+];
+
+/// The recorded durations of one kind, bucketed at `LATENCY_BOUNDS_NS`. Built from the
+/// records the agent received, so `count` may be below the exact event count when records
+/// were lost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Values in each bucket (not cumulative): one per bound, then one above the last.
+    pub buckets: Vec<u64>,
+}
+
+impl Latency {
+    /// The buckets of a recorded distribution.
+    pub fn of(d: &Dist) -> Latency {
+        Latency {
+            count: d.count(),
+            sum_ns: d.total_ns(),
+            buckets: d.bucket_counts(&LATENCY_BOUNDS_NS),
+        }
+    }
+
+    pub fn add(&mut self, o: &Latency) {
+        self.count = self.count.saturating_add(o.count);
+        self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
+        if self.buckets.len() < o.buckets.len() {
+            self.buckets.resize(o.buckets.len(), 0);
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            *a = a.saturating_add(*b);
+        }
+    }
+}
+
+/// Recorded latency buckets per kind name, of the kinds with records.
+pub fn latency_of(a: &ProcessAgg) -> BTreeMap<String, Latency> {
+    Kind::ALL
+        .iter()
+        .filter_map(|k| Some((k.name().to_string(), Latency::of(a.kind_dist(*k)?))))
+        .collect()
+}
+
+/// One followed process in a snapshot: its report (as in `syncspy run --report`), the
+/// bounded program label its metrics carry, and its recorded latency buckets.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotProcess {
     pub program: String,
     #[serde(flatten)]
     pub report: ProcessReport,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency: BTreeMap<String, Latency>,
 }
 
 /// What the processes of one program that ended and were forgotten added up to.
@@ -50,6 +111,8 @@ pub struct SnapshotProcess {
 pub struct ForgottenProgram {
     pub processes: u64,
     pub kinds: BTreeMap<String, Amounts>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency: BTreeMap<String, Latency>,
     pub dropped_events: u64,
     pub lost_records: u64,
     pub overhead_ns: u64,
@@ -201,6 +264,9 @@ impl Collector {
                     .add(t.count, t.total_ns, t.bytes);
             }
         }
+        for (kind, l) in latency_of(a) {
+            entry.latency.entry(kind).or_default().add(&l);
+        }
         entry.dropped_events += a.live.events_dropped;
         entry.lost_records += a.lost.saturating_sub(a.live.events_dropped);
         entry.overhead_ns += a.live.overhead_ns;
@@ -226,6 +292,7 @@ impl Collector {
             processes.push(SnapshotProcess {
                 program,
                 report: process_report(f, &mut self.sym, now),
+                latency: latency_of(&f.agg),
             });
         }
         let mut warnings = self.warnings.clone();
@@ -357,6 +424,34 @@ mod tests {
     use super::*;
     use crate::test_support::{rec, TempDir};
     use syncspy_abi::{Api, SegmentParams, SegmentWriter};
+
+    #[test]
+    fn latency_buckets_split_the_recorded_values_at_the_bounds() {
+        let mut d = Dist::new(crate::aggregate::PROCESS_SIGFIG);
+        for v in [
+            5_000,
+            5_000,
+            50_000,
+            50_000,
+            50_000,
+            2_000_000,
+            20_000_000_000,
+        ] {
+            d.record(v, 0);
+        }
+        let l = Latency::of(&d);
+        let mut want = vec![0; LATENCY_BOUNDS_NS.len() + 1];
+        want[0] = 2; // <= 10 µs
+        want[2] = 3; // (31.6 µs, 100 µs]
+        want[5] = 1; // (1 ms, 3.16 ms]
+        want[LATENCY_BOUNDS_NS.len()] = 1; // above 10 s
+        assert_eq!(l.buckets, want);
+        assert_eq!((l.count, l.sum_ns), (7, 20_002_160_000));
+        let mut sum = l.clone();
+        sum.add(&l);
+        assert_eq!(sum.count, 14);
+        assert_eq!(sum.buckets[2], 6);
+    }
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

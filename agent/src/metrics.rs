@@ -8,15 +8,17 @@
 //! across processes that end and are forgotten: their totals are kept per program.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::daemon::Snapshot;
+use crate::daemon::{Latency, Snapshot, LATENCY_BOUNDS_NS};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -45,12 +47,49 @@ struct VersionLabels {
 
 type FloatCounter = Counter<f64, AtomicU64>;
 
+/// A histogram rendered from bucket counts aggregated elsewhere (the client library's own
+/// `Histogram` only takes single observations).
+#[derive(Clone, Debug, Default)]
+struct BucketedHistogram(Arc<Mutex<Latency>>);
+
+impl BucketedHistogram {
+    fn add(&self, l: &Latency) {
+        if let Ok(mut m) = self.0.lock() {
+            m.add(l);
+        }
+    }
+}
+
+impl TypedMetric for BucketedHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for BucketedHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let l = self.0.lock().map(|m| m.clone()).unwrap_or_default();
+        // Per-bucket counts with their upper bounds in seconds; the encoder accumulates.
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BOUNDS_NS
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (*b as f64 / 1e9, l.buckets.get(i).copied().unwrap_or(0)))
+            .collect();
+        let above = l.buckets.get(LATENCY_BOUNDS_NS.len()).copied().unwrap_or(0);
+        buckets.push((f64::INFINITY, above));
+        encoder.encode_histogram::<NoLabelSet>(l.sum_ns as f64 / 1e9, l.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 /// The metrics text of a snapshot.
 pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("syncspy");
     let events = Family::<KindLabels, Counter>::default();
     let seconds = Family::<KindLabels, FloatCounter>::default();
     let bytes = Family::<KindLabels, Counter>::default();
+    let durations = Family::<KindLabels, BucketedHistogram>::default();
     let processes = Family::<StateLabels, Gauge>::default();
     let dropped = Family::<ProgramLabels, Counter>::default();
     let lost = Family::<ProgramLabels, Counter>::default();
@@ -74,6 +113,14 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "Bytes moved by the CUDA calls that made the host wait",
         Unit::Bytes,
         bytes.clone(),
+    );
+    reg.register_with_unit(
+        "stall_duration",
+        "Durations of the recorded stalls, by program and kind (from the ring records the \
+         agent received: its count can be below syncspy_stall_events_total when records \
+         were lost)",
+        Unit::Seconds,
+        durations.clone(),
     );
     reg.register(
         "processes",
@@ -120,6 +167,13 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             seconds.get_or_create(&l).inc_by(st.total_ns as f64 / 1e9);
             bytes.get_or_create(&l).inc_by(st.bytes);
         }
+        for (kind, l) in &p.latency {
+            let key = KindLabels {
+                program: program.clone(),
+                kind: kind.clone(),
+            };
+            durations.get_or_create(&key).add(l);
+        }
         let pl = ProgramLabels {
             program: program.clone(),
         };
@@ -145,6 +199,13 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             events.get_or_create(&l).inc_by(a.count);
             seconds.get_or_create(&l).inc_by(a.total_ns as f64 / 1e9);
             bytes.get_or_create(&l).inc_by(a.bytes);
+        }
+        for (kind, l) in &f.latency {
+            let key = KindLabels {
+                program: program.clone(),
+                kind: kind.clone(),
+            };
+            durations.get_or_create(&key).add(l);
         }
         let pl = ProgramLabels {
             program: program.clone(),
@@ -174,6 +235,19 @@ mod tests {
     use crate::daemon::{ForgottenProgram, SnapshotProcess};
     use crate::report::{ProcessReport, Stats};
 
+    /// A latency of `count` values summing to `sum_ns`, with (bucket index, values) set.
+    fn lat(count: u64, sum_ns: u64, set: &[(usize, u64)]) -> Latency {
+        let mut buckets = vec![0; LATENCY_BOUNDS_NS.len() + 1];
+        for (i, n) in set {
+            buckets[*i] = *n;
+        }
+        Latency {
+            count,
+            sum_ns,
+            buckets,
+        }
+    }
+
     #[test]
     fn live_and_forgotten_processes_add_up_per_program_and_kind() {
         let mut r = ProcessReport {
@@ -196,6 +270,8 @@ mod tests {
             processes: 2,
             ..ForgottenProgram::default()
         };
+        f.latency
+            .insert("stream_sync".into(), lat(6, 600_000, &[(2, 6)]));
         f.kinds.insert(
             "stream_sync".into(),
             Amounts {
@@ -216,6 +292,13 @@ mod tests {
             processes: vec![SnapshotProcess {
                 program: "train.py".into(),
                 report: r,
+                // 2 at or under 10 µs, 1 in (1 ms, 3.16 ms], 1 above 10 s.
+                latency: [(
+                    "stream_sync".to_string(),
+                    lat(4, 15_000_000_000, &[(0, 2), (5, 1), (13, 1)]),
+                )]
+                .into_iter()
+                .collect(),
             }],
             forgotten: [("train.py".to_string(), f)].into_iter().collect(),
             segments_skipped: 1,
@@ -231,6 +314,14 @@ mod tests {
             r#"syncspy_lost_records_total{program="train.py"} 2"#,
             r#"syncspy_forgotten_processes_total{program="train.py"} 2"#,
             "syncspy_segments_skipped 1",
+            // Live and forgotten processes summed; buckets cumulative.
+            r#"syncspy_stall_duration_seconds_bucket{le="0.00001",program="train.py",kind="stream_sync"} 2"#,
+            r#"syncspy_stall_duration_seconds_bucket{le="0.0001",program="train.py",kind="stream_sync"} 8"#,
+            r#"syncspy_stall_duration_seconds_bucket{le="0.003162278",program="train.py",kind="stream_sync"} 9"#,
+            r#"syncspy_stall_duration_seconds_bucket{le="10.0",program="train.py",kind="stream_sync"} 9"#,
+            r#"syncspy_stall_duration_seconds_bucket{le="+Inf",program="train.py",kind="stream_sync"} 10"#,
+            r#"syncspy_stall_duration_seconds_count{program="train.py",kind="stream_sync"} 10"#,
+            "# TYPE syncspy_stall_duration_seconds histogram",
             "# TYPE syncspy_stall_seconds counter",
             "# UNIT syncspy_stall_seconds seconds",
             "# EOF",

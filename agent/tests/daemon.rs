@@ -138,6 +138,14 @@ fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
     let events = r#"syncspy_stall_events_total{program="cudacalls",kind="stream_sync"}"#;
     let (_, m) = get(&addr, "/metrics");
     assert_eq!(metric(&m, events).as_deref(), Some("5"), "{m}");
+    // The latency histogram of the same waits (about 1 ms each: none at or under 10 µs).
+    let hist = |suffix: &str| format!(r#"syncspy_stall_duration_seconds_{suffix}"#);
+    let count = hist(r#"count{program="cudacalls",kind="stream_sync"}"#);
+    let inf = hist(r#"bucket{le="+Inf",program="cudacalls",kind="stream_sync"}"#);
+    let low = hist(r#"bucket{le="0.00001",program="cudacalls",kind="stream_sync"}"#);
+    assert_eq!(metric(&m, &count).as_deref(), Some("5"), "{m}");
+    assert_eq!(metric(&m, &inf).as_deref(), Some("5"), "{m}");
+    assert_eq!(metric(&m, &low).as_deref(), Some("0"), "{m}");
     assert_eq!(
         metric(
             &m,
@@ -159,6 +167,11 @@ fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
         .map(|_| m)
     });
     assert_eq!(metric(&m, events).as_deref(), Some("5"), "{m}");
+    assert_eq!(
+        metric(&m, &count).as_deref(),
+        Some("5"),
+        "kept when forgotten: {m}"
+    );
     assert!(proc_in(&snapshot()).is_none());
     let left: Vec<_> = std::fs::read_dir(&seg).unwrap().collect();
     assert!(left.is_empty(), "the segment should be removed: {left:?}");
@@ -204,6 +217,16 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
         processes: vec![SnapshotProcess {
             program: "p".into(),
             report: r,
+            latency: [(
+                "stream_sync".to_string(),
+                syncspy_agent::daemon::Latency {
+                    count: 1,
+                    sum_ns: 1_000,
+                    buckets: vec![1],
+                },
+            )]
+            .into_iter()
+            .collect(),
         }],
         forgotten: [("p".to_string(), ForgottenProgram::default())]
             .into_iter()
