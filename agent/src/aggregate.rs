@@ -164,7 +164,7 @@ impl LiveSnapshot {
             state: r.state(),
             ended_ns: live.ended_ns.load(Relaxed),
             write_seq: r.head(),
-            events_written: live.events_written.load(Relaxed),
+            events_written: live.written(),
             events_dropped: live.events_dropped.load(Relaxed),
             overhead_ns: live.overhead_ns.load(Relaxed),
             stack_captures: live.stack_captures.load(Relaxed),

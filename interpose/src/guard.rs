@@ -12,6 +12,24 @@ pub static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
     static TID: Cell<(u32, u32)> = const { Cell::new((0, u32::MAX)) };
+    static EVENTS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The library's own time is timed on one recorded event in this many, per thread (the
+/// first of each thread included), and counted this many times: a clock read saved on the
+/// others.
+pub const OVERHEAD_SAMPLE: u32 = 8;
+
+/// Whether this thread's current recorded event is one whose own cost is timed.
+#[inline]
+pub fn time_overhead() -> bool {
+    EVENTS
+        .try_with(|c| {
+            let n = c.get();
+            c.set(n.wrapping_add(1));
+            n % OVERHEAD_SAMPLE == 0
+        })
+        .unwrap_or(false)
 }
 
 /// Held while the library does its own work inside a hook; a CUDA call made meanwhile (by
