@@ -15,21 +15,31 @@ thread_local! {
     static EVENTS: Cell<u32> = const { Cell::new(0) };
 }
 
-/// The library's own time is timed on one recorded event in this many, per thread (the
-/// first of each thread included), and counted this many times: a clock read saved on the
-/// others.
+/// After its first `OVERHEAD_EXACT` recorded events, a thread times the library's own work
+/// (its overhead, and a stack-cache lookup) on one event in `OVERHEAD_SAMPLE` and counts
+/// it that many times: two clock reads saved on the others. The first events, which carry
+/// one-off costs (resolving symbols, a thread's first stack), are all timed and counted
+/// once, as are events that unwind a stack.
 pub const OVERHEAD_SAMPLE: u32 = 8;
+pub const OVERHEAD_EXACT: u32 = 64;
 
-/// Whether this thread's current recorded event is one whose own cost is timed.
+/// The weight of this thread's current recorded event's own cost: `Some(1)` when timed
+/// exactly, `Some(OVERHEAD_SAMPLE)` when timed as a sample, `None` when not timed.
 #[inline]
-pub fn time_overhead() -> bool {
+pub fn overhead_weight() -> Option<u64> {
     EVENTS
         .try_with(|c| {
             let n = c.get();
-            c.set(n.wrapping_add(1));
-            n % OVERHEAD_SAMPLE == 0
+            c.set(n.saturating_add(1));
+            if n < OVERHEAD_EXACT {
+                Some(1)
+            } else if n % OVERHEAD_SAMPLE == OVERHEAD_SAMPLE - 1 {
+                Some(u64::from(OVERHEAD_SAMPLE))
+            } else {
+                None
+            }
         })
-        .unwrap_or(false)
+        .unwrap_or(Some(1))
 }
 
 /// Held while the library does its own work inside a hook; a CUDA call made meanwhile (by
@@ -80,4 +90,29 @@ pub fn tid() -> u32 {
 fn gettid() -> u32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overhead_weights_are_exact_first_then_sampled_and_add_up() {
+        // A fresh thread: its own counter.
+        let w: Vec<Option<u64>> =
+            std::thread::spawn(|| (0..1064).map(|_| overhead_weight()).collect())
+                .join()
+                .unwrap();
+        assert!(w[..OVERHEAD_EXACT as usize].iter().all(|x| *x == Some(1)));
+        let rest = &w[OVERHEAD_EXACT as usize..];
+        let sampled = rest.iter().filter(|x| x.is_some()).count();
+        assert_eq!(sampled, rest.len() / OVERHEAD_SAMPLE as usize);
+        assert!(rest
+            .iter()
+            .flatten()
+            .all(|x| *x == u64::from(OVERHEAD_SAMPLE)));
+        // The weights stand for every event: their sum is the number of events.
+        let total: u64 = w.iter().flatten().sum();
+        assert_eq!(total, w.len() as u64);
+    }
 }

@@ -217,10 +217,11 @@ impl Runtime {
     #[inline(never)]
     fn emit(&self, kind: Kind, call: &Call, t0: u64, t1: u64, result: u32) {
         let duration = t1.saturating_sub(t0);
-        let (site, truncated) = if self.cfg.stacks && duration >= self.cfg.stack_min_ns {
-            stack::capture_site(self)
+        let weight = guard::overhead_weight();
+        let (site, truncated, unwound) = if self.cfg.stacks && duration >= self.cfg.stack_min_ns {
+            stack::capture_site(self, weight)
         } else {
-            (NO_SITE, false)
+            (NO_SITE, false, false)
         };
         let rec = Record {
             kind,
@@ -242,14 +243,14 @@ impl Runtime {
             result,
         };
         self.seg.record(&rec);
-        // Sampled: a third clock read on every event would be a fifth of its cost.
-        if guard::time_overhead() {
+        // Sampled (see `guard::overhead_weight`): a third clock read on every event would
+        // be a fifth of its cost. An unwind's cost is always timed, once.
+        if let Some(w) = if unwound { Some(1) } else { weight } {
             let t2 = now_ns();
-            self.seg.live().overhead_ns.fetch_add(
-                t2.saturating_sub(t1)
-                    .saturating_mul(u64::from(guard::OVERHEAD_SAMPLE)),
-                Ordering::Relaxed,
-            );
+            self.seg
+                .live()
+                .overhead_ns
+                .fetch_add(t2.saturating_sub(t1).saturating_mul(w), Ordering::Relaxed);
         }
     }
 }

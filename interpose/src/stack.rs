@@ -109,20 +109,29 @@ fn walk(own: (u64, u64), depth: usize) -> Walk {
 
 /// Finds the call site of the current stall: from the thread's stack cache when the stack
 /// is provably the same as a cached one, else by unwinding and interning. Returns the site
-/// id and whether the stack was cut at the depth limit.
+/// id, whether the stack was cut at the depth limit, and whether it was unwound. An unwind
+/// is always timed into `stack_ns`; a cache hit only when `weight` says so (see
+/// `guard::overhead_weight`), counted `weight` times.
 #[inline(never)]
-pub fn capture_site(rt: &Runtime) -> (u32, bool) {
-    let t0 = now_ns();
+pub fn capture_site(rt: &Runtime, weight: Option<u64>) -> (u32, bool, bool) {
     let marker = 0u8;
     // The address of a local: a deterministic function of the stack pointer at the hook.
     let key = std::hint::black_box(&marker) as *const u8 as usize;
     let live = rt.seg.live();
-    if let Some(hit) = cache::lookup(key).filter(|_| rt.cfg.stack_cache) {
-        live.stack_cache_hits.fetch_add(1, Ordering::Relaxed);
-        live.stack_ns
-            .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
-        return hit;
+    if rt.cfg.stack_cache {
+        let t0 = weight.map(|_| now_ns());
+        if let Some((site, truncated)) = cache::lookup(key) {
+            live.stack_cache_hits.fetch_add(1, Ordering::Relaxed);
+            if let (Some(t0), Some(w)) = (t0, weight) {
+                live.stack_ns.fetch_add(
+                    now_ns().saturating_sub(t0).saturating_mul(w),
+                    Ordering::Relaxed,
+                );
+            }
+            return (site, truncated, false);
+        }
     }
+    let t0 = now_ns();
     let w = walk(rt.own, rt.cfg.stack_depth);
     refresh_modules(rt);
     let site = if w.n == 0 {
@@ -136,7 +145,7 @@ pub fn capture_site(rt: &Runtime) -> (u32, bool) {
     live.stack_captures.fetch_add(1, Ordering::Relaxed);
     live.stack_ns
         .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
-    (site, w.truncated)
+    (site, w.truncated, true)
 }
 
 /// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops

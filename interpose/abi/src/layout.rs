@@ -148,8 +148,8 @@ pub struct Live {
     pub modules_used: AtomicU32,
     pub modules_dropped: AtomicU32,
     /// Nanoseconds the library spent on its own work in recorded calls (classification,
-    /// record write, stack capture): the instrumentation overhead. An estimate: timed on
-    /// one recorded event in 8 per thread and counted 8 times.
+    /// record write, stack capture): the instrumentation overhead. An estimate: after a
+    /// thread's first 64 events, timed on one event in 8 and counted 8 times.
     pub overhead_ns: AtomicU64,
     /// Stacks unwound in full, and the nanoseconds spent finding call sites (unwinding,
     /// interning, and cache checks).
