@@ -23,6 +23,27 @@ pub const PROCESS_SIGFIG: u8 = 3;
 /// sites, and a site's p99 does not need more.
 pub const SITE_SIGFIG: u8 = 2;
 
+/// Half decades from 1 µs to 31.6 s (ns): the cell edges of the monitor's latency bars and
+/// the bucket bounds of the agent's latency histogram use slices of it.
+pub const HALF_DECADES_NS: [u64; 16] = [
+    1_000,
+    3_162,
+    10_000,
+    31_623,
+    100_000,
+    316_228,
+    1_000_000,
+    3_162_278,
+    10_000_000,
+    31_622_777,
+    100_000_000,
+    316_227_766,
+    1_000_000_000,
+    3_162_277_660,
+    10_000_000_000,
+    31_622_776_602,
+];
+
 /// A latency distribution with explicit bounds, plus exact figures over the same values.
 #[derive(Clone)]
 pub struct Dist {

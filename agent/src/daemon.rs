@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use syncspy_abi::Kind;
 
-use crate::aggregate::{monotonic_ns, Dist, ProcessAgg};
+use crate::aggregate::{monotonic_ns, Dist, ProcessAgg, HALF_DECADES_NS};
 use crate::compare::Amounts;
 use crate::follow::{Followed, Follower};
 use crate::metrics;
@@ -38,21 +38,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9599";
 
 /// Upper bounds (ns) of the latency buckets served at `/metrics`: half decades from 10 µs to
 /// 10 s, so `histogram_quantile` is within a factor of about 1.8 whatever the scale.
-pub const LATENCY_BOUNDS_NS: [u64; 13] = [
-    10_000,
-    31_623,
-    100_000,
-    316_228,
-    1_000_000,
-    3_162_278,
-    10_000_000,
-    31_622_777,
-    100_000_000,
-    316_227_766,
-    1_000_000_000,
-    3_162_277_660,
-    10_000_000_000,
-];
+pub const LATENCY_BOUNDS_NS: &[u64] = HALF_DECADES_NS.split_at(2).1.split_at(13).0;
 
 /// The recorded durations of one kind, bucketed at `LATENCY_BOUNDS_NS`. Built from the
 /// records the agent received, so `count` may be below the exact event count when records
@@ -71,7 +57,7 @@ impl Latency {
         Latency {
             count: d.count(),
             sum_ns: d.total_ns(),
-            buckets: d.bucket_counts(&LATENCY_BOUNDS_NS),
+            buckets: d.bucket_counts(LATENCY_BOUNDS_NS),
         }
     }
 

@@ -14,22 +14,9 @@ pub const BUCKETS: usize = SUB + (MAX_BIT as usize - SUB_BITS as usize + 1) * SU
 /// Half-decade display cells: `< 1 µs`, then [1, 3.16) µs, [3.16, 10) µs, ... up to `>= 3.16 s`.
 pub const BAR_CELLS: usize = 15;
 /// Lower edges (ns) of display cells 1.. (cell 0 is everything below 1 µs).
-const BAR_EDGES: [u64; BAR_CELLS - 1] = [
-    1_000,
-    3_162,
-    10_000,
-    31_623,
-    100_000,
-    316_228,
-    1_000_000,
-    3_162_278,
-    10_000_000,
-    31_622_777,
-    100_000_000,
-    316_227_766,
-    1_000_000_000,
-    3_162_277_660,
-];
+const BAR_EDGES: &[u64] = syncspy_agent::aggregate::HALF_DECADES_NS
+    .split_at(BAR_CELLS - 1)
+    .0;
 
 /// Counts per log bucket.
 #[derive(Clone, PartialEq, Eq)]

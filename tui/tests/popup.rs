@@ -1,9 +1,10 @@
 //! The stack popup: a long stack scrolls by frame and by page, clamped at both ends, and says
 //! which frames it shows; tiny terminals and empty stacks draw without panicking.
 
+mod common;
+use common::screen;
+
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use ratatui::backend::TestBackend;
-use ratatui::Terminal;
 use syncspy_abi::Kind;
 use syncspy_tui::app::{Action, App, Pane, Scroll};
 use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
@@ -81,20 +82,6 @@ fn open(frames: Vec<String>) -> App {
     press(&mut app, KeyCode::Enter);
     assert!(app.detail);
     app
-}
-
-fn screen(app: &App, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| f.render_widget(app, f.area())).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..h {
-        for x in 0..w {
-            out.push_str(buf[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
 }
 
 #[test]

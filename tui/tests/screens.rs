@@ -1,6 +1,9 @@
 //! Whole screens rendered into ratatui's TestBackend from fixed snapshots, and the App state
 //! machine driven by Actions: the text a user reads (names, numbers, order).
 
+mod common;
+use common::screen;
+
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -175,20 +178,6 @@ fn print_text_is_the_screen_without_trailing_spaces() {
         assert_eq!(t, d.trim_end());
     }
     assert!(text.contains("python3 train.py"), "{text}");
-}
-
-fn screen(app: &App, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| f.render_widget(app, f.area())).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..h {
-        for x in 0..w {
-            out.push_str(buf[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
 }
 
 fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
