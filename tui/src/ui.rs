@@ -523,17 +523,21 @@ impl App {
                 max_scroll = i;
             }
             let first = self.detail_scroll.min(max_scroll);
-            // Whole frames only, but a first frame taller than the popup shows its start.
+            // Frames from `first` while they fit; the rows left show the start of the next
+            // one, which counts as shown (and as a page's worth) only when it is the first.
             let mut end = first;
             let mut used = 0;
             for r in &rows[first..] {
-                let fits = used + r.len() <= body_h;
-                if !fits && (end > first || body_h == 0) {
+                let room = body_h - used;
+                if room == 0 {
                     break;
                 }
-                lines.extend(r.iter().take(body_h - used).cloned());
-                used += r.len().min(body_h - used);
-                end += 1;
+                let fits = r.len() <= room;
+                lines.extend(r.iter().take(room).cloned());
+                used += r.len().min(room);
+                if fits || end == first {
+                    end += 1;
+                }
                 if !fits {
                     break;
                 }

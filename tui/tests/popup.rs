@@ -226,6 +226,19 @@ fn long_frames_wrap_indented_and_count_as_one() {
 }
 
 #[test]
+fn rows_left_under_the_page_show_the_start_of_the_next_frame() {
+    let mut f = frames(60);
+    f[18] = format!("sym18 {}END", "x".repeat(250));
+    let app = open(f);
+    let s = screen(&app, 100, 30);
+    // Frames 0..=17 take 18 of the 20 rows; the 3-row frame 18 shows its first 2 rows and is
+    // not counted as shown.
+    assert!(s.contains("#18 sym18 xxx"), "{s}");
+    assert!(!s.contains("END"), "{s}");
+    assert!(s.contains("frames 1-18 of 60"), "{s}");
+}
+
+#[test]
 fn tiny_terminals_and_empty_stacks_do_not_panic() {
     let sizes = [(1, 1), (5, 3), (20, 6), (30, 8), (40, 12), (20, 40)];
     for n in [0, 1, 60] {
