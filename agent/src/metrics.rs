@@ -7,6 +7,7 @@
 //! call site becomes a label; those are in `/api/v1/snapshot`. Counters stay monotonic
 //! across processes that end and are forgotten: their totals are kept per program.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -155,66 +156,56 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     );
     reg.register("agent_info", "The agent's version", info.clone());
 
+    // Live processes and forgotten ones add into the same series.
+    let kind_labels = |program: &str, kind: &str| KindLabels {
+        program: program.to_string(),
+        kind: kind.to_string(),
+    };
+    let add_kind = |program: &str, kind: &str, count: u64, total_ns: u64, n_bytes: u64| {
+        let l = kind_labels(program, kind);
+        events.get_or_create(&l).inc_by(count);
+        seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
+        bytes.get_or_create(&l).inc_by(n_bytes);
+    };
+    let add_latency = |program: &str, latency: &BTreeMap<String, Latency>| {
+        for (kind, l) in latency {
+            durations.get_or_create(&kind_labels(program, kind)).add(l);
+        }
+    };
+    let add_program = |program: &str, dropped_events: u64, lost_records: u64, overhead_ns: u64| {
+        let pl = ProgramLabels {
+            program: program.to_string(),
+        };
+        dropped.get_or_create(&pl).inc_by(dropped_events);
+        lost.get_or_create(&pl).inc_by(lost_records);
+        overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
+        pl
+    };
     for p in &s.processes {
-        let program = &p.program;
         let r = &p.report;
         for (kind, st) in &r.kinds {
-            let l = KindLabels {
-                program: program.clone(),
-                kind: kind.clone(),
-            };
-            events.get_or_create(&l).inc_by(st.count);
-            seconds.get_or_create(&l).inc_by(st.total_ns as f64 / 1e9);
-            bytes.get_or_create(&l).inc_by(st.bytes);
+            add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
         }
-        for (kind, l) in &p.latency {
-            let key = KindLabels {
-                program: program.clone(),
-                kind: kind.clone(),
-            };
-            durations.get_or_create(&key).add(l);
-        }
-        let pl = ProgramLabels {
-            program: program.clone(),
-        };
-        dropped.get_or_create(&pl).inc_by(r.dropped_events);
-        lost.get_or_create(&pl)
-            .inc_by(r.lost_records.saturating_sub(r.dropped_events));
-        overhead
-            .get_or_create(&pl)
-            .inc_by(r.overhead_ns as f64 / 1e9);
+        add_latency(&p.program, &p.latency);
+        add_program(
+            &p.program,
+            r.dropped_events,
+            r.lost_records.saturating_sub(r.dropped_events),
+            r.overhead_ns,
+        );
         processes
             .get_or_create(&StateLabels {
-                program: program.clone(),
+                program: p.program.clone(),
                 state: r.state.clone(),
             })
             .inc();
     }
     for (program, f) in &s.forgotten {
         for (kind, a) in &f.kinds {
-            let l = KindLabels {
-                program: program.clone(),
-                kind: kind.clone(),
-            };
-            events.get_or_create(&l).inc_by(a.count);
-            seconds.get_or_create(&l).inc_by(a.total_ns as f64 / 1e9);
-            bytes.get_or_create(&l).inc_by(a.bytes);
+            add_kind(program, kind, a.count, a.total_ns, a.bytes);
         }
-        for (kind, l) in &f.latency {
-            let key = KindLabels {
-                program: program.clone(),
-                kind: kind.clone(),
-            };
-            durations.get_or_create(&key).add(l);
-        }
-        let pl = ProgramLabels {
-            program: program.clone(),
-        };
-        dropped.get_or_create(&pl).inc_by(f.dropped_events);
-        lost.get_or_create(&pl).inc_by(f.lost_records);
-        overhead
-            .get_or_create(&pl)
-            .inc_by(f.overhead_ns as f64 / 1e9);
+        add_latency(program, &f.latency);
+        let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
         forgotten.get_or_create(&pl).inc_by(f.processes);
     }
     skipped.set(s.segments_skipped as i64);

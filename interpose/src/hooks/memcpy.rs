@@ -8,7 +8,7 @@ use cudarc::runtime::sys::{cudaMemcpy3DParms, cudaStream_t};
 use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Direction};
 
-use super::{real, RawError, RawKind, STREAM_PER_THREAD};
+use super::{export_pair, real, RawError, RawKind, STREAM_PER_THREAD};
 use crate::classify::{self, direction};
 use crate::runtime::{hook, Call};
 
@@ -118,44 +118,10 @@ fn memcpy(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: RawKind,
-) -> RawError {
-    memcpy(
-        Api::CudaMemcpy,
-        real!(c"cudaMemcpy", MemcpyFn),
-        dst,
-        src,
-        count,
-        kind,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy_ptds(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: RawKind,
-) -> RawError {
-    memcpy(
-        Api::CudaMemcpyPtds,
-        real!(c"cudaMemcpy_ptds", MemcpyFn),
-        dst,
-        src,
-        count,
-        kind,
-        true,
-    )
+export_pair! {
+    memcpy: MemcpyFn;
+    cudaMemcpy = CudaMemcpy, cudaMemcpy_ptds = CudaMemcpyPtds;
+    (dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind)
 }
 
 /// The body of `cudaMemcpyAsync` and `cudaMemcpyAsync_ptsz`.
@@ -185,56 +151,10 @@ pub unsafe fn memcpy_async(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyAsync(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyAsync", MemcpyAsyncFn);
-    // SAFETY: the caller's arguments, forwarded.
-    unsafe {
-        memcpy_async(
-            Api::CudaMemcpyAsync,
-            f,
-            dst,
-            src,
-            count,
-            kind,
-            stream,
-            false,
-        )
-    }
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyAsync_ptsz(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyAsync_ptsz", MemcpyAsyncFn);
-    // SAFETY: the caller's arguments, forwarded.
-    unsafe {
-        memcpy_async(
-            Api::CudaMemcpyAsyncPtsz,
-            f,
-            dst,
-            src,
-            count,
-            kind,
-            stream,
-            true,
-        )
-    }
+export_pair! {
+    memcpy_async: MemcpyAsyncFn;
+    cudaMemcpyAsync = CudaMemcpyAsync, cudaMemcpyAsync_ptsz = CudaMemcpyAsyncPtsz;
+    (dst: *mut c_void, src: *const c_void, count: usize, kind: RawKind, stream: cudaStream_t)
 }
 
 // ---- cudaMemcpy2D -----------------------------------------------------------------------
@@ -265,57 +185,17 @@ fn memcpy_2d(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy2D(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpy2D", Memcpy2DFn);
-    memcpy_2d(
-        Api::CudaMemcpy2D,
-        f,
-        dst,
-        dpitch,
-        src,
-        spitch,
-        width,
-        height,
-        kind,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy2D_ptds(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpy2D_ptds", Memcpy2DFn);
-    memcpy_2d(
-        Api::CudaMemcpy2DPtds,
-        f,
-        dst,
-        dpitch,
-        src,
-        spitch,
-        width,
-        height,
-        kind,
-        true,
+export_pair! {
+    memcpy_2d: Memcpy2DFn;
+    cudaMemcpy2D = CudaMemcpy2D, cudaMemcpy2D_ptds = CudaMemcpy2DPtds;
+    (
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: RawKind,
     )
 }
 
@@ -352,61 +232,18 @@ fn memcpy_2d_async(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy2DAsync(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpy2DAsync", Memcpy2DAsyncFn);
-    memcpy_2d_async(
-        Api::CudaMemcpy2DAsync,
-        f,
-        dst,
-        dpitch,
-        src,
-        spitch,
-        width,
-        height,
-        kind,
-        stream,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy2DAsync_ptsz(
-    dst: *mut c_void,
-    dpitch: usize,
-    src: *const c_void,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpy2DAsync_ptsz", Memcpy2DAsyncFn);
-    memcpy_2d_async(
-        Api::CudaMemcpy2DAsyncPtsz,
-        f,
-        dst,
-        dpitch,
-        src,
-        spitch,
-        width,
-        height,
-        kind,
-        stream,
-        true,
+export_pair! {
+    memcpy_2d_async: Memcpy2DAsyncFn;
+    cudaMemcpy2DAsync = CudaMemcpy2DAsync, cudaMemcpy2DAsync_ptsz = CudaMemcpy2DAsyncPtsz;
+    (
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: RawKind,
+        stream: cudaStream_t,
     )
 }
 
@@ -468,28 +305,10 @@ fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> RawError {
-    memcpy_3d(
-        Api::CudaMemcpy3D,
-        real!(c"cudaMemcpy3D", Memcpy3DFn),
-        p,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3D_ptds(p: *const cudaMemcpy3DParms) -> RawError {
-    memcpy_3d(
-        Api::CudaMemcpy3DPtds,
-        real!(c"cudaMemcpy3D_ptds", Memcpy3DFn),
-        p,
-        true,
-    )
+export_pair! {
+    memcpy_3d: Memcpy3DFn;
+    cudaMemcpy3D = CudaMemcpy3D, cudaMemcpy3D_ptds = CudaMemcpy3DPtds;
+    (p: *const cudaMemcpy3DParms)
 }
 
 fn memcpy_3d_async(
@@ -513,26 +332,10 @@ fn memcpy_3d_async(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3DAsync(
-    p: *const cudaMemcpy3DParms,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpy3DAsync", Memcpy3DAsyncFn);
-    memcpy_3d_async(Api::CudaMemcpy3DAsync, f, p, stream, false)
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpy3DAsync_ptsz(
-    p: *const cudaMemcpy3DParms,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpy3DAsync_ptsz", Memcpy3DAsyncFn);
-    memcpy_3d_async(Api::CudaMemcpy3DAsyncPtsz, f, p, stream, true)
+export_pair! {
+    memcpy_3d_async: Memcpy3DAsyncFn;
+    cudaMemcpy3DAsync = CudaMemcpy3DAsync, cudaMemcpy3DAsync_ptsz = CudaMemcpy3DAsyncPtsz;
+    (p: *const cudaMemcpy3DParms, stream: cudaStream_t)
 }
 
 // ---- symbols ----------------------------------------------------------------------------
@@ -565,50 +368,10 @@ fn to_symbol(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbol(
-    sym: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpyToSymbol", ToSymbolFn);
-    to_symbol(
-        Api::CudaMemcpyToSymbol,
-        f,
-        sym,
-        src,
-        count,
-        offset,
-        kind,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbol_ptds(
-    sym: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpyToSymbol_ptds", ToSymbolFn);
-    to_symbol(
-        Api::CudaMemcpyToSymbolPtds,
-        f,
-        sym,
-        src,
-        count,
-        offset,
-        kind,
-        true,
-    )
+export_pair! {
+    to_symbol: ToSymbolFn;
+    cudaMemcpyToSymbol = CudaMemcpyToSymbol, cudaMemcpyToSymbol_ptds = CudaMemcpyToSymbolPtds;
+    (sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -639,50 +402,11 @@ fn from_symbol(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbol(
-    dst: *mut c_void,
-    sym: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpyFromSymbol", FromSymbolFn);
-    from_symbol(
-        Api::CudaMemcpyFromSymbol,
-        f,
-        dst,
-        sym,
-        count,
-        offset,
-        kind,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbol_ptds(
-    dst: *mut c_void,
-    sym: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-) -> RawError {
-    let f = real!(c"cudaMemcpyFromSymbol_ptds", FromSymbolFn);
-    from_symbol(
-        Api::CudaMemcpyFromSymbolPtds,
-        f,
-        dst,
-        sym,
-        count,
-        offset,
-        kind,
-        true,
-    )
+export_pair! {
+    from_symbol: FromSymbolFn;
+    cudaMemcpyFromSymbol = CudaMemcpyFromSymbol,
+    cudaMemcpyFromSymbol_ptds = CudaMemcpyFromSymbolPtds;
+    (dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -710,53 +434,17 @@ fn to_symbol_async(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync(
-    sym: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyToSymbolAsync", ToSymbolAsyncFn);
-    to_symbol_async(
-        Api::CudaMemcpyToSymbolAsync,
-        f,
-        sym,
-        src,
-        count,
-        offset,
-        kind,
-        stream,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyToSymbolAsync_ptsz(
-    sym: *const c_void,
-    src: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyToSymbolAsync_ptsz", ToSymbolAsyncFn);
-    to_symbol_async(
-        Api::CudaMemcpyToSymbolAsyncPtsz,
-        f,
-        sym,
-        src,
-        count,
-        offset,
-        kind,
-        stream,
-        true,
+export_pair! {
+    to_symbol_async: ToSymbolAsyncFn;
+    cudaMemcpyToSymbolAsync = CudaMemcpyToSymbolAsync,
+    cudaMemcpyToSymbolAsync_ptsz = CudaMemcpyToSymbolAsyncPtsz;
+    (
+        sym: *const c_void,
+        src: *const c_void,
+        count: usize,
+        offset: usize,
+        kind: RawKind,
+        stream: cudaStream_t,
     )
 }
 
@@ -785,53 +473,17 @@ fn from_symbol_async(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync(
-    dst: *mut c_void,
-    sym: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyFromSymbolAsync", FromSymbolAsyncFn);
-    from_symbol_async(
-        Api::CudaMemcpyFromSymbolAsync,
-        f,
-        dst,
-        sym,
-        count,
-        offset,
-        kind,
-        stream,
-        false,
-    )
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaMemcpyFromSymbolAsync_ptsz(
-    dst: *mut c_void,
-    sym: *const c_void,
-    count: usize,
-    offset: usize,
-    kind: RawKind,
-    stream: cudaStream_t,
-) -> RawError {
-    let f = real!(c"cudaMemcpyFromSymbolAsync_ptsz", FromSymbolAsyncFn);
-    from_symbol_async(
-        Api::CudaMemcpyFromSymbolAsyncPtsz,
-        f,
-        dst,
-        sym,
-        count,
-        offset,
-        kind,
-        stream,
-        true,
+export_pair! {
+    from_symbol_async: FromSymbolAsyncFn;
+    cudaMemcpyFromSymbolAsync = CudaMemcpyFromSymbolAsync,
+    cudaMemcpyFromSymbolAsync_ptsz = CudaMemcpyFromSymbolAsyncPtsz;
+    (
+        dst: *mut c_void,
+        sym: *const c_void,
+        count: usize,
+        offset: usize,
+        kind: RawKind,
+        stream: cudaStream_t,
     )
 }
 

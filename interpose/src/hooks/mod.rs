@@ -25,7 +25,7 @@ pub const STREAM_PER_THREAD: u64 = 2;
 /// Resolves the real function once (`name`, with C signature `ty`), or returns
 /// `cudaErrorSharedObjectSymbolNotFound` from the calling hook when no runtime defines it.
 macro_rules! real {
-    ($name:literal, $ty:ty) => {{
+    ($name:expr, $ty:ty) => {{
         static REAL: $crate::real::Real = $crate::real::Real::new($name);
         match REAL.get::<$ty>() {
             Some(f) => f,
@@ -34,3 +34,41 @@ macro_rules! real {
     }};
 }
 pub(crate) use real;
+
+/// Exports a runtime function and its per-thread-default-stream variant: `$plain` and
+/// `$variant` (with `Api` ids `$plain_api`, `$variant_api`) take the C arguments `$arg`, find
+/// the real function of their own name (C signature `$ty`), and hand both to the family's
+/// `$body` along with whether the call is the variant.
+macro_rules! export_pair {
+    ($body:ident: $ty:ty; $plain:ident = $plain_api:ident, $variant:ident = $variant_api:ident;
+     ($($arg:ident: $aty:ty),* $(,)?)) => {
+        $crate::hooks::export_pair!(
+            @one $body, $ty, $plain, $plain_api, false, ($($arg: $aty),*)
+        );
+        $crate::hooks::export_pair!(
+            @one $body, $ty, $variant, $variant_api, true, ($($arg: $aty),*)
+        );
+    };
+    (@one $body:ident, $ty:ty, $name:ident, $api:ident, $variant:literal,
+     ($($arg:ident: $aty:ty),*)) => {
+        /// # Safety
+        /// Same contract as the CUDA runtime function of the same name.
+        #[cfg_attr(not(test), no_mangle)]
+        // Some bodies are `unsafe fn`s, some are not.
+        #[allow(unused_unsafe)]
+        pub unsafe extern "C" fn $name($($arg: $aty),*) -> $crate::hooks::RawError {
+            let f = $crate::hooks::real!(
+                match ::std::ffi::CStr::from_bytes_with_nul(
+                    concat!(stringify!($name), "\0").as_bytes()
+                ) {
+                    Ok(c) => c,
+                    Err(_) => panic!("symbol names have no NUL"),
+                },
+                $ty
+            );
+            // SAFETY: the caller's arguments, forwarded unchanged.
+            unsafe { $body(::syncspy_abi::Api::$api, f, $($arg,)* $variant) }
+        }
+    };
+}
+pub(crate) use export_pair;

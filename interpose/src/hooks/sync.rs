@@ -4,7 +4,7 @@ use cudarc::runtime::sys::{cudaEvent_t, cudaStream_t};
 use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Kind};
 
-use super::{real, RawError};
+use super::{export_pair, real, RawError};
 use crate::runtime::{hook, Call};
 
 type NoArgs = unsafe extern "C" fn() -> RawError;
@@ -43,22 +43,11 @@ pub unsafe fn stream_sync(
     )
 }
 
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaStreamSynchronize(stream: cudaStream_t) -> RawError {
-    let f = real!(c"cudaStreamSynchronize", StreamFn);
-    // SAFETY: the caller's argument, forwarded.
-    unsafe { stream_sync(Api::CudaStreamSynchronize, f, stream, false) }
-}
-
-/// # Safety
-/// Same contract as the CUDA runtime function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cudaStreamSynchronize_ptsz(stream: cudaStream_t) -> RawError {
-    let f = real!(c"cudaStreamSynchronize_ptsz", StreamFn);
-    // SAFETY: the caller's argument, forwarded.
-    unsafe { stream_sync(Api::CudaStreamSynchronizePtsz, f, stream, true) }
+export_pair! {
+    stream_sync: StreamFn;
+    cudaStreamSynchronize = CudaStreamSynchronize,
+    cudaStreamSynchronize_ptsz = CudaStreamSynchronizePtsz;
+    (stream: cudaStream_t)
 }
 
 /// # Safety

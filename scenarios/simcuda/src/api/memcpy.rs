@@ -125,6 +125,18 @@ fn symbol_address(symbol: *const c_void, offset: usize) -> CudaResult<usize> {
     }
 }
 
+/// A copy to or from a symbol accepts its one host direction (`host`), device-to-device and
+/// default.
+fn symbol_kind(kind: u32, host: cudaMemcpyKind) -> Result<(), cudaError_t> {
+    use cudaMemcpyKind::*;
+    let parsed = memcpy_kind(kind)?;
+    if parsed == host || matches!(parsed, cudaMemcpyDeviceToDevice | cudaMemcpyDefault) {
+        Ok(())
+    } else {
+        Err(cudaError_t::cudaErrorInvalidMemcpyDirection)
+    }
+}
+
 fn to_symbol(
     symbol: *const c_void,
     src: *const c_void,
@@ -134,14 +146,7 @@ fn to_symbol(
     stream: StreamArg,
     form: Form,
 ) -> CudaResult {
-    use cudaMemcpyKind::*;
-    let parsed = memcpy_kind(kind)?;
-    if !matches!(
-        parsed,
-        cudaMemcpyHostToDevice | cudaMemcpyDeviceToDevice | cudaMemcpyDefault
-    ) {
-        return Err(cudaError_t::cudaErrorInvalidMemcpyDirection);
-    }
+    symbol_kind(kind, cudaMemcpyKind::cudaMemcpyHostToDevice)?;
     let dst = symbol_address(symbol, offset)? as *mut c_void;
     copy(dst, src, Shape::linear(count), kind, stream, form)
 }
@@ -155,14 +160,7 @@ fn from_symbol(
     stream: StreamArg,
     form: Form,
 ) -> CudaResult {
-    use cudaMemcpyKind::*;
-    let parsed = memcpy_kind(kind)?;
-    if !matches!(
-        parsed,
-        cudaMemcpyDeviceToHost | cudaMemcpyDeviceToDevice | cudaMemcpyDefault
-    ) {
-        return Err(cudaError_t::cudaErrorInvalidMemcpyDirection);
-    }
+    symbol_kind(kind, cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
     let src = symbol_address(symbol, offset)? as *const c_void;
     copy(dst, src, Shape::linear(count), kind, stream, form)
 }
