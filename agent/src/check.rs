@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use crate::budget::{self, BudgetError, BudgetReport};
 use crate::junit;
-use crate::report::{self, Report};
 use crate::run::{self, check_output_path, RunError, RunOptions};
+use syncspy_read::report::{self, Report};
 
 /// Every rule held in every process.
 pub const EXIT_WITHIN_BUDGET: i32 = 0;

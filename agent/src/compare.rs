@@ -16,27 +16,12 @@ use syncspy_abi::Kind;
 
 use crate::budget::CheckStatus;
 use crate::markdown::{md_cell, md_code};
-use crate::report::Report;
 use crate::summary::{fmt_bytes, fmt_ns, shell_words, user_frames};
+use syncspy_read::report::Report;
+pub use syncspy_read::snapshot::Amounts;
 
 /// Sites listed in text and markdown (JSON has them all).
 pub const SHOWN_SITES: usize = 10;
-
-/// Count, time and bytes of a kind or a site in one report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Amounts {
-    pub count: u64,
-    pub total_ns: u64,
-    pub bytes: u64,
-}
-
-impl Amounts {
-    pub fn add(&mut self, count: u64, total_ns: u64, bytes: u64) {
-        self.count = self.count.saturating_add(count);
-        self.total_ns = self.total_ns.saturating_add(total_ns);
-        self.bytes = self.bytes.saturating_add(bytes);
-    }
-}
 
 /// One report, summed over its processes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -482,7 +467,7 @@ pub fn render_markdown(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{ProcessReport, Site, Stats};
+    use syncspy_read::report::{ProcessReport, Site, Stats};
 
     fn proc_with(syncs: u64, sync_ns: u64, extra_site: bool) -> ProcessReport {
         let mut p = ProcessReport {

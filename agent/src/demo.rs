@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::report::Report;
 use crate::run::{self, RunOptions, EXIT_SETUP};
 use crate::summary::{self, fmt_ns};
+use syncspy_read::report::Report;
 
 /// The scenario manifest, as built into syncspy.
 pub const MANIFEST: &str = include_str!("../../scenarios/manifest.toml");
@@ -487,9 +487,9 @@ mod tests {
 
     #[test]
     fn the_ground_truth_line_gives_the_loop_and_implicit_syncs_are_left_out() {
-        let mut p = crate::report::ProcessReport::default();
+        let mut p = syncspy_read::report::ProcessReport::default();
         for (kind, count, total_ns) in [("device_sync", 3, 300), (SETUP_KIND, 4, 9000)] {
-            let st = crate::report::Stats {
+            let st = syncspy_read::report::Stats {
                 count,
                 total_ns,
                 ..Default::default()

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use syncspy_abi::Kind;
 
 use crate::budget::CheckStatus;
-use crate::report::Report;
 use crate::summary::{fmt_bytes, fmt_ns, shell_words, user_frames, TOP_SITES};
+use syncspy_read::report::Report;
 
 /// Text for a markdown table cell: pipes escaped, line breaks removed.
 pub fn md_cell(s: &str) -> String {
@@ -177,7 +177,7 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{ProcessReport, Site, Stats};
+    use syncspy_read::report::{ProcessReport, Site, Stats};
 
     #[test]
     fn a_report_renders_as_tables() {

@@ -224,7 +224,7 @@ mod tests {
     use super::*;
     use crate::compare::Amounts;
     use crate::daemon::{ForgottenProgram, SnapshotProcess};
-    use crate::report::{ProcessReport, Stats};
+    use syncspy_read::report::{ProcessReport, Stats};
 
     /// A latency of `count` values summing to `sum_ns`, with (bucket index, values) set.
     fn lat(count: u64, sum_ns: u64, set: &[(usize, u64)]) -> Latency {

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use crate::compare;
 use crate::markdown;
-use crate::report::{self, Report};
 use crate::summary;
+use syncspy_read::report::{self, Report};
 
 /// Output formats of `syncspy report`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -13,12 +13,13 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::aggregate::monotonic_ns;
-use crate::follow::Follower;
-use crate::report::{self, Report, RunInfo};
 use crate::signals::Forwarder;
 use crate::summary;
-use crate::symbolize::Symbolizer;
+use crate::trace::TraceSink;
+use syncspy_read::follow::Follower;
+use syncspy_read::monotonic_ns;
+use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::symbolize::Symbolizer;
 
 /// Exit code of a setup error (library not found, segment folder unusable, report not
 /// writable).
@@ -516,12 +517,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         let _ = tx.send((r, Instant::now()));
     });
 
-    let mut follower = Follower::new(&seg_dir, Some(session));
-    if opts.trace.is_some() {
-        follower.enable_trace(opts.trace_limit);
-    }
+    let mut follower: Follower = Follower::new(&seg_dir, Some(session));
+    let mut trace = opts
+        .trace
+        .as_ref()
+        .map(|_| TraceSink::new(opts.trace_limit));
     let mut scan_failed = false;
-    let mut step = |follower: &mut Follower| {
+    let mut step = |follower: &mut Follower, trace: &mut Option<TraceSink>| {
         let mut say = |m: String| {
             if defer_notes {
                 notes.push(m);
@@ -541,10 +543,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         for p in follower.take_new_problems() {
             say(format!("syncspy: warning: {p}"));
         }
-        follower.poll();
+        follower.poll_each(|key, _, r| {
+            if let Some(t) = trace.as_mut() {
+                t.push(key, *r);
+            }
+        });
     };
     let (status, ended) = loop {
-        step(&mut follower);
+        step(&mut follower, &mut trace);
         match rx.recv_timeout(opts.poll_interval) {
             Ok(x) => break x,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -559,7 +565,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     // The command ended; the monitor shows it as exited until the user quits it.
     if let Some(m) = &mut monitor {
         let status = loop {
-            step(&mut follower);
+            step(&mut follower, &mut trace);
             match m.try_wait() {
                 Ok(Some(s)) => break Ok(s),
                 Ok(None) => std::thread::sleep(opts.poll_interval),
@@ -583,8 +589,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         }
     };
 
-    step(&mut follower);
-    follower.final_drain();
+    step(&mut follower, &mut trace);
+    follower.final_drain_each(|key, _, r| {
+        if let Some(t) = trace.as_mut() {
+            t.push(key, *r);
+        }
+    });
     for n in notes {
         eprintln!("{n}");
     }
@@ -608,7 +618,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         &mut sym,
         monotonic_ns(),
     );
-    if let (Some(path), Some(sink)) = (&opts.trace, follower.trace()) {
+    if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
         if sink.cut() > 0 {
             report.warnings.push(format!(
                 "the trace {} holds only the first {} of {} recorded events (raise \
@@ -640,7 +650,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             ))
         })?;
     }
-    if let (Some(path), Some(sink)) = (&opts.trace, follower.trace()) {
+    if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
         crate::trace::write(path, sink, follower.processes(), &report.command, &mut sym).map_err(
             |e| {
                 RunError::Report(format!(
@@ -673,7 +683,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::TempDir;
+    use syncspy_test_support::TempDir;
 
     #[test]
     fn library_lookup_prefers_the_env_then_the_folders() {

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use syncspy_abi::Kind;
 
-use crate::report::{ProcessReport, Report, Site};
-use crate::symbolize::is_runtime_module;
+use syncspy_read::report::{ProcessReport, Report, Site};
+use syncspy_read::symbolize::is_runtime_module;
 
 /// Call sites listed per process.
 pub const TOP_SITES: usize = 5;
@@ -280,7 +280,7 @@ pub fn user_frames(s: &Site) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Stats;
+    use syncspy_read::report::Stats;
 
     #[test]
     fn units() {

@@ -18,9 +18,9 @@ use std::path::Path;
 
 use syncspy_abi::{Direction, Record};
 
-use crate::follow::Followed;
-use crate::report::{location_of, site_frames, write_atomic_with};
-use crate::symbolize::Symbolizer;
+use syncspy_read::follow::{Followed, SegmentKey, SiteRef};
+use syncspy_read::report::{location_of, site_frames, write_atomic_with};
+use syncspy_read::symbolize::Symbolizer;
 
 /// Events a trace keeps by default: ~128 MiB of memory, a few hundred MB of JSON.
 pub const DEFAULT_TRACE_LIMIT: usize = 2_000_000;
@@ -30,8 +30,9 @@ pub const TRACE_VERSION: u32 = 1;
 /// One record, and which followed segment it came from.
 #[derive(Clone, Copy, Debug)]
 pub struct TraceEvent {
-    /// Index of the segment in `Follower::processes()`.
-    pub process: u32,
+    /// The segment it came from, as an index into [`TraceSink::segments`] (a key per event
+    /// would make events 80 bytes instead of 64).
+    pub segment: u32,
     pub record: Record,
 }
 
@@ -41,6 +42,8 @@ pub struct TraceSink {
     limit: usize,
     events: Vec<TraceEvent>,
     seen: u64,
+    /// The segments events came from, in the order first seen.
+    segments: Vec<SegmentKey>,
 }
 
 impl TraceSink {
@@ -50,15 +53,29 @@ impl TraceSink {
             // Grows as events come; a run with few events costs little.
             events: Vec::new(),
             seen: 0,
+            segments: Vec::new(),
         }
     }
 
     /// Keeps the record if there is room; counts it either way.
-    pub fn push(&mut self, process: u32, record: Record) {
+    pub fn push(&mut self, segment: SegmentKey, record: Record) {
         self.seen += 1;
         if self.events.len() < self.limit {
-            self.events.push(TraceEvent { process, record });
+            // Records come in runs from one segment: the last one is the usual answer.
+            let segment = match self.segments.iter().rposition(|k| *k == segment) {
+                Some(i) => i,
+                None => {
+                    self.segments.push(segment);
+                    self.segments.len() - 1
+                }
+            } as u32;
+            self.events.push(TraceEvent { segment, record });
         }
+    }
+
+    /// The segments of the kept events (`TraceEvent::segment` indexes this).
+    pub fn segments(&self) -> &[SegmentKey] {
+        &self.segments
     }
 
     pub fn limit(&self) -> usize {
@@ -89,8 +106,8 @@ fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
 }
 
-/// Writes the trace of `sink` to `w`. `processes` are the follower's segments (indexed by
-/// `TraceEvent::process`); `sym` symbolizes their call sites (its cache is shared with the
+/// Writes the trace of `sink` to `w`. `processes` are the follower's segments (found by
+/// `TraceEvent::segment`); `sym` symbolizes their call sites (its cache is shared with the
 /// report, so sites already in the report cost nothing).
 pub fn write_to(
     w: &mut dyn Write,
@@ -118,19 +135,24 @@ pub fn write_to(
             json_str(&format!("{} (pid {})", f.agg.argv.join(" "), f.agg.pid))
         )?;
     }
-    let mut frames: HashMap<(u32, u32), Option<String>> = HashMap::new();
-    let mut modules: HashMap<u32, Vec<syncspy_abi::modules::Module>> = HashMap::new();
+    let by_key: HashMap<SegmentKey, &Followed> = processes.iter().map(|f| (f.key(), f)).collect();
+    let mut frames: HashMap<SiteRef, Option<String>> = HashMap::new();
+    let mut modules: HashMap<SegmentKey, Vec<syncspy_abi::modules::Module>> = HashMap::new();
     for e in sink.events() {
-        let Some(f) = processes.get(e.process as usize) else {
+        let Some(key) = sink.segments.get(e.segment as usize).copied() else {
+            continue;
+        };
+        let Some(f) = by_key.get(&key) else {
             continue;
         };
         let r = &e.record;
         let frame = frames
-            .entry((e.process, r.site))
+            .entry(SiteRef {
+                segment: key,
+                site: r.site,
+            })
             .or_insert_with(|| {
-                let m = modules
-                    .entry(e.process)
-                    .or_insert_with(|| f.reader.modules());
+                let m = modules.entry(key).or_insert_with(|| f.reader.modules());
                 location_of(&site_frames(f, r.site, m, sym))
             })
             .clone();
@@ -201,16 +223,23 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::follow::Follower;
-    use crate::test_support::{rec, TempDir};
     use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+    use syncspy_read::follow::Follower;
+    use syncspy_test_support::{rec, TempDir};
 
     #[test]
     fn the_sink_keeps_the_first_events_and_counts_the_rest() {
         let mut s = TraceSink::new(2);
+        let key = SegmentKey {
+            process: syncspy_read::follow::ProcessKey {
+                pid: 1,
+                start_ticks: 2,
+            },
+            created_ns: 3,
+        };
         for i in 0..5 {
             s.push(
-                0,
+                key,
                 rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, i, 0, 0),
             );
         }
@@ -254,11 +283,11 @@ mod tests {
         ));
         w.mark_exited(0);
 
-        let mut f = Follower::new(dir.path(), Some(9));
-        f.enable_trace(2);
+        let mut f: Follower = Follower::new(dir.path(), Some(9));
+        let mut sink = TraceSink::new(2);
         f.scan().unwrap();
-        f.final_drain();
-        let sink = f.trace().unwrap();
+        f.final_drain_each(|key, _, r| sink.push(key, *r));
+        let sink = &sink;
         assert_eq!((sink.seen(), sink.cut()), (3, 1));
         let mut out = Vec::new();
         let mut sym = Symbolizer::new();

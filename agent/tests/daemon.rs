@@ -207,7 +207,7 @@ fn sample_names(m: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
     use syncspy_agent::daemon::{ForgottenProgram, Snapshot, SnapshotProcess};
-    use syncspy_agent::report::{ProcessReport, Stats};
+    use syncspy_read::report::{ProcessReport, Stats};
     let mut r = ProcessReport {
         state: "running".into(),
         ..ProcessReport::default()

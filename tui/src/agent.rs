@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use syncspy_abi::Kind;
-use syncspy_agent::daemon::Snapshot as AgentSnapshot;
-use syncspy_agent::report::ProcessReport;
+use syncspy_read::report::ProcessReport;
+use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
-use crate::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State, STALL_KINDS};
+use crate::model::{KindRow, Proc, ProcessKey, Scope, SiteRow, Snapshot, State, STALL_KINDS};
 use crate::Source;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -29,12 +29,12 @@ pub struct AgentSource {
     pid: Option<u32>,
     window_secs: u64,
     /// Per process: the previous (time, events, stall ns) for rates.
-    prev: HashMap<(u32, u64), (Instant, u64, u64)>,
+    prev: HashMap<ProcessKey, (Instant, u64, u64)>,
     /// Per process: counts and totals at the last reset, per kind and per site.
-    baseline: HashMap<(u32, u64), Baseline>,
+    baseline: HashMap<ProcessKey, Baseline>,
     last: Vec<Proc>,
     reset_pending: bool,
-    forgotten: std::collections::HashSet<(u32, u64)>,
+    forgotten: std::collections::HashSet<ProcessKey>,
 }
 
 #[derive(Default)]
@@ -197,7 +197,10 @@ impl Source for AgentSource {
                 let mut procs = Vec::new();
                 for sp in &snap.processes {
                     let r = &sp.report;
-                    let key = (r.pid, r.start_ticks);
+                    let key = ProcessKey {
+                        pid: r.pid,
+                        start_ticks: r.start_ticks,
+                    };
                     if self.pid.is_some_and(|p| p != r.pid) || self.forgotten.contains(&key) {
                         continue;
                     }
@@ -252,9 +255,8 @@ impl Source for AgentSource {
         self.reset_pending = true;
     }
 
-    fn forget(&mut self, pid: u32, start_ticks: u64) {
-        self.forgotten.insert((pid, start_ticks));
-        self.last
-            .retain(|p| (p.pid, p.start_ticks) != (pid, start_ticks));
+    fn forget(&mut self, process: ProcessKey) {
+        self.forgotten.insert(process);
+        self.last.retain(|p| p.key() != process);
     }
 }

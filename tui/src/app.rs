@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use syncspy_abi::Kind;
 
-use crate::model::{Proc, SiteRow, Snapshot, STALL_KINDS};
+use crate::model::{Proc, ProcessKey, SiteRow, Snapshot, STALL_KINDS};
 
 /// The focused pane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +112,7 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Reset,
-    Forget(u32, u64),
+    Forget(ProcessKey),
 }
 
 /// The monitor's state.
@@ -121,7 +121,7 @@ pub struct App {
     pub snapshot: Snapshot,
     pub focus: Pane,
     /// Selected process (pid, start ticks); follows the process when the order changes.
-    pub selected: Option<(u32, u64)>,
+    pub selected: Option<ProcessKey>,
     pub kind_sel: usize,
     pub site_sel: usize,
     pub proc_sort: ProcSort,
@@ -140,7 +140,7 @@ pub struct App {
     pub detail_scroll: usize,
     /// Set by drawing the stack popup; `None` until it has been drawn since it opened.
     pub stack_view: Cell<Option<StackView>>,
-    pub dismissed: HashSet<(u32, u64)>,
+    pub dismissed: HashSet<ProcessKey>,
     pub ascii: bool,
     /// Colors on; without them bold, underline and reverse video still mark what matters.
     pub color: bool,
@@ -295,7 +295,7 @@ impl App {
     fn move_by(&mut self, delta: isize) {
         match self.focus {
             Pane::Processes => {
-                let keys: Vec<(u32, u64)> = self.processes().iter().map(|p| p.key()).collect();
+                let keys: Vec<ProcessKey> = self.processes().iter().map(|p| p.key()).collect();
                 if keys.is_empty() {
                     return;
                 }
@@ -438,7 +438,7 @@ impl App {
                 if let Some(p) = self.current().filter(|p| p.state.ended()) {
                     let k = p.key();
                     self.dismissed.insert(k);
-                    self.commands.push(Command::Forget(k.0, k.1));
+                    self.commands.push(Command::Forget(k));
                     self.selected = None;
                 }
             }

@@ -18,7 +18,7 @@ pub mod term;
 pub mod ui;
 pub mod window;
 
-use model::Snapshot;
+use model::{ProcessKey, Snapshot};
 
 /// Where refreshes come from.
 pub trait Source: Send {
@@ -27,7 +27,7 @@ pub trait Source: Send {
     /// Counts from now on (the `r` key).
     fn reset(&mut self);
     /// Stops following a (dismissed, ended) process.
-    fn forget(&mut self, pid: u32, start_ticks: u64);
+    fn forget(&mut self, process: ProcessKey);
     /// Whether work that the next refreshes will show is still under way (call sites being
     /// symbolized), so a one-shot `--print` can wait for it.
     fn busy(&self) -> bool {

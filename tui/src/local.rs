@@ -9,10 +9,11 @@ use std::sync::mpsc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
-use syncspy_agent::aggregate::{monotonic_ns, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
-use syncspy_agent::follow::{Followed, Follower};
-use syncspy_agent::report::location_of;
-use syncspy_agent::symbolize::Symbolizer;
+use syncspy_read::aggregate::{Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
+use syncspy_read::monotonic_ns;
+use syncspy_read::report::location_of;
+use syncspy_read::symbolize::Symbolizer;
 
 use crate::loghist::LogHist;
 use crate::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State, STALL_KINDS};
@@ -30,10 +31,9 @@ const RATE_SPAN_NS: u64 = 2_000_000_000;
 
 /// Symbolized frames of one site: (text, location).
 type SiteFrames = (Vec<String>, Option<String>);
-type SymKey = (u32, u64, u32);
 
 struct SymRequest {
-    key: SymKey,
+    key: SiteRef,
     stack: Vec<u64>,
     modules: Vec<Module>,
 }
@@ -41,9 +41,9 @@ struct SymRequest {
 /// Symbolizes on its own thread; answers arrive through `done`.
 struct SymWorker {
     tx: mpsc::Sender<SymRequest>,
-    done: mpsc::Receiver<(SymKey, SiteFrames)>,
-    pending: HashSet<SymKey>,
-    cache: HashMap<SymKey, SiteFrames>,
+    done: mpsc::Receiver<(SiteRef, SiteFrames)>,
+    pending: HashSet<SiteRef>,
+    cache: HashMap<SiteRef, SiteFrames>,
 }
 
 impl SymWorker {
@@ -79,13 +79,12 @@ impl SymWorker {
         }
     }
 
-    fn forget(&mut self, pid: u32, start: u64) {
-        self.cache.retain(|k, _| (k.0, k.1) != (pid, start));
+    fn forget(&mut self, process: ProcessKey) {
+        self.cache.retain(|k, _| k.segment.process != process);
     }
 }
 
-/// The monitor's own additions to a followed segment (same index as in
-/// `Follower::processes()`).
+/// The monitor's own additions to a followed segment (its state in the follower).
 struct Extra {
     window: Window,
     /// Cumulative latency cells per kind, since start or reset (the bars of "all").
@@ -117,26 +116,27 @@ impl Extra {
     }
 
     /// After a poll of `f`: notes its end and samples its rates.
-    fn polled(&mut self, f: &Followed, now_ns: u64) {
-        if f.ended() && self.ended_seen.is_none() {
-            self.ended_seen = Some(now_ns);
+    fn polled(f: &mut Followed<Extra>, now_ns: u64) {
+        let (ended, written, stall) = (f.ended(), f.agg.live.events_written, f.agg.stall_ns());
+        let x = &mut f.state;
+        if ended && x.ended_seen.is_none() {
+            x.ended_seen = Some(now_ns);
         }
-        self.samples
-            .push_back((now_ns, f.agg.live.events_written, f.agg.stall_ns()));
-        while self.samples.len() > 2 && self.samples[1].0 + RATE_SPAN_NS <= now_ns {
-            self.samples.pop_front();
+        x.samples.push_back((now_ns, written, stall));
+        while x.samples.len() > 2 && x.samples[1].0 + RATE_SPAN_NS <= now_ns {
+            x.samples.pop_front();
         }
     }
 
     /// Counts from now on; `f`'s aggregate starts over from its current header totals.
-    fn reset(&mut self, f: &mut Followed) {
+    fn reset(f: &mut Followed<Extra>) {
         let mut fresh = ProcessAgg::new(f.reader.ident());
         fresh.live = f.agg.live.clone();
         fresh.gone_ns = f.agg.gone_ns;
-        self.baseline = Some(f.agg.live.clone());
+        f.state.baseline = Some(f.agg.live.clone());
         f.agg = fresh;
-        self.window.clear();
-        self.cum = Default::default();
+        f.state.window.clear();
+        f.state.cum = Default::default();
     }
 
     /// Exact header totals of kind `k` since start or reset.
@@ -173,9 +173,8 @@ impl Extra {
 
 /// Follows every segment of a folder (or one pid's, or one session's).
 pub struct LocalSource {
-    follower: Follower,
+    follower: Follower<Extra>,
     window_secs: u64,
-    extras: Vec<Extra>,
     problems: Vec<String>,
     sym: SymWorker,
 }
@@ -183,9 +182,8 @@ pub struct LocalSource {
 impl LocalSource {
     pub fn new(dir: PathBuf, pid: Option<u32>, window_secs: u64) -> LocalSource {
         LocalSource {
-            follower: Follower::new(dir, None).with_pid(pid),
+            follower: follower(dir, None, pid, window_secs),
             window_secs,
-            extras: Vec::new(),
             problems: Vec::new(),
             sym: SymWorker::new(),
         }
@@ -194,8 +192,12 @@ impl LocalSource {
     /// Follows only the segments whose `Ident::session` is `session` (`None`: every one).
     pub fn with_session(self, session: Option<u64>) -> LocalSource {
         // The follower is replaced: only before the first step, while nothing is followed.
-        debug_assert!(self.extras.is_empty(), "with_session after a step");
-        let follower = Follower::new(self.follower.dir(), session).with_pid(self.follower.pid());
+        debug_assert!(
+            self.follower.processes().is_empty(),
+            "with_session after a step"
+        );
+        let dir = self.follower.dir().to_path_buf();
+        let follower = follower(dir, session, self.follower.pid(), self.window_secs);
         LocalSource { follower, ..self }
     }
 
@@ -223,205 +225,197 @@ impl LocalSource {
         for p in new {
             self.note(p);
         }
-        let found = self.follower.processes().len();
-        while self.extras.len() < found {
-            self.extras.push(Extra::new(self.window_secs));
-        }
     }
 
     fn poll(&mut self, now_ns: u64) {
         let now_s = now_ns / 1_000_000_000;
-        let extras = &mut self.extras;
-        self.follower.poll_each(|i, r| extras[i].add(r, now_s));
-        for (x, f) in self.extras.iter_mut().zip(self.follower.processes()) {
-            x.polled(f, now_ns);
+        self.follower.poll_each(|_, x, r| x.add(r, now_s));
+        for f in self.follower.processes_mut() {
+            Extra::polled(f, now_ns);
         }
     }
 
-    /// Stops following the processes `drop` picks (by index), keeping `extras` aligned.
-    fn forget_where(&mut self, drop: impl Fn(&Followed, &Extra) -> bool) {
-        let flags: Vec<bool> = self
-            .follower
-            .processes()
-            .iter()
-            .zip(&self.extras)
-            .map(|(f, x)| drop(f, x))
-            .collect();
-        for f in self.follower.processes().iter().zip(&flags) {
-            if *f.1 {
-                self.sym.forget(f.0.agg.pid, f.0.agg.start_ticks);
-            }
+    /// Stops following the processes `drop` picks.
+    fn forget_where(&mut self, drop: impl Fn(&Followed<Extra>) -> bool) {
+        for gone in self.follower.forget(drop) {
+            self.sym.forget(gone.key().process);
         }
-        let (mut i, mut j) = (0, 0);
-        self.follower.forget(|_| {
-            i += 1;
-            flags[i - 1]
-        });
-        self.extras.retain(|_| {
-            j += 1;
-            !flags[j - 1]
-        });
     }
 
     fn drop_oldest_ended(&mut self) {
-        let mut times: Vec<u64> = self.extras.iter().filter_map(|x| x.ended_seen).collect();
+        let mut times: Vec<u64> = self
+            .follower
+            .processes()
+            .iter()
+            .filter_map(|f| f.state.ended_seen)
+            .collect();
         if times.len() <= MAX_ENDED {
             return;
         }
         times.sort_unstable();
         let cutoff = times[times.len() - MAX_ENDED - 1];
-        self.forget_where(|_, x| x.ended_seen.is_some_and(|e| e <= cutoff));
+        self.forget_where(|f| f.state.ended_seen.is_some_and(|e| e <= cutoff));
     }
+}
 
-    fn view(&mut self, idx: usize, now_ns: u64) -> Proc {
-        let now_s = now_ns / 1_000_000_000;
-        let merged = self.extras[idx].window.merged(now_s);
-        let t = &self.extras[idx];
-        let f = &self.follower.processes()[idx];
-        let a = &f.agg;
-        let key = (a.pid, a.start_ticks);
+/// A follower whose segments each carry the monitor's `Extra`.
+fn follower(
+    dir: PathBuf,
+    session: Option<u64>,
+    pid: Option<u32>,
+    window_secs: u64,
+) -> Follower<Extra> {
+    Follower::with_state(dir, session, move |_| Extra::new(window_secs)).with_pid(pid)
+}
 
-        // Since start (or reset): exact header totals, recorded percentiles.
-        let mut all_kinds = Vec::new();
-        for (i, k) in STALL_KINDS.iter().enumerate() {
-            let (count, total_ns) = t.totals(a, *k);
-            let d = a.kind_dist(*k);
-            if count == 0 && d.is_none() {
-                continue;
-            }
-            let max_ns = match (&t.baseline, d) {
-                (None, _) => a.live.kind(*k).max_ns,
-                (Some(_), Some(d)) => d.max_ns(),
-                (Some(_), None) => 0,
-            };
-            all_kinds.push(KindRow {
+/// The monitor's view of one followed process; asks `sym` for the stacks it lacks.
+fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
+    let now_s = now_ns / 1_000_000_000;
+    let merged = f.state.window.merged(now_s);
+    let t = &f.state;
+    let a = &f.agg;
+    let key = f.key();
+
+    // Since start (or reset): exact header totals, recorded percentiles.
+    let mut all_kinds = Vec::new();
+    for (i, k) in STALL_KINDS.iter().enumerate() {
+        let (count, total_ns) = t.totals(a, *k);
+        let d = a.kind_dist(*k);
+        if count == 0 && d.is_none() {
+            continue;
+        }
+        let max_ns = match (&t.baseline, d) {
+            (None, _) => a.live.kind(*k).max_ns,
+            (Some(_), Some(d)) => d.max_ns(),
+            (Some(_), None) => 0,
+        };
+        all_kinds.push(KindRow {
+            kind: *k,
+            count,
+            total_ns,
+            p50_ns: d.map_or(0, |d| d.quantile(0.5)),
+            p99_ns: d.map_or(0, |d| d.quantile(0.99)),
+            max_ns,
+            bars: Some(t.cum[i].bars()),
+        });
+    }
+    let all_stall = all_kinds.iter().map(|r| r.total_ns).sum();
+    let mut want = Vec::new();
+    let all_sites: Vec<SiteRow> = a
+        .sites_by_total()
+        .into_iter()
+        .take(MAX_SITES_SHOWN)
+        .map(|(k, d)| {
+            site_row(
+                sym,
+                key,
+                k,
+                d.count(),
+                d.total_ns(),
+                d.quantile(0.99),
+                d.max_ns(),
+                &mut want,
+            )
+        })
+        .collect();
+
+    // The last N seconds, from the window's bins.
+    let mut recent_kinds = Vec::new();
+    for (i, k) in STALL_KINDS.iter().enumerate() {
+        if let Some(b) = &merged.kinds[i] {
+            recent_kinds.push(KindRow {
                 kind: *k,
-                count,
-                total_ns,
-                p50_ns: d.map_or(0, |d| d.quantile(0.5)),
-                p99_ns: d.map_or(0, |d| d.quantile(0.99)),
-                max_ns,
-                bars: Some(t.cum[i].bars()),
+                count: b.count(),
+                total_ns: b.total_ns,
+                p50_ns: b.hist.quantile(0.5).min(b.max_ns),
+                p99_ns: b.hist.quantile(0.99).min(b.max_ns),
+                max_ns: b.max_ns,
+                bars: Some(b.hist.bars()),
             });
         }
-        let all_stall = all_kinds.iter().map(|r| r.total_ns).sum();
-        let mut want = Vec::new();
-        let all_sites: Vec<SiteRow> = a
-            .sites_by_total()
-            .into_iter()
-            .take(MAX_SITES_SHOWN)
-            .map(|(k, d)| {
-                site_row(
-                    &self.sym,
-                    key,
-                    k,
-                    d.count(),
-                    d.total_ns(),
-                    d.quantile(0.99),
-                    d.max_ns(),
-                    &mut want,
-                )
-            })
-            .collect();
-
-        // The last N seconds, from the window's bins.
-        let mut recent_kinds = Vec::new();
-        for (i, k) in STALL_KINDS.iter().enumerate() {
-            if let Some(b) = &merged.kinds[i] {
-                recent_kinds.push(KindRow {
-                    kind: *k,
-                    count: b.count(),
-                    total_ns: b.total_ns,
-                    p50_ns: b.hist.quantile(0.5).min(b.max_ns),
-                    p99_ns: b.hist.quantile(0.99).min(b.max_ns),
-                    max_ns: b.max_ns,
-                    bars: Some(b.hist.bars()),
-                });
-            }
-        }
-        let mut rs: Vec<(SiteKey, Bin)> = merged.sites.into_iter().collect();
-        rs.sort_by(|x, y| {
-            y.1.total_ns
-                .cmp(&x.1.total_ns)
-                .then(y.1.count().cmp(&x.1.count()))
-                .then(x.0.cmp(&y.0))
-        });
-        let recent_sites: Vec<SiteRow> = rs
-            .iter()
-            .take(MAX_SITES_SHOWN)
-            .map(|(k, b)| {
-                site_row(
-                    &self.sym,
-                    key,
-                    *k,
-                    b.count(),
-                    b.total_ns,
-                    b.hist.quantile(0.99).min(b.max_ns),
-                    b.max_ns,
-                    &mut want,
-                )
-            })
-            .collect();
-        let recent_stall = recent_kinds.iter().map(|r| r.total_ns).sum();
-
-        let idle = a.live.kind(Kind::GpuIdle);
-        let wall_ns = a.wall_ns(now_ns);
-        let (events_per_s, stall_per_s) = t.rates(f.ended());
-        let state = match a.lifecycle() {
-            Lifecycle::Running => State::Running,
-            Lifecycle::Exited(s) => State::Exited(s),
-            Lifecycle::Gone => State::Gone,
-            Lifecycle::Unknown => State::Unknown,
-        };
-        let proc = Proc {
-            pid: a.pid,
-            start_ticks: a.start_ticks,
-            command: a.argv.join(" "),
-            state,
-            events_per_s,
-            stall_per_s,
-            gpu_idle_share: (idle.count > 0 && wall_ns > 0)
-                .then(|| idle.total_ns as f64 / wall_ns as f64),
-            dropped: a.live.events_dropped,
-            lost: a.lost,
-            wall_ns,
-            all: Scope {
-                kinds: all_kinds,
-                sites: all_sites,
-                stall_ns: all_stall,
-            },
-            recent: Some(Scope {
-                kinds: recent_kinds,
-                sites: recent_sites,
-                stall_ns: recent_stall,
-            }),
-        };
-        // Ask for the stacks not symbolized yet.
-        if !want.is_empty() {
-            let reader = &self.follower.processes()[idx].reader;
-            let modules = reader.modules();
-            for site in want {
-                let k = (key.0, key.1, site);
-                if self.sym.pending.contains(&k) || self.sym.cache.contains_key(&k) {
-                    continue;
-                }
-                let stack = reader.site(site).unwrap_or_default();
-                self.sym.pending.insert(k);
-                let _ = self.sym.tx.send(SymRequest {
-                    key: k,
-                    stack,
-                    modules: modules.clone(),
-                });
-            }
-        }
-        proc
     }
+    let mut rs: Vec<(SiteKey, Bin)> = merged.sites.into_iter().collect();
+    rs.sort_by(|x, y| {
+        y.1.total_ns
+            .cmp(&x.1.total_ns)
+            .then(y.1.count().cmp(&x.1.count()))
+            .then(x.0.cmp(&y.0))
+    });
+    let recent_sites: Vec<SiteRow> = rs
+        .iter()
+        .take(MAX_SITES_SHOWN)
+        .map(|(k, b)| {
+            site_row(
+                sym,
+                key,
+                *k,
+                b.count(),
+                b.total_ns,
+                b.hist.quantile(0.99).min(b.max_ns),
+                b.max_ns,
+                &mut want,
+            )
+        })
+        .collect();
+    let recent_stall = recent_kinds.iter().map(|r| r.total_ns).sum();
+
+    let idle = a.live.kind(Kind::GpuIdle);
+    let wall_ns = a.wall_ns(now_ns);
+    let (events_per_s, stall_per_s) = t.rates(f.ended());
+    let state = match a.lifecycle() {
+        Lifecycle::Running => State::Running,
+        Lifecycle::Exited(s) => State::Exited(s),
+        Lifecycle::Gone => State::Gone,
+        Lifecycle::Unknown => State::Unknown,
+    };
+    let proc = Proc {
+        pid: a.pid,
+        start_ticks: a.start_ticks,
+        command: a.argv.join(" "),
+        state,
+        events_per_s,
+        stall_per_s,
+        gpu_idle_share: (idle.count > 0 && wall_ns > 0)
+            .then(|| idle.total_ns as f64 / wall_ns as f64),
+        dropped: a.live.events_dropped,
+        lost: a.lost,
+        wall_ns,
+        all: Scope {
+            kinds: all_kinds,
+            sites: all_sites,
+            stall_ns: all_stall,
+        },
+        recent: Some(Scope {
+            kinds: recent_kinds,
+            sites: recent_sites,
+            stall_ns: recent_stall,
+        }),
+    };
+    // Ask for the stacks not symbolized yet.
+    if !want.is_empty() {
+        let reader = &f.reader;
+        let modules = reader.modules();
+        for site in want {
+            let k = SiteRef { segment: key, site };
+            if sym.pending.contains(&k) || sym.cache.contains_key(&k) {
+                continue;
+            }
+            let stack = reader.site(site).unwrap_or_default();
+            sym.pending.insert(k);
+            let _ = sym.tx.send(SymRequest {
+                key: k,
+                stack,
+                modules: modules.clone(),
+            });
+        }
+    }
+    proc
 }
 
 #[allow(clippy::too_many_arguments)]
 fn site_row(
     sym: &SymWorker,
-    proc_key: (u32, u64),
+    segment: SegmentKey,
     k: SiteKey,
     count: u64,
     total_ns: u64,
@@ -432,7 +426,10 @@ fn site_row(
     let (location, frames) = if k.site == 0 {
         ("(no stack captured)".to_string(), Vec::new())
     } else {
-        match sym.cache.get(&(proc_key.0, proc_key.1, k.site)) {
+        match sym.cache.get(&SiteRef {
+            segment,
+            site: k.site,
+        }) {
             Some((frames, loc)) => (
                 loc.clone()
                     .or_else(|| frames.first().cloned())
@@ -467,10 +464,12 @@ impl Source for LocalSource {
         let now = monotonic_ns();
         self.poll(now);
         self.drop_oldest_ended();
-        let mut processes = Vec::with_capacity(self.extras.len());
-        for i in 0..self.extras.len() {
-            processes.push(self.view(i, now));
-        }
+        let sym = &mut self.sym;
+        let processes = self
+            .follower
+            .processes_mut()
+            .map(|f| view(f, sym, now))
+            .collect();
         Snapshot {
             source: self.follower.dir().display().to_string(),
             processes,
@@ -480,8 +479,8 @@ impl Source for LocalSource {
     }
 
     fn reset(&mut self) {
-        for (x, f) in self.extras.iter_mut().zip(self.follower.processes_mut()) {
-            x.reset(f);
+        for f in self.follower.processes_mut() {
+            Extra::reset(f);
         }
     }
 
@@ -489,7 +488,7 @@ impl Source for LocalSource {
         !self.sym.pending.is_empty()
     }
 
-    fn forget(&mut self, pid: u32, start_ticks: u64) {
-        self.forget_where(|f, _| (f.agg.pid, f.agg.start_ticks) == (pid, start_ticks));
+    fn forget(&mut self, process: ProcessKey) {
+        self.forget_where(|f| f.key().process == process);
     }
 }

@@ -14,7 +14,7 @@ pub const BUCKETS: usize = SUB + (MAX_BIT as usize - SUB_BITS as usize + 1) * SU
 /// Half-decade display cells: `< 1 µs`, then [1, 3.16) µs, [3.16, 10) µs, ... up to `>= 3.16 s`.
 pub const BAR_CELLS: usize = 15;
 /// Lower edges (ns) of display cells 1.. (cell 0 is everything below 1 µs).
-const BAR_EDGES: &[u64] = syncspy_agent::aggregate::HALF_DECADES_NS
+const BAR_EDGES: &[u64] = syncspy_read::aggregate::HALF_DECADES_NS
     .split_at(BAR_CELLS - 1)
     .0;
 

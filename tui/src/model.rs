@@ -2,6 +2,7 @@
 //! plain data, so screens can be rendered and tested from fixed snapshots.
 
 use syncspy_abi::Kind;
+pub use syncspy_read::follow::ProcessKey;
 
 use crate::loghist::BAR_CELLS;
 
@@ -80,8 +81,11 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn key(&self) -> (u32, u64) {
-        (self.pid, self.start_ticks)
+    pub fn key(&self) -> ProcessKey {
+        ProcessKey {
+            pid: self.pid,
+            start_ticks: self.start_ticks,
+        }
     }
 
     pub fn scope(&self, recent: bool) -> &Scope {

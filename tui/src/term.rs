@@ -84,7 +84,7 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
                 loop {
                     match cmd_rx.recv_timeout(left) {
                         Ok(Command::Reset) => source.reset(),
-                        Ok(Command::Forget(pid, st)) => source.forget(pid, st),
+                        Ok(Command::Forget(k)) => source.forget(k),
                         Err(mpsc::RecvTimeoutError::Timeout) => break,
                         Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }

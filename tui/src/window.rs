@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use syncspy_abi::{Kind, Record};
-use syncspy_agent::aggregate::{SiteKey, SiteMap};
+use syncspy_read::aggregate::{SiteKey, SiteMap};
 
 use crate::loghist::LogHist;
 use crate::model::STALL_KINDS;

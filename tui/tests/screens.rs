@@ -397,12 +397,12 @@ fn selection_sort_pause_reset_and_dismiss() {
     app.commands.clear();
     // Dismiss only ended processes.
     app.focus = Pane::Processes;
-    app.selected = Some((614, 100));
+    app.selected = Some(proc_key(614, 100));
     app.update(Action::Dismiss);
     assert_eq!(app.processes().len(), 2);
-    app.selected = Some((700, 5));
+    app.selected = Some(proc_key(700, 5));
     app.update(Action::Dismiss);
-    assert_eq!(app.commands, vec![Command::Forget(700, 5)]);
+    assert_eq!(app.commands, vec![Command::Forget(proc_key(700, 5))]);
     let pids: Vec<u32> = app.processes().iter().map(|p| p.pid).collect();
     assert_eq!(pids, vec![614]);
     assert!(!screen(&app, 80, 24).contains("./loader"));
@@ -588,4 +588,8 @@ fn print_text_counts_wide_characters_once() {
     for l in text.lines() {
         assert!(l.width() <= 80, "{l:?} is {} columns", l.width());
     }
+}
+
+fn proc_key(pid: u32, start_ticks: u64) -> syncspy_tui::model::ProcessKey {
+    syncspy_tui::model::ProcessKey { pid, start_ticks }
 }

@@ -77,7 +77,7 @@ fn only_the_segments_of_the_chosen_session_are_followed() {
 /// `n` stream-sync records that end now (so they count in the "last N seconds" window).
 fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
     use syncspy_abi::{Api, Direction, Kind, Record};
-    let now = syncspy_agent::aggregate::monotonic_ns();
+    let now = syncspy_read::monotonic_ns();
     for i in 0..n {
         w.record(&Record {
             kind: Kind::StreamSync,
@@ -131,7 +131,10 @@ fn forgetting_one_process_keeps_the_others_numbers_and_pid_limits_what_is_follow
         vec![(4_100_001, 3, 3), (4_100_002, 5, 5), (4_100_003, 7, 7)]
     );
 
-    src.forget(4_100_002, 1000 + 4_100_002);
+    src.forget(syncspy_tui::model::ProcessKey {
+        pid: 4_100_002,
+        start_ticks: 1000 + 4_100_002,
+    });
     stall(&a, 1, 100);
     stall(&c, 2, 100);
     // The forgotten process is not opened again while its file exists; the others keep

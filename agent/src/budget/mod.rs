@@ -1,7 +1,7 @@
 //! Budgets for `syncspy check`: a TOML file of rules ([`file`]), evaluated against a report
 //! ([`eval`]), and shown to people ([`text`]).
 //!
-//! Evaluation reads only the [`Report`](crate::report::Report), so a rule means the same
+//! Evaluation reads only the [`Report`](syncspy_read::report::Report), so a rule means the same
 //! whether it is checked right after a run or (in tests) against a synthetic report.
 
 pub mod eval;

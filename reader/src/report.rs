@@ -35,7 +35,7 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// The verdict of `syncspy check`: each rule's result per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<crate::budget::BudgetReport>,
+    pub budget: Option<crate::verdict::BudgetReport>,
 }
 
 /// Count, time and latency percentiles of one kind or API.
@@ -202,8 +202,8 @@ fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
 
 /// The symbolized frames of call site `site` of a followed segment (none for site 0, "no
 /// stack captured"); `modules` is the segment's module map.
-pub fn site_frames(
-    f: &Followed,
+pub fn site_frames<S>(
+    f: &Followed<S>,
     site: u32,
     modules: &[Module],
     sym: &mut Symbolizer,
@@ -224,7 +224,7 @@ pub fn location_of(frames: &[Frame]) -> Option<String> {
 }
 
 /// The report of one followed process; symbolizes its call sites with `sym`.
-pub fn process_report(f: &Followed, sym: &mut Symbolizer, now_ns: u64) -> ProcessReport {
+pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> ProcessReport {
     let a: &ProcessAgg = &f.agg;
     let kinds = a
         .kinds_seen()
@@ -342,14 +342,14 @@ pub struct RunInfo {
 }
 
 /// The report of a run: every followed process, ordered by segment creation.
-pub fn build(
+pub fn build<S>(
     run: &RunInfo,
-    processes: &[Followed],
+    processes: &[Followed<S>],
     problems: &[SegmentProblem],
     sym: &mut Symbolizer,
     now_ns: u64,
 ) -> Report {
-    let mut order: Vec<&Followed> = processes.iter().collect();
+    let mut order: Vec<&Followed<S>> = processes.iter().collect();
     order.sort_by_key(|f| (f.agg.created_ns, f.agg.pid));
     let processes = order
         .into_iter()
@@ -445,8 +445,8 @@ mod tests {
     use super::*;
     use crate::follow::Follower;
     use crate::symbolize::tests::{known_return_addr, own_module};
-    use crate::test_support::{rec, TempDir};
     use syncspy_abi::{Api, SegmentParams, SegmentWriter};
+    use syncspy_test_support::{rec, TempDir};
 
     fn writer(dir: &Path, pid: u32, ring: u32) -> SegmentWriter {
         let mut p = SegmentParams::new(pid, 5000 + pid as u64);
@@ -459,7 +459,7 @@ mod tests {
     }
 
     fn report_of(dir: &Path) -> Report {
-        let mut f = Follower::new(dir, Some(42));
+        let mut f: Follower = Follower::new(dir, Some(42));
         f.scan().unwrap();
         f.final_drain();
         let run = RunInfo {
@@ -473,7 +473,7 @@ mod tests {
             f.processes(),
             f.problems(),
             &mut sym,
-            crate::aggregate::monotonic_ns(),
+            crate::monotonic_ns(),
         )
     }
 

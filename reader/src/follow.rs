@@ -4,6 +4,11 @@
 //! A scan opens only names (and inodes) not seen before, so it is cheap to repeat every
 //! ~50 ms. A file that does not open (foreign, truncated, another ABI) is remembered with its
 //! error, reported once, and never retried.
+//!
+//! Each followed segment is known by its [`SegmentKey`], which stays the same for the life of
+//! the follower whatever is forgotten around it, and carries a value of the caller's type `S`
+//! (the monitor keeps its time window there, `syncspy run` nothing): callers never keep
+//! vectors parallel to the follower's.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -12,10 +17,10 @@ use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use syncspy_abi::process_running;
-use syncspy_abi::{parse_segment_name, Cursor, OpenError, ProcState, Record, SegmentReader};
+use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
-use crate::aggregate::{monotonic_ns, LiveSnapshot, ProcessAgg};
-use crate::trace::TraceSink;
+use crate::aggregate::{LiveSnapshot, ProcessAgg};
+use crate::monotonic_ns;
 
 /// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
 /// (a writer is between claim and publish for microseconds; at ~50 ms a poll this is ample).
@@ -25,8 +30,49 @@ pub const MAX_PROBLEMS: usize = 256;
 /// Records taken from one ring per poll, so one busy process cannot starve the others.
 pub const POLL_BUDGET: usize = 1 << 20;
 
-/// One segment this follower reads.
-pub struct Followed {
+/// The identity of a process: its pid and its start time in clock ticks since boot (the pair
+/// is unique on a host, where a pid alone is reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcessKey {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+/// The identity of one segment: its process, and when the library created it (a process
+/// that `exec`s gets a new segment under the same name, with a later `created_ns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentKey {
+    pub process: ProcessKey,
+    /// CLOCK_MONOTONIC ns of the segment's creation.
+    pub created_ns: u64,
+}
+
+impl SegmentKey {
+    pub fn of(ident: &Ident) -> SegmentKey {
+        SegmentKey {
+            process: ProcessKey {
+                pid: ident.pid,
+                start_ticks: ident.start_ticks,
+            },
+            created_ns: ident.created_ns,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid
+    }
+}
+
+/// One call site of one segment: the site id is only meaningful within its segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteRef {
+    pub segment: SegmentKey,
+    pub site: u32,
+}
+
+/// One segment this follower reads, with the caller's state `S` for it.
+pub struct Followed<S = ()> {
+    key: SegmentKey,
     pub reader: SegmentReader,
     pub cursor: Cursor,
     pub agg: ProcessAgg,
@@ -36,16 +82,22 @@ pub struct Followed {
     /// The file's size when it was found truncated (its reader is then frozen), and whether
     /// that was reported.
     truncated: Option<(u64, bool)>,
+    /// The caller's own state for this segment, created with `S::default()`.
+    pub state: S,
 }
 
-impl Followed {
+impl<S> Followed<S> {
+    pub fn key(&self) -> SegmentKey {
+        self.key
+    }
+
     /// Whether the writing process has ended (exit handler ran, or it no longer exists).
     pub fn ended(&self) -> bool {
         matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
     }
 
     /// Drains the ring into the aggregate, handing each record to `sink` as well.
-    fn poll(&mut self, patience: u32, sink: &mut dyn FnMut(&Record)) -> u64 {
+    fn poll(&mut self, patience: u32, sink: &mut dyn FnMut(SegmentKey, &mut S, &Record)) -> u64 {
         if self.reader.frozen() {
             return 0;
         }
@@ -58,16 +110,17 @@ impl Followed {
             }
             return 0;
         }
+        let key = self.key;
         let mut delivered = 0;
         loop {
-            let agg = &mut self.agg;
+            let (agg, state) = (&mut self.agg, &mut self.state);
             let st = self
                 .reader
                 .poll(&mut self.cursor, POLL_BUDGET, patience, |r| {
                     // Undecodable records are counted through `PollStats::corrupt`.
                     if let Ok(r) = r {
                         agg.add_record(&r);
-                        sink(&r);
+                        sink(key, state, &r);
                     }
                 });
             self.agg.add_poll(&st);
@@ -86,9 +139,7 @@ impl Followed {
         }
         delivered
     }
-}
 
-impl Followed {
     /// Removes this segment's file, unless a newer segment replaced it under the same name.
     /// `Ok(false)` when there was nothing to remove.
     pub fn remove_file(&self) -> io::Result<bool> {
@@ -125,22 +176,40 @@ enum Seen {
     Failed,
 }
 
-/// Follows the segments of one session (or of every session) in one folder.
-pub struct Follower {
+/// Makes the caller's state for a newly found segment.
+type MakeState<S> = Box<dyn FnMut(&Ident) -> S + Send>;
+
+/// Follows the segments of one session (or of every session) in one folder, keeping a value
+/// of type `S` per segment for the caller.
+pub struct Follower<S = ()> {
+    make_state: MakeState<S>,
     dir: PathBuf,
     session: Option<u64>,
     pid: Option<u32>,
     seen: HashMap<(OsString, u64), Seen>,
-    followed: Vec<Followed>,
+    /// In the order they were found.
+    followed: Vec<Followed<S>>,
     problems: Vec<SegmentProblem>,
     problems_taken: usize,
-    trace: Option<TraceSink>,
 }
 
-impl Follower {
+impl<S: Default> Follower<S> {
     /// Follows segments in `dir` whose `Ident::session` is `session`; `None` follows all.
-    pub fn new(dir: impl Into<PathBuf>, session: Option<u64>) -> Follower {
+    /// Each segment's state starts as `S::default()`.
+    pub fn new(dir: impl Into<PathBuf>, session: Option<u64>) -> Follower<S> {
+        Follower::with_state(dir, session, |_| S::default())
+    }
+}
+
+impl<S> Follower<S> {
+    /// Like [`Follower::new`], with each segment's state made by `make` from its identity.
+    pub fn with_state(
+        dir: impl Into<PathBuf>,
+        session: Option<u64>,
+        make: impl FnMut(&Ident) -> S + Send + 'static,
+    ) -> Follower<S> {
         Follower {
+            make_state: Box::new(make),
             dir: dir.into(),
             session,
             pid: None,
@@ -148,24 +217,13 @@ impl Follower {
             followed: Vec::new(),
             problems: Vec::new(),
             problems_taken: 0,
-            trace: None,
         }
     }
 
     /// Follows only the segments of process `pid` (`None`: every process).
-    pub fn with_pid(mut self, pid: Option<u32>) -> Follower {
+    pub fn with_pid(mut self, pid: Option<u32>) -> Follower<S> {
         self.pid = pid;
         self
-    }
-
-    /// Also keeps the records received (up to `limit`) for a trace file.
-    pub fn enable_trace(&mut self, limit: usize) {
-        self.trace = Some(TraceSink::new(limit));
-    }
-
-    /// The records kept for a trace, when `enable_trace` was called.
-    pub fn trace(&self) -> Option<&TraceSink> {
-        self.trace.as_ref()
     }
 
     pub fn dir(&self) -> &Path {
@@ -205,12 +263,15 @@ impl Follower {
                         Seen::Ignored
                     } else {
                         let agg = ProcessAgg::new(reader.ident());
+                        let state = (self.make_state)(reader.ident());
                         self.followed.push(Followed {
+                            key: SegmentKey::of(reader.ident()),
                             reader,
                             cursor: Cursor::from_start(),
                             agg,
                             ino: entry.ino(),
                             truncated: None,
+                            state,
                         });
                         new += 1;
                         Seen::Followed
@@ -243,15 +304,14 @@ impl Follower {
     /// Drains every followed ring (bounded per segment) and refreshes header counters;
     /// returns the records delivered.
     pub fn poll(&mut self) -> u64 {
-        self.poll_each(|_, _| {})
+        self.poll_each(|_, _, _| {})
     }
 
-    /// Like `poll`, and hands every record to `sink` with the index of its segment in
-    /// `processes()`.
-    pub fn poll_each(&mut self, mut sink: impl FnMut(usize, &Record)) -> u64 {
+    /// Like `poll`, and hands every record to `sink` with its segment's key and state.
+    pub fn poll_each(&mut self, mut sink: impl FnMut(SegmentKey, &mut S, &Record)) -> u64 {
         let mut n = 0;
-        for (i, f) in self.followed.iter_mut().enumerate() {
-            n += f.poll(PATIENCE, &mut sink_for(i, &mut self.trace, &mut sink));
+        for f in &mut self.followed {
+            n += f.poll(PATIENCE, &mut sink);
         }
         self.report_truncated();
         n
@@ -292,10 +352,13 @@ impl Follower {
     /// claimed but never completed count as lost at once (`patience = 0`); processes that
     /// still run get the usual patience, so a record being written is not miscounted.
     pub fn final_drain(&mut self) -> u64 {
+        self.final_drain_each(|_, _, _| {})
+    }
+
+    /// Like `final_drain`, and hands every record to `sink` as `poll_each` does.
+    pub fn final_drain_each(&mut self, mut sink: impl FnMut(SegmentKey, &mut S, &Record)) -> u64 {
         let mut n = 0;
-        let mut none = |_: usize, _: &Record| {};
-        for (i, f) in self.followed.iter_mut().enumerate() {
-            let mut sink = sink_for(i, &mut self.trace, &mut none);
+        for f in &mut self.followed {
             // Refresh the state first: the process may have ended since the last poll.
             n += f.poll(PATIENCE, &mut sink);
             n += f.poll(if f.ended() { 0 } else { PATIENCE }, &mut sink);
@@ -305,13 +368,18 @@ impl Follower {
     }
 
     /// Followed segments, in the order they were found.
-    pub fn processes(&self) -> &[Followed] {
+    pub fn processes(&self) -> &[Followed<S>] {
         &self.followed
     }
 
-    /// Followed segments, mutable (to reset an aggregate).
-    pub fn processes_mut(&mut self) -> &mut [Followed] {
-        &mut self.followed
+    /// Followed segments, mutable (to reset an aggregate or update the caller's state).
+    pub fn processes_mut(&mut self) -> impl Iterator<Item = &mut Followed<S>> {
+        self.followed.iter_mut()
+    }
+
+    /// The followed segment `key`, if it is still followed.
+    pub fn get(&self, key: SegmentKey) -> Option<&Followed<S>> {
+        self.followed.iter().find(|f| f.key == key)
     }
 
     /// Every problem found so far.
@@ -342,29 +410,14 @@ impl Follower {
     }
 
     /// Stops following the segments `forget` picks and hands them back (their files stay).
-    /// A forgotten segment is not opened again while its file exists. Not for a follower
-    /// that keeps a trace: trace events refer to segments by position.
-    pub fn forget(&mut self, mut forget: impl FnMut(&Followed) -> bool) -> Vec<Followed> {
-        debug_assert!(self.trace.is_none(), "forgetting would shift trace indices");
+    /// A forgotten segment is not opened again while its file exists; the keys of the others
+    /// do not change.
+    pub fn forget(&mut self, mut forget: impl FnMut(&Followed<S>) -> bool) -> Vec<Followed<S>> {
         let (gone, keep) = std::mem::take(&mut self.followed)
             .into_iter()
             .partition(|f| forget(f));
         self.followed = keep;
         gone
-    }
-}
-
-/// The per-record sink of segment `index`: the trace (when kept), then `sink`.
-fn sink_for<'a>(
-    index: usize,
-    trace: &'a mut Option<TraceSink>,
-    sink: &'a mut impl FnMut(usize, &Record),
-) -> impl FnMut(&Record) + 'a {
-    move |r| {
-        if let Some(t) = trace.as_mut() {
-            t.push(index as u32, *r);
-        }
-        sink(index, r);
     }
 }
 
@@ -387,8 +440,8 @@ pub fn describe_open_error(e: &OpenError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{rec, TempDir};
     use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+    use syncspy_test_support::{rec, TempDir};
 
     fn params(pid: u32, session: u64, ring: u32) -> SegmentParams {
         let mut p = SegmentParams::new(pid, 1000 + pid as u64);
@@ -422,7 +475,7 @@ mod tests {
             0,
         ));
 
-        let mut f = Follower::new(dir.path(), Some(7));
+        let mut f: Follower = Follower::new(dir.path(), Some(7));
         assert_eq!(f.scan().unwrap(), 1);
         assert_eq!(f.poll(), 1);
         assert_eq!(f.processes().len(), 1);
@@ -445,7 +498,7 @@ mod tests {
         assert_eq!(f.poll(), 1);
 
         // Following every session sees all three valid segments.
-        let mut all = Follower::new(dir.path(), None);
+        let mut all: Follower = Follower::new(dir.path(), None);
         assert_eq!(all.scan().unwrap(), 3);
     }
 
@@ -462,7 +515,7 @@ mod tests {
         p.start_ticks = start;
         let alive = SegmentWriter::create(dir.path(), &p).unwrap();
 
-        let mut f = Follower::new(dir.path(), Some(7));
+        let mut f: Follower = Follower::new(dir.path(), Some(7));
         f.scan().unwrap();
         f.final_drain();
         let (removed, failed) = f.remove_ended_segments();
@@ -515,7 +568,7 @@ mod tests {
                 site,
             ));
         }
-        let mut f = Follower::new(dir.path(), Some(7));
+        let mut f: Follower = Follower::new(dir.path(), Some(7));
         f.scan().unwrap();
         assert_eq!(f.poll(), 3);
         assert!(f.processes()[0].reader.intact());
@@ -555,7 +608,7 @@ mod tests {
 
     #[test]
     fn missing_folder_is_an_error_not_a_panic() {
-        let mut f = Follower::new("/nonexistent/syncspy-test-dir", None);
+        let mut f: Follower = Follower::new("/nonexistent/syncspy-test-dir", None);
         assert!(f.scan().is_err());
         assert_eq!(f.poll(), 0);
     }

@@ -424,19 +424,6 @@ impl ProcessAgg {
     }
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of every timestamp in a segment.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

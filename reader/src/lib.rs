@@ -1,0 +1,22 @@
+//! The reading side of syncspy, shared by the `syncspy` CLI (run, check, report, the agent
+//! daemon) and the `syncspy-top` monitor: everything between a segment that `libsyncspy.so`
+//! writes and a number on a screen or in a file.
+//!
+//! - [`follow`]: discover the segments in `SYNCSPY_DIR` and drain their rings; each followed
+//!   segment has a stable [`follow::SegmentKey`] and a slot for the caller's own state.
+//! - [`aggregate`]: per-process exact totals and latency histograms.
+//! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
+//! - [`report`]: the JSON report (version 1), how it is built from followed segments, read
+//!   and written; [`verdict`]: its `budget` section.
+//! - [`snapshot`]: the agent's view of the host, as served over HTTP.
+//!
+//! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
+
+pub mod aggregate;
+pub mod follow;
+pub mod report;
+pub mod snapshot;
+pub mod symbolize;
+pub mod verdict;
+
+pub use syncspy_abi::clock::monotonic_ns;

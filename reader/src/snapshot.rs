@@ -1,0 +1,115 @@
+//! The agent's view of the host, as `syncspy agent` serves it at `/api/v1/snapshot` and as
+//! `syncspy-top --agent` reads it: the wire model, shared by both sides.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use syncspy_abi::Kind;
+
+use crate::aggregate::{Dist, ProcessAgg, HALF_DECADES_NS};
+use crate::report::ProcessReport;
+
+/// Count, time and bytes of a kind or a site in one report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Amounts {
+    pub count: u64,
+    pub total_ns: u64,
+    pub bytes: u64,
+}
+
+impl Amounts {
+    pub fn add(&mut self, count: u64, total_ns: u64, bytes: u64) {
+        self.count = self.count.saturating_add(count);
+        self.total_ns = self.total_ns.saturating_add(total_ns);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+/// `syncspy_snapshot` of the snapshots this code serves.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// Upper bounds (ns) of the latency buckets served at `/metrics`: half decades from 10 µs to
+/// 10 s, so `histogram_quantile` is within a factor of about 1.8 whatever the scale.
+pub const LATENCY_BOUNDS_NS: &[u64] = HALF_DECADES_NS.split_at(2).1.split_at(13).0;
+
+/// The recorded durations of one kind, bucketed at `LATENCY_BOUNDS_NS`. Built from the
+/// records the agent received, so `count` may be below the exact event count when records
+/// were lost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Values in each bucket (not cumulative): one per bound, then one above the last.
+    pub buckets: Vec<u64>,
+}
+
+impl Latency {
+    /// The buckets of a recorded distribution.
+    pub fn of(d: &Dist) -> Latency {
+        Latency {
+            count: d.count(),
+            sum_ns: d.total_ns(),
+            buckets: d.bucket_counts(LATENCY_BOUNDS_NS),
+        }
+    }
+
+    pub fn add(&mut self, o: &Latency) {
+        self.count = self.count.saturating_add(o.count);
+        self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
+        if self.buckets.len() < o.buckets.len() {
+            self.buckets.resize(o.buckets.len(), 0);
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            *a = a.saturating_add(*b);
+        }
+    }
+}
+
+/// Recorded latency buckets per kind name, of the kinds with records.
+pub fn latency_of(a: &ProcessAgg) -> BTreeMap<String, Latency> {
+    Kind::ALL
+        .iter()
+        .filter_map(|k| Some((k.name().to_string(), Latency::of(a.kind_dist(*k)?))))
+        .collect()
+}
+
+/// One followed process in a snapshot: its report (as in `syncspy run --report`), the
+/// bounded program label its metrics carry, and its recorded latency buckets.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotProcess {
+    pub program: String,
+    #[serde(flatten)]
+    pub report: ProcessReport,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency: BTreeMap<String, Latency>,
+}
+
+/// What the processes of one program that ended and were forgotten added up to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ForgottenProgram {
+    pub processes: u64,
+    pub kinds: BTreeMap<String, Amounts>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency: BTreeMap<String, Latency>,
+    pub dropped_events: u64,
+    pub lost_records: u64,
+    pub overhead_ns: u64,
+}
+
+/// The agent's view of the host (`/api/v1/snapshot`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub syncspy_snapshot: u32,
+    pub host: String,
+    /// When the snapshot was taken (Unix time, ns).
+    pub time_unix_ns: u64,
+    pub segment_dir: String,
+    /// Processes followed now: running, and ended within the retention time.
+    pub processes: Vec<SnapshotProcess>,
+    /// Totals of ended processes no longer followed, by program label.
+    pub forgotten: BTreeMap<String, ForgottenProgram>,
+    /// Files in the segment folder that could not be read.
+    pub segments_skipped: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
