@@ -6,49 +6,16 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
+use syncspy_test_support::{Running, TempDir};
 
 const SYNCSPY: &str = env!("CARGO_BIN_EXE_syncspy");
 const HELPER_ENV: &str = "SYNCSPY_CLI_TEST_HELPER";
 const STOP_ENV: &str = "SYNCSPY_CLI_TEST_STOP";
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("syncspy-cli-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p.canonicalize().unwrap())
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed when the test ends, whatever happens.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A shared object that is harmless to preload: the C library this test runs with.
 fn harmless_shared_object() -> PathBuf {

@@ -6,23 +6,15 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod common;
-use common::{artifact, cudacalls, TempDir, SYNCSPY};
+use common::{artifact, cudacalls, Running, TempDir, SYNCSPY};
 
 /// A child killed when the test ends, whatever happens.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// (status, body) of `GET path`.
 fn get(addr: &str, path: &str) -> (u16, String) {

@@ -2,32 +2,12 @@
 //! Two segments of different sessions are written with the ABI crate in a private folder.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use syncspy_abi::{SegmentParams, SegmentWriter};
+use syncspy_test_support::TempDir;
 use syncspy_tui::local::LocalSource;
 use syncspy_tui::Source;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("syncspy-top-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn segment(dir: &Path, pid: u32, session: u64, cmd: &str) -> SegmentWriter {
     let mut p = SegmentParams::new(pid, 1000 + u64::from(pid));

@@ -2,7 +2,9 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+
+#[allow(unused_imports)] // each test uses a subset
+pub use syncspy_test_support::{Running, TempDir};
 
 pub const SYNCSPY: &str = env!("CARGO_BIN_EXE_syncspy");
 
@@ -18,42 +20,6 @@ pub fn artifact(name: &str) -> PathBuf {
 
 pub fn cudacalls() -> String {
     artifact("cudacalls").to_string_lossy().into_owned()
-}
-
-/// A private folder for segments and files (tmpfs when there is one), removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let d = base.join(format!("syncspy-check-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    pub fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `syncspy run --sim [extra...] -- CMD` with `d` as the segment folder.
