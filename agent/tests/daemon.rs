@@ -14,7 +14,6 @@ use serde_json::Value;
 mod common;
 use common::{artifact, cudacalls, Running, TempDir, SYNCSPY};
 
-/// A child killed when the test ends, whatever happens.
 
 /// (status, body) of `GET path`.
 fn get(addr: &str, path: &str) -> (u16, String) {
