@@ -14,7 +14,6 @@ use serde_json::Value;
 mod common;
 use common::{artifact, cudacalls, Running, TempDir, SYNCSPY};
 
-
 /// (status, body) of `GET path`.
 fn get(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
