@@ -9,97 +9,16 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::run::{self, RunOptions, EXIT_SETUP};
 use crate::summary::{self, fmt_ns};
 use syncspy_read::report::Report;
 
 /// The scenario manifest, as built into syncspy.
-pub const MANIFEST: &str = include_str!("../../scenarios/manifest.toml");
+pub use syncspy_manifest::BUNDLED as MANIFEST;
+use syncspy_manifest::{Manifest, Pair};
 
 /// The environment variable the simulated runtime reads its time scale from.
 pub const SIM_TIME_SCALE_ENV: &str = "SIMCUDA_TIME_SCALE";
-
-/// The few manifest fields the demo needs (everything else is ignored).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Manifest {
-    #[serde(default)]
-    pub defaults: Defaults,
-    #[serde(rename = "run", default)]
-    pub runs: Vec<ManifestRun>,
-    #[serde(rename = "comparison", default)]
-    pub comparisons: Vec<Comparison>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Defaults {
-    #[serde(default = "one")]
-    pub sim_time_scale: f64,
-}
-
-impl Default for Defaults {
-    fn default() -> Defaults {
-        Defaults {
-            sim_time_scale: 1.0,
-        }
-    }
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ManifestRun {
-    pub id: String,
-    pub scenario: String,
-    pub pattern: String,
-    pub summary: String,
-    #[serde(default)]
-    pub args: Vec<String>,
-    pub sim_time_scale: Option<f64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Comparison {
-    pub title: String,
-    pub stalling: String,
-    pub healthy: String,
-}
-
-/// A comparison with its two runs resolved.
-#[derive(Debug, Clone)]
-pub struct Pair<'a> {
-    pub title: &'a str,
-    pub stalling: &'a ManifestRun,
-    pub healthy: &'a ManifestRun,
-}
-
-impl Manifest {
-    pub fn parse(text: &str) -> Result<Manifest, String> {
-        toml::from_str(text).map_err(|e| format!("the built-in scenario manifest: {e}"))
-    }
-
-    /// The comparisons, each with its two runs; an error names an id no run has.
-    pub fn pairs(&self) -> Result<Vec<Pair<'_>>, String> {
-        let find = |id: &str| {
-            self.runs.iter().find(|r| r.id == id).ok_or_else(|| {
-                format!("the manifest's comparisons name run `{id}`, which it lacks")
-            })
-        };
-        self.comparisons
-            .iter()
-            .map(|c| {
-                Ok(Pair {
-                    title: &c.title,
-                    stalling: find(&c.stalling)?,
-                    healthy: find(&c.healthy)?,
-                })
-            })
-            .collect()
-    }
-}
 
 /// What `syncspy demo` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -301,17 +220,11 @@ pub fn demo(opts: &DemoOptions) -> i32 {
     let manifest = match Manifest::parse(MANIFEST) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("syncspy demo: {e}");
+            eprintln!("syncspy demo: the built-in scenario manifest: {e}");
             return EXIT_SETUP;
         }
     };
-    let pairs = match manifest.pairs() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("syncspy demo: {e}");
-            return EXIT_SETUP;
-        }
-    };
+    let pairs = manifest.pairs();
     let mut names: Vec<String> = pairs
         .iter()
         .flat_map(|p| [p.stalling, p.healthy])
@@ -379,7 +292,12 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
             }
             println!();
-            println!("== [{n}/{total}] {} ({}): {}", r.id, r.pattern, r.summary);
+            println!(
+                "== [{n}/{total}] {} ({}): {}",
+                r.id,
+                r.pattern.name(),
+                r.summary
+            );
             let mut ro = RunOptions::new(command);
             ro.sim = sim;
             ro.print_summary = false;
@@ -431,28 +349,31 @@ pub fn demo(opts: &DemoOptions) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use syncspy_manifest::Pattern;
 
     #[test]
     fn the_built_in_manifest_has_resolvable_pairs() {
         let m = Manifest::parse(MANIFEST).unwrap();
-        let pairs = m.pairs().unwrap();
+        let pairs = m.pairs();
+        assert_eq!(pairs.len(), m.comparisons.len());
         assert!(!pairs.is_empty());
         for p in &pairs {
-            assert_eq!(p.stalling.pattern, "stalling", "{}", p.title);
-            assert_eq!(p.healthy.pattern, "healthy", "{}", p.title);
+            assert_eq!(p.stalling.pattern, Pattern::Stalling, "{}", p.title);
+            assert_eq!(p.healthy.pattern, Pattern::Healthy, "{}", p.title);
         }
         let bad = Manifest::parse(
-            "[[run]]\nid = \"a\"\nscenario = \"a\"\npattern = \"stalling\"\nsummary = \"\"\n\
+            "version = 1\n[[run]]\nid = \"a\"\nscenario = \"item-in-loop\"\n\
+             pattern = \"stalling\"\nsummary = \"\"\n\
              [[comparison]]\ntitle = \"t\"\nstalling = \"a\"\nhealthy = \"b\"\n",
         )
-        .unwrap();
-        assert!(bad.pairs().unwrap_err().contains("`b`"));
+        .unwrap_err();
+        assert!(bad.to_string().contains("no run \"b\""), "{bad}");
     }
 
     #[test]
     fn the_table_shows_shares_and_the_speed_up() {
         let m = Manifest::parse(MANIFEST).unwrap();
-        let pairs = m.pairs().unwrap();
+        let pairs = m.pairs();
         let s = Measured {
             loop_ns: Some(200_000_000),
             iters: Some(10),

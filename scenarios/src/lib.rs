@@ -12,17 +12,4 @@ pub mod sync_gemm;
 pub mod truth;
 pub mod validate;
 
-/// The scenario programs, `scn-<name>` each (the names are a contract: tools and the manifest
-/// refer to them), in the order a demo shows them.
-pub const SCENARIOS: [&str; 10] = [
-    "item-in-loop",
-    "clean-async",
-    "sync-small-gemm",
-    "sync-big-gemm",
-    "pageable-h2d",
-    "pinned-double-buffer",
-    "nonzero-dynamic-shape",
-    "implicit-free",
-    "event-sync",
-    "multi-thread",
-];
+pub use syncspy_manifest::SCENARIOS;

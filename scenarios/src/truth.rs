@@ -13,50 +13,7 @@ pub struct Tally {
     pub max_ns: u64,
 }
 
-/// How syncspy must classify a call: one of the report's stall kinds, or a call it counts but
-/// does not time (`non_stall_calls`: pinned async copies, device memsets, `cudaFree(NULL)`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    DeviceSync,
-    StreamSync,
-    EventSync,
-    MemcpySync,
-    MemcpyPageable,
-    ImplicitSync,
-    NonStall,
-}
-
-impl Kind {
-    /// The stall kinds, in the report's order.
-    pub const STALLS: [Kind; 6] = [
-        Kind::DeviceSync,
-        Kind::StreamSync,
-        Kind::EventSync,
-        Kind::MemcpySync,
-        Kind::MemcpyPageable,
-        Kind::ImplicitSync,
-    ];
-
-    /// The name the report uses (`non_stall` for calls that do not stall).
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::DeviceSync => "device_sync",
-            Kind::StreamSync => "stream_sync",
-            Kind::EventSync => "event_sync",
-            Kind::MemcpySync => "memcpy_sync",
-            Kind::MemcpyPageable => "memcpy_pageable",
-            Kind::ImplicitSync => "implicit_sync",
-            Kind::NonStall => "non_stall",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::STALLS
-            .into_iter()
-            .chain([Kind::NonStall])
-            .find(|k| k.name() == name)
-    }
-}
+pub use syncspy_manifest::Kind;
 
 #[derive(Debug, Default)]
 pub struct Truth {

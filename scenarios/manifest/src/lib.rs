@@ -1,0 +1,525 @@
+//! `scenarios/manifest.toml`: what syncspy must report for each scenario run, relative to the
+//! ground truth the program prints, and the pairs `syncspy demo` compares. One parser and one
+//! set of types for every reader of the manifest (the scenario checks, `syncspy demo`).
+//!
+//! ```text
+//! version = 1
+//! [defaults]
+//! sim_time_scale = 1.0                  # SIMCUDA_TIME_SCALE of --sim runs
+//!
+//! [[run]]
+//! id = "sync-small-gemm-async"          # unique; the report and truth files are named by it
+//! scenario = "sync-small-gemm"          # the program scn-<scenario>
+//! pattern = "healthy"                   # or "stalling"
+//! summary = "..."                       # one line for people
+//! args = ["--async"]
+//! sim_time_scale = 0.1                  # optional, overrides the default
+//! [run.counts]                          # exact count per stall kind; kinds not listed: 0
+//! device_sync = 1                       # an integer, or an expression over the truth
+//! implicit_sync = "3"                   # line's args: "iters + 1", "iters * threads"
+//! [run.non_stall]                       # exact counts of calls that must not stall, by API
+//! [[run.stall]]                         # time: the kinds' total vs a CUDA-event timing
+//! kinds = ["device_sync"]
+//! gpu = "loop"                          # a key of the truth line's gpu_ms
+//! min = 0.5                             # stall >= min * gpu            (strict lower bound)
+//! max = 2.0                             # stall <= max * gpu + slack (generous upper bound)
+//! slack_ms = 20.0                       # slack: slack_ms + slack_ms_per_call * calls
+//! slack_ms_per_call = 5.0
+//! site = "scn_item_in_loop.rs"          # optional: in the top call site's frames
+//!
+//! [[comparison]]                        # the same work done two ways, for `syncspy demo`
+//! title = "..."
+//! stalling = "sync-small-gemm"          # run ids
+//! healthy = "sync-small-gemm-async"
+//! ```
+//!
+//! The checks of a run against it (`syncspy_scenarios::manifest::check`) compare one run's report process with the manifest and the truth line: the
+//! program's own account must match the manifest (it did what the manifest says), syncspy's
+//! counts and bytes must equal the account exactly (per kind and per non-stalling API),
+//! syncspy's time per kind must lie inside the program's own timing of the same calls (the
+//! hook runs inside it), and each stall rule must hold. [`runner`] runs scenarios under
+//! `syncspy run` and collects what `check` needs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The manifest shipped with the scenarios (`scenarios/manifest.toml`).
+pub const BUNDLED: &str = include_str!("../../manifest.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub version: u32,
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(rename = "run")]
+    pub runs: Vec<Run>,
+    #[serde(rename = "comparison", default)]
+    pub comparisons: Vec<Comparison>,
+    /// PyTorch scenarios (scenarios/python/), checked on a GPU machine only.
+    #[serde(rename = "python", default)]
+    pub python: Vec<PythonRun>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    #[serde(default = "one")]
+    pub sim_time_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            sim_time_scale: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    Stalling,
+    Healthy,
+}
+
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Stalling => "stalling",
+            Pattern::Healthy => "healthy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Run {
+    pub id: String,
+    pub scenario: String,
+    pub pattern: Pattern,
+    pub summary: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    pub sim_time_scale: Option<f64>,
+    #[serde(default)]
+    pub counts: BTreeMap<String, Count>,
+    #[serde(default)]
+    pub non_stall: BTreeMap<String, Count>,
+    #[serde(default)]
+    pub stall: Vec<StallRule>,
+    /// A substring the top call site's frames must contain (the program's own source file).
+    pub site: Option<String>,
+}
+
+/// An expected count: a number, or a sum of products of numbers and the truth line's `args`
+/// (`"iters + 1"`, `"iters * threads"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Count {
+    Exact(u64),
+    Expr(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StallRule {
+    pub kinds: Vec<String>,
+    pub gpu: String,
+    pub min: f64,
+    pub max: f64,
+    /// Allowance on the upper bound, in all.
+    #[serde(default)]
+    pub slack_ms: f64,
+    /// Allowance on the upper bound per call of the kinds (wake-up latency of a loaded host).
+    #[serde(default)]
+    pub slack_ms_per_call: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Comparison {
+    pub title: String,
+    pub stalling: String,
+    pub healthy: String,
+}
+
+/// A PyTorch scenario: `python3 scenarios/python/<script> --iters N`, run at two iteration
+/// counts; the report's counts must differ by exactly `per_iter` times the difference (torch
+/// makes calls of its own at start-up), and the stall per iteration must relate to the
+/// script's CUDA-event time per iteration as `stall` says.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonRun {
+    pub id: String,
+    pub script: String,
+    pub pattern: Pattern,
+    pub summary: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Stall kinds: calls per iteration; kinds not listed must not grow.
+    #[serde(default)]
+    pub per_iter: BTreeMap<String, u64>,
+    /// Non-stalling calls per iteration, by API; APIs not listed are not checked.
+    #[serde(default)]
+    pub non_stall_per_iter: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub stall: Vec<StallRule>,
+    /// A substring the top call site's frames must contain, if any.
+    pub site: Option<String>,
+}
+
+/// Why a manifest could not be used.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManifestError {
+    /// Not valid TOML or not the expected shape; the message names the line.
+    Parse(String),
+    /// Valid TOML with a wrong value: the run (or comparison) and what is wrong.
+    Invalid { entry: String, reason: String },
+    /// The file could not be read.
+    Io(String),
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::Parse(m) => write!(f, "manifest: {m}"),
+            ManifestError::Invalid { entry, reason } => write!(f, "manifest: {entry}: {reason}"),
+            ManifestError::Io(m) => write!(f, "manifest: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// Why an expected count could not be evaluated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountError(pub String);
+
+impl Count {
+    /// The value for a run whose truth line has these `args` (numbers and booleans).
+    pub fn eval(&self, args: &BTreeMap<String, u64>) -> Result<u64, CountError> {
+        let expr = match self {
+            Count::Exact(n) => return Ok(*n),
+            Count::Expr(e) => e,
+        };
+        let mut sum = 0u64;
+        for term in expr.split('+') {
+            let mut product = 1u64;
+            for factor in term.split('*') {
+                let f = factor.trim();
+                let v = match f.parse::<u64>() {
+                    Ok(v) => v,
+                    Err(_) => *args
+                        .get(f)
+                        .ok_or_else(|| CountError(format!("{expr:?}: unknown name {f:?}")))?,
+                };
+                product = product
+                    .checked_mul(v)
+                    .ok_or_else(|| CountError(format!("{expr:?}: overflow")))?;
+            }
+            sum = sum
+                .checked_add(product)
+                .ok_or_else(|| CountError(format!("{expr:?}: overflow")))?;
+        }
+        Ok(sum)
+    }
+}
+
+/// The numeric arguments of a truth line (`args`; booleans as 0 or 1).
+pub fn truth_args(truth: &Value) -> BTreeMap<String, u64> {
+    truth["args"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    let n = v.as_u64().or_else(|| v.as_bool().map(u64::from))?;
+                    Some((k.clone(), n))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn invalid(entry: &str, reason: impl Into<String>) -> ManifestError {
+    ManifestError::Invalid {
+        entry: entry.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn check_rule(entry: &str, r: &StallRule) -> Result<(), ManifestError> {
+    for k in &r.kinds {
+        if !Kind::STALLS.iter().any(|s| s.name() == k) {
+            return Err(invalid(entry, format!("stall rule: unknown kind {k:?}")));
+        }
+    }
+    let sane = r.min >= 0.0
+        && r.max >= r.min
+        && r.max.is_finite()
+        && r.slack_ms >= 0.0
+        && r.slack_ms_per_call >= 0.0;
+    if r.kinds.is_empty() || !sane {
+        return Err(invalid(
+            entry,
+            "stall rule: needs kinds and 0 <= min <= max, slacks >= 0",
+        ));
+    }
+    Ok(())
+}
+
+impl Manifest {
+    /// Parses and validates a manifest.
+    pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        let m: Manifest = toml::from_str(text).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ManifestError::Io(format!("{}: {e}", path.display())))?;
+        Manifest::parse(&text)
+    }
+
+    /// The manifest shipped with the scenarios.
+    pub fn bundled() -> Manifest {
+        Manifest::parse(BUNDLED).expect("scenarios/manifest.toml is valid (a test checks it)")
+    }
+
+    pub fn run(&self, id: &str) -> Option<&Run> {
+        self.runs.iter().find(|r| r.id == id)
+    }
+
+    fn validate(&self) -> Result<(), ManifestError> {
+        if self.version != 1 {
+            return Err(invalid(
+                "version",
+                format!("{} (this reader knows 1)", self.version),
+            ));
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for r in &self.runs {
+            if !ids.insert(r.id.as_str()) {
+                return Err(invalid(&r.id, "duplicate id"));
+            }
+            if !SCENARIOS.contains(&r.scenario.as_str()) {
+                return Err(invalid(&r.id, format!("no scenario {:?}", r.scenario)));
+            }
+            for (k, c) in &r.counts {
+                if !Kind::STALLS.iter().any(|s| s.name() == k) {
+                    return Err(invalid(&r.id, format!("counts: unknown kind {k:?}")));
+                }
+                // Every name must be one a truth line can have.
+                let names = ["iters", "size", "work_us", "threads", "async", "check"];
+                let probe: BTreeMap<String, u64> =
+                    names.iter().map(|n| (n.to_string(), 1)).collect();
+                c.eval(&probe)
+                    .map_err(|e| invalid(&r.id, format!("counts.{k}: {}", e.0)))?;
+            }
+            for rule in &r.stall {
+                check_rule(&r.id, rule)?;
+            }
+            if r.sim_time_scale
+                .is_some_and(|s| !(s > 0.0 && s.is_finite()))
+            {
+                return Err(invalid(&r.id, "sim_time_scale must be positive"));
+            }
+        }
+        for c in &self.comparisons {
+            for id in [&c.stalling, &c.healthy] {
+                if !ids.contains(id.as_str()) {
+                    return Err(invalid(&c.title, format!("no run {id:?}")));
+                }
+            }
+        }
+        for p in &self.python {
+            if !ids.insert(p.id.as_str()) {
+                return Err(invalid(&p.id, "duplicate id"));
+            }
+            for rule in &p.stall {
+                check_rule(&p.id, rule)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A comparison with its two runs resolved.
+#[derive(Debug, Clone)]
+pub struct Pair<'a> {
+    pub title: &'a str,
+    pub stalling: &'a Run,
+    pub healthy: &'a Run,
+}
+
+impl Manifest {
+    /// The comparisons, each with its two runs (parsing checked that they exist).
+    pub fn pairs(&self) -> Vec<Pair<'_>> {
+        self.comparisons
+            .iter()
+            .filter_map(|c| {
+                Some(Pair {
+                    title: &c.title,
+                    stalling: self.run(&c.stalling)?,
+                    healthy: self.run(&c.healthy)?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Run {
+    /// SIMCUDA_TIME_SCALE for a `--sim` run.
+    pub fn time_scale(&self, m: &Manifest) -> f64 {
+        self.sim_time_scale.unwrap_or(m.defaults.sim_time_scale)
+    }
+}
+
+/// The scenario programs, `scn-<name>` each (the names are a contract: tools and the manifest
+/// refer to them), in the order a demo shows them.
+pub const SCENARIOS: [&str; 10] = [
+    "item-in-loop",
+    "clean-async",
+    "sync-small-gemm",
+    "sync-big-gemm",
+    "pageable-h2d",
+    "pinned-double-buffer",
+    "nonzero-dynamic-shape",
+    "implicit-free",
+    "event-sync",
+    "multi-thread",
+];
+
+/// How syncspy must classify a call: one of the report's stall kinds, or a call it counts but
+/// does not time (`non_stall_calls`: pinned async copies, device memsets, `cudaFree(NULL)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    DeviceSync,
+    StreamSync,
+    EventSync,
+    MemcpySync,
+    MemcpyPageable,
+    ImplicitSync,
+    NonStall,
+}
+
+impl Kind {
+    /// The stall kinds, in the report's order.
+    pub const STALLS: [Kind; 6] = [
+        Kind::DeviceSync,
+        Kind::StreamSync,
+        Kind::EventSync,
+        Kind::MemcpySync,
+        Kind::MemcpyPageable,
+        Kind::ImplicitSync,
+    ];
+
+    /// The name the report uses (`non_stall` for calls that do not stall).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::DeviceSync => "device_sync",
+            Kind::StreamSync => "stream_sync",
+            Kind::EventSync => "event_sync",
+            Kind::MemcpySync => "memcpy_sync",
+            Kind::MemcpyPageable => "memcpy_pageable",
+            Kind::ImplicitSync => "implicit_sync",
+            Kind::NonStall => "non_stall",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::STALLS
+            .into_iter()
+            .chain([Kind::NonStall])
+            .find(|k| k.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn counts_are_numbers_or_sums_of_products() {
+        let a = args(&[("iters", 20), ("threads", 4)]);
+        assert_eq!(Count::Exact(3).eval(&a), Ok(3));
+        assert_eq!(Count::Expr("iters".into()).eval(&a), Ok(20));
+        assert_eq!(Count::Expr("iters + 1".into()).eval(&a), Ok(21));
+        assert_eq!(
+            Count::Expr("iters * threads + threads".into()).eval(&a),
+            Ok(84)
+        );
+        assert_eq!(Count::Expr("2*iters".into()).eval(&a), Ok(40));
+        assert!(Count::Expr("iters - 1".into()).eval(&a).is_err());
+        assert!(Count::Expr("size".into()).eval(&a).is_err());
+    }
+
+    #[test]
+    fn the_bundled_manifest_is_valid_and_covers_every_scenario() {
+        let m = Manifest::bundled();
+        for s in SCENARIOS {
+            assert!(
+                m.runs.iter().any(|r| r.scenario == s),
+                "no run of scenario {s}"
+            );
+        }
+        for c in &m.comparisons {
+            assert_eq!(m.run(&c.stalling).unwrap().pattern, Pattern::Stalling);
+            assert_eq!(m.run(&c.healthy).unwrap().pattern, Pattern::Healthy);
+        }
+    }
+
+    #[test]
+    fn bad_manifests_get_errors_that_say_where() {
+        let e = Manifest::parse("version = 1\n[[run]]\nid = 3\n").unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::Parse(m) if m.contains("line 3")),
+            "{e}"
+        );
+        let run = |extra: &str| {
+            format!(
+                "version = 1\n[[run]]\nid = \"a\"\nscenario = \"item-in-loop\"\n\
+                 pattern = \"stalling\"\nsummary = \"s\"\n{extra}"
+            )
+        };
+        assert!(Manifest::parse(&run("")).is_ok());
+        for (extra, needle) in [
+            ("[run.counts]\nstream_snyc = 1\n", "unknown kind"),
+            (
+                "[run.counts]\nstream_sync = \"iters + x\"\n",
+                "unknown name",
+            ),
+            (
+                "[[run.stall]]\nkinds = [\"stream_sync\"]\ngpu = \"w\"\nmin = 2.0\nmax = 1.0\n",
+                "min <= max",
+            ),
+            (
+                "[[comparison]]\ntitle = \"t\"\nstalling = \"a\"\nhealthy = \"b\"\n",
+                "no run",
+            ),
+        ] {
+            let e = Manifest::parse(&run(extra)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        let e = Manifest::parse(&run("").replace("item-in-loop", "nope")).unwrap_err();
+        assert!(e.to_string().contains("no scenario"), "{e}");
+        let e = Manifest::parse(&run("colour = 1\n")).unwrap_err();
+        assert!(
+            matches!(e, ManifestError::Parse(_)),
+            "unknown fields are refused"
+        );
+    }
+}
