@@ -87,7 +87,15 @@ impl std::fmt::Display for CheckError {
     }
 }
 
-impl std::error::Error for CheckError {}
+impl std::error::Error for CheckError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckError::Budget(e) => Some(e),
+            CheckError::Run(e) => Some(e),
+            CheckError::Output(_) => None,
+        }
+    }
+}
 
 /// A finished check.
 #[derive(Debug)]

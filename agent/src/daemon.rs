@@ -270,11 +270,43 @@ fn respond(req: tiny_http::Request, snapshot: &Mutex<Arc<Snapshot>>) {
     let _ = req.respond(resp);
 }
 
-/// Runs the daemon until the process is stopped. Fails only at start: the address cannot be
-/// bound or the segment folder is unusable.
-pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, String> {
-    let server = tiny_http::Server::http(&opts.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
+/// Why the daemon could not start.
+#[derive(Debug)]
+pub enum ServeError {
+    /// The address could not be bound.
+    Listen {
+        addr: String,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The thread that answers HTTP requests could not be started.
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
+            ServeError::Thread(e) => write!(f, "cannot start the HTTP thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Listen { source, .. } => Some(source.as_ref()),
+            ServeError::Thread(e) => Some(e),
+        }
+    }
+}
+
+/// Runs the daemon until the process is stopped. Fails only at start, when the address cannot
+/// be bound (an unusable segment folder is reported in the snapshot and retried).
+pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeError> {
+    let server = tiny_http::Server::http(&opts.listen).map_err(|source| ServeError::Listen {
+        addr: opts.listen.clone(),
+        source,
+    })?;
     let addr = server
         .server_addr()
         .to_ip()
@@ -308,7 +340,7 @@ pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, String> {
                 respond(req, &for_http);
             }
         })
-        .map_err(|e| format!("cannot start the HTTP thread: {e}"))?;
+        .map_err(ServeError::Thread)?;
     loop {
         std::thread::sleep(opts.interval);
         collector.step();

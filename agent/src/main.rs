@@ -202,17 +202,20 @@ fn main() -> ExitCode {
             retain_secs,
             keep_segments,
         } => {
-            let started = run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref())
-                .map_err(|e| e.to_string())
-                .and_then(|dir| {
-                    daemon::serve(&DaemonOptions {
-                        listen,
-                        dir,
-                        interval: std::time::Duration::from_millis(interval_ms.max(10)),
-                        retain: std::time::Duration::from_secs(retain_secs),
-                        keep_segments,
-                    })
-                });
+            let dir = match run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref()) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    eprintln!("syncspy agent: {e}");
+                    return ExitCode::from(EXIT_SETUP as u8);
+                }
+            };
+            let started = daemon::serve(&DaemonOptions {
+                listen,
+                dir,
+                interval: std::time::Duration::from_millis(interval_ms.max(10)),
+                retain: std::time::Duration::from_secs(retain_secs),
+                keep_segments,
+            });
             match started {
                 Ok(never) => match never {},
                 Err(e) => {

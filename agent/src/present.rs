@@ -1,6 +1,6 @@
 //! `syncspy report`: one saved report, or two compared, in the format asked for.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::compare;
 use crate::markdown;
@@ -18,12 +18,54 @@ pub enum Format {
     Markdown,
 }
 
-fn load(path: &Path) -> Result<Report, String> {
-    report::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+/// Why `syncspy report` could not show its input.
+#[derive(Debug)]
+pub enum PresentError {
+    /// A report file could not be read (missing, not JSON, another version).
+    Read {
+        path: PathBuf,
+        source: report::ReadError,
+    },
+    /// Neither one nor two files were given.
+    FileCount(usize),
+    /// The JSON output could not be produced.
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for PresentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PresentError::Read { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            PresentError::FileCount(n) => write!(
+                f,
+                "give one report, or two to compare (before, after); got {n}"
+            ),
+            PresentError::Json(e) => write!(f, "cannot write JSON: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PresentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PresentError::Read { source, .. } => Some(source),
+            PresentError::Json(e) => Some(e),
+            PresentError::FileCount(_) => None,
+        }
+    }
+}
+
+fn load(path: &Path) -> Result<Report, PresentError> {
+    report::read(path).map_err(|source| PresentError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Renders one report, or the change from the first to the second.
-pub fn render(files: &[&Path], format: Format) -> Result<String, String> {
+pub fn render(files: &[&Path], format: Format) -> Result<String, PresentError> {
     match files {
         [one] => {
             let r = load(one)?;
@@ -47,12 +89,12 @@ pub fn render(files: &[&Path], format: Format) -> Result<String, String> {
                 Format::Json => json(&c)?,
             })
         }
-        _ => Err("give one report, or two to compare (before, after)".to_string()),
+        _ => Err(PresentError::FileCount(files.len())),
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
-    let mut s = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+fn json<T: serde::Serialize>(v: &T) -> Result<String, PresentError> {
+    let mut s = serde_json::to_string_pretty(v).map_err(PresentError::Json)?;
     s.push('\n');
     Ok(s)
 }

@@ -427,7 +427,15 @@ impl std::fmt::Display for ReadError {
     }
 }
 
-impl std::error::Error for ReadError {}
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Io(e) => Some(e),
+            ReadError::Json(e) => Some(e),
+            ReadError::Version(_) => None,
+        }
+    }
+}
 
 /// Reads a saved report, checking its version first.
 pub fn read(path: &Path) -> Result<Report, ReadError> {
