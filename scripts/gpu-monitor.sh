@@ -1,37 +1,35 @@
 #!/usr/bin/env bash
-# On the GPU machine (after scripts/gpu-stage.sh here and unpacking .gpu there): a PyTorch
-# training job (scenarios/python/train_mlp.py) runs under `syncspy run` for SECS seconds while
-# `syncspy-top --print` takes screens of it, as plain text, at 120x40, 80x24 and since start.
-# With tmux there, the interactive monitor is also captured, with a call site's stack open.
-# Everything lands in $OUT (or ./gpu-monitor-out): the screens, the job's log (its ground
-# truth line) and syncspy's report of the same run.
+# The monitor on a real job. Run it on a GPU host with PyTorch, in a copy of the repository
+# that holds the release artifacts in .gpu/ (scripts/gpu-stage.sh, on the development
+# machine). A PyTorch training job (scenarios/python/train_mlp.py) runs under `syncspy run`
+# for SECS seconds while `syncspy-top --print` takes screens of it, as plain text, at 120x40,
+# 80x24 and since start. With tmux on the host, the interactive monitor is also captured, with
+# a call site's stack open. Everything lands in RESULTS_DIR (default ./gpu-results/monitor):
+# the screens, the job's log (its ground truth line) and syncspy's report of the same run.
+# PYTHON: see gpu-host.sh.
 #
 #   bash scripts/gpu-monitor.sh [SECS]
 set -uo pipefail
-cd "$(dirname "$0")/.."
 SECS=${1:-24}
-OUT=${OUT:-gpu-monitor-out}
-mkdir -p "$OUT"
-G=.gpu
-PY=${PYTHON:-python3}
+. "$(dirname "$0")/gpu-host.sh" monitor
 for f in syncspy syncspy-top libsyncspy.so; do
-  [ -x "$G/$f" ] || [ -f "$G/$f" ] || { echo "missing $G/$f: run scripts/gpu-stage.sh here, carry .gpu" >&2; exit 2; }
+  [ -f "$G/$f" ] || { echo "missing $G/$f: run scripts/gpu-stage.sh on the development machine and copy .gpu/ here" >&2; exit 2; }
 done
 export SYNCSPY_DIR; SYNCSPY_DIR=$(mktemp -d /dev/shm/syncspy-monitor.XXXXXX)
 trap 'rm -rf "$SYNCSPY_DIR"' EXIT
 
-"$G/syncspy" run --report "$OUT/train-report.json" -- \
-  "$PY" scenarios/python/train_mlp.py --seconds "$SECS" >"$OUT/train.log" 2>&1 &
+"$G/syncspy" run --report "$RESULTS_DIR/train-report.json" -- \
+  "$PY" scenarios/python/train_mlp.py --seconds "$SECS" >"$RESULTS_DIR/train.log" 2>&1 &
 RUN=$!
 # Start-up (torch import, CUDA context) can take 10 s or more: wait for the loop to start.
 for _ in $(seq 1200); do
-  grep -q '^training for' "$OUT/train.log" 2>/dev/null && break
+  grep -q '^training for' "$RESULTS_DIR/train.log" 2>/dev/null && break
   kill -0 "$RUN" 2>/dev/null || break
   sleep 0.1
 done
 sleep 5 # 5 s of the loop, so "last 10s" is about the loop
-"$G/syncspy-top" --print --after 4 --size 120x40 >"$OUT/top-120x40.txt" 2>&1
-"$G/syncspy-top" --print --after 2 --size 80x24 >"$OUT/top-80x24.txt" 2>&1
+"$G/syncspy-top" --print --after 4 --size 120x40 >"$RESULTS_DIR/top-120x40.txt" 2>&1
+"$G/syncspy-top" --print --after 2 --size 80x24 >"$RESULTS_DIR/top-80x24.txt" 2>&1
 {
   echo "== --all, 120x40"
   "$G/syncspy-top" --print --after 1 --all --size 120x40 2>&1
@@ -54,7 +52,7 @@ sleep 5 # 5 s of the loop, so "last 10s" is about the loop
   else
     echo "== no tmux on this machine: no interactive capture"
   fi
-} >"$OUT/top-more.txt"
+} >"$RESULTS_DIR/top-more.txt"
 wait "$RUN"
-echo "job exit: $?" >>"$OUT/train.log"
-"$G/syncspy" report "$OUT/train-report.json" >"$OUT/train-summary.txt" 2>&1
+echo "job exit: $?" >>"$RESULTS_DIR/train.log"
+"$G/syncspy" report "$RESULTS_DIR/train-report.json" >"$RESULTS_DIR/train-summary.txt" 2>&1

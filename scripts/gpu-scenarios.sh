@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Real-GPU validation of the scenario suite, in one device call. Run from the repository root
-# on the GPU machine, with the release artifacts in .gpu/ (SKIP_BENCH=1 PACK=1
-# scripts/gpu-stage.sh here, then carry .gpu). Writes under $OUT: log.txt, native.md (scn-* against
+# Real-GPU validation of the scenario suite (about 2 minutes). Run it on a GPU host with CUDA
+# 13, nvcc and PyTorch, in a copy of the repository that holds the release artifacts in .gpu/
+# (SKIP_BENCH=1 PACK=1 scripts/gpu-stage.sh, on the development machine). Writes to
+# RESULTS_DIR (default ./gpu-results/scenarios): log.txt, native.md (scn-* against
 # scenarios/manifest.toml), python.md (the PyTorch scenarios), sim.md (the same suite on the
 # simulator, on the same machine), gemm.md, runs.tgz (every report, truth line and stderr).
+# PYTHON and CUDA_HOME: see gpu-host.sh.
+#
+#   bash scripts/gpu-scenarios.sh
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-G=$PWD/.gpu
-# PACK=1 scripts/gpu-stage.sh carried one archive.
-[ -f "$G/bundle.tar.xz" ] && tar xJf "$G/bundle.tar.xz" -C "$G"
-R=$OUT/runs
+. "$(dirname "$0")/gpu-host.sh" scenarios
+gpu_cuda_env
+export PYTHONUNBUFFERED=1
+R=$RESULTS_DIR/runs
 mkdir -p "$R/native" "$R/python" "$R/sim"
 export SYNCSPY_DIR=/dev/shm
-exec > >(tee "$OUT/log.txt") 2>&1
+exec > >(tee "$RESULTS_DIR/log.txt") 2>&1
 log() { echo; echo "=== $* ($(date +%T))"; }
 
 log device
 git rev-parse --short HEAD 2>/dev/null
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-nvcc --version | tail -2; python3 -c 'import torch; print("torch", torch.__version__)'
+nvcc --version | tail -2; "$PY" -c 'import torch; print("torch", torch.__version__)'
 
 log "kernels: nvcc -ptx of the source vs the checked-in PTX (NVRTC 13.0.88), code lines only"
 kernels/build-ptx.sh "$R/nvcc.ptx" \
@@ -35,11 +37,11 @@ for a in "sync-small-gemm --size 256 --iters 3 --check" "sync-big-gemm --size 10
 done
 
 log "scenario suite under syncspy, real runtime, against scenarios/manifest.toml"
-timeout 100 "$G/scenario-check" --out "$R/native" > "$OUT/native.md"; echo "exit $?"
-cat "$OUT/native.md"
+timeout 100 "$G/scenario-check" --out "$R/native" > "$RESULTS_DIR/native.md"; echo "exit $?"
+cat "$RESULTS_DIR/native.md"
 
 log "GEMM: sync cost per step, small vs big (from the truth lines)"
-python3 - "$R/native" > "$OUT/gemm.md" <<'PY'
+python3 - "$R/native" > "$RESULTS_DIR/gemm.md" <<'PY'
 import json, pathlib, sys
 d = pathlib.Path(sys.argv[1])
 print("| run | n | iters | wall us/step | GPU us/step | wall - GPU us/step | sync share of step | TFLOP/s |")
@@ -53,18 +55,18 @@ for rid in ["sync-small-gemm", "sync-small-gemm-async", "sync-big-gemm", "sync-b
     tflops = 2 * n**3 / (s["gpu"] * 1e-6) / 1e12
     print(f"| {rid} | {n} | {t['args']['iters']} | {s['wall']:.1f} | {s['gpu']:.1f} | {s['overhead']:.1f} | {100 * s['overhead'] / s['wall']:.1f}% | {tflops:.2f} |")
 PY
-cat "$OUT/gemm.md"
+cat "$RESULTS_DIR/gemm.md"
 
 log "PyTorch scenarios under syncspy (each at 5 and 25 iterations)"
-timeout 200 "$G/scenario-check" --python-only --python-iters 5,25 --out "$R/python" > "$OUT/python.md"
+timeout 200 "$G/scenario-check" --python-only --python-bin "$PY" --python-iters 5,25 --out "$R/python" > "$RESULTS_DIR/python.md"
 rc=$?; echo "exit $rc"
 # Cut off: check what was saved.
-[ $rc = 124 ] && "$G/scenario-check" --python-only --python-iters 5,25 --saved "$R/python" > "$OUT/python.md"
-cat "$OUT/python.md"
+[ $rc = 124 ] && "$G/scenario-check" --python-only --python-iters 5,25 --saved "$R/python" > "$RESULTS_DIR/python.md"
+cat "$RESULTS_DIR/python.md"
 
 log "the same suite on the simulator, same machine (for the simulator's calibration)"
-timeout 40 "$G/scenario-check" --sim --out "$R/sim" > "$OUT/sim.md"; echo "exit $?"
-head -16 "$OUT/sim.md"
+timeout 40 "$G/scenario-check" --sim --out "$R/sim" > "$RESULTS_DIR/sim.md"; echo "exit $?"
+head -16 "$RESULTS_DIR/sim.md"
 
 log done
-cd "$OUT" && tar czf runs.tgz runs && rm -rf runs
+cd "$RESULTS_DIR" && tar czf runs.tgz runs && rm -rf runs

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Builds the release artifacts and copies them into .gpu/ (git-ignored), which the device
-# tool carries to the GPU machine; then run scripts/gpu-validate.sh there.
+# Builds the release artifacts on the development machine (Rust and a C compiler needed) and
+# copies them into .gpu/ (git-ignored). To validate on a GPU host, copy the repository with
+# its .gpu/ folder there (target/ and .git/ are not needed), then run, from the repository
+# root on the host, scripts/gpu-validate.sh, scripts/gpu-scenarios.sh or
+# scripts/gpu-monitor.sh. docs/gpu-validation.md says what each one checks.
+#
+#   [SKIP_BENCH=1] [PACK=1] scripts/gpu-stage.sh
+#
+# SKIP_BENCH=1 leaves out the criterion benchmark binaries (only gpu-validate.sh runs them).
+# PACK=1 leaves one xz archive, .gpu/bundle.tar.xz, instead of the loose files (11 MiB in the
+# recorded runs: the debug line tables compress well), for a slow or size-limited copy; the
+# GPU scripts unpack it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace
@@ -10,8 +20,6 @@ cp target/release/{syncspy,syncspy-top,libsyncspy.so,libsimcudart.so,cudacalls,c
 cp target/release/scn-* target/release/scenario-check .gpu/
 rm -f .gpu/*.d
 cp "$(ls -t target/release/build/syncspy-scenarios-*/out/libcudacaller.so | head -1)" .gpu/
-# The device tool carries at most 64 MiB: PACK=1 leaves one xz archive instead, which
-# scripts/gpu-scenarios.sh unpacks there (debug line tables compress well).
 pack() {
   if [ "${PACK:-0}" = 1 ]; then
     tar cJf /tmp/syncspy-gpu-bundle.tar.xz -C .gpu .
@@ -19,7 +27,7 @@ pack() {
   fi
   du -sh .gpu
 }
-# Criterion benchmark binaries (hook fast path, ring write); SKIP_BENCH=1 leaves them out.
+# Criterion benchmark binaries (hook fast path, ring write).
 [ "${SKIP_BENCH:-0}" = 1 ] && { pack; exit 0; }
 for b in hooks ring; do
   exe=$(cargo bench --no-run --bench "$b" --message-format=json 2>/dev/null \
