@@ -1,4 +1,4 @@
-//! The JSON report, version 1 (ARCHITECTURE.md, "Report JSON"): the fields other tools rely
+//! The JSON report, version 1 (docs/contracts.md, "The JSON report, version 1"): the fields other tools rely
 //! on keep their meaning; the extra fields here add to them.
 
 use std::collections::BTreeMap;

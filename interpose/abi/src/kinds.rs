@@ -37,7 +37,7 @@ macro_rules! named_enum {
 }
 
 named_enum! {
-    /// What the host waited for. See ARCHITECTURE.md, "Event kinds".
+    /// What the host waited for. See docs/contracts.md, "Event kinds".
     Kind {
         DeviceSync = 1 => "device_sync",
         StreamSync = 2 => "stream_sync",
