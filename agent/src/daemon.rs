@@ -36,7 +36,7 @@ pub const MAX_WARNINGS: usize = 20;
 /// The default address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9599";
 
-/// The program a process runs: the file name of argv[0], or for an interpreter (python,
+/// The program a process runs: the file name of `argv[0]`, or for an interpreter (python,
 /// torchrun, ...) that of its script, e.g. `python3 train.py`.
 pub fn program_of(argv: &[String]) -> String {
     let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();

@@ -9,6 +9,8 @@
 //! - [`term`]: the terminal, the event loop (one channel for keys, resizes and data), and the
 //!   guard that restores the terminal on exit and on panic.
 
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod app;
 pub mod local;

@@ -1,5 +1,7 @@
 //! `syncspy-top`: parses arguments and runs the monitor (`syncspy_tui::term::run`).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

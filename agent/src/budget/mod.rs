@@ -1,4 +1,4 @@
-//! Budgets for `syncspy check`: a TOML file of rules ([`file`]), evaluated against a report
+//! Budgets for `syncspy check`: a TOML file of rules ([`mod@file`]), evaluated against a report
 //! ([`eval`]), and shown to people ([`text`]).
 //!
 //! Evaluation reads only the [`Report`](syncspy_read::report::Report), so a rule means the same

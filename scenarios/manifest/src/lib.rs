@@ -33,12 +33,8 @@
 //! healthy = "sync-small-gemm-async"
 //! ```
 //!
-//! The checks of a run against it (`syncspy_scenarios::manifest::check`) compare one run's report process with the manifest and the truth line: the
-//! program's own account must match the manifest (it did what the manifest says), syncspy's
-//! counts and bytes must equal the account exactly (per kind and per non-stalling API),
-//! syncspy's time per kind must lie inside the program's own timing of the same calls (the
-//! hook runs inside it), and each stall rule must hold. [`runner`] runs scenarios under
-//! `syncspy run` and collects what `check` needs.
+//! The checks of one run's report against the manifest live with the scenario programs
+//! (`syncspy_scenarios::manifest::check`).
 
 use std::collections::BTreeMap;
 use std::fmt;
