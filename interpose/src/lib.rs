@@ -18,6 +18,7 @@ mod clock;
 mod guard;
 pub mod hooks;
 mod pinned;
+mod python;
 mod real;
 mod runtime;
 mod stack;
@@ -36,6 +37,26 @@ pub mod testing {
     /// Uses `f` as the runtime's `cudaGetDevice` (a benchmark has no runtime to find).
     pub fn use_get_device(f: unsafe extern "C" fn(*mut i32) -> u32) {
         crate::runtime::GET_DEVICE.preset(f as *mut std::ffi::c_void);
+    }
+
+    /// Makes the library take `python::fake`'s 3.11 interpreter for the process's own (call
+    /// before the first hooked call).
+    pub fn use_fake_python() -> bool {
+        crate::python::install(crate::python::fake::python())
+    }
+
+    pub use crate::python::fake::Stack as FakePythonStack;
+
+    /// The site a recorded event with native site `native` gets (the per-event Python step);
+    /// `None` before the runtime is active.
+    pub fn python_site(native: u32) -> Option<u32> {
+        let rt = crate::runtime::Runtime::active()?;
+        Some(crate::python::site(rt, native))
+    }
+
+    /// Interns a native stack in the process's segment.
+    pub fn intern_native_site(frames: &[u64]) -> Option<u32> {
+        crate::runtime::Runtime::active()?.seg.intern_site(frames)
     }
 
     /// Unwinds the calling thread's stack (no frames skipped); returns the frame count.

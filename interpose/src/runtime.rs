@@ -183,6 +183,7 @@ impl Runtime {
         params.site_capacity = cfg.sites;
         params.session = cfg.session;
         params.cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+        params.python_code_capacity = crate::python::probe();
         let seg = match SegmentWriter::create(&cfg.dir, &params) {
             Ok(s) => s,
             Err(e) => {
@@ -195,6 +196,7 @@ impl Runtime {
                 return None;
             }
         };
+        crate::python::publish(&seg);
         let own = stack::own_range();
         let rt = Runtime {
             seg,
@@ -223,6 +225,8 @@ impl Runtime {
         } else {
             (NO_SITE, false, false)
         };
+        // Two Python lines over one native stack are two sites.
+        let site = crate::python::site(self, site);
         let rec = Record {
             kind,
             api: call.api,

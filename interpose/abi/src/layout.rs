@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -182,7 +182,12 @@ impl Live {
 pub struct Header {
     pub ident: Ident,
     pub live: Live,
+    /// ABI 1.1: the process's Python interpreter and tables (`python` module).
+    pub python: crate::python::PyHeader,
 }
+
+/// `header_size` of ABI 1.0 writers, the smallest a reader accepts.
+pub const HEADER_SIZE_1_0: usize = std::mem::offset_of!(Header, python);
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_RESERVED);
 const _: () = assert!(std::mem::size_of::<Ident>().is_multiple_of(8));

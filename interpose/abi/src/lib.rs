@@ -5,7 +5,8 @@
 //!
 //! A segment is one file, `syncspy-<pid>-<start ticks>` in `SYNCSPY_DIR`:
 //! ```text
-//! [ Header (ident: written once, live: atomics) | ring of Slots | site table | module map ]
+//! [ Header (ident: written once, live: atomics) | ring of Slots | site table | module map
+//!   | Python site table | code table ]   (the last two only for a process with Python)
 //! ```
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
@@ -14,6 +15,7 @@ pub mod clock;
 pub mod kinds;
 pub mod layout;
 pub mod modules;
+pub mod python;
 pub mod record;
 pub mod ring;
 pub mod segment;

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 
 use crate::layout::*;
 use crate::modules::{self, Module, ModuleEntry};
+use crate::python::{self, PyViews};
 use crate::record::{Record, RecordError};
 use crate::ring::{self, Cursor, PollStats, Slot};
 use crate::sites::{self, SiteEntry};
@@ -86,12 +87,17 @@ pub struct SegmentParams {
     pub cmdline: Vec<u8>,
     /// File mode, 0o600 by default.
     pub mode: u32,
+    /// Entries of the Python code table; 0 (the default) makes a segment without Python
+    /// tables. Rounded up to a power of two, at least 16.
+    pub python_code_capacity: u32,
 }
 
 impl SegmentParams {
     pub const DEFAULT_RING: u32 = 1 << 16;
     pub const DEFAULT_SITES: u32 = 4096;
     pub const DEFAULT_MODULES: u32 = 1024;
+    /// Code-table entries for a process with Python (512 bytes each).
+    pub const DEFAULT_PYTHON_CODES: u32 = 2048;
 
     pub fn new(pid: u32, start_ticks: u64) -> SegmentParams {
         SegmentParams {
@@ -103,6 +109,7 @@ impl SegmentParams {
             session: 0,
             cmdline: Vec::new(),
             mode: 0o600,
+            python_code_capacity: 0,
         }
     }
 }
@@ -114,6 +121,7 @@ struct Geometry {
     ring_offset: u64,
     sites_offset: u64,
     modules_offset: u64,
+    python: python::PyIdent,
     total_size: u64,
 }
 
@@ -124,7 +132,8 @@ fn geometry(p: &SegmentParams) -> Geometry {
     let ring_offset = HEADER_RESERVED as u64;
     let sites_offset = ring_offset + ring_capacity as u64 * size_of::<Slot>() as u64;
     let modules_offset = sites_offset + site_capacity as u64 * size_of::<SiteEntry>() as u64;
-    let total_size = modules_offset + module_capacity as u64 * size_of::<ModuleEntry>() as u64;
+    let modules_end = modules_offset + module_capacity as u64 * size_of::<ModuleEntry>() as u64;
+    let (python, total_size) = python::plan(site_capacity, p.python_code_capacity, modules_end);
     Geometry {
         ring_capacity,
         site_capacity,
@@ -132,6 +141,7 @@ fn geometry(p: &SegmentParams) -> Geometry {
         ring_offset,
         sites_offset,
         modules_offset,
+        python,
         total_size,
     }
 }
@@ -204,9 +214,9 @@ impl From<std::io::Error> for OpenError {
 }
 
 /// A shared mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
+pub(crate) struct Mapping {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
 }
 
 // SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
@@ -229,18 +239,19 @@ fn cpath(p: &Path) -> std::io::Result<CString> {
 }
 
 /// Typed views into a validated mapping.
-struct Views {
-    map: Mapping,
+pub(crate) struct Views {
+    pub(crate) map: Mapping,
     ring_offset: usize,
     ring_capacity: usize,
     sites_offset: usize,
     site_capacity: usize,
     modules_offset: usize,
     module_capacity: usize,
+    pub(crate) py: PyViews,
 }
 
 impl Views {
-    fn live(&self) -> &Live {
+    pub(crate) fn live(&self) -> &Live {
         // SAFETY: the mapping is at least HEADER_RESERVED bytes (validated) and Live is all
         // atomics, valid for any bit pattern.
         unsafe { &(*(self.map.ptr as *const Header)).live }
@@ -254,7 +265,7 @@ impl Views {
             )
         }
     }
-    fn sites(&self) -> &[SiteEntry] {
+    pub(crate) fn sites(&self) -> &[SiteEntry] {
         // SAFETY: as for `slots`.
         unsafe {
             std::slice::from_raw_parts(
@@ -276,7 +287,7 @@ impl Views {
 
 /// The writer's handle on its own segment.
 pub struct SegmentWriter {
-    v: Views,
+    pub(crate) v: Views,
     path: PathBuf,
 }
 
@@ -397,6 +408,7 @@ impl SegmentWriter {
                 cmdline_len: n as u32,
                 cmdline,
             };
+            std::ptr::addr_of_mut!((*hdr).python.ident).write(g.python);
             (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
             if libc::rename(ctmp.as_ptr(), cfinal.as_ptr()) != 0 {
                 let e = io("publish", &path);
@@ -412,6 +424,13 @@ impl SegmentWriter {
                     site_capacity: g.site_capacity as usize,
                     modules_offset: g.modules_offset as usize,
                     module_capacity: g.module_capacity as usize,
+                    py: PyViews {
+                        header: true,
+                        sites_offset: g.python.sites_offset as usize,
+                        site_capacity: g.python.site_capacity as usize,
+                        codes_offset: g.python.codes_offset as usize,
+                        code_capacity: g.python.code_capacity as usize,
+                    },
                 },
                 path,
             })
@@ -503,7 +522,7 @@ static FROZEN_LIVE: Live = unsafe { std::mem::zeroed() };
 
 /// A reader's handle on a segment; any number may follow one segment.
 pub struct SegmentReader {
-    v: Views,
+    pub(crate) v: Views,
     ident: Ident,
     path: PathBuf,
     /// Device and inode of the file when it was opened (`intact`).
@@ -555,7 +574,19 @@ impl SegmentReader {
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
         let ident: Ident = unsafe { std::ptr::read_volatile(map.ptr as *const Ident) };
-        let v = validate(&ident, map)?;
+        // The Python part of the header exists from ABI 1.1 on, when the header covers it.
+        let py_end = std::mem::offset_of!(Header, python) + size_of::<python::PyHeader>();
+        let py = (ident.abi_minor >= 1 && ident.header_size as usize >= py_end).then(|| {
+            // SAFETY: `py_end <= header_size`, and `open` checked that the mapping holds
+            // HEADER_RESERVED bytes (`validate` bounds `header_size` by it before use below);
+            // `PyIdent` is plain data, copied once.
+            unsafe {
+                std::ptr::read_volatile(
+                    map.ptr.add(std::mem::offset_of!(Header, python)) as *const python::PyIdent
+                )
+            }
+        });
+        let v = validate(&ident, py.as_ref(), map)?;
         Ok(SegmentReader {
             v,
             ident,
@@ -671,7 +702,7 @@ impl SegmentReader {
     }
 }
 
-fn validate(id: &Ident, map: Mapping) -> Result<Views, OpenError> {
+fn validate(id: &Ident, py: Option<&python::PyIdent>, map: Mapping) -> Result<Views, OpenError> {
     if id.magic != MAGIC {
         return Err(OpenError::Foreign);
     }
@@ -682,8 +713,7 @@ fn validate(id: &Ident, map: Mapping) -> Result<Views, OpenError> {
         });
     }
     let size = map.len as u64;
-    if (id.header_size as usize) < size_of::<Header>() || id.header_size as usize > HEADER_RESERVED
-    {
+    if (id.header_size as usize) < HEADER_SIZE_1_0 || id.header_size as usize > HEADER_RESERVED {
         return Err(OpenError::Corrupt("header_size"));
     }
     if id.record_size as usize != size_of::<Slot>() {
@@ -740,6 +770,7 @@ fn validate(id: &Ident, map: Mapping) -> Result<Views, OpenError> {
     if id.sites_offset < ring_end || id.modules_offset < sites_end || id.total_size < mods_end {
         return Err(OpenError::Corrupt("overlapping regions"));
     }
+    let py = python::validate(id, py, mods_end)?;
     if size < id.total_size {
         return Err(OpenError::Truncated {
             size,
@@ -754,6 +785,7 @@ fn validate(id: &Ident, map: Mapping) -> Result<Views, OpenError> {
         site_capacity: id.site_capacity as usize,
         modules_offset: id.modules_offset as usize,
         module_capacity: id.module_capacity as usize,
+        py,
     })
 }
 
@@ -947,9 +979,13 @@ mod tests {
             truncate in proptest::option::of(0usize..40_000),
         ) {
             let dir = tmpdir("fuzz");
-            let p = SegmentParams { ring_capacity: 16, site_capacity: 16, module_capacity: 16, ..SegmentParams::new(7, 7) };
+            let p = SegmentParams { ring_capacity: 16, site_capacity: 16, module_capacity: 16, python_code_capacity: 16, ..SegmentParams::new(7, 7) };
             let w = SegmentWriter::create(&dir, &p).unwrap();
             let site = w.intern_site(&[1, 2, 3]).unwrap();
+            let py_site = w.intern_python_site(site, 9).unwrap();
+            let code = w.intern_code(3, |t| t.set_file(b"x.py")).unwrap();
+            assert!(w.claim_python_site(py_site));
+            w.publish_python_site(py_site, &[crate::python::PyFrameRef { code, line: 4 }], false);
             w.add_module(b"/x", 1, 2, 3, b"id");
             for i in 0..20 {
                 w.record(&Record { site, ..rec(i) });
@@ -972,8 +1008,9 @@ mod tests {
                 proptest::prop_assert_eq!(st.delivered, ok);
                 proptest::prop_assert_eq!(st.corrupt, bad);
                 for id in 0..40 {
-                    let _ = r.site(id);
+                    let _ = (r.site(id), r.python_stack(id));
                 }
+                let _ = r.python_status();
                 let _ = r.modules();
             }
             std::fs::remove_dir_all(&dir).unwrap();

@@ -43,7 +43,14 @@ pub fn stack_hash(frames: &[u64]) -> u64 {
 /// around its home position. Never waits.
 pub fn intern(live: &Live, table: &[SiteEntry], frames: &[u64]) -> Option<u32> {
     let frames = &frames[..frames.len().min(MAX_FRAMES)];
-    let h = stack_hash(frames);
+    intern_hashed(live, table, frames, stack_hash(frames))
+}
+
+/// `intern` under a given hash `h` (non-zero): a site with Python frames is its native stack
+/// under a hash salted with the Python stack's (see `python::salted_hash`).
+pub fn intern_hashed(live: &Live, table: &[SiteEntry], frames: &[u64], h: u64) -> Option<u32> {
+    let frames = &frames[..frames.len().min(MAX_FRAMES)];
+    let h = h | 1;
     let mask = table.len() - 1;
     for probe in 0..MAX_PROBES.min(table.len()) {
         let idx = (h as usize).wrapping_add(probe) & mask;

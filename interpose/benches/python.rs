@@ -1,0 +1,64 @@
+//! Added cost of Python frames per recorded event, with a 50-frame Python stack in the
+//! CPython 3.11 layout (fake interpreter memory, `python::fake`), against a stand-in "real"
+//! function that returns at once:
+//! - `recorded_event_native_thread`: a stall (`cudaStreamSynchronize`) recorded with its
+//!   native stack (from the stack cache) on a thread without a Python thread state, as a C
+//!   thread, or a thread of a program without Python, pays: one static load, one call;
+//! - `recorded_event_python_50_frames`: the same stall on a thread whose Python stack is 50
+//!   frames deep (32 kept): the walk, the hash, the per-thread site cache;
+//! - `python_site_50_frames`: the Python step alone.
+//!
+//! The difference of the first two is the added cost per event. Run with
+//! `cargo bench -p syncspy-interpose --bench python`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use cudarc::runtime::sys::cudaStream_t;
+use syncspy::testing;
+use syncspy_abi::Api;
+
+unsafe extern "C" fn fake_sync(_: cudaStream_t) -> u32 {
+    0
+}
+
+unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
+    // SAFETY: the library passes a valid out-pointer.
+    unsafe { *d = 0 };
+    0
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("syncspy-pybench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // SAFETY: set before any thread reads the environment (the library reads it once).
+    unsafe { std::env::set_var("SYNCSPY_DIR", &dir) };
+    testing::use_get_device(fake_get_device);
+    assert!(
+        testing::use_fake_python(),
+        "the fake interpreter comes first"
+    );
+    let stack = testing::FakePythonStack::new(&[5; 50]);
+    let stream = 0x1234usize as cudaStream_t;
+    let sync = || {
+        // SAFETY: the stand-in takes any stream.
+        unsafe { testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false) }
+    };
+
+    stack.make_current(false);
+    c.bench_function("recorded_event_native_thread", |b| b.iter(sync));
+    stack.make_current(true);
+    c.bench_function("recorded_event_python_50_frames", |b| b.iter(sync));
+
+    let native = testing::intern_native_site(&[0x7f00_0000_1000, 0x7f00_0000_2000])
+        .expect("the runtime is active");
+    let combined = testing::python_site(native).expect("the runtime is active");
+    assert_ne!(combined, native, "the fake Python stack refines the site");
+    c.bench_function("python_site_50_frames", |b| {
+        b.iter(|| testing::python_site(std::hint::black_box(native)))
+    });
+    stack.make_current(false);
+    drop(stack);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

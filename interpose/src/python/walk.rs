@@ -1,0 +1,165 @@
+//! The per-event part: walk the calling thread's Python frames and note, for each, its code
+//! object and the instruction it is at. No allocation, no lock, no syscall, no GIL.
+//!
+//! Why the reads are safe: the thread state is the one CPython bound to this OS thread, and
+//! the frames hanging from it are this thread's own. While the thread sits in a CUDA call it
+//! runs no Python, so none of its frames is pushed, popped or freed under the walk (another
+//! thread may run Python meanwhile, but it never touches this thread's frames; a generator
+//! frame in the chain is running, and a running generator cannot be resumed elsewhere). The
+//! one exception is interpreter shutdown, which may free other threads' states: the walk is
+//! skipped once `_PyRuntime._finalizing` is set. Against a wrong layout or torn data every
+//! pointer is checked before it is followed (non-null, aligned, in the user address range),
+//! every code object's type must be `&PyCode_Type` (3.10 frames: `&PyFrame_Type`) and its
+//! instruction inside its code, and the walk is bounded; a frame that fails stops the walk,
+//! keeping the frames inside it.
+
+use syncspy_abi::python::MAX_PY_FRAMES;
+
+use super::layout::{Python, OWNED_BY_CSTACK};
+
+/// Frames visited at most (shim frames are skipped without being kept).
+const MAX_STEPS: usize = 4 * MAX_PY_FRAMES;
+
+/// The frames of one walk, innermost first.
+pub struct Walk {
+    /// Code object address and instruction offset in code units.
+    pub frames: [(usize, u32); MAX_PY_FRAMES],
+    pub n: usize,
+    /// More frames were beyond `MAX_PY_FRAMES`.
+    pub truncated: bool,
+    /// A frame failed validation and ended the walk.
+    pub rejected: bool,
+    /// Hash of (code, instruction, first line) of every kept frame; never 0 when `n > 0`.
+    pub hash: u64,
+}
+
+impl Walk {
+    pub const fn new() -> Walk {
+        Walk {
+            frames: [(0, 0); MAX_PY_FRAMES],
+            n: 0,
+            truncated: false,
+            rejected: false,
+            hash: 0,
+        }
+    }
+}
+
+/// A pointer worth following: non-null, 8-aligned, in the lower half of a 48-bit address space,
+/// above the first page.
+#[inline(always)]
+pub fn plausible(p: usize) -> bool {
+    (4096..1 << 47).contains(&p) && p.is_multiple_of(8)
+}
+
+/// Reads a word at `p + off`.
+///
+/// # Safety
+/// `p + off` is readable (see the module comment for why the walk's addresses are).
+#[inline(always)]
+pub unsafe fn word(p: usize, off: usize) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::read_volatile((p + off) as *const usize) }
+}
+
+#[inline(always)]
+fn mix(h: u64, v: u64) -> u64 {
+    (h ^ v).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29)
+}
+
+/// Walks the frames of `tstate`, this thread's state.
+///
+/// # Safety
+/// `tstate` is the calling thread's `PyThreadState` (from `PyGILState_GetThisThreadState`),
+/// of the interpreter `py` describes, not finalizing.
+pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
+    let l = &py.layout;
+    w.n = 0;
+    w.truncated = false;
+    w.rejected = false;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    if !plausible(tstate) {
+        return;
+    }
+    // SAFETY: a live thread state (the caller's contract) and an offset inside it.
+    let mut f = unsafe { word(tstate, l.tstate_frame) };
+    if let Some(current) = l.cframe_current {
+        // 3.11/3.12: `tstate->cframe` is on this thread's C stack, in a live eval-loop frame
+        // (or the thread state's root cframe).
+        if f == 0 {
+            return;
+        }
+        if !plausible(f) {
+            w.rejected = true;
+            return;
+        }
+        // SAFETY: checked above; see the module comment.
+        f = unsafe { word(f, current) };
+    }
+    for _ in 0..MAX_STEPS {
+        if f == 0 {
+            break;
+        }
+        if !plausible(f) {
+            w.rejected = true;
+            break;
+        }
+        // SAFETY: `f` is a frame of this thread (module comment) and was checked.
+        let previous = unsafe { word(f, l.frame_previous) };
+        if let Some(owner) = l.frame_owner {
+            // SAFETY: as above.
+            let owner = unsafe { std::ptr::read_volatile((f + owner) as *const u8) };
+            if l.minor >= 12 && owner == OWNED_BY_CSTACK {
+                f = previous;
+                continue;
+            }
+        } else {
+            // 3.10: frames are objects.
+            // SAFETY: as above.
+            if unsafe { word(f, l.ob_type) } != py.frame_type {
+                w.rejected = true;
+                break;
+            }
+        }
+        // SAFETY: as above.
+        let code = unsafe { word(f, l.frame_code) };
+        // SAFETY: `code` was checked before its header is read.
+        if !plausible(code) || unsafe { word(code, l.ob_type) } != py.code_type {
+            w.rejected = true;
+            break;
+        }
+        let instr = match l.code_adaptive {
+            Some(adaptive) => {
+                // SAFETY: `f` and `code` were checked above.
+                let (ip, units) = unsafe { (word(f, l.frame_instr), word(code, l.ob_size)) };
+                let start = code + adaptive;
+                let offset = ip.wrapping_sub(start) / 2;
+                if ip < start || offset >= units {
+                    // A frame not yet started (an "incomplete" frame): not user code yet.
+                    f = previous;
+                    continue;
+                }
+                offset as u32
+            }
+            // SAFETY: `f` was checked above; `f_lasti` is an `int`.
+            None => match unsafe { std::ptr::read_volatile((f + l.frame_instr) as *const i32) } {
+                lasti if lasti >= 0 => lasti as u32,
+                _ => {
+                    f = previous;
+                    continue;
+                }
+            },
+        };
+        if w.n == MAX_PY_FRAMES {
+            w.truncated = true;
+            break;
+        }
+        // SAFETY: `code` was checked above.
+        let first = unsafe { std::ptr::read_volatile((code + l.code_firstlineno) as *const i32) };
+        h = mix(mix(mix(h, code as u64), u64::from(instr)), first as u64);
+        w.frames[w.n] = (code, instr);
+        w.n += 1;
+        f = previous;
+    }
+    w.hash = h | 1;
+}

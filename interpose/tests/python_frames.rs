@@ -1,0 +1,318 @@
+//! End to end, without a GPU: a Python script (tests/python/frames.py) reaches the simulated
+//! CUDA runtime through a C library it loads with ctypes (tests/python/pycaller.c), under the
+//! preloaded libsyncspy.so; the segment must name the exact file, line and function of every
+//! sync, innermost first: two lines of one loop, nested calls, a generator, a method, a
+//! `threading.Thread`, and none for a C thread that never ran Python.
+//!
+//! Runs `python3` from PATH (it must exist: the test fails, not skips, without it), then every
+//! interpreter listed in `SYNCSPY_TEST_PYTHONS` (colon-separated paths), e.g. other CPython
+//! minors. Needs the workspace built (`cargo build --workspace`: libsyncspy.so and
+//! libsimcudart.so) and a C compiler (`cc`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use syncspy_abi::python::{PyFrameInfo, PythonState};
+use syncspy_abi::{Cursor, SegmentReader};
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn artifact(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+/// This crate's libsyncspy.so: `cargo test` rebuilds it under deps/ without copying it up to
+/// the target folder (`cargo build` does), so the newer of the two is the current one.
+fn preload_library() -> PathBuf {
+    let up = target_dir().join("libsyncspy.so");
+    let deps = target_dir().join("deps/libsyncspy.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (mtime(&up), mtime(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => artifact("libsyncspy.so"),
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
+}
+
+/// A private folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("syncspy-py-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed if the test ends before it does.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Builds pycaller.c into `dir`, linked against `dir/libcudart.so.13` (the simulator).
+fn build_caller(dir: &Path) -> PathBuf {
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), dir.join("libcudart.so.13")).unwrap();
+    let lib = dir.join("libpycaller.so");
+    let status = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
+        .arg(&lib)
+        .arg(fixture("pycaller.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcudart.so.13")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run the C compiler (cc) for the test library");
+    assert!(status.success(), "building libpycaller.so failed");
+    lib
+}
+
+/// Line numbers of the `# L:<name>` markers of frames.py.
+fn markers() -> BTreeMap<String, u32> {
+    let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
+    src.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let name = l.split("# L:").nth(1)?;
+            Some((name.trim().to_string(), i as u32 + 1))
+        })
+        .collect()
+}
+
+struct Run {
+    version: (u32, u32),
+    /// Per record: its site and that site's Python frames.
+    events: Vec<(u32, Vec<PyFrameInfo>)>,
+    reader: SegmentReader,
+    _dir: TempDir,
+}
+
+fn run(python: &str) -> Run {
+    let probe = Command::new(python)
+        .args([
+            "-c",
+            "import sys; print(sys.version_info[0], sys.version_info[1])",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): this test needs CPython"));
+    assert!(probe.status.success(), "{python} failed to start");
+    let v = String::from_utf8(probe.stdout).unwrap();
+    let mut v = v.split_whitespace().map(|x| x.parse::<u32>().unwrap());
+    let version = (v.next().unwrap(), v.next().unwrap());
+
+    let dir = TempDir::new("frames");
+    let lib = build_caller(&dir.0);
+    let segs = dir.0.join("segments");
+    std::fs::create_dir_all(&segs).unwrap();
+    let child = Command::new(python)
+        .arg(fixture("frames.py"))
+        .arg(&lib)
+        .env("LD_PRELOAD", preload_library())
+        .env("SYNCSPY_DIR", &segs)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "{python} frames.py hung");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{python} frames.py failed: {err}");
+
+    let found: Vec<_> = std::fs::read_dir(&segs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("syncspy-"))
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one instrumented process: {found:?} ({err})"
+    );
+    let reader = SegmentReader::open(&found[0]).unwrap();
+    let mut records = Vec::new();
+    reader.poll(&mut Cursor::from_start(), usize::MAX, 0, |r| {
+        records.push(r.unwrap())
+    });
+    let events = records
+        .iter()
+        .map(|r| (r.site, reader.python_frames(r.site)))
+        .collect();
+    Run {
+        version,
+        events,
+        reader,
+        _dir: dir,
+    }
+}
+
+/// (function, line) of each frame, innermost first, with the file checked to be frames.py.
+fn lines(frames: &[PyFrameInfo]) -> Vec<(String, u32)> {
+    let script = fixture("frames.py");
+    frames
+        .iter()
+        .filter(|f| Path::new(&f.file) == script)
+        .map(|f| (f.function.clone(), f.line))
+        .collect()
+}
+
+fn check(python: &str) {
+    let r = run(python);
+    let m = markers();
+    let at = |name: &str| m[name];
+    let status = r.reader.python_status();
+    assert_eq!(status.state, PythonState::Supported, "{python}: {status}");
+    let v = status.version.unwrap();
+    assert_eq!((u32::from(v.major), u32::from(v.minor)), r.version);
+    // Qualified names from 3.11; plain names before.
+    let q = |qual: &str| {
+        if r.version >= (3, 11) {
+            qual.to_string()
+        } else {
+            qual.rsplit('.').next().unwrap().to_string()
+        }
+    };
+    let f = |name: &str, line: &str| (name.to_string(), at(line));
+
+    // 6 in the loop, 1 nested, 2 in the generator, 1 in the thread, 1 method, 2 in C.
+    assert_eq!(r.events.len(), 13, "{python}: {:?}", r.events);
+    let top = |e: &(u32, Vec<PyFrameInfo>)| lines(&e.1).first().cloned();
+    let with_top = |want: (String, u32)| -> Vec<&(u32, Vec<PyFrameInfo>)> {
+        r.events
+            .iter()
+            .filter(|e| top(e) == Some(want.clone()))
+            .collect()
+    };
+
+    // Two lines of one loop: two sites, over one native stack.
+    let a = with_top(f("loop", "loop_a"));
+    let b = with_top(f("loop", "loop_b"));
+    assert_eq!((a.len(), b.len()), (3, 3), "{python}: {:?}", r.events);
+    // (The first runs of a line may take another native path than later ones, before the
+    // interpreter specializes the call, so one line may have more than one site.)
+    assert!(
+        a.iter().all(|x| b.iter().all(|y| x.0 != y.0)),
+        "{python}: two lines share a site"
+    );
+    assert!(
+        a.iter()
+            .any(|x| b.iter().any(|y| r.reader.site(x.0) == r.reader.site(y.0))),
+        "{python}: no two events of the loop's lines have the same native stack"
+    );
+    assert!(!r.reader.site(a[0].0).unwrap().is_empty());
+    assert_eq!(
+        lines(&a[0].1),
+        vec![
+            f("loop", "loop_a"),
+            f("main", "main_loop"),
+            f("<module>", "module")
+        ]
+    );
+    // Every frame of the script is in its file with a line; the first frame names it.
+    assert!(a[0]
+        .1
+        .iter()
+        .all(|fr| fr.line > 0 && !fr.function.is_empty()));
+
+    let nested = with_top(f("inner", "inner"));
+    assert_eq!(nested.len(), 1, "{python}");
+    assert_eq!(
+        lines(&nested[0].1),
+        vec![
+            f("inner", "inner"),
+            f("middle", "middle"),
+            f("outer", "outer"),
+            f("main", "main_outer"),
+            f("<module>", "module"),
+        ]
+    );
+
+    let gen = with_top(f("gen", "gen"));
+    assert_eq!(gen.len(), 2, "{python}");
+    assert_eq!(gen[0].1, gen[1].1);
+    assert_eq!(
+        lines(&gen[0].1),
+        vec![
+            f("gen", "gen"),
+            f("consume", "consume"),
+            f("main", "main_consume"),
+            f("<module>", "module"),
+        ]
+    );
+
+    let method = with_top((q("Model.step"), at("method")));
+    assert_eq!(method.len(), 1, "{python}: {:?}", r.events);
+    assert_eq!(lines(&method[0].1)[1], f("main", "main_method"));
+
+    // A thread started from Python: its own frames, then threading's.
+    let worker = with_top(f("worker", "worker"));
+    assert_eq!(worker.len(), 1, "{python}");
+    let w = &worker[0].1;
+    assert_eq!(lines(w), vec![f("worker", "worker")]);
+    assert!(
+        w[1].file.ends_with("threading.py") && w[1].function == q("Thread.run"),
+        "{python}: {w:?}"
+    );
+
+    // A C thread that never ran Python: a native site, no Python frames.
+    let native: Vec<_> = r.events.iter().filter(|e| e.1.is_empty()).collect();
+    assert_eq!(native.len(), 2, "{python}: {:?}", r.events);
+    assert!(native.iter().all(|e| r.reader.site(e.0).is_some()));
+
+    assert_eq!(status.rejected, 0, "{python}");
+    assert_eq!(status.stacks, 11, "{python}");
+}
+
+#[test]
+fn python_frames_name_each_sync_line_on_every_interpreter() {
+    check("python3");
+    if let Some(list) = std::env::var_os("SYNCSPY_TEST_PYTHONS") {
+        for p in std::env::split_paths(&list) {
+            check(p.to_str().unwrap());
+        }
+    }
+}
