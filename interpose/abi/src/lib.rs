@@ -13,6 +13,7 @@
 pub mod kinds;
 pub mod layout;
 pub mod modules;
+pub mod objects;
 pub mod record;
 pub mod ring;
 pub mod segment;
