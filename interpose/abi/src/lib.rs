@@ -10,6 +10,7 @@
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
 
+pub mod clock;
 pub mod kinds;
 pub mod layout;
 pub mod modules;

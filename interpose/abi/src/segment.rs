@@ -13,6 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use crate::clock::monotonic_ns;
 use crate::layout::*;
 use crate::modules::{self, Module, ModuleEntry};
 use crate::record::{Record, RecordError};
@@ -278,16 +279,6 @@ impl Views {
 pub struct SegmentWriter {
     v: Views,
     path: PathBuf,
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl SegmentWriter {
