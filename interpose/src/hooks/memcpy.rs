@@ -97,7 +97,12 @@ fn symbol_direction(kind: RawKind, to_symbol: bool, other: *const c_void) -> Dir
 
 // ---- cudaMemcpy -------------------------------------------------------------------------
 
-fn memcpy(
+/// The body of `cudaMemcpy` and `cudaMemcpy_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
+unsafe fn memcpy(
     api: Api,
     f: MemcpyFn,
     dst: *mut c_void,
@@ -159,8 +164,13 @@ export_pair! {
 
 // ---- cudaMemcpy2D -----------------------------------------------------------------------
 
+/// The body of `cudaMemcpy2D` and `cudaMemcpy2D_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy2D` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn memcpy_2d(
+unsafe fn memcpy_2d(
     api: Api,
     f: Memcpy2DFn,
     dst: *mut c_void,
@@ -199,8 +209,13 @@ export_pair! {
     )
 }
 
+/// The body of `cudaMemcpy2DAsync` and `cudaMemcpy2DAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy2DAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn memcpy_2d_async(
+unsafe fn memcpy_2d_async(
     api: Api,
     f: Memcpy2DAsyncFn,
     dst: *mut c_void,
@@ -293,7 +308,13 @@ unsafe fn describe_3d(
     (d, bytes, dst, src)
 }
 
-fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
+/// The body of `cudaMemcpy3D` and `cudaMemcpy3D_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy3D` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged. `p` is also read here, so it is null or points
+/// to a valid `cudaMemcpy3DParms` (the runtime requires no less).
+unsafe fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
     hook(
         || {
             // SAFETY: the caller's parameter block, as the runtime will read it.
@@ -311,7 +332,13 @@ export_pair! {
     (p: *const cudaMemcpy3DParms)
 }
 
-fn memcpy_3d_async(
+/// The body of `cudaMemcpy3DAsync` and `cudaMemcpy3DAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy3DAsync` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged. `p` is also read here, so it is null or points
+/// to a valid `cudaMemcpy3DParms` (the runtime requires no less).
+unsafe fn memcpy_3d_async(
     api: Api,
     f: Memcpy3DAsyncFn,
     p: *const cudaMemcpy3DParms,
@@ -340,8 +367,13 @@ export_pair! {
 
 // ---- symbols ----------------------------------------------------------------------------
 
+/// The body of `cudaMemcpyToSymbol` and `cudaMemcpyToSymbol_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyToSymbol` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn to_symbol(
+unsafe fn to_symbol(
     api: Api,
     f: ToSymbolFn,
     sym: *const c_void,
@@ -374,8 +406,13 @@ export_pair! {
     (sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
+/// The body of `cudaMemcpyFromSymbol` and `cudaMemcpyFromSymbol_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyFromSymbol` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn from_symbol(
+unsafe fn from_symbol(
     api: Api,
     f: FromSymbolFn,
     dst: *mut c_void,
@@ -409,8 +446,13 @@ export_pair! {
     (dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
+/// The body of `cudaMemcpyToSymbolAsync` and `cudaMemcpyToSymbolAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyToSymbolAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn to_symbol_async(
+unsafe fn to_symbol_async(
     api: Api,
     f: ToSymbolAsyncFn,
     sym: *const c_void,
@@ -448,8 +490,13 @@ export_pair! {
     )
 }
 
+/// The body of `cudaMemcpyFromSymbolAsync` and `cudaMemcpyFromSymbolAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyFromSymbolAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn from_symbol_async(
+unsafe fn from_symbol_async(
     api: Api,
     f: FromSymbolAsyncFn,
     dst: *mut c_void,

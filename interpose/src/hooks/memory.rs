@@ -131,7 +131,19 @@ pub unsafe extern "C" fn cudaHostRegister(
     rc
 }
 
-fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds: bool) -> RawError {
+/// The body of `cudaMemset` and `cudaMemset_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemset` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged.
+unsafe fn memset(
+    api: Api,
+    f: MemsetFn,
+    ptr: *mut c_void,
+    value: c_int,
+    n: usize,
+    ptds: bool,
+) -> RawError {
     hook(
         || {
             let c = classify::memset(api, ptr, n as u64);
@@ -155,26 +167,18 @@ fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds:
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(
-        Api::CudaMemset,
-        real!(c"cudaMemset", MemsetFn),
-        ptr,
-        value,
-        count,
-        false,
-    )
+    let f = real!(c"cudaMemset", MemsetFn);
+    // SAFETY: `f` is the real `cudaMemset` and the arguments are our caller's, who upholds its
+    // contract (this function's `# Safety`).
+    unsafe { memset(Api::CudaMemset, f, ptr, value, count, false) }
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset_ptds(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(
-        Api::CudaMemsetPtds,
-        real!(c"cudaMemset_ptds", MemsetFn),
-        ptr,
-        value,
-        count,
-        true,
-    )
+    let f = real!(c"cudaMemset_ptds", MemsetFn);
+    // SAFETY: `f` is the real `cudaMemset_ptds` and the arguments are our caller's, who upholds its
+    // contract (this function's `# Safety`).
+    unsafe { memset(Api::CudaMemsetPtds, f, ptr, value, count, true) }
 }

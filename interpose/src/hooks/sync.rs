@@ -25,7 +25,8 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
 /// The body of `cudaStreamSynchronize` and its `_ptsz` variant.
 ///
 /// # Safety
-/// `f` is the real function; `stream` is passed to it unchanged.
+/// `f` is the real `cudaStreamSynchronize` (or its variant) and `stream` is the caller's,
+/// valid for it: it is forwarded unchanged.
 pub unsafe fn stream_sync(
     api: Api,
     f: StreamFn,
