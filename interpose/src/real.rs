@@ -61,7 +61,8 @@ impl Real {
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
-        // SAFETY: dlsym/dlopen with valid C strings.
+        // SAFETY: `self.name` is a NUL-terminated `&'static CStr` and RTLD_NEXT a pseudo-handle
+        // dlsym accepts; dlsym only reads them.
         let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
         if p.is_null() {
             p = resolve_in_loaded_runtime(self.name);

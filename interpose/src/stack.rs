@@ -104,7 +104,8 @@ fn walk(own: (u64, u64), depth: usize) -> Walk {
         skipping: true,
         truncated: false,
     };
-    // SAFETY: `step` only touches the Walk it is given.
+    // SAFETY: `step` has the callback signature `_Unwind_Backtrace` expects and treats `arg`
+    // as the `Walk` passed here, which outlives the call (the walk ends before it returns).
     unsafe { _Unwind_Backtrace(step, &mut w as *mut Walk as *mut c_void) };
     w
 }
@@ -275,7 +276,9 @@ mod cache {
 
     /// The calling thread's stack as pthread reports it, `(lo, hi)`; `(0, 0)` if unknown.
     fn stack_bounds() -> (usize, usize) {
-        // SAFETY: querying the calling thread's own attributes into zeroed locals.
+        // SAFETY: `pthread_attr_t` is an opaque byte array, so all-zero is a valid value;
+        // pthread_getattr_np initialises it for our own, live thread, and it is read only
+        // after that succeeded and destroyed once; `addr` and `size` are local out-pointers.
         unsafe {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {

@@ -210,9 +210,13 @@ struct Mapping {
     len: usize,
 }
 
-// SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
+// SAFETY: the mapping is plain shared memory owned by this value (unmapped once, on drop),
+// not tied to the thread that mapped it; all concurrent access goes through atomics or
 // volatile copies.
 unsafe impl Send for Mapping {}
+// SAFETY: Mapping has no methods of its own; the views over it (`Views`) read and write the
+// memory only through atomics or volatile copies, so sharing it between threads is no data
+// race.
 unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
@@ -487,9 +491,9 @@ pub enum ProcState {
     Unknown(u64),
 }
 
-/// What a frozen reader's `live` returns: every counter zero (`Live` is all atomics, for
-/// which all-zero bytes are valid).
-// SAFETY: see above.
+/// What a frozen reader's `live` returns: every counter zero.
+// SAFETY: `Live` is all atomic integers (and arrays of structs of them), for which all-zero
+// bytes are a valid value.
 static FROZEN_LIVE: Live = unsafe { std::mem::zeroed() };
 
 /// A reader's handle on a segment; any number may follow one segment.

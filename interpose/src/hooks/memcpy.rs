@@ -118,7 +118,8 @@ unsafe fn memcpy(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, src, n, k) },
     )
 }
@@ -151,7 +152,8 @@ pub unsafe fn memcpy_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, src, n, k, s) },
     )
 }
@@ -190,7 +192,8 @@ unsafe fn memcpy_2d(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, dpitch, src, spitch, w, h, k) },
     )
 }
@@ -242,7 +245,8 @@ unsafe fn memcpy_2d_async(
             c.bytes = bytes;
             per_thread(c, ptsz)
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, dpitch, src, spitch, w, h, k, s) },
     )
 }
@@ -317,11 +321,13 @@ unsafe fn describe_3d(
 unsafe fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
     hook(
         || {
-            // SAFETY: the caller's parameter block, as the runtime will read it.
+            // SAFETY: `p` is null or points to a valid parameter block (this function's
+            // `# Safety`), which is all `describe_3d` requires.
             let (d, bytes, _, _) = unsafe { describe_3d(p) };
             per_thread(classify::sync_copy(api, d, bytes, sync_stream(ptds)), ptds)
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(p) },
     )
 }
@@ -347,14 +353,16 @@ unsafe fn memcpy_3d_async(
 ) -> RawError {
     hook(
         || {
-            // SAFETY: the caller's parameter block, as the runtime will read it.
+            // SAFETY: `p` is null or points to a valid parameter block (this function's
+            // `# Safety`), which is all `describe_3d` requires.
             let (d, bytes, dst, src) = unsafe { describe_3d(p) };
             per_thread(
                 classify::async_copy(api, d, dst, src, bytes, s as u64),
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(p, s) },
     )
 }
@@ -395,7 +403,8 @@ unsafe fn to_symbol(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(sym, src, n, off, k) },
     )
 }
@@ -434,7 +443,8 @@ unsafe fn from_symbol(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, sym, n, off, k) },
     )
 }
@@ -471,7 +481,8 @@ unsafe fn to_symbol_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(sym, src, n, off, k, s) },
     )
 }
@@ -515,7 +526,8 @@ unsafe fn from_symbol_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, sym, n, off, k, s) },
     )
 }
@@ -556,6 +568,8 @@ pub unsafe extern "C" fn cudaMemcpyPeer(
                 0,
             )
         },
+        // SAFETY: `f` is the real `cudaMemcpyPeer` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(dst, dst_device, src, src_device, count) },
     )
 }

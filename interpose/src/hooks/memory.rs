@@ -32,6 +32,8 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> RawError {
             }
             c
         },
+        // SAFETY: `f` is the real `cudaFree` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -60,6 +62,8 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> RawError {
     let size = forget_pinned(ptr);
     hook(
         || classify::implicit(Api::CudaFreeHost, size),
+        // SAFETY: `f` is the real `cudaFreeHost` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -72,6 +76,8 @@ pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> RawError {
     let size = forget_pinned(ptr);
     hook(
         || classify::implicit(Api::CudaHostUnregister, size),
+        // SAFETY: `f` is the real `cudaHostUnregister` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -83,6 +89,8 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> R
     let f = real!(c"cudaMallocHost", MallocHostFn);
     let rc = hook(
         || classify::implicit(Api::CudaMallocHost, size as u64),
+        // SAFETY: `f` is the real `cudaMallocHost` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size) },
     );
     if rc == 0 && !ptr.is_null() {
@@ -103,6 +111,8 @@ pub unsafe extern "C" fn cudaHostAlloc(
     let f = real!(c"cudaHostAlloc", HostAllocFn);
     let rc = hook(
         || classify::implicit(Api::CudaHostAlloc, size as u64),
+        // SAFETY: `f` is the real `cudaHostAlloc` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size, flags) },
     );
     if rc == 0 && !ptr.is_null() {
@@ -123,6 +133,8 @@ pub unsafe extern "C" fn cudaHostRegister(
     let f = real!(c"cudaHostRegister", HostRegisterFn);
     let rc = hook(
         || classify::implicit(Api::CudaHostRegister, size as u64),
+        // SAFETY: `f` is the real `cudaHostRegister` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size, flags) },
     );
     if rc == 0 {
@@ -158,7 +170,8 @@ unsafe fn memset(
                 c
             }
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(ptr, value, n) },
     )
 }
