@@ -135,7 +135,8 @@ pub fn memory_type(addr: u64) -> Option<MemType> {
     let query: Attr = POINTER_ATTRIBUTES.get()?;
     let peek: Err = PEEK_LAST_ERROR.get()?;
     let get: Err = GET_LAST_ERROR.get()?;
-    // SAFETY: argument-less runtime call.
+    // SAFETY: `peek` is the runtime's cudaPeekAtLastError, resolved with its signature; it
+    // takes no arguments and has no preconditions.
     if unsafe { peek() } != 0 {
         return None;
     }
@@ -145,7 +146,8 @@ pub fn memory_type(addr: u64) -> Option<MemType> {
     if rc != 0 {
         // Older runtimes report unregistered memory as an error and make it the thread's
         // last error; nothing was pending before the query, so clearing it restores the state.
-        // SAFETY: argument-less runtime call.
+        // SAFETY: `get` is the runtime's cudaGetLastError, resolved with its signature; it
+        // takes no arguments and has no preconditions.
         unsafe { get() };
         return None;
     }

@@ -7,8 +7,11 @@
 //! that by walking the loaded objects for a path that names libcudart. Each symbol is
 //! resolved once and cached.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_void, CStr};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use syncspy_abi::objects::for_each_object;
 
 pub struct Real {
     name: &'static CStr,
@@ -58,7 +61,8 @@ impl Real {
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
-        // SAFETY: dlsym/dlopen with valid C strings.
+        // SAFETY: `self.name` is a NUL-terminated `&'static CStr` and RTLD_NEXT a pseudo-handle
+        // dlsym accepts; dlsym only reads them.
         let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
         if p.is_null() {
             p = resolve_in_loaded_runtime(self.name);
@@ -80,35 +84,32 @@ fn resolve_in_loaded_runtime(name: &CStr) -> *mut c_void {
         }
     }
     // A runtime loaded under another file name (vendored copies): find it by path.
-    let mut found: Vec<u8> = Vec::new();
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: called by dl_iterate_phdr with a valid info and our `found`.
-        unsafe {
-            let found = &mut *(data as *mut Vec<u8>);
-            let n = (*info).dlpi_name;
-            if n.is_null() {
-                return 0;
-            }
-            let path = CStr::from_ptr(n).to_bytes();
-            let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
-            if file.windows(9).any(|w| w == b"libcudart") {
-                found.extend_from_slice(path);
-                found.push(0);
-                return 1;
-            }
-            0
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    match loaded_path_with(b"libcudart", &mut buf) {
+        Some(path) => sym_in(path.as_ptr(), name),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// The path of the first loaded object whose file name contains `needle`, copied into `buf`:
+/// copied because `dlopen` must not run while the loader's lock is held, into the caller's
+/// buffer because this can run inside a hook. A path that does not fit is skipped (with a
+/// `PATH_MAX` buffer, it could not be opened anyway).
+fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
+    let len = for_each_object(|o| {
+        let full = o.name().to_bytes_with_nul();
+        let path = o.name().to_bytes();
+        let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+        if !needle.is_empty()
+            && full.len() <= buf.len()
+            && file.windows(needle.len()).any(|w| w == needle)
+        {
+            buf[..full.len()].copy_from_slice(full);
+            return ControlFlow::Break(full.len());
         }
-    }
-    // SAFETY: the callback only reads `info` and writes `found`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut found as *mut Vec<u8> as *mut c_void) };
-    if found.is_empty() {
-        return std::ptr::null_mut();
-    }
-    sym_in(found.as_ptr() as *const c_char, name)
+        ControlFlow::Continue(())
+    })?;
+    CStr::from_bytes_with_nul(&buf[..len]).ok()
 }
 
 fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
@@ -129,3 +130,22 @@ fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
 /// only happens when the program calls the runtime without any runtime loaded.
 pub const MISSING: u32 =
     cudarc::runtime::sys::cudaError::cudaErrorSharedObjectSymbolNotFound as u32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_loaded_object_by_file_name_and_its_symbols() {
+        let mut buf = [0u8; libc::PATH_MAX as usize];
+        let path = loaded_path_with(b"libc.so", &mut buf).expect("libc is loaded");
+        assert!(path.to_bytes().contains(&b'/'), "{path:?}");
+        // SAFETY: RTLD_DEFAULT and a C string literal.
+        let getpid = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert!(!getpid.is_null());
+        assert_eq!(sym_in(path.as_ptr(), c"getpid"), getpid);
+        // Not loaded; too long for the buffer.
+        assert_eq!(loaded_path_with(b"no-such-object", &mut buf), None);
+        assert_eq!(loaded_path_with(b"libc.so", &mut [0u8; 4]), None);
+    }
+}

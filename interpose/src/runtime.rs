@@ -266,7 +266,8 @@ fn current_device() -> i32 {
         return -1;
     };
     let mut d = -1;
-    // SAFETY: valid out-pointer.
+    // SAFETY: `f` is the runtime's cudaGetDevice (resolved with this signature), whose only
+    // requirement is a valid `int` out-pointer: `d` is a local.
     if unsafe { f(&mut d) } == 0 {
         d
     } else {
@@ -355,7 +356,9 @@ fn off_by_env_cached() -> bool {
 static INSTALL_PROCESS_HANDLERS: extern "C" fn() = install_process_handlers;
 
 extern "C" fn install_process_handlers() {
-    // SAFETY: registering plain extern "C" callbacks with libc.
+    // SAFETY: both functions only store the pointers of `extern "C"` functions of this
+    // library, which stays loaded for the life of the process (it is preloaded), and a null
+    // argument that `at_exit` ignores.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
         on_exit(at_exit, std::ptr::null_mut());

@@ -21,9 +21,11 @@
 //! The cache reads only inside the calling thread's own pthread stack (fibers, coroutines
 //! and alternate signal stacks always unwind), is dropped in a fork child, and is x86_64
 //! only (the return address sits at CFA − 8); elsewhere every stall unwinds.
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
+use syncspy_abi::objects::for_each_object;
 use syncspy_abi::record::NO_SITE;
 use syncspy_abi::sites::MAX_FRAMES;
 
@@ -102,7 +104,8 @@ fn walk(own: (u64, u64), depth: usize) -> Walk {
         skipping: true,
         truncated: false,
     };
-    // SAFETY: `step` only touches the Walk it is given.
+    // SAFETY: `step` has the callback signature `_Unwind_Backtrace` expects and treats `arg`
+    // as the `Walk` passed here, which outlives the call (the walk ends before it returns).
     unsafe { _Unwind_Backtrace(step, &mut w as *mut Walk as *mut c_void) };
     w
 }
@@ -151,19 +154,7 @@ pub fn capture_site(rt: &Runtime, weight: Option<u64>) -> (u32, bool, bool) {
 /// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
 /// the iteration at the first object, so this costs one loader-lock round trip.
 pub fn loader_adds() -> u64 {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: valid pointers from dl_iterate_phdr and our u64.
-        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
-        1
-    }
-    let mut adds = 0u64;
-    // SAFETY: the callback writes only `adds`.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut c_void) };
-    adds
+    for_each_object(|o| ControlFlow::Break(o.adds())).unwrap_or(0)
 }
 
 /// One loaded object as `dl_iterate_phdr` describes it.
@@ -176,51 +167,19 @@ struct Object {
 }
 
 fn objects() -> Vec<Object> {
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info whose phdrs are mapped; `data` is ours.
-        unsafe {
-            let out = &mut *(data as *mut Vec<Object>);
-            let info = &*info;
-            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-            let (mut start, mut end) = (u64::MAX, 0u64);
-            let mut build_id = Vec::new();
-            for ph in phdrs {
-                if ph.p_type == libc::PT_LOAD {
-                    start = start.min(info.dlpi_addr + ph.p_vaddr);
-                    end = end.max(info.dlpi_addr + ph.p_vaddr + ph.p_memsz);
-                } else if ph.p_type == libc::PT_NOTE && build_id.is_empty() {
-                    let base = (info.dlpi_addr + ph.p_vaddr) as *const u8;
-                    build_id = syncspy_abi::modules::gnu_build_id(std::slice::from_raw_parts(
-                        base,
-                        ph.p_memsz as usize,
-                    ))
-                    .unwrap_or_default();
-                }
-            }
-            if start < end {
-                let path = if info.dlpi_name.is_null() {
-                    Vec::new()
-                } else {
-                    CStr::from_ptr(info.dlpi_name).to_bytes().to_vec()
-                };
-                out.push(Object {
-                    path,
-                    bias: info.dlpi_addr,
-                    start,
-                    end,
-                    build_id,
-                });
-            }
-            0
-        }
-    }
     let mut out = Vec::new();
-    // SAFETY: the callback only reads `info` and pushes to `out`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<Object> as *mut c_void) };
+    for_each_object(|o| -> ControlFlow<()> {
+        if let Some(extent) = o.extent() {
+            out.push(Object {
+                path: o.name().to_bytes().to_vec(),
+                bias: o.bias(),
+                start: extent.start,
+                end: extent.end,
+                build_id: o.build_id().unwrap_or_default().to_vec(),
+            });
+        }
+        ControlFlow::Continue(())
+    });
     out
 }
 
@@ -317,7 +276,9 @@ mod cache {
 
     /// The calling thread's stack as pthread reports it, `(lo, hi)`; `(0, 0)` if unknown.
     fn stack_bounds() -> (usize, usize) {
-        // SAFETY: querying the calling thread's own attributes into zeroed locals.
+        // SAFETY: `pthread_attr_t` is an opaque byte array, so all-zero is a valid value;
+        // pthread_getattr_np initialises it for our own, live thread, and it is read only
+        // after that succeeded and destroyed once; `addr` and `size` are local out-pointers.
         unsafe {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {

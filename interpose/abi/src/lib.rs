@@ -15,6 +15,7 @@ pub mod clock;
 pub mod kinds;
 pub mod layout;
 pub mod modules;
+pub mod objects;
 pub mod python;
 pub mod record;
 pub mod ring;

@@ -133,7 +133,7 @@ pub fn read_all(live: &Live, table: &[ModuleEntry]) -> Vec<Module> {
 
 /// The GNU build id in the contents of a PT_NOTE segment, if one is there (other notes, such
 /// as GNU properties, are skipped).
-pub fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
+pub fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
     let align4 = |n: usize| n.checked_add(3).map(|v| v & !3);
     while notes.len() >= 12 {
         let word =
@@ -145,7 +145,7 @@ pub fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
             break;
         }
         if ntype == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
-            return Some(notes[name_end..name_end + descsz].to_vec());
+            return Some(&notes[name_end..name_end + descsz]);
         }
         notes = &notes[desc_end..];
     }
@@ -195,7 +195,7 @@ pub fn file_build_id(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>>
         f.seek(SeekFrom::Start(off))?;
         f.read_exact(&mut notes)?;
         if let Some(id) = gnu_build_id(&notes) {
-            return Ok(Some(id));
+            return Ok(Some(id.to_vec()));
         }
     }
     Ok(None)
@@ -203,6 +203,8 @@ pub fn file_build_id(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>>
 
 #[cfg(test)]
 mod tests {
+    use std::ops::ControlFlow;
+
     use super::*;
 
     #[test]
@@ -221,7 +223,7 @@ mod tests {
             d.resize(desc.len().div_ceil(4) * 4, 0);
             note.extend_from_slice(&d);
         }
-        assert_eq!(gnu_build_id(&note), Some(vec![0xaa, 0xbb, 0xcc]));
+        assert_eq!(gnu_build_id(&note), Some(&[0xaa, 0xbb, 0xcc][..]));
         assert_eq!(gnu_build_id(&note[..10]), None);
         let mut bad = note.clone();
         bad[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
@@ -232,33 +234,13 @@ mod tests {
     fn build_id_of_this_test_binary_matches_what_the_loader_mapped() {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let on_disk = file_build_id(&exe).unwrap();
-        // Compare with the PT_NOTE of the running image.
-        let mut in_memory: Option<Vec<u8>> = None;
-        unsafe extern "C" fn cb(
-            info: *mut libc::dl_phdr_info,
-            _: usize,
-            data: *mut libc::c_void,
-        ) -> i32 {
-            unsafe {
-                let info = &*info;
-                if *info.dlpi_name != 0 {
-                    return 0;
-                }
-                let out = &mut *(data as *mut Option<Vec<u8>>);
-                for ph in std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) {
-                    if ph.p_type == libc::PT_NOTE {
-                        let p = (info.dlpi_addr + ph.p_vaddr) as *const u8;
-                        if let Some(id) =
-                            gnu_build_id(std::slice::from_raw_parts(p, ph.p_memsz as usize))
-                        {
-                            *out = Some(id);
-                        }
-                    }
-                }
-                1
-            }
-        }
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut in_memory as *mut _ as *mut libc::c_void) };
+        // Compare with the PT_NOTE of the running image (the main program is listed first).
+        let in_memory = crate::objects::for_each_object(|o| {
+            assert_eq!(o.name().to_bytes(), b"");
+            ControlFlow::Break(o.build_id().map(<[u8]>::to_vec))
+        })
+        .flatten();
+        assert!(on_disk.is_some());
         assert_eq!(on_disk, in_memory);
         assert!(file_build_id(std::path::Path::new("/proc/self/status")).is_err());
     }

@@ -186,7 +186,8 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     fn live() -> Box<Live> {
-        // Live is all atomics and integer arrays: the zero pattern is its initial state.
+        // SAFETY: Live is all atomic integers (and arrays of structs of them), for which the
+        // zero bit pattern is valid; it is also the state of a freshly created segment.
         unsafe { Box::new(std::mem::zeroed()) }
     }
 

@@ -13,6 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use crate::clock::monotonic_ns;
 use crate::layout::*;
 use crate::modules::{self, Module, ModuleEntry};
 use crate::python::{self, PyViews};
@@ -219,9 +220,13 @@ pub(crate) struct Mapping {
     pub(crate) len: usize,
 }
 
-// SAFETY: the mapping is plain shared memory; all concurrent access goes through atomics or
+// SAFETY: the mapping is plain shared memory owned by this value (unmapped once, on drop),
+// not tied to the thread that mapped it; all concurrent access goes through atomics or
 // volatile copies.
 unsafe impl Send for Mapping {}
+// SAFETY: Mapping has no methods of its own; the views over it (`Views`) read and write the
+// memory only through atomics or volatile copies, so sharing it between threads is no data
+// race.
 unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
@@ -289,16 +294,6 @@ impl Views {
 pub struct SegmentWriter {
     pub(crate) v: Views,
     path: PathBuf,
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl SegmentWriter {
@@ -515,9 +510,9 @@ pub enum ProcState {
     Unknown(u64),
 }
 
-/// What a frozen reader's `live` returns: every counter zero (`Live` is all atomics, for
-/// which all-zero bytes are valid).
-// SAFETY: see above.
+/// What a frozen reader's `live` returns: every counter zero.
+// SAFETY: `Live` is all atomic integers (and arrays of structs of them), for which all-zero
+// bytes are a valid value.
 static FROZEN_LIVE: Live = unsafe { std::mem::zeroed() };
 
 /// A reader's handle on a segment; any number may follow one segment.

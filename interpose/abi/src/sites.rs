@@ -116,12 +116,14 @@ mod tests {
     use super::*;
 
     fn table(n: usize) -> Vec<SiteEntry> {
-        // All-atomics: zero is the empty state.
+        // SAFETY: SiteEntry is all atomic integers, for which zero is a valid bit pattern
+        // (and the free state of an entry).
         (0..n).map(|_| unsafe { std::mem::zeroed() }).collect()
     }
 
     #[test]
     fn same_stack_same_id_different_stack_different_id() {
+        // SAFETY: Live is all atomic integers, for which zero is a valid bit pattern.
         let live: Box<Live> = unsafe { Box::new(std::mem::zeroed()) };
         let t = table(64);
         let a = intern(&live, &t, &[1, 2, 3]).unwrap();
@@ -136,6 +138,7 @@ mod tests {
 
     #[test]
     fn full_table_counts_drops() {
+        // SAFETY: Live is all atomic integers, for which zero is a valid bit pattern.
         let live: Box<Live> = unsafe { Box::new(std::mem::zeroed()) };
         let t = table(4);
         for i in 0..4u64 {
@@ -147,6 +150,7 @@ mod tests {
 
     #[test]
     fn threads_interning_the_same_stacks_agree() {
+        // SAFETY: Live is all atomic integers, for which zero is a valid bit pattern.
         let live: Box<Live> = unsafe { Box::new(std::mem::zeroed()) };
         let t = table(1024);
         let ids: Vec<Vec<u32>> = std::thread::scope(|s| {

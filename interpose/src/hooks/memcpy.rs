@@ -97,7 +97,12 @@ fn symbol_direction(kind: RawKind, to_symbol: bool, other: *const c_void) -> Dir
 
 // ---- cudaMemcpy -------------------------------------------------------------------------
 
-fn memcpy(
+/// The body of `cudaMemcpy` and `cudaMemcpy_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
+unsafe fn memcpy(
     api: Api,
     f: MemcpyFn,
     dst: *mut c_void,
@@ -113,7 +118,8 @@ fn memcpy(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, src, n, k) },
     )
 }
@@ -146,7 +152,8 @@ pub unsafe fn memcpy_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, src, n, k, s) },
     )
 }
@@ -159,8 +166,13 @@ export_pair! {
 
 // ---- cudaMemcpy2D -----------------------------------------------------------------------
 
+/// The body of `cudaMemcpy2D` and `cudaMemcpy2D_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy2D` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn memcpy_2d(
+unsafe fn memcpy_2d(
     api: Api,
     f: Memcpy2DFn,
     dst: *mut c_void,
@@ -180,7 +192,8 @@ fn memcpy_2d(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, dpitch, src, spitch, w, h, k) },
     )
 }
@@ -199,8 +212,13 @@ export_pair! {
     )
 }
 
+/// The body of `cudaMemcpy2DAsync` and `cudaMemcpy2DAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy2DAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn memcpy_2d_async(
+unsafe fn memcpy_2d_async(
     api: Api,
     f: Memcpy2DAsyncFn,
     dst: *mut c_void,
@@ -227,7 +245,8 @@ fn memcpy_2d_async(
             c.bytes = bytes;
             per_thread(c, ptsz)
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, dpitch, src, spitch, w, h, k, s) },
     )
 }
@@ -293,14 +312,22 @@ unsafe fn describe_3d(
     (d, bytes, dst, src)
 }
 
-fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
+/// The body of `cudaMemcpy3D` and `cudaMemcpy3D_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy3D` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged. `p` is also read here, so it is null or points
+/// to a valid `cudaMemcpy3DParms` (the runtime requires no less).
+unsafe fn memcpy_3d(api: Api, f: Memcpy3DFn, p: *const cudaMemcpy3DParms, ptds: bool) -> RawError {
     hook(
         || {
-            // SAFETY: the caller's parameter block, as the runtime will read it.
+            // SAFETY: `p` is null or points to a valid parameter block (this function's
+            // `# Safety`), which is all `describe_3d` requires.
             let (d, bytes, _, _) = unsafe { describe_3d(p) };
             per_thread(classify::sync_copy(api, d, bytes, sync_stream(ptds)), ptds)
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(p) },
     )
 }
@@ -311,7 +338,13 @@ export_pair! {
     (p: *const cudaMemcpy3DParms)
 }
 
-fn memcpy_3d_async(
+/// The body of `cudaMemcpy3DAsync` and `cudaMemcpy3DAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpy3DAsync` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged. `p` is also read here, so it is null or points
+/// to a valid `cudaMemcpy3DParms` (the runtime requires no less).
+unsafe fn memcpy_3d_async(
     api: Api,
     f: Memcpy3DAsyncFn,
     p: *const cudaMemcpy3DParms,
@@ -320,14 +353,16 @@ fn memcpy_3d_async(
 ) -> RawError {
     hook(
         || {
-            // SAFETY: the caller's parameter block, as the runtime will read it.
+            // SAFETY: `p` is null or points to a valid parameter block (this function's
+            // `# Safety`), which is all `describe_3d` requires.
             let (d, bytes, dst, src) = unsafe { describe_3d(p) };
             per_thread(
                 classify::async_copy(api, d, dst, src, bytes, s as u64),
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(p, s) },
     )
 }
@@ -340,8 +375,13 @@ export_pair! {
 
 // ---- symbols ----------------------------------------------------------------------------
 
+/// The body of `cudaMemcpyToSymbol` and `cudaMemcpyToSymbol_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyToSymbol` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn to_symbol(
+unsafe fn to_symbol(
     api: Api,
     f: ToSymbolFn,
     sym: *const c_void,
@@ -363,7 +403,8 @@ fn to_symbol(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(sym, src, n, off, k) },
     )
 }
@@ -374,8 +415,13 @@ export_pair! {
     (sym: *const c_void, src: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
+/// The body of `cudaMemcpyFromSymbol` and `cudaMemcpyFromSymbol_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyFromSymbol` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn from_symbol(
+unsafe fn from_symbol(
     api: Api,
     f: FromSymbolFn,
     dst: *mut c_void,
@@ -397,7 +443,8 @@ fn from_symbol(
                 ptds,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, sym, n, off, k) },
     )
 }
@@ -409,8 +456,13 @@ export_pair! {
     (dst: *mut c_void, sym: *const c_void, count: usize, offset: usize, kind: RawKind)
 }
 
+/// The body of `cudaMemcpyToSymbolAsync` and `cudaMemcpyToSymbolAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyToSymbolAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn to_symbol_async(
+unsafe fn to_symbol_async(
     api: Api,
     f: ToSymbolAsyncFn,
     sym: *const c_void,
@@ -429,7 +481,8 @@ fn to_symbol_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(sym, src, n, off, k, s) },
     )
 }
@@ -448,8 +501,13 @@ export_pair! {
     )
 }
 
+/// The body of `cudaMemcpyFromSymbolAsync` and `cudaMemcpyFromSymbolAsync_ptsz`.
+///
+/// # Safety
+/// `f` is the real `cudaMemcpyFromSymbolAsync` (or its variant) and the other arguments are the
+/// caller's, valid for it: they are forwarded unchanged.
 #[allow(clippy::too_many_arguments)]
-fn from_symbol_async(
+unsafe fn from_symbol_async(
     api: Api,
     f: FromSymbolAsyncFn,
     dst: *mut c_void,
@@ -468,7 +526,8 @@ fn from_symbol_async(
                 ptsz,
             )
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(dst, sym, n, off, k, s) },
     )
 }
@@ -509,6 +568,8 @@ pub unsafe extern "C" fn cudaMemcpyPeer(
                 0,
             )
         },
+        // SAFETY: `f` is the real `cudaMemcpyPeer` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(dst, dst_device, src, src_device, count) },
     )
 }

@@ -32,6 +32,8 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> RawError {
             }
             c
         },
+        // SAFETY: `f` is the real `cudaFree` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -60,6 +62,8 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> RawError {
     let size = forget_pinned(ptr);
     hook(
         || classify::implicit(Api::CudaFreeHost, size),
+        // SAFETY: `f` is the real `cudaFreeHost` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -72,6 +76,8 @@ pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> RawError {
     let size = forget_pinned(ptr);
     hook(
         || classify::implicit(Api::CudaHostUnregister, size),
+        // SAFETY: `f` is the real `cudaHostUnregister` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr) },
     )
 }
@@ -83,6 +89,8 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> R
     let f = real!(c"cudaMallocHost", MallocHostFn);
     let rc = hook(
         || classify::implicit(Api::CudaMallocHost, size as u64),
+        // SAFETY: `f` is the real `cudaMallocHost` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size) },
     );
     if rc == 0 && !ptr.is_null() {
@@ -103,6 +111,8 @@ pub unsafe extern "C" fn cudaHostAlloc(
     let f = real!(c"cudaHostAlloc", HostAllocFn);
     let rc = hook(
         || classify::implicit(Api::CudaHostAlloc, size as u64),
+        // SAFETY: `f` is the real `cudaHostAlloc` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size, flags) },
     );
     if rc == 0 && !ptr.is_null() {
@@ -123,6 +133,8 @@ pub unsafe extern "C" fn cudaHostRegister(
     let f = real!(c"cudaHostRegister", HostRegisterFn);
     let rc = hook(
         || classify::implicit(Api::CudaHostRegister, size as u64),
+        // SAFETY: `f` is the real `cudaHostRegister` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(ptr, size, flags) },
     );
     if rc == 0 {
@@ -131,7 +143,19 @@ pub unsafe extern "C" fn cudaHostRegister(
     rc
 }
 
-fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds: bool) -> RawError {
+/// The body of `cudaMemset` and `cudaMemset_ptds`.
+///
+/// # Safety
+/// `f` is the real `cudaMemset` (or its variant) and the other arguments are the caller's,
+/// valid for it: they are forwarded unchanged.
+unsafe fn memset(
+    api: Api,
+    f: MemsetFn,
+    ptr: *mut c_void,
+    value: c_int,
+    n: usize,
+    ptds: bool,
+) -> RawError {
     hook(
         || {
             let c = classify::memset(api, ptr, n as u64);
@@ -146,7 +170,8 @@ fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds:
                 c
             }
         },
-        // SAFETY: forwarding the caller's arguments unchanged.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(ptr, value, n) },
     )
 }
@@ -155,26 +180,18 @@ fn memset(api: Api, f: MemsetFn, ptr: *mut c_void, value: c_int, n: usize, ptds:
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(
-        Api::CudaMemset,
-        real!(c"cudaMemset", MemsetFn),
-        ptr,
-        value,
-        count,
-        false,
-    )
+    let f = real!(c"cudaMemset", MemsetFn);
+    // SAFETY: `f` is the real `cudaMemset` and the arguments are our caller's, who upholds its
+    // contract (this function's `# Safety`).
+    unsafe { memset(Api::CudaMemset, f, ptr, value, count, false) }
 }
 
 /// # Safety
 /// Same contract as the CUDA runtime function of the same name.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn cudaMemset_ptds(ptr: *mut c_void, value: c_int, count: usize) -> RawError {
-    memset(
-        Api::CudaMemsetPtds,
-        real!(c"cudaMemset_ptds", MemsetFn),
-        ptr,
-        value,
-        count,
-        true,
-    )
+    let f = real!(c"cudaMemset_ptds", MemsetFn);
+    // SAFETY: `f` is the real `cudaMemset_ptds` and the arguments are our caller's, who upholds its
+    // contract (this function's `# Safety`).
+    unsafe { memset(Api::CudaMemsetPtds, f, ptr, value, count, true) }
 }

@@ -38,7 +38,8 @@ pub(crate) use real;
 /// Exports a runtime function and its per-thread-default-stream variant: `$plain` and
 /// `$variant` (with `Api` ids `$plain_api`, `$variant_api`) take the C arguments `$arg`, find
 /// the real function of their own name (C signature `$ty`), and hand both to the family's
-/// `$body` along with whether the call is the variant.
+/// `$body` along with whether the call is the variant. Every `$body` is an `unsafe fn` whose
+/// contract is "`f` is the real function and the arguments are the caller's".
 macro_rules! export_pair {
     ($body:ident: $ty:ty; $plain:ident = $plain_api:ident, $variant:ident = $variant_api:ident;
      ($($arg:ident: $aty:ty),* $(,)?)) => {
@@ -54,8 +55,6 @@ macro_rules! export_pair {
         /// # Safety
         /// Same contract as the CUDA runtime function of the same name.
         #[cfg_attr(not(test), no_mangle)]
-        // Some bodies are `unsafe fn`s, some are not.
-        #[allow(unused_unsafe)]
         pub unsafe extern "C" fn $name($($arg: $aty),*) -> $crate::hooks::RawError {
             let f = $crate::hooks::real!(
                 match ::std::ffi::CStr::from_bytes_with_nul(
@@ -66,7 +65,9 @@ macro_rules! export_pair {
                 },
                 $ty
             );
-            // SAFETY: the caller's arguments, forwarded unchanged.
+            // SAFETY: `f` is the real function of this symbol's name, typed with its C
+            // signature, and the arguments are our caller's, who upholds that function's
+            // contract (this function's `# Safety`): exactly what `$body` requires.
             unsafe { $body(::syncspy_abi::Api::$api, f, $($arg,)* $variant) }
         }
     };

@@ -18,6 +18,7 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
     let f = real!(c"cudaDeviceSynchronize", NoArgs);
     hook(
         || Call::new(Kind::DeviceSync, Api::CudaDeviceSynchronize),
+        // SAFETY: `f` is the real `cudaDeviceSynchronize`, which takes no arguments.
         || unsafe { f() },
     )
 }
@@ -25,7 +26,8 @@ pub unsafe extern "C" fn cudaDeviceSynchronize() -> RawError {
 /// The body of `cudaStreamSynchronize` and its `_ptsz` variant.
 ///
 /// # Safety
-/// `f` is the real function; `stream` is passed to it unchanged.
+/// `f` is the real `cudaStreamSynchronize` (or its variant) and `stream` is the caller's,
+/// valid for it: it is forwarded unchanged.
 pub unsafe fn stream_sync(
     api: Api,
     f: StreamFn,
@@ -38,7 +40,8 @@ pub unsafe fn stream_sync(
             flags: if per_thread { FLAG_PER_THREAD } else { 0 },
             ..Call::new(Kind::StreamSync, api)
         },
-        // SAFETY: forwarding the caller's arguments unchanged to the real function.
+        // SAFETY: `f` is the real function and these are the caller's arguments,
+        // unchanged (this function's `# Safety`).
         || unsafe { f(stream) },
     )
 }
@@ -57,6 +60,8 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> RawError {
     let f = real!(c"cudaEventSynchronize", EventFn);
     hook(
         || Call::new(Kind::EventSync, Api::CudaEventSynchronize),
+        // SAFETY: `f` is the real `cudaEventSynchronize` and gets our caller's arguments
+        // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(event) },
     )
 }

@@ -1,16 +1,8 @@
-//! The simulated device timeline is CLOCK_MONOTONIC in nanoseconds, the clock syncspy stamps its
-//! events with, so device timestamps and host waits can be compared directly.
+//! The simulated device timeline is CLOCK_MONOTONIC in nanoseconds, read through syncspy's own
+//! clock function (the clock of every segment timestamp), so device timestamps and host waits
+//! can be compared directly.
 
-/// Nanoseconds of CLOCK_MONOTONIC.
-pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC is always available on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use syncspy_abi::clock::monotonic_ns as now_ns;
 
 /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`. An absolute deadline keeps a chain of
 /// modeled operations from accumulating the scheduler's wake-up lateness.

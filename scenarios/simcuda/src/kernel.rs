@@ -227,7 +227,9 @@ impl Launch {
         if args.is_null() {
             return Err(cudaError_t::cudaErrorInvalidValue);
         }
-        // SAFETY (every `arg` below): the caller's contract; indices follow `model.params()`.
+        // SAFETY: for every `arg` below, `args` is non-null (checked) and holds one pointer per
+        // parameter of `model`, each readable (the caller's contract); the indices and types
+        // follow `model.params()`.
         unsafe {
             Ok(match model {
                 Model::Spin => Launch::Spin { ns: arg(args, 0)? },
@@ -312,8 +314,8 @@ impl Launch {
     /// Every range of [`Launch::accesses`] is valid memory, aligned as stated, that nothing
     /// else accesses while this runs (the device owns it, as on a GPU).
     pub unsafe fn run(&self, gemm_max_n: usize) {
-        // SAFETY (every call below): the ranges are valid and aligned (the caller's contract);
-        // `n` fits in usize, since `accesses` computed byte sizes from it.
+        // SAFETY: for every call below, the ranges are valid, aligned and ours alone (the
+        // caller's contract); `n` fits in usize, since `accesses` computed byte sizes from it.
         unsafe {
             match *self {
                 Launch::Spin { .. } => {}

@@ -47,8 +47,8 @@ fn kernels() -> cudaLibrary_t {
 
 fn kernel(lib: cudaLibrary_t, name: &CStr) -> cudaKernel_t {
     let mut k = std::ptr::null_mut();
-    // SAFETY: valid out-pointer, NUL-terminated name.
     assert_eq!(
+        // SAFETY: `k` is a valid out-pointer and `name` a NUL-terminated string.
         unsafe { sim::cudaLibraryGetKernel(&mut k, lib, name.as_ptr()) },
         cudaSuccess
     );
@@ -88,15 +88,15 @@ fn to_host<T: Copy + Default>(dev: *const u8, n: usize) -> Vec<T> {
 
 fn event() -> cudaEvent_t {
     let mut e = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
+    // SAFETY: `e` is a local, a valid out-pointer for the call.
     assert_eq!(unsafe { sim::cudaEventCreate(&mut e) }, cudaSuccess);
     e
 }
 
 fn elapsed_ms(a: cudaEvent_t, b: cudaEvent_t) -> f64 {
     let mut ms = 0.0f32;
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `ms` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaEventElapsedTime(&mut ms, a, b) },
         cudaSuccess
     );
@@ -107,8 +107,8 @@ fn elapsed_ms(a: cudaEvent_t, b: cudaEvent_t) -> f64 {
 fn the_library_holds_every_kernel_of_kernels_dir() {
     let lib = kernels();
     let mut n = 0u32;
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `n` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaLibraryGetKernelCount(&mut n, lib) },
         cudaSuccess
     );
@@ -149,8 +149,8 @@ fn fill_scale_and_count_compute_real_results_in_stream_order() {
     let (mut xp, mut n_all, mut one) = (x as u64, n, 1.5f32);
     let (mut third, mut minus) = (n / 3, -2.0f32);
     let mut cp = counter as u64;
-    // SAFETY: `counter` is 4 bytes of device memory.
     assert_eq!(
+        // SAFETY: `counter` is 4 bytes of device memory.
         unsafe { sim::cudaMemsetAsync(counter.cast(), 0, 4, s) },
         cudaSuccess
     );

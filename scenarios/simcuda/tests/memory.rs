@@ -14,8 +14,8 @@ use simcudart as sim;
 fn attributes(ptr: *const c_void) -> cudaPointerAttributes {
     // SAFETY: all-zero is a valid value of this plain C struct.
     let mut attrs: cudaPointerAttributes = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `attrs` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaPointerGetAttributes(&mut attrs, ptr) },
         cudaSuccess
     );
@@ -34,6 +34,9 @@ fn host_to_device_and_back_round_trips() {
     let dev2 = device_alloc(len);
     let pinned = pinned_alloc(len);
     let mut back = vec![0u8; len];
+    // SAFETY: every pointer passed covers the byte count given: `src` and `back` are Vecs of `len`
+    // bytes, `dev`, `dev2` and `pinned` allocations of `len`, `h` 16 bytes; `pinned` is read as a
+    // slice only after the stream that wrote it synchronized.
     unsafe {
         // Pageable, synchronous.
         assert_eq!(
@@ -87,6 +90,8 @@ fn per_thread_and_async_forms_move_data_too() {
     let dev = device_alloc(1 << 16);
     let mut back = vec![0u8; 1 << 16];
     let s = stream(true);
+    // SAFETY: `src`, `back` and `dev` hold 1 << 16 bytes, more than any count below; `e` is a local
+    // out-pointer.
     unsafe {
         assert_eq!(
             sim::cudaMemcpy_ptds(dev.cast(), src.as_ptr().cast(), 1 << 16, H2D),
@@ -123,6 +128,9 @@ fn memset_sets_bytes_in_device_pinned_and_managed_memory() {
     let pinned = pinned_alloc(4096);
     let mut managed = std::ptr::null_mut();
     let mut back = vec![0u8; 4096];
+    // SAFETY: `dev`, `pinned` and `managed` (once allocated) hold 4096 bytes, as does `back`; the
+    // host-visible ones are read as slices after their synchronous memsets returned, and `managed`
+    // is not used after it is freed.
     unsafe {
         assert_eq!(
             sim::cudaMallocManaged(&mut managed, 4096, cudaMemAttachGlobal),
@@ -157,6 +165,9 @@ fn pitched_2d_and_3d_copies_move_only_their_box() {
     let src: Vec<u8> = (0..24).collect();
     let dev = device_alloc(16 * 3);
     let mut back = vec![0xeeu8; 6 * 3];
+    // SAFETY: each 2D copy stays inside its buffers: 3 rows of 4 bytes at pitch 8 in `src` (24
+    // bytes), at pitch 16 in `dev` (48) and at pitch 6 in `back` (18); the pitch-2 call is rejected
+    // before copying.
     unsafe {
         assert_eq!(sim::cudaMemset(dev.cast(), 0, 48), cudaSuccess);
         assert_eq!(
@@ -216,6 +227,9 @@ fn pitched_2d_and_3d_copies_move_only_their_box() {
         depth: 2,
     };
     p.kind = cudarc::runtime::sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
+    // SAFETY: `p` describes a 2x2x2 box inside `volume` (36 bytes, pitch 4, 3 rows) and the whole
+    // of `dev3` (8 bytes); `out` holds 8 bytes; the null, array and out-of-row cases are rejected
+    // before copying.
     unsafe {
         assert_eq!(sim::cudaMemcpy3D(&p), cudaSuccess);
         assert_eq!(
@@ -246,6 +260,8 @@ fn symbols_are_device_pointers() {
     let sym = device_alloc(64);
     let src = pattern(16);
     let mut back = [0u8; 16];
+    // SAFETY: `sym` is a 64-byte device allocation, `src` and `back` 16 bytes, and no copy exceeds
+    // those (the offset-60 one is rejected); the other failing calls are rejected before copying.
     unsafe {
         assert_eq!(
             sim::cudaMemcpyToSymbol(sym.cast(), src.as_ptr().cast(), 16, 8, H2D),
@@ -298,6 +314,8 @@ fn peer_copies_within_one_device() {
     let (a, b) = (device_alloc(4096), device_alloc(4096));
     let src = pattern(4096);
     let mut back = vec![0u8; 4096];
+    // SAFETY: `a`, `b`, `src` and `back` each hold 4096 bytes, the count of every copy; the wrong-
+    // device and host-pointer peer copies are rejected before copying.
     unsafe {
         assert_eq!(
             sim::cudaMemcpy(a.cast(), src.as_ptr().cast(), 4096, H2D),
@@ -335,6 +353,8 @@ fn pointer_attributes_describe_each_kind_of_memory() {
     let mut managed = std::ptr::null_mut();
     let mut registered = vec![0u8; 8192];
     let stack = 0u64;
+    // SAFETY: `mapped` and `managed` are local out-pointers; `registered` is a live Vec of 8192
+    // bytes, unregistered before it is dropped.
     unsafe {
         assert_eq!(sim::cudaHostAlloc(&mut mapped, 4096, 2), cudaSuccess);
         assert_eq!(
@@ -387,6 +407,8 @@ fn pointer_attributes_describe_each_kind_of_memory() {
 
     // Mapped host memory has a device pointer, the same address; pageable memory has none.
     let mut dp = std::ptr::null_mut();
+    // SAFETY: `dp` is a local out-pointer; the pointers looked up are only compared, never
+    // accessed.
     unsafe {
         assert_eq!(
             sim::cudaHostGetDevicePointer(&mut dp, mapped, 0),
@@ -422,6 +444,9 @@ fn memory_misuse_gets_cuda_error_codes() {
     let mut pageable = vec![0u8; 8192];
     let pg = pageable.as_mut_ptr().cast::<c_void>();
     let mut p = std::ptr::dangling_mut::<c_void>();
+    // SAFETY: `p` is a local out-pointer; every copy or memset is rejected before touching memory
+    // (that is what is tested), and the successful registrations cover `pageable` (8192 bytes),
+    // which outlives them.
     unsafe {
         // Allocation.
         assert_eq!(sim::cudaMalloc(&mut p, 0), cudaSuccess);
@@ -506,6 +531,7 @@ fn memory_misuse_gets_cuda_error_codes() {
 #[test]
 fn devices_versions_and_error_names() {
     let mut n: c_int = -1;
+    // SAFETY: `n` is a local out-pointer; the null one is rejected.
     unsafe {
         assert_eq!(sim::cudaGetDeviceCount(&mut n), cudaSuccess);
         assert_eq!(n, 1);
@@ -527,6 +553,8 @@ fn devices_versions_and_error_names() {
     assert_eq!(sim::cudaGetLastError(), cudaErrorInvalidDevice);
     assert_eq!(sim::cudaGetLastError(), cudaSuccess);
 
+    // SAFETY: the error string and name functions return static NUL-terminated strings, for
+    // unknown codes too.
     let text = |p: *const std::ffi::c_char| unsafe { CStr::from_ptr(p) }.to_str().unwrap();
     assert_eq!(text(sim::cudaGetErrorString(1)), "invalid argument");
     assert_eq!(text(sim::cudaGetErrorName(101)), "cudaErrorInvalidDevice");

@@ -25,6 +25,8 @@ fn round_trip() -> bool {
     let src = [42u8; 256];
     let mut back = [0u8; 256];
     let dev = device_alloc(256);
+    // SAFETY: `src`, `back` and `dev` hold 256 bytes, the count of both copies; `dev` is not used
+    // after it is freed.
     unsafe {
         sim::cudaMemcpy(dev.cast(), src.as_ptr().cast(), 256, H2D) == cudaSuccess
             && sim::cudaMemcpy(back.as_mut_ptr().cast(), dev.cast(), 256, D2H) == cudaSuccess
@@ -43,10 +45,13 @@ fn a_fork_child_gets_a_fresh_working_simulator() {
     let status = in_child(LIMIT, || {
         let start = Instant::now();
         let mut n: c_int = 0;
-        // SAFETY: valid out-pointer.
+        // SAFETY: `n` is a local, a valid out-pointer for the call.
         let count_ok = unsafe { sim::cudaGetDeviceCount(&mut n) } == cudaSuccess && n == 1;
         // The parent's allocations and streams mean nothing here.
+        // SAFETY: cudaPointerAttributes is a plain C struct of integers and pointers; all-zero is
+        // valid.
         let mut attrs: cudaPointerAttributes = unsafe { std::mem::zeroed() };
+        // SAFETY: `attrs` is a local, a valid out-pointer; `dev` is only looked up, not accessed.
         let rc = unsafe { sim::cudaPointerGetAttributes(&mut attrs, dev.cast()) };
         let forgot = rc == cudaSuccess && attrs.type_ == cudaMemoryType::cudaMemoryTypeUnregistered;
         let stale = sim::cudaStreamQuery(s) == cudaErrorInvalidResourceHandle;
@@ -102,14 +107,16 @@ fn several_devices_have_their_own_streams_and_memory() {
     let status = in_child(LIMIT, || {
         std::env::set_var("SIMCUDA_DEVICES", "2");
         let mut n: c_int = 0;
-        // SAFETY: valid out-pointer.
+        // SAFETY: `n` is a local, a valid out-pointer for the call.
         let count = unsafe { sim::cudaGetDeviceCount(&mut n) } == cudaSuccess && n == 2;
         let on_zero = device_alloc(4096);
         host_sleep(LEGACY, 200);
         let switched = sim::cudaSetDevice(1) == cudaSuccess;
         let on_one = device_alloc(4096);
+        // SAFETY: cudaPointerAttributes is a plain C struct of integers and pointers; all-zero is
+        // valid.
         let mut attrs: cudaPointerAttributes = unsafe { std::mem::zeroed() };
-        // SAFETY: valid out-pointer.
+        // SAFETY: `attrs` is a local, a valid out-pointer for the call.
         let rc = unsafe { sim::cudaPointerGetAttributes(&mut attrs, on_one.cast()) };
         let located = rc == cudaSuccess && attrs.device == 1;
         // Device 1 is idle although device 0 is busy.
@@ -119,6 +126,8 @@ fn several_devices_have_their_own_streams_and_memory() {
             && start.elapsed() < Duration::from_millis(100);
         let src = [9u8; 4096];
         let mut back = [0u8; 4096];
+        // SAFETY: `on_zero`, `on_one`, `src` and `back` each hold 4096 bytes, the count of every
+        // copy.
         let peer = unsafe {
             sim::cudaMemcpy(on_zero.cast(), src.as_ptr().cast(), 4096, H2D) == cudaSuccess
                 && sim::cudaMemcpyPeer(on_one.cast(), 1, on_zero.cast(), 0, 4096) == cudaSuccess
@@ -146,7 +155,7 @@ fn zero_devices_fail_like_a_machine_without_gpu() {
         std::env::set_var("SIMCUDA_DEVICES", "0");
         let mut n: c_int = -1;
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointers.
+        // SAFETY: `n` and `p` are locals, valid out-pointers for the calls.
         let (count, malloc) =
             unsafe { (sim::cudaGetDeviceCount(&mut n), sim::cudaMalloc(&mut p, 16)) };
         check(&[
@@ -173,9 +182,11 @@ fn device_reset_frees_everything_of_the_device() {
         let start = Instant::now();
         let reset = sim::cudaDeviceReset() == cudaSuccess;
         let waited = start.elapsed() >= Duration::from_millis(50);
+        // SAFETY: cudaPointerAttributes is a plain C struct of integers and pointers; all-zero is
+        // valid.
         let mut attrs: cudaPointerAttributes = unsafe { std::mem::zeroed() };
         let gone = [dev, pinned].iter().all(|p| {
-            // SAFETY: valid out-pointer.
+            // SAFETY: `attrs` is a local, a valid out-pointer for the call.
             let rc = unsafe { sim::cudaPointerGetAttributes(&mut attrs, p.cast()) };
             rc == cudaSuccess && attrs.type_ == cudaMemoryType::cudaMemoryTypeUnregistered
         });

@@ -18,8 +18,8 @@ const NO_WAIT_MS: f64 = 5.0;
 
 fn event(flags: u32) -> cudaEvent_t {
     let mut e = std::ptr::null_mut();
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `e` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaEventCreateWithFlags(&mut e, flags) },
         cudaSuccess
     );
@@ -28,8 +28,8 @@ fn event(flags: u32) -> cudaEvent_t {
 
 fn elapsed_ms(start: cudaEvent_t, end: cudaEvent_t) -> f32 {
     let mut ms = -1.0f32;
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `ms` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaEventElapsedTime(&mut ms, start, end) },
         cudaSuccess
     );
@@ -63,6 +63,8 @@ fn work_in_one_stream_runs_in_order() {
     }
     // Data follows the same order: the copy reads what the host function wrote before it.
     let (src, back, dev) = (pinned_alloc(4096), pinned_alloc(4096), device_alloc(4096));
+    // SAFETY: `src`, `back` and `dev` hold 4096 bytes, the count of both copies and of the host
+    // function's fill of `src`; `back` is read as a slice after the stream synchronized.
     unsafe {
         let rc = sim::cudaLaunchHostFunc(s, Some(fill_0xab_after_sleep), src.cast());
         assert_eq!(rc, cudaSuccess);
@@ -116,6 +118,8 @@ fn copies_on_different_engines_overlap_and_on_one_engine_queue() {
         })
         .0
     };
+    // SAFETY: `dev_a`, `dev_b`, `host_a` and `host_b` each hold BYTES, the count of every copy, and
+    // outlive the synchronizations in `both`.
     unsafe {
         // Touch every page once so page faults do not count below.
         sim::cudaMemcpy(dev_a.cast(), host_a.cast(), BYTES, H2D);
@@ -281,6 +285,10 @@ fn async_copies_block_only_for_pageable_memory() {
     let pinned = pinned_alloc(1 << 20);
     let mut pageable = vec![0u8; 8 << 20];
     let p = pageable.as_mut_ptr();
+    // SAFETY: `dev` holds 8 MiB, `pinned` 1 MiB and `pageable` 8 MiB, more than each copy's count;
+    // `pageable` is written between copies only after the ones reading it returned (pageable copies
+    // read their source during the call, or before they return when staged), and the device is
+    // synchronized before it is dropped.
     unsafe {
         host_sleep(s, 30);
         let (t, rc) = timed(|| sim::cudaMemcpyAsync(dev.cast(), pinned.cast(), 1 << 20, H2D, s));
@@ -337,6 +345,8 @@ fn synchronous_copies_and_memsets_follow_the_runtime() {
     let _serial = serial();
     let dev = device_alloc(1 << 20);
     let pinned = pinned_alloc(1 << 20);
+    // SAFETY: `dev` and `pinned` hold 1 MiB; every copy and memset covers 4096 bytes at offsets of
+    // at most 4096.
     unsafe {
         host_sleep(LEGACY, 30);
         let (t, rc) = timed(|| sim::cudaMemcpy(dev.cast(), dev.add(4096).cast(), 4096, D2D));
@@ -380,6 +390,8 @@ fn free_and_unregister_synchronize_the_device() {
     let _serial = serial();
     let nb = stream(true);
     let mut page = vec![0u8; 8192];
+    // SAFETY: `p` is a local out-pointer, freed only after a successful allocation; `page` is a
+    // live Vec of 8192 bytes, the range registered, and is unregistered before it is dropped.
     unsafe {
         let mut p = std::ptr::null_mut();
         host_sleep(nb, 30);
@@ -425,6 +437,8 @@ fn events_time_the_modeled_device_timeline() {
     let (dev, pinned) = (device_alloc(BYTES), pinned_alloc(BYTES));
     let s = stream(true);
     let (e0, e1) = (event(0), event(0));
+    // SAFETY: `dev` and `pinned` hold BYTES, the count of the copy, and outlive the closure's
+    // calls, each of which waits for the copy to finish.
     let copy_between_events = || unsafe {
         assert_eq!(sim::cudaEventRecord(e0, s), cudaSuccess);
         assert_eq!(
@@ -450,8 +464,8 @@ fn events_time_the_modeled_device_timeline() {
     host_sleep(s, 30);
     assert_eq!(sim::cudaEventRecord(e1, s), cudaSuccess);
     let mut pending = 0.0f32;
-    // SAFETY: valid out-pointer.
     assert_eq!(
+        // SAFETY: `pending` is a local, a valid out-pointer for the call.
         unsafe { sim::cudaEventElapsedTime(&mut pending, e0, e1) },
         cudaErrorNotReady
     );
@@ -465,6 +479,7 @@ fn events_time_the_modeled_device_timeline() {
     // Misuse.
     let (fresh, untimed) = (event(0), event(cudaEventDisableTiming));
     let mut out = 0.0f32;
+    // SAFETY: `out` is a local out-pointer; the null one is rejected.
     unsafe {
         assert_eq!(
             sim::cudaEventElapsedTime(&mut out, fresh, e1),
@@ -515,8 +530,8 @@ fn destroyed_streams_finish_their_work() {
         RAN.store(true, Ordering::SeqCst);
     }
     let s = stream(false);
-    // SAFETY: `mark` ignores its argument.
     assert_eq!(
+        // SAFETY: `mark` ignores its argument.
         unsafe { sim::cudaLaunchHostFunc(s, Some(mark), std::ptr::null_mut()) },
         cudaSuccess
     );
@@ -563,6 +578,8 @@ fn bad_handles_and_values_are_rejected() {
     assert_eq!(sim::cudaEventSynchronize(e), cudaErrorInvalidResourceHandle);
     let mut s = std::ptr::null_mut();
     let mut ev = std::ptr::null_mut();
+    // SAFETY: `s` and `ev` are local out-pointers; every call is rejected for its flags or a null
+    // pointer before writing anything.
     unsafe {
         assert_eq!(
             sim::cudaStreamCreateWithFlags(&mut s, 7),

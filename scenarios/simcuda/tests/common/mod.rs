@@ -72,8 +72,8 @@ pub fn stream(non_blocking: bool) -> cudaStream_t {
     } else {
         0
     };
-    // SAFETY: `s` is a valid out-pointer.
     assert_eq!(
+        // SAFETY: `s` is a valid out-pointer.
         unsafe { sim::cudaStreamCreateWithFlags(&mut s, flags) },
         cudaSuccess
     );
