@@ -219,52 +219,13 @@ pub(crate) mod tests {
         std::hint::black_box(x).wrapping_mul(3)
     }
 
-    /// The module map entry of the test executable itself, from `dl_iterate_phdr`:
-    /// (path, bias, start, end).
+    /// The module map entry of the test executable itself (the first loaded object).
     pub fn own_module() -> Module {
-        struct Acc {
-            bias: u64,
-            start: u64,
-            end: u64,
-            found: bool,
-        }
-        unsafe extern "C" fn cb(
-            info: *mut libc::dl_phdr_info,
-            _size: libc::size_t,
-            data: *mut libc::c_void,
-        ) -> libc::c_int {
-            // SAFETY: called by dl_iterate_phdr with a valid `info`; `data` is our `Acc`.
-            unsafe {
-                let acc = &mut *(data as *mut Acc);
-                let info = &*info;
-                // The first object is the main program.
-                let bias = info.dlpi_addr;
-                let (mut lo, mut hi) = (u64::MAX, 0u64);
-                for i in 0..info.dlpi_phnum as usize {
-                    let ph = &*info.dlpi_phdr.add(i);
-                    if ph.p_type == libc::PT_LOAD {
-                        lo = lo.min(bias + ph.p_vaddr);
-                        hi = hi.max(bias + ph.p_vaddr + ph.p_memsz);
-                    }
-                }
-                *acc = Acc {
-                    bias,
-                    start: lo,
-                    end: hi,
-                    found: true,
-                };
-                1
-            }
-        }
-        let mut acc = Acc {
-            bias: 0,
-            start: 0,
-            end: 0,
-            found: false,
-        };
-        // SAFETY: `cb` only writes to `acc`, which outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut acc as *mut Acc as *mut libc::c_void) };
-        assert!(acc.found);
+        let (bias, extent) = syncspy_abi::objects::for_each_object(|o| {
+            std::ops::ControlFlow::Break((o.bias(), o.extent()))
+        })
+        .unwrap();
+        let extent = extent.unwrap();
         let path = std::fs::read_link("/proc/self/exe").unwrap();
         let path = path.to_str().unwrap().to_string();
         let build_id = syncspy_abi::modules::file_build_id(Path::new(&path))
@@ -272,9 +233,9 @@ pub(crate) mod tests {
             .unwrap_or_default();
         Module {
             path,
-            bias: acc.bias,
-            start: acc.start,
-            end: acc.end,
+            bias,
+            start: extent.start,
+            end: extent.end,
             build_id,
         }
     }
