@@ -352,7 +352,7 @@ impl App {
         if let Some(k) = self.kind_filter {
             title.push_str(&format!(" kind={}", k.name()));
         }
-        if !self.filter.is_empty() || self.editing_filter {
+        if !self.filter.is_empty() || self.editing_filter() {
             title.push_str(&format!(" filter=\"{}\"", self.filter));
         }
         title.push(' ');
@@ -429,7 +429,7 @@ impl App {
     }
 
     fn footer(&self) -> Line<'_> {
-        if self.editing_filter {
+        if self.editing_filter() {
             return Line::from(vec![
                 Span::styled("filter sites: ", bold()),
                 Span::raw(format!("{}_", self.filter)),
@@ -522,7 +522,7 @@ impl App {
                 }
                 max_scroll = i;
             }
-            let first = self.detail_scroll.min(max_scroll);
+            let first = self.stack_scroll().unwrap_or(0).min(max_scroll);
             // Frames from `first` while they fit; the rows left show the start of the next
             // one, which counts as shown (and as a page's worth) only when it is the first.
             let mut end = first;
@@ -745,10 +745,10 @@ impl Widget for &App {
             Paragraph::new(Line::styled(text, self.alarm())).render(prob, buf);
         }
         Paragraph::new(self.footer()).render(foot, buf);
-        if self.detail {
+        if self.stack_scroll().is_some() {
             self.render_detail(area, buf);
         }
-        if self.help {
+        if self.help_open() {
             self.render_help(area, buf);
         }
     }
