@@ -1,11 +1,13 @@
 //! The monitor's state machine: `App` is plain state, changed only by `App::update` with an
-//! `Action` (a key press already mapped, or new data). Rendering reads it (`ui.rs`).
+//! `Action` (a key press already mapped, new data, the screen's size). Rendering reads it and
+//! writes nothing back (`ui.rs`): what depends on the drawing, the stack popup's page for the
+//! scroll keys, is computed again from the App and the screen's size (`App::stack_layout`).
 
-use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::Rect;
 use syncspy_abi::Kind;
 
 use crate::model::{Proc, ProcessKey, SiteRow, Snapshot, STALL_KINDS};
@@ -82,16 +84,6 @@ pub enum Mode {
     Help { stack: Option<usize> },
 }
 
-/// What the last drawing of the stack popup could show. Only drawing knows the popup's
-/// size, so it records this (as ratatui's `ListState` keeps its offset) for the scroll keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackView {
-    /// Frames shown at once from the current position (at least 1).
-    pub page: usize,
-    /// The first frame when scrolled to the end: the last frames then fill the popup.
-    pub max_scroll: usize,
-}
-
 /// Everything that changes the monitor.
 #[derive(Clone, Debug)]
 pub enum Action {
@@ -122,6 +114,10 @@ pub enum Action {
     /// `d`: stop showing the selected process (ended ones only).
     Dismiss,
     Data(Box<Snapshot>),
+    /// The screen is now this many columns and rows. The event loop sends it before the first
+    /// drawing and on every resize: the stack popup's page, which the scroll keys move by,
+    /// depends on it.
+    Resize(u16, u16),
 }
 
 /// What the App asks of the data source.
@@ -154,8 +150,9 @@ pub struct App {
     /// What is on top of the panes; see also the accessors (`stack_scroll`, `help_open`,
     /// `editing_filter`).
     pub mode: Mode,
-    /// Set by drawing the stack popup; `None` until it has been drawn since it opened.
-    pub stack_view: Cell<Option<StackView>>,
+    /// The screen, from the last `Action::Resize`. Before the first it is 0x0: the stack
+    /// popup then has no room, so the scroll keys move one frame at a time up to the last.
+    pub screen: Rect,
     pub dismissed: HashSet<ProcessKey>,
     pub ascii: bool,
     /// Colors on; without them bold, underline and reverse video still mark what matters.
@@ -184,7 +181,7 @@ impl App {
             filter: String::new(),
             kind_filter: None,
             mode: Mode::Browse,
-            stack_view: Cell::new(None),
+            screen: Rect::default(),
             dismissed: HashSet::new(),
             ascii,
             color: true,
@@ -308,29 +305,26 @@ impl App {
         if n == 0 {
             self.close_stack();
         }
+        // The first frame shown is the one kept: after the screen grows, or the stack
+        // shrinks, one Up moves the view at once.
         if let Some(scroll) = self.stack_scroll() {
-            let frames = self.selected_site().map_or(0, |s| s.frames.len());
-            self.set_stack(Some(scroll.min(frames.saturating_sub(1))));
+            let max = self.stack_layout(self.screen).map_or(0, |l| l.max_scroll);
+            self.set_stack(Some(scroll.min(max)));
         }
     }
 
     fn open_detail(&mut self) {
         self.set_stack(self.selected_site().map(|_| 0));
-        self.stack_view.set(None);
     }
 
     fn scroll(&mut self, by: Scroll) {
-        let Some(scroll) = self.stack_scroll() else {
+        let (Some(scroll), Some(layout)) = (self.stack_scroll(), self.stack_layout(self.screen))
+        else {
             return;
         };
-        let frames = self.selected_site().map_or(0, |s| s.frames.len());
-        let view = self.stack_view.get().unwrap_or(StackView {
-            page: 1,
-            max_scroll: frames.saturating_sub(1),
-        });
-        let max = view.max_scroll.min(frames.saturating_sub(1));
+        let max = layout.max_scroll;
         let at = scroll.min(max);
-        let page = view.page.max(1);
+        let page = layout.page(at);
         let to = match by {
             Scroll::Up => at.saturating_sub(1),
             Scroll::Down => at + 1,
@@ -399,6 +393,7 @@ impl App {
                     }
                 }
             }
+            Action::Resize(w, h) => self.screen = Rect::new(0, 0, w, h),
             Action::Up => self.move_by(-1),
             Action::Down => self.move_by(1),
             Action::NextPane | Action::PrevPane => {

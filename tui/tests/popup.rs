@@ -74,9 +74,10 @@ fn press(app: &mut App, c: KeyCode) {
     app.update(a);
 }
 
-/// The monitor with the site's stack open.
+/// The monitor on a 100x30 screen with the site's stack open.
 fn open(frames: Vec<String>) -> App {
     let mut app = App::new(false);
+    app.update(Action::Resize(100, 30));
     app.update(Action::Data(Box::new(snapshot(frames))));
     app.focus = Pane::Sites;
     press(&mut app, KeyCode::Enter);
@@ -133,17 +134,36 @@ fn a_long_stack_scrolls_by_frame_and_page_and_says_where_it_is() {
 }
 
 #[test]
-fn end_before_the_first_drawing_still_shows_the_last_page() {
+fn the_scroll_keys_know_the_page_before_any_drawing() {
+    // Nothing is drawn until the end: the screen's size (Resize) is all the keys need.
     let mut app = open(frames(60));
     app.update(Action::Scroll(Scroll::Bottom));
-    let s = screen(&app, 100, 30);
-    assert!(
-        s.contains("#59 sym59") && s.contains("frames 41-60 of 60"),
-        "{s}"
-    );
-    // The drawing knows the real end: Up moves the view at once.
+    assert_eq!(app.stack_scroll(), Some(40));
+    press(&mut app, KeyCode::PageUp);
+    assert_eq!(app.stack_scroll(), Some(20));
     press(&mut app, KeyCode::Up);
-    assert!(screen(&app, 100, 30).contains("frames 40-59 of 60"));
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("frames 20-39 of 60"), "{s}");
+}
+
+#[test]
+fn a_resize_keeps_the_first_frame_shown() {
+    let mut app = open(frames(60));
+    press(&mut app, KeyCode::End);
+    // 100x60: 44 rows for frames, so the last page starts at frame 16 (index).
+    app.update(Action::Resize(100, 60));
+    assert_eq!(app.stack_scroll(), Some(16));
+    let s = screen(&app, 100, 60);
+    assert!(s.contains("frames 17-60 of 60"), "{s}");
+    // Up moves the view at once.
+    press(&mut app, KeyCode::Up);
+    assert!(screen(&app, 100, 60).contains("frames 16-59 of 60"));
+    // Smaller again: 20 frames from the same first one.
+    app.update(Action::Resize(100, 30));
+    assert_eq!(app.stack_scroll(), Some(15));
+    assert!(screen(&app, 100, 30).contains("frames 16-35 of 60"));
+    press(&mut app, KeyCode::PageDown);
+    assert_eq!(app.stack_scroll(), Some(35));
 }
 
 #[test]
@@ -264,7 +284,7 @@ fn typing_a_filter_closes_the_stack_and_help() {
 fn opening_starts_at_the_top_and_enter_or_esc_close() {
     let mut app = open(frames(60));
     press(&mut app, KeyCode::End);
-    assert_eq!(app.stack_scroll(), Some(59));
+    assert_eq!(app.stack_scroll(), Some(40));
     press(&mut app, KeyCode::Esc);
     assert_eq!(app.stack_scroll(), None);
     press(&mut app, KeyCode::Enter);
@@ -319,6 +339,7 @@ fn tiny_terminals_and_empty_stacks_do_not_panic() {
     for n in [0, 1, 60] {
         let mut app = open(frames(n));
         for (w, h) in sizes {
+            app.update(Action::Resize(w, h));
             screen(&app, w, h);
             for c in [KeyCode::End, KeyCode::PageDown, KeyCode::Down] {
                 press(&mut app, c);
