@@ -1,11 +1,13 @@
 //! The monitor's state machine: `App` is plain state, changed only by `App::update` with an
-//! `Action` (a key press already mapped, or new data). Rendering reads it (`ui.rs`).
+//! `Action` (a key press already mapped, new data, the screen's size). Rendering reads it and
+//! writes nothing back (`ui.rs`): what depends on the drawing, the stack popup's page for the
+//! scroll keys, is computed again from the App and the screen's size (`App::stack_layout`).
 
-use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::Rect;
 use syncspy_abi::Kind;
 
 use crate::model::{Proc, ProcessKey, SiteRow, Snapshot, STALL_KINDS};
@@ -66,14 +68,20 @@ pub enum Scroll {
     Bottom,
 }
 
-/// What the last drawing of the stack popup could show. Only drawing knows the popup's
-/// size, so it records this (as ratatui's `ListState` keeps its offset) for the scroll keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackView {
-    /// Frames shown at once from the current position (at least 1).
-    pub page: usize,
-    /// The first frame when scrolled to the end: the last frames then fill the popup.
-    pub max_scroll: usize,
+/// What is on top of the panes, and so what the keys mean. One value instead of a flag per
+/// overlay: typing a filter, the stack popup and help cannot be half-open together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The panes: keys move, sort, open.
+    #[default]
+    Browse,
+    /// Typing a site filter (`/`): keys are text.
+    Filter,
+    /// The selected site's full stack is open; `scroll` is the index of its first frame shown.
+    Stack { scroll: usize },
+    /// Help is open, over the stack when `stack` is set (Esc then returns to it at that
+    /// scroll position).
+    Help { stack: Option<usize> },
 }
 
 /// Everything that changes the monitor.
@@ -106,6 +114,10 @@ pub enum Action {
     /// `d`: stop showing the selected process (ended ones only).
     Dismiss,
     Data(Box<Snapshot>),
+    /// The screen is now this many columns and rows. The event loop sends it before the first
+    /// drawing and on every resize: the stack popup's page, which the scroll keys move by,
+    /// depends on it.
+    Resize(u16, u16),
 }
 
 /// What the App asks of the data source.
@@ -128,18 +140,19 @@ pub struct App {
     pub site_sort: SiteSort,
     /// Show the last N seconds (true) or everything since start / reset.
     pub recent: bool,
+    /// Incoming data is counted but not shown. A separate field, not a `Mode`: pausing
+    /// freezes the data whatever overlay is open (help, a stack, a filter being typed), so a
+    /// mode would need every overlay twice, or `?` would have to unpause.
     pub paused: bool,
     pub filter: String,
-    pub editing_filter: bool,
     /// Sites of this kind only (Enter in the histogram pane).
     pub kind_filter: Option<Kind>,
-    pub help: bool,
-    /// The selected site's full stack is open.
-    pub detail: bool,
-    /// Index of the first frame shown in the stack popup.
-    pub detail_scroll: usize,
-    /// Set by drawing the stack popup; `None` until it has been drawn since it opened.
-    pub stack_view: Cell<Option<StackView>>,
+    /// What is on top of the panes; see also the accessors (`stack_scroll`, `help_open`,
+    /// `editing_filter`).
+    pub mode: Mode,
+    /// The screen, from the last `Action::Resize`. Before the first it is 0x0: the stack
+    /// popup then has no room, so the scroll keys move one frame at a time up to the last.
+    pub screen: Rect,
     pub dismissed: HashSet<ProcessKey>,
     pub ascii: bool,
     /// Colors on; without them bold, underline and reverse video still mark what matters.
@@ -166,12 +179,9 @@ impl App {
             recent: true,
             paused: false,
             filter: String::new(),
-            editing_filter: false,
             kind_filter: None,
-            help: false,
-            detail: false,
-            detail_scroll: 0,
-            stack_view: Cell::new(None),
+            mode: Mode::Browse,
+            screen: Rect::default(),
             dismissed: HashSet::new(),
             ascii,
             color: true,
@@ -186,6 +196,42 @@ impl App {
     pub fn with_color(mut self, color: bool) -> App {
         self.color = color;
         self
+    }
+
+    /// The index of the first frame shown in the stack popup, if the stack is open (also
+    /// under help).
+    pub fn stack_scroll(&self) -> Option<usize> {
+        match self.mode {
+            Mode::Stack { scroll }
+            | Mode::Help {
+                stack: Some(scroll),
+            } => Some(scroll),
+            Mode::Browse | Mode::Filter | Mode::Help { stack: None } => None,
+        }
+    }
+
+    pub fn help_open(&self) -> bool {
+        matches!(self.mode, Mode::Help { .. })
+    }
+
+    /// Whether keys are typed into the site filter.
+    pub fn editing_filter(&self) -> bool {
+        self.mode == Mode::Filter
+    }
+
+    /// Opens the stack at `scroll`, or closes it (`None`), keeping help open over it.
+    /// Opening leaves the filter being typed; closing keeps it.
+    fn set_stack(&mut self, stack: Option<usize>) {
+        self.mode = match (self.mode, stack) {
+            (Mode::Help { .. }, stack) => Mode::Help { stack },
+            (_, Some(scroll)) => Mode::Stack { scroll },
+            (Mode::Stack { .. }, None) => Mode::Browse,
+            (mode, None) => mode,
+        };
+    }
+
+    fn close_stack(&mut self) {
+        self.set_stack(None);
     }
 
     /// Processes as listed: dismissed ones left out, in the chosen order.
@@ -257,39 +303,37 @@ impl App {
         self.site_sel = self.site_sel.min(n.saturating_sub(1));
         self.kind_sel = self.kind_sel.min(STALL_KINDS.len() - 1);
         if n == 0 {
-            self.detail = false;
+            self.close_stack();
         }
-        let frames = self.selected_site().map_or(0, |s| s.frames.len());
-        self.detail_scroll = self.detail_scroll.min(frames.saturating_sub(1));
+        // The first frame shown is the one kept: after the screen grows, or the stack
+        // shrinks, one Up moves the view at once.
+        if let Some(scroll) = self.stack_scroll() {
+            let max = self.stack_layout(self.screen).map_or(0, |l| l.max_scroll);
+            self.set_stack(Some(scroll.min(max)));
+        }
     }
 
     fn open_detail(&mut self) {
-        self.detail = self.selected_site().is_some();
-        self.detail_scroll = 0;
-        self.stack_view.set(None);
+        self.set_stack(self.selected_site().map(|_| 0));
     }
 
     fn scroll(&mut self, by: Scroll) {
-        if !self.detail {
+        let (Some(scroll), Some(layout)) = (self.stack_scroll(), self.stack_layout(self.screen))
+        else {
             return;
-        }
-        let frames = self.selected_site().map_or(0, |s| s.frames.len());
-        let view = self.stack_view.get().unwrap_or(StackView {
-            page: 1,
-            max_scroll: frames.saturating_sub(1),
-        });
-        let max = view.max_scroll.min(frames.saturating_sub(1));
-        let at = self.detail_scroll.min(max);
-        let page = view.page.max(1);
-        self.detail_scroll = match by {
+        };
+        let max = layout.max_scroll;
+        let at = scroll.min(max);
+        let page = layout.page(at);
+        let to = match by {
             Scroll::Up => at.saturating_sub(1),
             Scroll::Down => at + 1,
             Scroll::PageUp => at.saturating_sub(page),
             Scroll::PageDown => at + page,
             Scroll::Top => 0,
             Scroll::Bottom => max,
-        }
-        .min(max);
+        };
+        self.set_stack(Some(to.min(max)));
     }
 
     fn move_by(&mut self, delta: isize) {
@@ -307,7 +351,7 @@ impl App {
                 if to != at {
                     self.selected = Some(keys[to]);
                     self.site_sel = 0;
-                    self.detail = false;
+                    self.close_stack();
                 }
             }
             Pane::Histograms => {
@@ -344,11 +388,12 @@ impl App {
                             .position(|r| r.key() == (id, kind, api.as_str()));
                         match at {
                             Some(i) => self.site_sel = i,
-                            None => self.detail = false,
+                            None => self.close_stack(),
                         }
                     }
                 }
             }
+            Action::Resize(w, h) => self.screen = Rect::new(0, 0, w, h),
             Action::Up => self.move_by(-1),
             Action::Down => self.move_by(1),
             Action::NextPane | Action::PrevPane => {
@@ -360,7 +405,7 @@ impl App {
                     2
                 };
                 self.focus = order[(at + step) % 3];
-                self.detail = false;
+                self.close_stack();
             }
             Action::Sort => match self.focus {
                 Pane::Processes => {
@@ -388,8 +433,10 @@ impl App {
                 self.commands.push(Command::Reset);
                 self.was_reset = true;
             }
+            // Typing changes the site list under an open stack, and help would hide what
+            // is typed: both close.
             Action::StartFilter => {
-                self.editing_filter = true;
+                self.mode = Mode::Filter;
                 self.focus = Pane::Sites;
             }
             Action::FilterChar(c) => {
@@ -400,15 +447,15 @@ impl App {
                 self.filter.pop();
                 self.site_sel = 0;
             }
-            Action::FilterDone => self.editing_filter = false,
+            Action::FilterDone => self.stop_filter(),
             Action::FilterCancel => {
-                self.editing_filter = false;
+                self.stop_filter();
                 self.filter.clear();
                 self.site_sel = 0;
             }
             Action::Open => match self.focus {
                 // Enter opened the stack, Enter closes it.
-                Pane::Sites if self.detail => self.detail = false,
+                Pane::Sites if self.stack_scroll().is_some() => self.close_stack(),
                 Pane::Sites => self.open_detail(),
                 Pane::Histograms => {
                     let k = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
@@ -422,10 +469,10 @@ impl App {
                 Pane::Processes => self.focus = Pane::Sites,
             },
             Action::Back => {
-                if self.help {
-                    self.help = false;
-                } else if self.detail {
-                    self.detail = false;
+                if self.help_open() {
+                    self.close_help();
+                } else if self.stack_scroll().is_some() {
+                    self.close_stack();
                 } else if self.kind_filter.is_some() {
                     self.kind_filter = None;
                 } else {
@@ -433,7 +480,15 @@ impl App {
                 }
             }
             Action::Scroll(by) => self.scroll(by),
-            Action::Help => self.help = !self.help,
+            Action::Help => match self.mode {
+                Mode::Help { .. } => self.close_help(),
+                Mode::Stack { scroll } => {
+                    self.mode = Mode::Help {
+                        stack: Some(scroll),
+                    }
+                }
+                Mode::Browse | Mode::Filter => self.mode = Mode::Help { stack: None },
+            },
             Action::Dismiss => {
                 if let Some(p) = self.current().filter(|p| p.state.ended()) {
                     let k = p.key();
@@ -446,6 +501,19 @@ impl App {
         self.clamp_selections();
     }
 
+    /// Back to the stack that help was opened over, if any.
+    fn close_help(&mut self) {
+        if let Mode::Help { stack } = self.mode {
+            self.mode = stack.map_or(Mode::Browse, |scroll| Mode::Stack { scroll });
+        }
+    }
+
+    fn stop_filter(&mut self) {
+        if self.mode == Mode::Filter {
+            self.mode = Mode::Browse;
+        }
+    }
+
     /// The action a key press means in the current state, if any.
     pub fn action_for(&self, key: KeyEvent) -> Option<Action> {
         if key.kind == KeyEventKind::Release {
@@ -454,7 +522,7 @@ impl App {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Some(Action::Quit);
         }
-        if self.editing_filter {
+        if self.mode == Mode::Filter {
             return match key.code {
                 KeyCode::Enter => Some(Action::FilterDone),
                 KeyCode::Esc => Some(Action::FilterCancel),
@@ -463,7 +531,7 @@ impl App {
                 _ => None,
             };
         }
-        if self.detail && !self.help {
+        if let Mode::Stack { .. } = self.mode {
             let by = match key.code {
                 KeyCode::Up | KeyCode::Char('k') => Some(Scroll::Up),
                 KeyCode::Down | KeyCode::Char('j') => Some(Scroll::Down),

@@ -121,6 +121,8 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
         })?;
 
     let mut guard = TerminalGuard::new()?;
+    let size = guard.terminal.size()?;
+    app.update(Action::Resize(size.width, size.height));
     guard.terminal.draw(|f| f.render_widget(&app, f.area()))?;
     while let Ok(ev) = rx.recv() {
         match ev {
@@ -130,7 +132,11 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
                 }
             }
             Event::Resize => {
+                // The size the next drawing gets, whatever size the event said: more
+                // resizes may have come since.
                 guard.terminal.autoresize()?;
+                let size = guard.terminal.size()?;
+                app.update(Action::Resize(size.width, size.height));
             }
             Event::Data(s) => app.update(Action::Data(s)),
             Event::SourceDied(msg) => {
@@ -164,6 +170,7 @@ pub fn print_screen(
     after: Duration,
     (width, height): (u16, u16),
 ) -> String {
+    app.update(Action::Resize(width, height));
     let started = Instant::now();
     loop {
         let step = Instant::now();

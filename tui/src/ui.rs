@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
 use unicode_width::UnicodeWidthStr;
 
-use crate::app::{App, Pane, StackView};
+use crate::app::{App, Pane};
 use crate::loghist::BAR_CELLS;
 use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
 
@@ -352,7 +352,7 @@ impl App {
         if let Some(k) = self.kind_filter {
             title.push_str(&format!(" kind={}", k.name()));
         }
-        if !self.filter.is_empty() || self.editing_filter {
+        if !self.filter.is_empty() || self.editing_filter() {
             title.push_str(&format!(" filter=\"{}\"", self.filter));
         }
         title.push(' ');
@@ -429,7 +429,7 @@ impl App {
     }
 
     fn footer(&self) -> Line<'_> {
-        if self.editing_filter {
+        if self.editing_filter() {
             return Line::from(vec![
                 Span::styled("filter sites: ", bold()),
                 Span::raw(format!("{}_", self.filter)),
@@ -458,15 +458,13 @@ impl App {
         Line::from(spans)
     }
 
-    fn render_detail(&self, area: Rect, buf: &mut Buffer) {
-        let Some(s) = self.selected_site() else {
-            return;
-        };
+    /// The stack popup of the selected site on a screen of `area`, if a site is selected.
+    /// A function of the App and the screen only, so drawing and the scroll keys agree on
+    /// the page without drawing writing anything back.
+    pub fn stack_layout(&self, area: Rect) -> Option<StackLayout> {
+        let s = self.selected_site()?;
         let popup = centered(area, 94, 80);
-        Clear.render(popup, buf);
-        let title = Line::from(format!(" Stack of site {} (Esc closes) ", s.site_id));
-        let mut block = self.block(title, None);
-        let inner = block.inner(popup);
+        let inner = self.block(Line::default(), None).inner(popup);
         let width = usize::from(inner.width);
         let avail = usize::from(inner.height);
         let header = wrap_spans(
@@ -487,74 +485,63 @@ impl App {
         let header_h = header.len().min(avail.saturating_sub(1));
         let gap = usize::from(avail >= header_h + 3);
         let body_h = avail - header_h - gap;
-        let mut lines: Vec<Line> = header.into_iter().take(header_h).collect();
-        lines.extend(std::iter::repeat_n(Line::raw(""), gap));
-        if s.frames.is_empty() {
+        let mut head: Vec<Line<'static>> = header.into_iter().take(header_h).collect();
+        head.extend(std::iter::repeat_n(Line::raw(""), gap));
+        let frames: Vec<Vec<Line<'static>>> = s
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| wrap_spans(&[Span::raw(format!("#{i:<2} {f}"))], width, 4))
+            .collect();
+        let note = if frames.is_empty() {
             let msg = if s.site_id == 0 {
                 "no stack was captured for these calls (SYNCSPY_STACKS=0 or SYNCSPY_STACK_MIN_NS)"
             } else {
                 "symbolizing..."
             };
-            lines.extend(
-                wrap_spans(&[Span::styled(msg, dim())], width, 0)
-                    .into_iter()
-                    .take(body_h),
-            );
-            self.stack_view.set(Some(StackView {
-                page: 1,
-                max_scroll: 0,
-            }));
+            wrap_spans(&[Span::styled(msg, dim())], width, 0)
         } else {
-            let n = s.frames.len();
-            let rows: Vec<Vec<Line>> = s
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(i, f)| wrap_spans(&[Span::raw(format!("#{i:<2} {f}"))], width, 4))
-                .collect();
-            // The first frame of the last page: from there on every frame fits.
-            let mut max_scroll = n - 1;
-            let mut used = 0;
-            for i in (0..n).rev() {
-                used += rows[i].len();
-                if used > body_h {
-                    break;
-                }
-                max_scroll = i;
+            Vec::new()
+        };
+        // The first frame of the last page: from there on every frame fits.
+        let n = frames.len();
+        let mut max_scroll = n.saturating_sub(1);
+        let mut used = 0;
+        for i in (0..n).rev() {
+            used += frames[i].len();
+            if used > body_h {
+                break;
             }
-            let first = self.detail_scroll.min(max_scroll);
-            // Frames from `first` while they fit; the rows left show the start of the next
-            // one, which counts as shown (and as a page's worth) only when it is the first.
-            let mut end = first;
-            let mut used = 0;
-            for r in &rows[first..] {
-                let room = body_h - used;
-                if room == 0 {
-                    break;
-                }
-                let fits = r.len() <= room;
-                lines.extend(r.iter().take(room).cloned());
-                used += r.len().min(room);
-                if fits || end == first {
-                    end += 1;
-                }
-                if !fits {
-                    break;
-                }
-            }
-            self.stack_view.set(Some(StackView {
-                page: (end - first).max(1),
-                max_scroll,
-            }));
-            if end > first && (first > 0 || end < n) {
-                let arrows = if self.ascii { "up/dn" } else { "↑↓" };
-                block = block.title_bottom(format!(
-                    " frames {}-{end} of {n} ({arrows} PgUp PgDn Home End) ",
-                    first + 1
-                ));
-            }
+            max_scroll = i;
         }
-        Paragraph::new(lines).block(block).render(popup, buf);
+        Some(StackLayout {
+            popup,
+            head,
+            body_h,
+            frames,
+            note,
+            max_scroll,
+        })
+    }
+
+    fn render_detail(&self, area: Rect, buf: &mut Buffer, scroll: usize) {
+        let (Some(s), Some(layout)) = (self.selected_site(), self.stack_layout(area)) else {
+            return;
+        };
+        Clear.render(layout.popup, buf);
+        let title = Line::from(format!(" Stack of site {} (Esc closes) ", s.site_id));
+        let mut block = self.block(title, None);
+        let first = scroll.min(layout.max_scroll);
+        let (end, lines) = layout.shown(first);
+        let n = s.frames.len();
+        if end > first && (first > 0 || end < n) {
+            let arrows = if self.ascii { "up/dn" } else { "↑↓" };
+            block = block.title_bottom(format!(
+                " frames {}-{end} of {n} ({arrows} PgUp PgDn Home End) ",
+                first + 1
+            ));
+        }
+        Paragraph::new(lines).block(block).render(layout.popup, buf);
     }
 
     fn render_help(&self, area: Rect, buf: &mut Buffer) {
@@ -699,6 +686,61 @@ fn wrap_spans(spans: &[Span<'_>], width: usize, indent: usize) -> Vec<Line<'stat
     rows
 }
 
+/// Where the stack popup's rows go on one screen: `App::stack_layout`.
+#[derive(Debug)]
+pub struct StackLayout {
+    pub popup: Rect,
+    /// The site's header rows that fit, then a blank row when there is room for it.
+    head: Vec<Line<'static>>,
+    /// Rows left for the frames.
+    body_h: usize,
+    /// Each frame cut to the popup's width.
+    frames: Vec<Vec<Line<'static>>>,
+    /// What is shown instead of frames when there are none.
+    note: Vec<Line<'static>>,
+    /// The first frame when scrolled to the end: the last frames then fill the popup.
+    pub max_scroll: usize,
+}
+
+impl StackLayout {
+    /// The popup's rows when it starts at frame `first`, and the end of the frames shown
+    /// (`first..end`).
+    fn shown(&self, first: usize) -> (usize, Vec<Line<'static>>) {
+        let mut lines = self.head.clone();
+        if self.frames.is_empty() {
+            lines.extend(self.note.iter().take(self.body_h).cloned());
+            return (first, lines);
+        }
+        let first = first.min(self.max_scroll);
+        // Frames from `first` while they fit; the rows left show the start of the next one,
+        // which counts as shown (and as a page's worth) only when it is the first.
+        let mut end = first;
+        let mut used = 0;
+        for r in &self.frames[first..] {
+            let room = self.body_h - used;
+            if room == 0 {
+                break;
+            }
+            let fits = r.len() <= room;
+            lines.extend(r.iter().take(room).cloned());
+            used += r.len().min(room);
+            if fits || end == first {
+                end += 1;
+            }
+            if !fits {
+                break;
+            }
+        }
+        (end, lines)
+    }
+
+    /// How many frames PgUp/PgDn move from `first`: those shown from there (at least 1).
+    pub fn page(&self, first: usize) -> usize {
+        let first = first.min(self.max_scroll);
+        (self.shown(first).0 - first).max(1)
+    }
+}
+
 fn centered(area: Rect, pct_x: u16, pct_y: u16) -> Rect {
     let w = area.width * pct_x / 100;
     let h = area.height * pct_y / 100;
@@ -745,10 +787,10 @@ impl Widget for &App {
             Paragraph::new(Line::styled(text, self.alarm())).render(prob, buf);
         }
         Paragraph::new(self.footer()).render(foot, buf);
-        if self.detail {
-            self.render_detail(area, buf);
+        if let Some(scroll) = self.stack_scroll() {
+            self.render_detail(area, buf, scroll);
         }
-        if self.help {
+        if self.help_open() {
             self.render_help(area, buf);
         }
     }

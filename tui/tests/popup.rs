@@ -6,7 +6,7 @@ use common::screen;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use syncspy_abi::Kind;
-use syncspy_tui::app::{Action, App, Pane, Scroll};
+use syncspy_tui::app::{Action, App, Mode, Pane, Scroll};
 use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
 
 /// `sym00` (innermost) .. `sym{n-1}`: no name is part of another.
@@ -74,13 +74,14 @@ fn press(app: &mut App, c: KeyCode) {
     app.update(a);
 }
 
-/// The monitor with the site's stack open.
+/// The monitor on a 100x30 screen with the site's stack open.
 fn open(frames: Vec<String>) -> App {
     let mut app = App::new(false);
+    app.update(Action::Resize(100, 30));
     app.update(Action::Data(Box::new(snapshot(frames))));
     app.focus = Pane::Sites;
     press(&mut app, KeyCode::Enter);
-    assert!(app.detail);
+    assert!(app.stack_scroll().is_some());
     app
 }
 
@@ -104,7 +105,7 @@ fn a_long_stack_scrolls_by_frame_and_page_and_says_where_it_is() {
     // At the end Down goes nowhere: one Up shows one earlier frame at once.
     press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Char('j'));
-    assert_eq!(app.detail_scroll, 40);
+    assert_eq!(app.stack_scroll(), Some(40));
     press(&mut app, KeyCode::Char('k'));
     let s = screen(&app, 100, 30);
     assert!(s.contains("frames 40-59 of 60"), "{s}");
@@ -114,36 +115,55 @@ fn a_long_stack_scrolls_by_frame_and_page_and_says_where_it_is() {
     assert!(s.contains("frames 20-39 of 60"), "{s}");
     press(&mut app, KeyCode::PageUp);
     press(&mut app, KeyCode::PageUp);
-    assert_eq!(app.detail_scroll, 0);
+    assert_eq!(app.stack_scroll(), Some(0));
     press(&mut app, KeyCode::Up);
-    assert_eq!(app.detail_scroll, 0);
+    assert_eq!(app.stack_scroll(), Some(0));
     press(&mut app, KeyCode::PageDown);
     let s = screen(&app, 100, 30);
     assert!(s.contains("frames 21-40 of 60"), "{s}");
     for _ in 0..5 {
         press(&mut app, KeyCode::PageDown);
     }
-    assert_eq!(app.detail_scroll, 40);
+    assert_eq!(app.stack_scroll(), Some(40));
     press(&mut app, KeyCode::Char('g'));
-    assert_eq!(app.detail_scroll, 0);
+    assert_eq!(app.stack_scroll(), Some(0));
     press(&mut app, KeyCode::Char('G'));
-    assert_eq!(app.detail_scroll, 40);
+    assert_eq!(app.stack_scroll(), Some(40));
     press(&mut app, KeyCode::Home);
     assert!(screen(&app, 100, 30).contains("frames 1-20 of 60"));
 }
 
 #[test]
-fn end_before_the_first_drawing_still_shows_the_last_page() {
+fn the_scroll_keys_know_the_page_before_any_drawing() {
+    // Nothing is drawn until the end: the screen's size (Resize) is all the keys need.
     let mut app = open(frames(60));
     app.update(Action::Scroll(Scroll::Bottom));
-    let s = screen(&app, 100, 30);
-    assert!(
-        s.contains("#59 sym59") && s.contains("frames 41-60 of 60"),
-        "{s}"
-    );
-    // The drawing knows the real end: Up moves the view at once.
+    assert_eq!(app.stack_scroll(), Some(40));
+    press(&mut app, KeyCode::PageUp);
+    assert_eq!(app.stack_scroll(), Some(20));
     press(&mut app, KeyCode::Up);
-    assert!(screen(&app, 100, 30).contains("frames 40-59 of 60"));
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("frames 20-39 of 60"), "{s}");
+}
+
+#[test]
+fn a_resize_keeps_the_first_frame_shown() {
+    let mut app = open(frames(60));
+    press(&mut app, KeyCode::End);
+    // 100x60: 44 rows for frames, so the last page starts at frame 16 (index).
+    app.update(Action::Resize(100, 60));
+    assert_eq!(app.stack_scroll(), Some(16));
+    let s = screen(&app, 100, 60);
+    assert!(s.contains("frames 17-60 of 60"), "{s}");
+    // Up moves the view at once.
+    press(&mut app, KeyCode::Up);
+    assert!(screen(&app, 100, 60).contains("frames 16-59 of 60"));
+    // Smaller again: 20 frames from the same first one.
+    app.update(Action::Resize(100, 30));
+    assert_eq!(app.stack_scroll(), Some(15));
+    assert!(screen(&app, 100, 30).contains("frames 16-35 of 60"));
+    press(&mut app, KeyCode::PageDown);
+    assert_eq!(app.stack_scroll(), Some(35));
 }
 
 #[test]
@@ -164,16 +184,18 @@ fn the_scroll_keys_only_scroll_while_the_stack_is_open() {
         app.action_for(key(KeyCode::Char('q'))),
         Some(Action::Quit)
     ));
-    // Help over the stack takes the keys back.
+    // Help over the stack takes the keys back; Esc returns to the stack where it was.
+    press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Char('?'));
+    assert_eq!(app.mode, Mode::Help { stack: Some(1) });
     assert!(matches!(
         app.action_for(key(KeyCode::Down)),
         Some(Action::Down)
     ));
     press(&mut app, KeyCode::Esc);
-    assert!(app.detail && !app.help);
+    assert_eq!(app.mode, Mode::Stack { scroll: 1 });
     press(&mut app, KeyCode::Esc);
-    assert!(!app.detail);
+    assert_eq!(app.stack_scroll(), None);
     assert!(matches!(
         app.action_for(key(KeyCode::Down)),
         Some(Action::Down)
@@ -181,22 +203,95 @@ fn the_scroll_keys_only_scroll_while_the_stack_is_open() {
     assert!(app.action_for(key(KeyCode::PageDown)).is_none());
     // A scroll that arrives with the stack closed changes nothing.
     app.update(Action::Scroll(Scroll::Bottom));
-    assert_eq!(app.detail_scroll, 0);
+    assert_eq!(app.mode, Mode::Browse);
+}
+
+#[test]
+fn esc_closes_help_then_the_stack_then_the_kind_filter_then_the_text() {
+    let mut app = App::new(false);
+    app.update(Action::Data(Box::new(snapshot(frames(60)))));
+    // Sites pane: filter "loss"; histogram pane: only stream_sync (the first kind); back
+    // to the sites: the stack, scrolled; help over it.
+    app.focus = Pane::Sites;
+    press(&mut app, KeyCode::Char('/'));
+    for c in "loss".chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.mode, Mode::Browse);
+    press(&mut app, KeyCode::BackTab);
+    assert_eq!(app.focus, Pane::Histograms);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.kind_filter, Some(Kind::StreamSync));
+    press(&mut app, KeyCode::Tab);
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Char('?'));
+    assert_eq!(app.mode, Mode::Help { stack: Some(1) });
+
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Stack { scroll: 1 });
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Browse);
+    assert_eq!(app.kind_filter, Some(Kind::StreamSync));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.kind_filter, None);
+    assert_eq!(app.filter, "loss");
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.filter, "");
+}
+
+#[test]
+fn help_toggles_over_the_stack_and_a_pane_change_closes_the_stack_under_it() {
+    let mut app = open(frames(60));
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Char('?'));
+    press(&mut app, KeyCode::Char('?'));
+    assert_eq!(app.mode, Mode::Stack { scroll: 1 });
+    press(&mut app, KeyCode::Char('?'));
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("Help (? or Esc closes)"), "{s}");
+    press(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Help { stack: None });
+    let s = screen(&app, 100, 30);
+    assert!(!s.contains("Stack of site"), "{s}");
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Browse);
+}
+
+#[test]
+fn typing_a_filter_closes_the_stack_and_help() {
+    // The site list changes as the filter is typed: the stack would show another site.
+    let mut app = open(frames(60));
+    press(&mut app, KeyCode::Char('/'));
+    assert_eq!(app.mode, Mode::Filter);
+    assert!(app.editing_filter());
+    assert!(!screen(&app, 100, 30).contains("Stack of site"));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Browse);
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Char('?'));
+    press(&mut app, KeyCode::Char('/'));
+    assert_eq!(app.mode, Mode::Filter);
+    // Keys are text now, `?` included.
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('?'))),
+        Some(Action::FilterChar('?'))
+    ));
 }
 
 #[test]
 fn opening_starts_at_the_top_and_enter_or_esc_close() {
     let mut app = open(frames(60));
     press(&mut app, KeyCode::End);
-    assert_eq!(app.detail_scroll, 59);
+    assert_eq!(app.stack_scroll(), Some(40));
     press(&mut app, KeyCode::Esc);
-    assert!(!app.detail);
+    assert_eq!(app.stack_scroll(), None);
     press(&mut app, KeyCode::Enter);
-    assert!(app.detail);
-    assert_eq!(app.detail_scroll, 0);
+    assert_eq!(app.stack_scroll(), Some(0));
     assert!(screen(&app, 100, 30).contains("#0  sym00"));
     press(&mut app, KeyCode::Enter);
-    assert!(!app.detail);
+    assert_eq!(app.stack_scroll(), None);
 }
 
 #[test]
@@ -244,17 +339,20 @@ fn tiny_terminals_and_empty_stacks_do_not_panic() {
     for n in [0, 1, 60] {
         let mut app = open(frames(n));
         for (w, h) in sizes {
+            app.update(Action::Resize(w, h));
             screen(&app, w, h);
             for c in [KeyCode::End, KeyCode::PageDown, KeyCode::Down] {
                 press(&mut app, c);
                 screen(&app, w, h);
             }
-            assert!(app.detail_scroll <= n.saturating_sub(1));
+            assert!(app
+                .stack_scroll()
+                .is_some_and(|at| at <= n.saturating_sub(1)));
             for c in [KeyCode::PageUp, KeyCode::Up, KeyCode::Home] {
                 press(&mut app, c);
                 screen(&app, w, h);
             }
-            assert_eq!(app.detail_scroll, 0);
+            assert_eq!(app.stack_scroll(), Some(0));
         }
     }
     // 20x6 still shows the innermost frame of a long stack.
@@ -293,7 +391,7 @@ fn the_open_stack_stays_with_its_site_when_the_ranking_changes() {
     assert_eq!(app.selected_site().map(|s| s.site_id), Some(9));
     // Next refresh: the other site now ranks first; the popup still shows site 9.
     app.update(Action::Data(Box::new(two_sites(true))));
-    assert!(app.detail);
+    assert!(app.stack_scroll().is_some());
     assert_eq!(app.selected_site().map(|s| s.site_id), Some(9));
     let text = screen(&app, 100, 30);
     assert!(text.contains("Stack of site 9"), "{text}");
@@ -305,5 +403,5 @@ fn the_open_stack_stays_with_its_site_when_the_ranking_changes() {
         scope.sites.retain(|s| s.site_id != 9);
     }
     app.update(Action::Data(Box::new(gone)));
-    assert!(!app.detail);
+    assert_eq!(app.stack_scroll(), None);
 }

@@ -297,13 +297,13 @@ fn enter_opens_the_full_stack_and_esc_closes_it() {
     app.update(Action::NextPane);
     assert_eq!(app.focus, Pane::Sites);
     app.update(Action::Open);
-    assert!(app.detail);
+    assert!(app.stack_scroll().is_some());
     let s = screen(&app, 80, 24);
     assert!(s.contains("Stack of site 3"), "{s}");
     assert!(s.contains("#1  train_step"), "{s}");
     assert!(s.contains("#2  main (/src/main.c:3)"), "{s}");
     app.update(Action::Back);
-    assert!(!app.detail);
+    assert_eq!(app.stack_scroll(), None);
 }
 
 #[test]
