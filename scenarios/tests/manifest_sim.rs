@@ -23,8 +23,8 @@ fn every_scenario_matches_the_manifest_on_the_simulator() {
         syncspy: artifact("syncspy"),
         bin_dir: target_dir(),
         sim: true,
-        out_dir: out.0.clone(),
-        segment_dir: Some(segments.0.clone()),
+        out_dir: out.path().to_path_buf(),
+        segment_dir: Some(segments.path().to_path_buf()),
     };
     // Every binary the manifest names must exist before anything runs.
     for r in &m.runs {
@@ -33,7 +33,7 @@ fn every_scenario_matches_the_manifest_on_the_simulator() {
     artifact("libsyncspy.so");
     artifact("libsimcudart.so");
 
-    let checked = check_all(&m, Some(&runner), &out.0, |_| true);
+    let checked = check_all(&m, Some(&runner), out.path(), |_| true);
     assert_eq!(checked.len(), m.runs.len());
     let failed: Vec<String> = checked
         .iter()

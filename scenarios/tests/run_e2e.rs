@@ -27,31 +27,7 @@ fn artifact(name: &str) -> PathBuf {
     p
 }
 
-/// A private segment folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        // Segments belong in tmpfs, as in production; a disk-backed folder makes creating
-        // one cost milliseconds instead of microseconds.
-        let shm = std::path::Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("syncspy-e2e-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use syncspy_test_support::TempDir;
 
 struct Run {
     out: Output,
@@ -86,13 +62,13 @@ impl Run {
 /// `syncspy run --sim --report R -- CMD...` with a private SYNCSPY_DIR and extra env.
 fn syncspy_run(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> Run {
     let dir = TempDir::new(tag);
-    let report = dir.0.join("report.json");
+    let report = dir.path().join("report.json");
     let out = Command::new(artifact("syncspy"))
         .args(["run", "--sim", "--report"])
         .arg(&report)
         .arg("--")
         .args(cmd)
-        .env("SYNCSPY_DIR", &dir.0)
+        .env("SYNCSPY_DIR", dir.path())
         .env("SIMCUDA_TIME_SCALE", "1")
         .envs(env.iter().copied())
         .output()

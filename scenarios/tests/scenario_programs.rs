@@ -11,10 +11,10 @@ use serde_json::Value;
 use syncspy_scenarios::SCENARIOS;
 
 fn run(tag: &str, name: &str, args: &[&str]) -> (std::process::Output, Option<Value>) {
-    let lib = TempDir::with_sim_runtime(tag);
+    let lib = common::with_sim_runtime(tag);
     let out = Command::new(artifact(&format!("scn-{name}")))
         .args(args)
-        .env("LD_LIBRARY_PATH", &lib.0)
+        .env("LD_LIBRARY_PATH", lib.path())
         .env("SIMCUDA_TIME_SCALE", "0.2")
         .output()
         .expect("start the scenario");

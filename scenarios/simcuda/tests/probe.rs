@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
+
 use std::time::{Duration, Instant};
 use std::{env, fs};
+use syncspy_test_support::Running;
 
 /// Lines where the simulator differs from the real runtime on purpose.
 const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
@@ -20,16 +22,6 @@ const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
         "a fork child gets a fresh simulator; the real runtime refuses (cudaErrorInitializationError)",
     ),
 ];
-
-/// Kills the program if the test ends first (a hung simulator must not outlive the test).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn run(mut cmd: Command, limit: Duration) -> Output {
     let mut child = cmd
