@@ -259,6 +259,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             p.clamped_values
         );
     }
+    if let Some(n) = p.python.as_ref().and_then(|py| py.note()) {
+        let _ = writeln!(out, "  note: {n}");
+    }
 }
 
 /// Up to `SITE_FRAMES` frames outside the CUDA runtime and syncspy; all frames when the

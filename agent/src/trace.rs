@@ -19,7 +19,7 @@ use std::path::Path;
 use syncspy_abi::{Direction, Record};
 
 use syncspy_read::follow::{Followed, SegmentKey, SiteRef};
-use syncspy_read::report::{location_of, site_frames, write_atomic_with};
+use syncspy_read::report::{site_location, write_atomic_with};
 use syncspy_read::symbolize::Symbolizer;
 
 /// Events a trace keeps by default: ~128 MiB of memory, a few hundred MB of JSON.
@@ -153,7 +153,7 @@ pub fn write_to(
             })
             .or_insert_with(|| {
                 let m = modules.entry(key).or_insert_with(|| f.reader.modules());
-                location_of(&site_frames(f, r.site, m, sym))
+                site_location(f, r.site, m, sym)
             })
             .clone();
         sep(w)?;

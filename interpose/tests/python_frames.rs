@@ -12,11 +12,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use syncspy_abi::python::{PyFrameInfo, PythonState};
 use syncspy_abi::{Cursor, SegmentReader};
+use syncspy_test_support::{Running, TempDir};
 
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -50,36 +51,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(name)
-}
-
-/// A private folder, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let d = std::env::temp_dir().join(format!("syncspy-py-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed if the test ends before it does.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Builds pycaller.c into `dir`, linked against `dir/libcudart.so.13` (the simulator).
@@ -133,8 +104,8 @@ fn run(python: &str) -> Run {
     let version = (v.next().unwrap(), v.next().unwrap());
 
     let dir = TempDir::new("frames");
-    let lib = build_caller(&dir.0);
-    let segs = dir.0.join("segments");
+    let lib = build_caller(dir.path());
+    let segs = dir.path().join("segments");
     std::fs::create_dir_all(&segs).unwrap();
     let child = Command::new(python)
         .arg(fixture("frames.py"))

@@ -105,6 +105,16 @@ impl Dist {
         self.clamped
     }
 
+    /// Adds every event of `other` (two call sites shown as one).
+    pub fn merge(&mut self, other: &Dist) {
+        // Same bounds and precision by construction (`Dist::new`); saturating on overflow.
+        let _ = self.hist.add(&other.hist);
+        self.clamped = self.clamped.saturating_add(other.clamped);
+        self.total_ns = self.total_ns.saturating_add(other.total_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+    }
+
     /// The recorded values split at `bounds_ns` (ascending upper bounds, inclusive): one
     /// count per bound, then one for the values above the last; within the histogram's
     /// precision (a value is placed by the top of its HDR bin). One pass over the bins

@@ -14,6 +14,7 @@
 
 pub mod aggregate;
 pub mod follow;
+pub mod python;
 pub mod report;
 pub mod snapshot;
 pub mod symbolize;

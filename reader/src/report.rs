@@ -1,16 +1,17 @@
 //! The JSON report, version 1 (docs/contracts.md, "The JSON report, version 1"): the fields other tools rely
 //! on keep their meaning; the extra fields here add to them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use syncspy_abi::layout::TotalsSnapshot;
-use syncspy_abi::Kind;
+use syncspy_abi::{Api, Kind};
 
-use crate::aggregate::{Dist, Lifecycle, ProcessAgg};
+use crate::aggregate::{Dist, Lifecycle, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
+use crate::python::{self, PyFrame, PythonReport};
 use crate::symbolize::{is_runtime_module, Frame, Symbolizer};
 use syncspy_abi::modules::Module;
 
@@ -96,9 +97,16 @@ pub struct Site {
     /// For each entry of `frames`, the file name of its module ("" when unknown).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frame_modules: Vec<String>,
-    /// The innermost frame outside the CUDA runtime and syncspy: where the program called.
+    /// Where the program called: the user's innermost Python frame when the site has Python
+    /// frames (`train.py:142 in train_step`), else the innermost native frame outside the
+    /// CUDA runtime and syncspy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// The site's Python frames, innermost first (none for a thread without Python). Sites
+    /// with the same kind, API, Python frames and native op are one site; `site_id` is then
+    /// the id of the largest of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python: Vec<PyFrame>,
 }
 
 /// GPU-side figures. GPU idle gaps are not measured yet: `measured` says whether any
@@ -184,6 +192,9 @@ pub struct ProcessReport {
     /// The segment file.
     #[serde(default)]
     pub segment: String,
+    /// The process's Python interpreter, as the library saw it (absent without Python).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonReport>,
 }
 
 fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
@@ -213,6 +224,26 @@ pub fn site_frames<S>(
     }
     let stack = f.reader.site(site).unwrap_or_default();
     sym.stack(&stack, modules)
+}
+
+/// Where call site `site` of a followed segment called from: the user's Python line when the
+/// site has Python frames, else the innermost native frame outside the CUDA runtime and
+/// syncspy (see [`Site::location`]).
+pub fn site_location<S>(
+    f: &Followed<S>,
+    site: u32,
+    modules: &[Module],
+    sym: &mut Symbolizer,
+) -> Option<String> {
+    if site != 0 {
+        if let Some(stack) = f.reader.python_stack(site) {
+            let py = python::frames_of(&stack);
+            if let Some(i) = python::user_frame(&py) {
+                return Some(py[i].text());
+            }
+        }
+    }
+    location_of(&site_frames(f, site, modules, sym))
 }
 
 /// The innermost frame outside the CUDA runtime and syncspy: where the program called.
@@ -262,31 +293,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         );
     }
     let modules = f.reader.modules();
-    let sites = a
-        .sites_by_total()
-        .into_iter()
-        .map(|(key, d)| {
-            let frames = site_frames(f, key.site, &modules, sym);
-            let location = location_of(&frames);
-            Site {
-                kind: key.kind.name().to_string(),
-                api: key.api.name().to_string(),
-                count: d.count(),
-                total_ns: d.total_ns(),
-                p99_ns: d.quantile(0.99),
-                frame_modules: frames
-                    .iter()
-                    .map(|fr| fr.module.clone().unwrap_or_default())
-                    .collect(),
-                frames: frames.into_iter().map(|fr| fr.text).collect(),
-                bytes: d.bytes(),
-                p50_ns: d.quantile(0.5),
-                max_ns: d.max_ns(),
-                site_id: key.site,
-                location,
-            }
-        })
-        .collect();
+    let sites = sites_of(f, &modules, sym);
     let idle_t = a.live.kind(Kind::GpuIdle);
     let idle_d = a.kind_dist(Kind::GpuIdle);
     let idle = stats(idle_t, idle_d);
@@ -330,7 +337,101 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         non_stall_calls,
         copies,
         segment: f.reader.path().display().to_string(),
+        python: PythonReport::of(&f.reader.python_status()),
     }
+}
+
+/// The call sites of a followed process, largest recorded total first. Sites with Python
+/// frames are keyed by kind, API, Python frames and native op, so one Python line reached
+/// through two native paths (before and after the interpreter specializes a call) is one site.
+fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec<Site> {
+    #[derive(PartialEq, Eq, Hash)]
+    struct Key {
+        kind: Kind,
+        api: Api,
+        python: Vec<PyFrame>,
+        op: Option<String>,
+    }
+    struct Acc {
+        kind: Kind,
+        api: Api,
+        site_id: u32,
+        native: Vec<Frame>,
+        python: Vec<PyFrame>,
+        dist: Dist,
+    }
+    let mut order: Vec<Acc> = Vec::new();
+    let mut merged: HashMap<Key, usize> = HashMap::new();
+    for (key, d) in f.agg.sites_by_total() {
+        let native = site_frames(f, key.site, modules, sym);
+        let python = match key.site {
+            0 => Vec::new(),
+            id => f
+                .reader
+                .python_stack(id)
+                .map(|s| python::frames_of(&s))
+                .unwrap_or_default(),
+        };
+        if !python.is_empty() {
+            let k = Key {
+                kind: key.kind,
+                api: key.api,
+                python: python.clone(),
+                op: python::native_op(&native).map(str::to_string),
+            };
+            if let Some(&i) = merged.get(&k) {
+                order[i].dist.merge(d);
+                continue;
+            }
+            merged.insert(k, order.len());
+        }
+        let mut dist = Dist::new(SITE_SIGFIG);
+        dist.merge(d);
+        order.push(Acc {
+            kind: key.kind,
+            api: key.api,
+            site_id: key.site,
+            native,
+            python,
+            dist,
+        });
+    }
+    let mut sites: Vec<Site> = order
+        .into_iter()
+        .map(|acc| {
+            let frames = python::merge(acc.native, &acc.python);
+            let location = match python::user_frame(&acc.python) {
+                Some(i) => Some(acc.python[i].text()),
+                None => location_of(&frames),
+            };
+            let d = &acc.dist;
+            Site {
+                kind: acc.kind.name().to_string(),
+                api: acc.api.name().to_string(),
+                count: d.count(),
+                total_ns: d.total_ns(),
+                p99_ns: d.quantile(0.99),
+                frame_modules: frames
+                    .iter()
+                    .map(|fr| fr.module.clone().unwrap_or_default())
+                    .collect(),
+                frames: frames.into_iter().map(|fr| fr.text).collect(),
+                bytes: d.bytes(),
+                p50_ns: d.quantile(0.5),
+                max_ns: d.max_ns(),
+                site_id: acc.site_id,
+                location,
+                python: acc.python,
+            }
+        })
+        .collect();
+    sites.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then(b.count.cmp(&a.count))
+            .then(a.site_id.cmp(&b.site_id))
+    });
+    sites
 }
 
 /// What the run itself contributes to the report.

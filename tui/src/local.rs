@@ -12,6 +12,7 @@ use syncspy_abi::{Kind, Record};
 use syncspy_read::aggregate::{Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
+use syncspy_read::python::{self, PyFrame};
 use syncspy_read::report::location_of;
 use syncspy_read::symbolize::Symbolizer;
 
@@ -35,6 +36,8 @@ type SiteFrames = (Vec<String>, Option<String>);
 struct SymRequest {
     key: SiteRef,
     stack: Vec<u64>,
+    /// The site's Python frames (innermost first), merged with the native ones.
+    python: Vec<PyFrame>,
     modules: Vec<Module>,
 }
 
@@ -55,8 +58,11 @@ impl SymWorker {
             .spawn(move || {
                 let mut sym = Symbolizer::new();
                 for req in rx {
-                    let frames = sym.stack(&req.stack, &req.modules);
-                    let loc = location_of(&frames);
+                    let frames = python::merge(sym.stack(&req.stack, &req.modules), &req.python);
+                    let loc = match python::user_frame(&req.python) {
+                        Some(i) => Some(req.python[i].text()),
+                        None => location_of(&frames),
+                    };
                     let text = frames.into_iter().map(|f| f.text).collect();
                     if done_tx.send((req.key, (text, loc))).is_err() {
                         break;
@@ -401,10 +407,15 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 continue;
             }
             let stack = reader.site(site).unwrap_or_default();
+            let python = reader
+                .python_stack(site)
+                .map(|s| python::frames_of(&s))
+                .unwrap_or_default();
             sym.pending.insert(k);
             let _ = sym.tx.send(SymRequest {
                 key: k,
                 stack,
+                python,
                 modules: modules.clone(),
             });
         }

@@ -595,6 +595,15 @@ impl App {
 /// `symbol (/long/path/file.rs:12)` as `file.rs:12 symbol`: the line first, so narrow
 /// terminals still tell sites apart; `symbol(args) (/path/libx.so)` as `symbol (libx.so)`.
 pub fn short_location(loc: &str) -> String {
+    // A Python line, `/path/train.py:142 in train_step`: the file's name is enough.
+    if let Some((at, func)) = loc.rsplit_once(" in ") {
+        if let Some((path, line)) = at.rsplit_once(':') {
+            if !func.contains(' ') && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                return format!("{file}:{line} in {func}");
+            }
+        }
+    }
     if let Some(open) = loc.rfind(" (") {
         if let Some(inner) = loc[open + 2..].strip_suffix(')') {
             let file = inner.rsplit('/').next().unwrap_or(inner);

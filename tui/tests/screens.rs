@@ -546,6 +546,15 @@ fn locations_lead_with_the_source_line_or_the_function() {
         "site 7 (symbolizing...)"
     );
     assert_eq!(short_location("(no stack captured)"), "(no stack captured)");
+    // A Python line keeps its file name, line and function.
+    assert_eq!(
+        short_location("/home/u/proj/train.py:142 in Trainer.step"),
+        "train.py:142 in Trainer.step"
+    );
+    assert_eq!(
+        short_location("<stdin>:3 in <module>"),
+        "<stdin>:3 in <module>"
+    );
 }
 
 #[test]

@@ -70,10 +70,12 @@ enum Match {
     Unknown,
 }
 
+/// Whether a pattern names the site: a substring of one of its frames, or a Python frame
+/// named as `FILE:FUNCTION` / `FILE:LINE` (`train.py:train_step`, `train.py:142`).
 fn any_frame_contains(s: &Site, patterns: &[String]) -> bool {
-    patterns
-        .iter()
-        .any(|p| s.frames.iter().any(|f| f.contains(p.as_str())))
+    patterns.iter().any(|p| {
+        s.frames.iter().any(|f| f.contains(p.as_str())) || s.python.iter().any(|f| f.matches(p))
+    })
 }
 
 fn site_match(s: &Site, sites: &[String], allow: &[String]) -> Match {
@@ -603,6 +605,44 @@ forbid = true
         assert_eq!(sites[0].frames, vec!["train_step (train.cc:50)"]);
         assert_eq!(sites.len(), 3);
         assert_eq!(b.results[1].pid, Some(100));
+    }
+
+    #[test]
+    fn site_patterns_name_python_files_functions_and_lines() {
+        use syncspy_read::python::PyFrame;
+        let py = |line: u32, function: &str| PyFrame {
+            file: "/home/u/train.py".into(),
+            line,
+            function: function.into(),
+        };
+        let mut p = train_process();
+        // Two `.item()` lines of one loop: the same native frames, two Python lines.
+        p.sites[1].python = vec![py(142, "train_step"), py(200, "main")];
+        p.sites[2].python = vec![py(150, "log_metrics"), py(201, "main")];
+        let r = report(vec![p]);
+        let count = |b: &BudgetReport| b.results[0].limits[0].value;
+        let b = run(
+            "[[rule]]\nname = \"a\"\nkind = \"stream_sync\"\nsite = \"train.py:train_step\"\nmax_count = 100\n",
+            &r,
+        );
+        assert_eq!(count(&b), 10.0);
+        let b = run(
+            "[[rule]]\nname = \"a\"\nkind = \"stream_sync\"\nsite = \"train.py:150\"\nmax_count = 100\n",
+            &r,
+        );
+        assert_eq!(count(&b), 3.0);
+        // Every stream sync but the allowed line is counted.
+        let b = run(
+            "[[rule]]\nname = \"a\"\nkind = \"stream_sync\"\nallow_sites = [\"train.py:142\"]\nmax_count = 100\n",
+            &r,
+        );
+        assert_eq!(count(&b), 3.0);
+        // Another file's name does not match.
+        let b = run(
+            "[[rule]]\nname = \"a\"\nkind = \"stream_sync\"\nsite = \"eval.py:train_step\"\nmax_count = 100\n",
+            &r,
+        );
+        assert_eq!(count(&b), 0.0);
     }
 
     #[test]

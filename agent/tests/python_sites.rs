@@ -1,0 +1,148 @@
+//! Python call sites end to end, without a GPU: `syncspy run --sim` on a Python script that
+//! reaches the simulated runtime through a C library it loads with ctypes (as torch reaches
+//! the real one: through a library's dynamic symbol table, without the GIL). The report, the
+//! summary and a budget must name the script's own lines.
+//!
+//! The script and the C library are the preload library's fixtures
+//! (interpose/tests/python/frames.py, pycaller.c). Needs `python3` on PATH (the test fails
+//! without it) and a C compiler.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+use common::{artifact, TempDir, SYNCSPY};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../interpose/tests/python")
+        .join(name)
+}
+
+/// Builds pycaller.c into `dir`, linked against the simulated `libcudart.so.13`.
+fn build_caller(dir: &Path) -> PathBuf {
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), dir.join("libcudart.so.13")).unwrap();
+    let lib = dir.join("libpycaller.so");
+    let status = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
+        .arg(&lib)
+        .arg(fixture("pycaller.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcudart.so.13")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run the C compiler (cc) for the test library");
+    assert!(status.success(), "building libpycaller.so failed");
+    lib
+}
+
+/// Line numbers of the `# L:<name>` markers of frames.py.
+fn markers() -> BTreeMap<String, u32> {
+    let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
+    src.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let name = l.split("# L:").nth(1)?;
+            Some((name.trim().to_string(), i as u32 + 1))
+        })
+        .collect()
+}
+
+fn syncspy(dir: &TempDir, args: &[&str], lib: &Path) -> std::process::Output {
+    Command::new(SYNCSPY)
+        .args(args)
+        .arg("--")
+        .arg("python3")
+        .arg(fixture("frames.py"))
+        .arg(lib)
+        .env("SYNCSPY_DIR", dir.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .expect("start syncspy")
+}
+
+#[test]
+fn report_summary_and_budget_name_the_scripts_lines() {
+    let d = TempDir::new("py-sites");
+    let lib = build_caller(d.path());
+    let m = markers();
+    // The interpreter names the file as it was given on the command line.
+    let script = fixture("frames.py");
+    let script = script.to_str().unwrap();
+    let report = d.path().join("r.json");
+    let o = syncspy(
+        &d,
+        &["run", "--sim", "--report", report.to_str().unwrap()],
+        &lib,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let p = &r["processes"][0];
+    assert_eq!(p["python"]["state"], "supported", "{}", p["python"]);
+    let sites = p["sites"].as_array().unwrap();
+    let by_location: BTreeMap<String, &Value> = sites
+        .iter()
+        .filter_map(|s| Some((s["location"].as_str()?.to_string(), s)))
+        .collect();
+    let loc = |name: &str, function: &str| format!("{script}:{} in {function}", m[name]);
+    // Two lines of one loop are two sites, 3 syncs each, whatever native paths they took.
+    for line in ["loop_a", "loop_b"] {
+        let s = by_location
+            .get(&loc(line, "loop"))
+            .unwrap_or_else(|| panic!("no site at {line}: {:?}", by_location.keys()));
+        assert_eq!(s["count"], 3, "{s}");
+        assert_eq!(s["frames"][0], loc(line, "loop"));
+        let py = s["python"].as_array().unwrap();
+        assert_eq!(py[0]["line"], m[line]);
+        assert_eq!(py[0]["function"], "loop");
+        assert_eq!(py[1]["line"], m["main_loop"]);
+        assert_eq!(py[1]["function"], "main");
+        assert_eq!(py[2]["function"], "<module>");
+    }
+    // The innermost of nested calls, a generator, a method, a Python thread.
+    assert_eq!(
+        by_location[&loc("inner", "inner")]["python"][2]["line"],
+        m["outer"]
+    );
+    assert_eq!(by_location[&loc("gen", "gen")]["count"], 2);
+    assert!(by_location.contains_key(&loc("method", "Model.step")));
+    assert!(by_location.contains_key(&loc("worker", "worker")));
+    // The C thread has no Python frames: its site is native.
+    assert!(
+        sites
+            .iter()
+            .any(|s| s["python"].is_null() && s["count"].as_u64() == Some(2)),
+        "{sites:?}"
+    );
+
+    // The summary names the lines too.
+    assert!(
+        stderr.contains(&format!("at {}", loc("loop_a", "loop"))),
+        "{stderr}"
+    );
+
+    // A budget names a Python function: the nested call's 1 sync is over a limit of 0; the
+    // loop's line is allowed.
+    let budget = d.file(
+        "b.toml",
+        "[[rule]]\nname = \"no sync in inner\"\nkind = \"stream_sync\"\nsite = \"frames.py:inner\"\nmax_count = 0\n\n\
+         [[rule]]\nname = \"only the loop\"\nkind = \"stream_sync\"\nallow_sites = [\"frames.py:loop\", \"frames.py:gen\", \"frames.py:worker\", \"frames.py:Model.step\", \"frames.py:inner\", \"pc_c_thread\", \"c_thread\"]\nmax_count = 0\n",
+    );
+    let o = syncspy(
+        &d,
+        &["check", "--sim", "--budget", budget.to_str().unwrap()],
+        &lib,
+    );
+    let out = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("no sync in inner"), "{out}");
+    assert!(out.contains(&loc("inner", "inner")), "{out}");
+}
