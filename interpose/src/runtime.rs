@@ -69,6 +69,8 @@ pub struct Config {
     pub stack_min_ns: u64,
     /// Reuse a thread's cached stack when provably unchanged (`SYNCSPY_STACK_CACHE=0` off).
     pub stack_cache: bool,
+    /// Add the calling thread's Python frames to call sites (`SYNCSPY_PYTHON=0` off).
+    pub python: bool,
 }
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -91,6 +93,7 @@ impl Config {
                 .clamp(1, syncspy_abi::sites::MAX_FRAMES),
             stack_min_ns: env_num("SYNCSPY_STACK_MIN_NS").unwrap_or(0),
             stack_cache: env_num::<u32>("SYNCSPY_STACK_CACHE") != Some(0),
+            python: env_num::<u32>("SYNCSPY_PYTHON") != Some(0),
         }
     }
 }
@@ -183,7 +186,9 @@ impl Runtime {
         params.site_capacity = cfg.sites;
         params.session = cfg.session;
         params.cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-        params.python_code_capacity = crate::python::probe();
+        if cfg.python {
+            params.python_code_capacity = crate::python::probe();
+        }
         let seg = match SegmentWriter::create(&cfg.dir, &params) {
             Ok(s) => s,
             Err(e) => {
@@ -196,7 +201,9 @@ impl Runtime {
                 return None;
             }
         };
-        crate::python::publish(&seg);
+        if cfg.python {
+            crate::python::publish(&seg);
+        }
         let own = stack::own_range();
         let rt = Runtime {
             seg,
@@ -226,7 +233,11 @@ impl Runtime {
             (NO_SITE, false, false)
         };
         // Two Python lines over one native stack are two sites.
-        let site = crate::python::site(self, site);
+        let site = if self.cfg.python {
+            crate::python::site(self, site)
+        } else {
+            site
+        };
         let rec = Record {
             kind,
             api: call.api,
