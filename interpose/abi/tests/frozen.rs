@@ -1,21 +1,28 @@
 //! Frozen-file tests of the segment format.
 //!
-//! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer and checked in
-//! (tests/data/README.md says how, and when another file may be added). Reading it with
-//! today's reader, and rewriting it with today's writer, turns the versioning rules of
+//! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer, and
+//! `tests/data/segment-v1.1.bin` one written by ABI 1.1's, with Python tables; both are checked
+//! in (tests/data/README.md says how, and when another file may be added). Reading them with
+//! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
-//! follows the offsets in the header and accepts a newer minor with a larger header, and an
-//! unknown major is refused with a message that says what to do.
+//! decodes every file of its major exactly, follows the offsets in the header and accepts a
+//! newer minor with a larger header, and an unknown major is refused with a message that says
+//! what to do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 
 use syncspy_abi::layout::{
     Header, Ident, Live, Totals, TotalsSnapshot, ABI_MAJOR, ABI_MINOR, CLOCK_MONOTONIC,
-    HEADER_RESERVED, MAGIC,
+    HEADER_RESERVED, HEADER_SIZE_1_0, MAGIC,
 };
 use syncspy_abi::modules::{Module, ModuleEntry};
+use syncspy_abi::python::{
+    PyCodeEntry, PyFrameInfo, PyFrameRef, PyHeader, PyIdent, PyLive, PySiteEntry, PyStack,
+    PyVersion, PythonState, PythonStatus, PY_SUPPORTED,
+};
 use syncspy_abi::record::{
     Record, FLAG_HOST_PINNED, FLAG_PER_THREAD, FLAG_STACK_TRUNCATED, NO_SITE,
 };
@@ -26,9 +33,11 @@ use syncspy_abi::{Api, Direction, Kind};
 
 /// The frozen ABI 1.0 segment.
 const V1_0: &str = "segment-v1.0.bin";
+/// The frozen ABI 1.1 segment, with Python tables.
+const V1_1: &str = "segment-v1.1.bin";
 
-// What the v1.0 file holds. Changing any of it changes the file: add a new frozen file
-// instead of editing these (tests/data/README.md).
+// What both files hold. Changing any of it changes the files: add a new frozen file instead
+// of editing these (tests/data/README.md).
 const PID: u32 = 4242;
 const START_TICKS: u64 = 777;
 const SESSION: u64 = 0x5eed;
@@ -41,6 +50,34 @@ const SITE_B: u32 = 16;
 const MODULE_PATH: &str = "/usr/lib/libexample.so";
 const MODULE_BUILD_ID: [u8; 8] = [0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4];
 const EXIT_STATUS: i32 = 3;
+
+// What only the v1.1 file holds: a supported CPython 3.12.3, three code objects, and three
+// call sites with Python frames, each over a native stack of the v1.0 contents.
+const PY_VERSION_HEX: u32 = 0x030c_03f0;
+const TRAIN_PY: &str = "/home/user/proj/train.py";
+const MODULE_PY: &str = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";
+/// Code objects: (key, file, qualified name, first line). Their ids are the table index + 1
+/// of the key's home in the 16-entry code table.
+const CODES: [(u64, &str, &str, u32); 3] = [
+    (0x7f3a_0010_2001, TRAIN_PY, "Trainer.step", 120),
+    (0x7f3a_0010_3005, TRAIN_PY, "<module>", 1),
+    (0x7f3a_0020_400b, MODULE_PY, "Module._call_impl", 1740),
+];
+const CODE_STEP: u32 = 2;
+const CODE_MAIN: u32 = 6;
+const CODE_CALL_IMPL: u32 = 12;
+/// Hashes of the Python stacks (the writer's own; any non-zero value).
+const PY_HASH_1: u64 = 0x1111_2222_3333_4444;
+const PY_HASH_2: u64 = 0x5555_6666_7777_8888;
+const PY_HASH_3: u64 = 0x9999_aaaa_bbbb_cccc;
+/// A `.item()` through a torch module: library frame innermost, over native stack A. Its home
+/// is stack B's entry, so it wrapped around to the table's first entry.
+const PY_SITE_1: u32 = 1;
+/// Another line over the same native stack, its stack cut (truncated) and one frame's code
+/// unknown (the code table was full).
+const PY_SITE_2: u32 = 12;
+/// Over native stack B, claimed by a writer that never published it.
+const PY_SITE_3: u32 = 2;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,8 +152,22 @@ fn records() -> Vec<Record> {
     ]
 }
 
-/// Writes the v1.0 segment's contents with the current writer; returns the file's path.
-fn write_v1_0(dir: &Path) -> PathBuf {
+/// The records of the v1.1 file: those of v1.0, then three at call sites with Python frames.
+#[rustfmt::skip]
+fn records_v1_1() -> Vec<Record> {
+    use Api::*;
+    use Direction::*;
+    use Kind::*;
+    let mut v = records();
+    v.extend([
+        rec(MemcpyPageable, CudaMemcpyAsync, DeviceToHost, 0, 0, 5_000_000, 3_000_000, 4, 0x5000, 101, PY_SITE_1, 0),
+        rec(MemcpyPageable, CudaMemcpyAsync, DeviceToHost, 0, 0, 8_100_000, 25_000, 4, 0x5000, 101, PY_SITE_2, 0),
+        rec(ImplicitSync, CudaFree, None, 0, 0, 8_200_000, 60_000, 0, 0, 101, PY_SITE_3, 0),
+    ]);
+    v
+}
+
+fn params() -> SegmentParams {
     let mut p = SegmentParams::new(PID, START_TICKS);
     // The smallest tables the writer allows, to keep the file small.
     p.ring_capacity = 16;
@@ -124,7 +175,11 @@ fn write_v1_0(dir: &Path) -> PathBuf {
     p.module_capacity = 16;
     p.session = SESSION;
     p.cmdline = CMDLINE.to_vec();
-    let w = SegmentWriter::create(dir, &p).unwrap();
+    p
+}
+
+/// The two native call sites and the module.
+fn write_native_sites(w: &SegmentWriter) {
     assert_eq!(w.intern_site(&STACK_A), Some(SITE_A));
     assert_eq!(w.intern_site(&STACK_B), Some(SITE_B));
     assert!(w.add_module(
@@ -134,19 +189,80 @@ fn write_v1_0(dir: &Path) -> PathBuf {
         0x7f00_0010_0000,
         &MODULE_BUILD_ID,
     ));
-    for r in records() {
-        w.record(&r);
+}
+
+/// The records, the calls that did not stall, the overhead counters and the exit.
+fn write_records_and_exit(w: &SegmentWriter, records: &[Record]) {
+    for r in records {
+        w.record(r);
     }
     let live = w.live();
     live.calls[Api::CudaMemcpyAsync as usize].add_untimed(65_536);
     live.calls[Api::CudaMemcpyAsync as usize].add_untimed(65_536);
     live.calls[Api::CudaFree as usize].add_untimed(0);
-    let relaxed = std::sync::atomic::Ordering::Relaxed;
-    live.overhead_ns.store(12_345, relaxed);
-    live.stack_captures.store(2, relaxed);
-    live.stack_ns.store(6_789, relaxed);
-    live.stack_cache_hits.store(5, relaxed);
+    live.overhead_ns.store(12_345, Relaxed);
+    live.stack_captures.store(2, Relaxed);
+    live.stack_ns.store(6_789, Relaxed);
+    live.stack_cache_hits.store(5, Relaxed);
     w.mark_exited(EXIT_STATUS);
+}
+
+/// Writes the v1.0 segment's contents with the current writer (a process without Python);
+/// returns the file's path.
+fn write_v1_0(dir: &Path) -> PathBuf {
+    let w = SegmentWriter::create(dir, &params()).unwrap();
+    write_native_sites(&w);
+    write_records_and_exit(&w, &records());
+    w.path().to_path_buf()
+}
+
+/// Writes the v1.1 segment's contents with the current writer; returns the file's path.
+fn write_v1_1(dir: &Path) -> PathBuf {
+    let mut p = params();
+    // The smallest code table the writer allows.
+    p.python_code_capacity = 16;
+    let w = SegmentWriter::create(dir, &p).unwrap();
+    assert!(w.has_python_tables());
+    w.set_python(PY_SUPPORTED, PY_VERSION_HEX);
+    write_native_sites(&w);
+    let ids: Vec<u32> = CODES
+        .iter()
+        .map(|(key, file, name, first)| {
+            w.intern_code(*key, |t| {
+                t.set_file(file.as_bytes());
+                t.set_name(name.as_bytes());
+                t.first_line = *first;
+            })
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [CODE_STEP, CODE_MAIN, CODE_CALL_IMPL]);
+    let frame = |code, line| PyFrameRef { code, line };
+
+    assert_eq!(w.intern_python_site(SITE_A, PY_HASH_1), Some(PY_SITE_1));
+    assert!(w.claim_python_site(PY_SITE_1));
+    w.publish_python_site(
+        PY_SITE_1,
+        &[
+            frame(CODE_CALL_IMPL, 1747),
+            frame(CODE_STEP, 142),
+            frame(CODE_MAIN, 210),
+        ],
+        false,
+    );
+    assert_eq!(w.intern_python_site(SITE_A, PY_HASH_2), Some(PY_SITE_2));
+    assert!(w.claim_python_site(PY_SITE_2));
+    w.publish_python_site(PY_SITE_2, &[frame(CODE_STEP, 150), frame(0, 0)], true);
+    assert_eq!(w.intern_python_site(SITE_B, PY_HASH_3), Some(PY_SITE_3));
+    assert!(w.claim_python_site(PY_SITE_3));
+
+    let py = w.python_live();
+    py.stacks.store(3, Relaxed);
+    py.truncated.store(1, Relaxed);
+    py.rejected.store(1, Relaxed);
+    py.finalizing.store(1, Relaxed);
+    py.codes_dropped.store(1, Relaxed);
+    write_records_and_exit(&w, &records_v1_1());
     w.path().to_path_buf()
 }
 
@@ -168,8 +284,9 @@ fn expected_module() -> Module {
     }
 }
 
-/// Everything a reader finds in the v1.0 contents, wherever the regions are placed.
-fn assert_v1_0_contents(r: &SegmentReader) {
+/// Everything a reader finds of the contents both files share, wherever the regions are
+/// placed: `records` in the ring, `sites_used` native site entries.
+fn assert_common_contents(r: &SegmentReader, records: &[Record], sites_used: u32) {
     let id = r.ident();
     assert_eq!(id.magic, MAGIC);
     assert_eq!(id.abi_major, 1);
@@ -190,27 +307,23 @@ fn assert_v1_0_contents(r: &SegmentReader) {
     assert_eq!(id.argv(), vec!["python3", "train.py", "--epochs", "2"]);
     assert_eq!(r.state(), ProcState::Exited(EXIT_STATUS));
 
+    let n = records.len() as u64;
     let (got, st) = drain(r);
     assert_eq!(
         st,
         PollStats {
-            delivered: 8,
+            delivered: n,
             lost: 0,
             corrupt: 0
         }
     );
-    assert_eq!(got, records());
+    assert_eq!(got, records);
 
     let live = r.live();
-    assert_eq!(r.head(), 8);
-    assert_eq!(
-        live.events_dropped
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
-    assert_eq!(live.written(), 8);
+    assert_eq!(r.head(), n);
+    assert_eq!(live.events_dropped.load(Relaxed), 0);
+    assert_eq!(live.written(), n);
     // The exact totals agree with the records, kind by kind and API by API.
-    let all = records();
     let sums = |of: Vec<&Record>| TotalsSnapshot {
         count: of.len() as u64,
         total_ns: of.iter().map(|x| x.duration_ns).sum(),
@@ -218,11 +331,11 @@ fn assert_v1_0_contents(r: &SegmentReader) {
         max_ns: of.iter().map(|x| x.duration_ns).max().unwrap_or(0),
     };
     for k in Kind::ALL {
-        let want = sums(all.iter().filter(|x| x.kind == *k).collect());
+        let want = sums(records.iter().filter(|x| x.kind == *k).collect());
         assert_eq!(live.kinds[*k as usize].snapshot(), want, "{k}");
     }
     for a in Api::ALL {
-        let want = sums(all.iter().filter(|x| x.api == *a).collect());
+        let want = sums(records.iter().filter(|x| x.api == *a).collect());
         assert_eq!(live.apis[*a as usize].snapshot(), want, "{a}");
     }
     let ss = live.kinds[Kind::StreamSync as usize].snapshot();
@@ -230,32 +343,113 @@ fn assert_v1_0_contents(r: &SegmentReader) {
         (ss.count, ss.total_ns, ss.max_ns),
         (2, 2_500_000, 2_000_000)
     );
-    let mc = live.apis[Api::CudaMemcpyAsync as usize].snapshot();
-    assert_eq!((mc.count, mc.bytes, mc.total_ns), (2, 4096 + 512, 159_000));
     let calls = live.calls[Api::CudaMemcpyAsync as usize].snapshot();
     assert_eq!((calls.count, calls.bytes, calls.total_ns), (2, 131_072, 0));
     assert_eq!(live.calls[Api::CudaFree as usize].snapshot().count, 1);
-    let relaxed = std::sync::atomic::Ordering::Relaxed;
-    assert_eq!(live.overhead_ns.load(relaxed), 12_345);
-    assert_eq!(live.stack_captures.load(relaxed), 2);
-    assert_eq!(live.stack_ns.load(relaxed), 6_789);
-    assert_eq!(live.stack_cache_hits.load(relaxed), 5);
-    assert_eq!(live.sites_used.load(relaxed), 2);
-    assert_eq!(live.modules_used.load(relaxed), 1);
+    assert_eq!(live.overhead_ns.load(Relaxed), 12_345);
+    assert_eq!(live.stack_captures.load(Relaxed), 2);
+    assert_eq!(live.stack_ns.load(Relaxed), 6_789);
+    assert_eq!(live.stack_cache_hits.load(Relaxed), 5);
+    assert_eq!(live.sites_used.load(Relaxed), sites_used);
+    assert_eq!(live.modules_used.load(Relaxed), 1);
     assert_eq!(
         (
-            live.sites_dropped.load(relaxed),
-            live.modules_dropped.load(relaxed)
+            live.sites_dropped.load(Relaxed),
+            live.modules_dropped.load(Relaxed)
         ),
         (0, 0)
     );
-    assert!(live.ended_ns.load(relaxed) > 0);
+    assert!(live.ended_ns.load(Relaxed) > 0);
 
     assert_eq!(r.site(SITE_A), Some(STACK_A.to_vec()));
     assert_eq!(r.site(SITE_B), Some(STACK_B.to_vec()));
     assert_eq!(r.site(NO_SITE), None);
-    assert_eq!(r.site(1), None);
+    assert_eq!(r.site(3), None, "a free entry");
     assert_eq!(r.modules(), vec![expected_module()]);
+}
+
+/// Everything a reader finds in the v1.0 contents, wherever the regions are placed.
+fn assert_v1_0_contents(r: &SegmentReader) {
+    assert_common_contents(r, &records(), 2);
+    let mc = r.live().apis[Api::CudaMemcpyAsync as usize].snapshot();
+    assert_eq!((mc.count, mc.bytes, mc.total_ns), (2, 4096 + 512, 159_000));
+    // No Python part: Python is absent and no site has Python frames.
+    assert_eq!(r.python_status(), PythonStatus::default());
+    assert_eq!(r.python_status().state, PythonState::Absent);
+    assert_eq!(r.python_status().to_string(), "no Python");
+    for id in 0..=16 {
+        assert_eq!(r.python_stack(id), None, "site {id}");
+    }
+}
+
+/// The Python frames of `PY_SITE_1` and `PY_SITE_2`.
+fn py_frame(file: &str, function: &str, line: u32) -> PyFrameInfo {
+    PyFrameInfo {
+        file: file.into(),
+        function: function.into(),
+        line,
+    }
+}
+
+/// Everything a reader finds in the v1.1 contents, wherever the regions are placed.
+fn assert_v1_1_contents(r: &SegmentReader) {
+    assert_common_contents(r, &records_v1_1(), 5);
+    let mc = r.live().apis[Api::CudaMemcpyAsync as usize].snapshot();
+    assert_eq!(
+        (mc.count, mc.bytes, mc.total_ns),
+        (4, 4096 + 512 + 8, 3_184_000)
+    );
+
+    // What a 1.0 reader sees too: sites with Python frames are native sites whose stacks
+    // equal their native site's.
+    assert_eq!(r.site(PY_SITE_1), Some(STACK_A.to_vec()));
+    assert_eq!(r.site(PY_SITE_2), Some(STACK_A.to_vec()));
+    assert_eq!(r.site(PY_SITE_3), Some(STACK_B.to_vec()));
+
+    assert_eq!(
+        r.python_status(),
+        PythonStatus {
+            state: PythonState::Supported,
+            version: Some(PyVersion {
+                major: 3,
+                minor: 12,
+                micro: 3
+            }),
+            stacks: 3,
+            truncated: 1,
+            rejected: 1,
+            finalizing: 1,
+            codes_dropped: 1,
+        }
+    );
+    assert_eq!(
+        r.python_status().to_string(),
+        "Python 3.12.3: frames recorded"
+    );
+    assert_eq!(
+        r.python_stack(PY_SITE_1),
+        Some(PyStack {
+            frames: vec![
+                py_frame(MODULE_PY, "Module._call_impl", 1747),
+                py_frame(TRAIN_PY, "Trainer.step", 142),
+                py_frame(TRAIN_PY, "<module>", 210),
+            ],
+            truncated: false,
+        })
+    );
+    assert_eq!(
+        r.python_stack(PY_SITE_2),
+        Some(PyStack {
+            frames: vec![py_frame(TRAIN_PY, "Trainer.step", 150), py_frame("", "", 0)],
+            truncated: true,
+        })
+    );
+    assert_eq!(r.python_frames(PY_SITE_2).len(), 2);
+    // Claimed and never published; native sites; ids outside the table.
+    for id in [PY_SITE_3, SITE_A, SITE_B, NO_SITE, 17, u32::MAX] {
+        assert_eq!(r.python_stack(id), None, "site {id}");
+        assert!(r.python_frames(id).is_empty(), "site {id}");
+    }
 }
 
 fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
@@ -264,6 +458,10 @@ fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
 
 fn get_u64(bytes: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+fn get_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap())
 }
 
 #[test]
@@ -278,6 +476,7 @@ fn the_v1_0_file_reads_back_exactly() {
     let id = r.ident();
     assert_eq!((id.abi_major, id.abi_minor), (1, 0));
     assert_eq!(id.header_size, 5840);
+    assert_eq!(id.header_size as usize, HEADER_SIZE_1_0);
     assert_eq!(
         (
             id.ring_offset,
@@ -288,6 +487,114 @@ fn the_v1_0_file_reads_back_exactly() {
         (8192, 9216, 17408, 25_600)
     );
     assert_v1_0_contents(&r);
+}
+
+#[test]
+fn the_v1_1_file_reads_back_exactly() {
+    let path = data(V1_1);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(
+        bytes.len(),
+        38_144,
+        "the frozen file is v1.0's 25,600 bytes, 16 Python site entries and 16 code entries"
+    );
+    let r = SegmentReader::open(&path).unwrap();
+    let id = r.ident();
+    assert_eq!((id.abi_major, id.abi_minor), (1, 1));
+    assert_eq!(id.header_size, 5928);
+    assert_eq!(
+        (
+            id.ring_offset,
+            id.sites_offset,
+            id.modules_offset,
+            id.total_size
+        ),
+        (8192, 9216, 17408, 38_144)
+    );
+    // The Python part of the header, as docs/contracts.md describes it.
+    let py = |f: usize| offset_of!(Header, python.ident) + f;
+    assert_eq!(
+        get_u64(&bytes, py(offset_of!(PyIdent, sites_offset))),
+        25_600
+    );
+    assert_eq!(
+        get_u64(&bytes, py(offset_of!(PyIdent, codes_offset))),
+        29_952
+    );
+    assert_eq!(get_u32(&bytes, py(offset_of!(PyIdent, site_capacity))), 16);
+    assert_eq!(
+        get_u32(&bytes, py(offset_of!(PyIdent, site_entry_size))),
+        272
+    );
+    assert_eq!(get_u32(&bytes, py(offset_of!(PyIdent, code_capacity))), 16);
+    assert_eq!(
+        get_u32(&bytes, py(offset_of!(PyIdent, code_entry_size))),
+        512
+    );
+    assert_eq!(get_u32(&bytes, py(offset_of!(PyIdent, max_frames))), 32);
+    let live = |f: usize| offset_of!(Header, python.live) + f;
+    assert_eq!(
+        get_u32(&bytes, live(offset_of!(PyLive, status))),
+        PY_SUPPORTED
+    );
+    assert_eq!(
+        get_u32(&bytes, live(offset_of!(PyLive, version))),
+        PY_VERSION_HEX
+    );
+    assert_eq!(get_u32(&bytes, live(offset_of!(PyLive, codes_used))), 3);
+    // One Python site entry and one code entry, byte by byte.
+    let site = 25_600 + (PY_SITE_1 as usize - 1) * size_of::<PySiteEntry>();
+    assert_eq!(get_u32(&bytes, site + offset_of!(PySiteEntry, state)), 2);
+    assert_eq!(get_u32(&bytes, site + offset_of!(PySiteEntry, nframes)), 3);
+    assert_eq!(get_u32(&bytes, site + offset_of!(PySiteEntry, flags)), 0);
+    let frame0 = site + offset_of!(PySiteEntry, frames);
+    assert_eq!(
+        get_u64(&bytes, frame0),
+        u64::from(CODE_CALL_IMPL) << 32 | 1747
+    );
+    let code = 29_952 + (CODE_STEP as usize - 1) * size_of::<PyCodeEntry>();
+    assert_eq!(
+        get_u64(&bytes, code + offset_of!(PyCodeEntry, key)),
+        CODES[0].0 | 1
+    );
+    assert_eq!(get_u32(&bytes, code + offset_of!(PyCodeEntry, state)), 2);
+    assert_eq!(
+        get_u32(&bytes, code + offset_of!(PyCodeEntry, first_line)),
+        120
+    );
+    let file = code + offset_of!(PyCodeEntry, file);
+    assert_eq!(&bytes[file..file + TRAIN_PY.len()], TRAIN_PY.as_bytes());
+    let name = code + offset_of!(PyCodeEntry, name);
+    assert_eq!(&bytes[name..name + 12], b"Trainer.step");
+    assert_v1_1_contents(&r);
+}
+
+#[test]
+fn a_v1_1_file_read_as_v1_0_has_the_same_records_and_native_sites() {
+    // A 1.0 reader ignores the header past its 5840 bytes and the tables after the module
+    // map. The same file, edited to say minor 0 with v1.0's header size, is what today's
+    // reader makes of it without the Python part.
+    let mut bytes = std::fs::read(data(V1_1)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &0u16.to_ne_bytes(),
+    );
+    put(
+        &mut bytes,
+        offset_of!(Ident, header_size),
+        &(HEADER_SIZE_1_0 as u32).to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-0");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_common_contents(&r, &records_v1_1(), 5);
+    assert_eq!(r.site(PY_SITE_1), Some(STACK_A.to_vec()));
+    assert_eq!(r.site(PY_SITE_2), Some(STACK_A.to_vec()));
+    assert_eq!(r.site(PY_SITE_3), Some(STACK_B.to_vec()));
+    assert_eq!(r.python_status(), PythonStatus::default());
+    assert_eq!(r.python_stack(PY_SITE_1), None);
 }
 
 /// Bytes whose value depends on when the file was written, not on what was written in it.
@@ -302,29 +609,60 @@ fn masked(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn the_current_writer_reproduces_the_v1_0_file_byte_for_byte() {
-    let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_0(&dir.0)).unwrap();
-    let frozen = match std::fs::read(data(V1_0)) {
+/// The frozen file `name`, or a failure that leaves `fresh` (the current writer's file) where
+/// a person can look at it: a test never writes into tests/data.
+fn frozen_or_keep(name: &str, fresh: &[u8]) -> Vec<u8> {
+    match std::fs::read(data(name)) {
         Ok(b) => b,
         Err(e) => {
-            // Keep the new file where a person can look at it (never overwrite the frozen one
-            // from a test).
             let keep =
-                std::env::temp_dir().join(format!("syncspy-segment-{}.bin", std::process::id()));
-            std::fs::write(&keep, &fresh).unwrap();
+                std::env::temp_dir().join(format!("syncspy-{}-{}", std::process::id(), name));
+            std::fs::write(&keep, fresh).unwrap();
             panic!(
-                "{}: {e}; the current writer's file is at {}",
-                V1_0,
+                "{name}: {e}; the current writer's file is at {}",
                 keep.display()
             );
         }
-    };
-    let (fresh, frozen) = (masked(fresh), masked(frozen));
+    }
+}
+
+/// Offsets at which the masked `fresh` and `frozen` differ.
+fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
+    let (fresh, frozen) = (masked(fresh.to_vec()), masked(frozen.to_vec()));
     assert_eq!(fresh.len(), frozen.len(), "segment size changed");
-    let differ: Vec<usize> = (0..fresh.len())
+    (0..fresh.len())
         .filter(|i| fresh[*i] != frozen[*i])
+        .collect()
+}
+
+#[test]
+fn the_current_writer_reproduces_the_v1_1_file_byte_for_byte() {
+    let dir = TempDir::new("rewrite");
+    let fresh = std::fs::read(write_v1_1(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_1, &fresh);
+    let differ = differing(&fresh, &frozen);
+    assert!(
+        differ.is_empty(),
+        "the writer changed {} bytes of the v1.1 layout, first at offset {:?}: fields may only \
+         be appended (docs/contracts.md)",
+        differ.len(),
+        &differ[..differ.len().min(8)]
+    );
+}
+
+#[test]
+fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
+    // A process without Python gets no Python tables and a zero Python header part: every
+    // byte of the v1.0 file but `abi_minor` and `header_size` is what the writer still writes.
+    let dir = TempDir::new("rewrite-1-0");
+    let fresh = std::fs::read(write_v1_0(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_0, &fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
+    let version_bytes: Vec<usize> = (minor..minor + 2).chain(size..size + 4).collect();
+    let differ: Vec<usize> = differing(&fresh, &frozen)
+        .into_iter()
+        .filter(|i| !version_bytes.contains(i))
         .collect();
     assert!(
         differ.is_empty(),
@@ -333,18 +671,28 @@ fn the_current_writer_reproduces_the_v1_0_file_byte_for_byte() {
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+    assert_eq!(&fresh[minor..minor + 2], &ABI_MINOR.to_ne_bytes());
+    assert_eq!(&frozen[minor..minor + 2], &0u16.to_ne_bytes());
+    assert_eq!(
+        get_u32(&fresh, size) as usize,
+        size_of::<Header>(),
+        "the writer's header_size"
+    );
+    let py = offset_of!(Header, python);
+    assert!(fresh[py..py + size_of::<PyHeader>()]
+        .iter()
+        .all(|b| *b == 0));
 }
 
-#[test]
-fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
-    let mut bytes = std::fs::read(data(V1_0)).unwrap();
+/// `bytes` edited into what a writer of minor 2 would write: 64 bytes of fields appended
+/// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
+/// before the ring (the reader must follow the offsets, the Python tables' included).
+fn as_minor_2(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
-    // A v1.1 writer that appended 64 bytes of fields after `live` and put 4 KiB more before
-    // the ring: the reader must ignore the first and follow the offsets for the second.
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &1u16.to_ne_bytes(),
+        &2u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -353,86 +701,175 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     );
     bytes[base..base + 64].fill(0xa5);
     let gap = 4096u64;
-    for at in [
+    let mut moved = vec![
         offset_of!(Ident, ring_offset),
         offset_of!(Ident, sites_offset),
         offset_of!(Ident, modules_offset),
         offset_of!(Ident, total_size),
-    ] {
+    ];
+    let py_sites = offset_of!(Header, python.ident.sites_offset);
+    let py_codes = offset_of!(Header, python.ident.codes_offset);
+    if get_u64(&bytes, py_sites) != 0 {
+        moved.extend([py_sites, py_codes]);
+    }
+    for at in moved {
         let v = get_u64(&bytes, at) + gap;
         put(&mut bytes, at, &v.to_ne_bytes());
     }
     bytes.splice(HEADER_RESERVED..HEADER_RESERVED, vec![0u8; gap as usize]);
+    bytes
+}
 
+#[test]
+fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
-    std::fs::write(&f, &bytes).unwrap();
-    let r = SegmentReader::open(&f).unwrap();
-    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 1));
-    assert_eq!(r.ident().header_size as usize, base + 64);
-    assert_eq!(r.ident().ring_offset, 8192 + gap);
-    assert_v1_0_contents(&r);
+    type AssertContents = fn(&SegmentReader);
+    let check: [(&str, AssertContents); 2] =
+        [(V1_0, assert_v1_0_contents), (V1_1, assert_v1_1_contents)];
+    for (name, assert_contents) in check {
+        let mut bytes = as_minor_2(std::fs::read(data(name)).unwrap());
+        std::fs::write(&f, &bytes).unwrap();
+        let r = SegmentReader::open(&f).unwrap();
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 2), "{name}");
+        assert_eq!(
+            r.ident().header_size as usize,
+            size_of::<Header>() + 64,
+            "{name}"
+        );
+        assert_eq!(r.ident().ring_offset, 8192 + 4096, "{name}");
+        // The v1.0 file's bytes after its header are zero: a minor-2 writer in a process
+        // without Python.
+        assert_contents(&r);
+        drop(r);
 
-    // The room for appended fields ends where the ring may start at the earliest.
-    put(
-        &mut bytes,
-        offset_of!(Ident, header_size),
-        &(HEADER_RESERVED as u32 + 1).to_ne_bytes(),
-    );
-    std::fs::write(&f, &bytes).unwrap();
-    assert!(matches!(
-        SegmentReader::open(&f),
-        Err(OpenError::Corrupt("header_size"))
-    ));
+        // The room for appended fields ends where the ring may start at the earliest.
+        put(
+            &mut bytes,
+            offset_of!(Ident, header_size),
+            &(HEADER_RESERVED as u32 + 1).to_ne_bytes(),
+        );
+        std::fs::write(&f, &bytes).unwrap();
+        assert!(
+            matches!(
+                SegmentReader::open(&f),
+                Err(OpenError::Corrupt("header_size"))
+            ),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn header_size_is_accepted_from_the_v1_0_size_up() {
+    let dir = TempDir::new("header-size");
+    let f = dir.0.join("syncspy-4242-777");
+    let frozen = std::fs::read(data(V1_0)).unwrap();
+    for (size, ok) in [
+        (0, false),
+        (size_of::<Ident>(), false),
+        (HEADER_SIZE_1_0 - 8, false),
+        (HEADER_SIZE_1_0, true),
+        (size_of::<Header>(), true),
+        (HEADER_RESERVED, true),
+    ] {
+        let mut bytes = frozen.clone();
+        put(
+            &mut bytes,
+            offset_of!(Ident, header_size),
+            &(size as u32).to_ne_bytes(),
+        );
+        std::fs::write(&f, &bytes).unwrap();
+        match SegmentReader::open(&f) {
+            Ok(r) => {
+                assert!(ok, "header_size {size} was accepted");
+                assert_v1_0_contents(&r);
+            }
+            Err(e) => {
+                assert!(!ok, "header_size {size}: {e}");
+                assert!(matches!(e, OpenError::Corrupt("header_size")), "{e:?}");
+            }
+        }
+    }
 }
 
 #[test]
 fn an_unknown_major_is_refused_with_a_clear_error() {
-    let frozen = std::fs::read(data(V1_0)).unwrap();
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for major in [0u16, 2, 0xffff] {
-        let mut bytes = frozen.clone();
-        put(
-            &mut bytes,
-            offset_of!(Ident, abi_major),
-            &major.to_ne_bytes(),
-        );
-        put(
-            &mut bytes,
-            offset_of!(Ident, abi_minor),
-            &4u16.to_ne_bytes(),
-        );
+    for name in [V1_0, V1_1] {
+        let frozen = std::fs::read(data(name)).unwrap();
+        for major in [0u16, 2, 0xffff] {
+            let mut bytes = frozen.clone();
+            put(
+                &mut bytes,
+                offset_of!(Ident, abi_major),
+                &major.to_ne_bytes(),
+            );
+            put(
+                &mut bytes,
+                offset_of!(Ident, abi_minor),
+                &4u16.to_ne_bytes(),
+            );
+            std::fs::write(&f, &bytes).unwrap();
+            let err = match SegmentReader::open(&f) {
+                Err(e) => e,
+                Ok(_) => panic!("{name}: major {major} was accepted"),
+            };
+            assert!(
+                matches!(err, OpenError::Version { major: m, minor: 4 } if m == major),
+                "{name}: {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!(
+                    "segment ABI {major}.4 is not supported by this reader (ABI 1.x)"
+                )),
+                "{msg}"
+            );
+            assert!(msg.contains("matches the preloaded libsyncspy.so"), "{msg}");
+        }
+        // Another magic is not a syncspy segment at all, whatever its version says.
+        let mut bytes = frozen;
+        put(&mut bytes, 0, b"SYNCSPX\0");
         std::fs::write(&f, &bytes).unwrap();
-        let err = match SegmentReader::open(&f) {
-            Err(e) => e,
-            Ok(_) => panic!("major {major} was accepted"),
-        };
-        assert!(
-            matches!(err, OpenError::Version { major: m, minor: 4 } if m == major),
-            "{err:?}"
-        );
-        let msg = err.to_string();
-        assert!(
-            msg.contains(&format!(
-                "segment ABI {major}.4 is not supported by this reader (ABI 1.x)"
-            )),
-            "{msg}"
-        );
-        assert!(msg.contains("matches the preloaded libsyncspy.so"), "{msg}");
+        assert!(matches!(SegmentReader::open(&f), Err(OpenError::Foreign)));
     }
-    // Another magic is not a syncspy segment at all, whatever its version says.
-    let mut bytes = frozen;
-    put(&mut bytes, 0, b"SYNCSPX\0");
-    std::fs::write(&f, &bytes).unwrap();
-    assert!(matches!(SegmentReader::open(&f), Err(OpenError::Foreign)));
 }
 
 #[test]
-fn this_build_writes_abi_1_0() {
-    // The frozen file is the reference for ABI 1.0; a minor bump adds a file next to it.
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 0));
+fn this_build_writes_abi_1_1_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 1));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
+    assert_eq!(HEADER_SIZE_1_0, 5840);
+    assert_eq!(size_of::<Header>(), 5928);
+    // What a fresh segment says of itself, with and without Python tables.
+    let dir = TempDir::new("version");
+    for code_capacity in [0, 16] {
+        let mut p = SegmentParams::new(1, code_capacity.into());
+        p.ring_capacity = 16;
+        p.python_code_capacity = code_capacity;
+        let w = SegmentWriter::create(&dir.0, &p).unwrap();
+        let r = SegmentReader::open(w.path()).unwrap();
+        assert_eq!(
+            (r.ident().abi_major, r.ident().abi_minor),
+            (ABI_MAJOR, ABI_MINOR)
+        );
+        assert_eq!(r.ident().header_size as usize, size_of::<Header>());
+    }
+    // A minor bump adds a frozen file: the newest one is this build's version.
+    let mut files: Vec<(u16, u16)> = std::fs::read_dir(data(""))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            let v = name.strip_prefix("segment-v")?.strip_suffix(".bin")?;
+            let (major, minor) = v.split_once('.')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .collect();
+    files.sort();
+    assert_eq!(files, [(1, 0), (1, 1)]);
+    assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
 /// The size of the field `f` selects, without a value of `O`.
@@ -463,12 +900,22 @@ fn layout() -> Vec<(String, usize, usize)> {
         live.sites_used, live.sites_dropped, live.modules_used, live.modules_dropped,
         live.overhead_ns, live.stack_captures, live.stack_ns, live.stack_cache_hits,
         live.kinds, live.apis, live.calls,
+        python.ident.sites_offset, python.ident.codes_offset, python.ident.site_capacity,
+        python.ident.site_entry_size, python.ident.code_capacity, python.ident.code_entry_size,
+        python.ident.max_frames, python.ident._reserved,
+        python.live.status, python.live.version, python.live.stacks, python.live.truncated,
+        python.live.rejected, python.live.finalizing, python.live.codes_dropped,
+        python.live.codes_used,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
     v.extend(fields!(SiteEntry, "site.": hash, state, nframes, frames));
     v.extend(fields!(ModuleEntry, "module.":
         state, path_len, build_id_len, _pad, bias, start, end, build_id, path, _reserved,
+    ));
+    v.extend(fields!(PySiteEntry, "py_site.": state, nframes, flags, _reserved, frames));
+    v.extend(fields!(PyCodeEntry, "py_code.":
+        key, state, file_len, name_len, first_line, _reserved, file, name,
     ));
     v
 }
@@ -527,10 +974,16 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<Ident>(), 1144);
     assert_eq!(offset_of!(Header, live), 1144);
     assert_eq!(size_of::<Live>(), 4696);
-    assert_eq!(size_of::<Header>(), 5840);
+    assert_eq!(offset_of!(Header, python), 5840);
+    assert_eq!(size_of::<PyIdent>(), 40);
+    assert_eq!(size_of::<PyLive>(), 48);
+    assert_eq!(size_of::<PyHeader>(), 88);
+    assert_eq!(size_of::<Header>(), 5928);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);
+    assert_eq!(size_of::<PySiteEntry>(), 272);
+    assert_eq!(size_of::<PyCodeEntry>(), 512);
 }
 
 #[test]
