@@ -29,7 +29,7 @@ pack() {
 }
 # Criterion benchmark binaries (hook fast path, ring write).
 [ "${SKIP_BENCH:-0}" = 1 ] && { pack; exit 0; }
-for b in hooks ring; do
+for b in hooks ring python; do
   exe=$(cargo bench --no-run --bench "$b" --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:

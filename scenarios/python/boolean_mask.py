@@ -17,7 +17,7 @@ for step in range(args.iters):
     y = work()
     mask = y > 0
     spans.end()
-    sizes.append(y[mask].numel())
+    sizes.append(y[mask].numel())  # syncspy-site
 loop_ms = clock.ms()
 torch.cuda.synchronize()
 h.emit("torch-boolean-mask", args, {"mask_index": args.iters}, {"work": spans.total_ms()},

@@ -15,7 +15,7 @@ for step in range(args.iters):
     spans.begin()
     y = work()[:256, :256]
     spans.end()
-    total += float(y.cpu().sum())  # the sum runs on the CPU tensor
+    total += float(y.cpu().sum())  # syncspy-site; the sum runs on the CPU tensor
 loop_ms = clock.ms()
 torch.cuda.synchronize()
 h.emit("torch-cpu-copy", args, {"cpu": args.iters}, {"work": spans.total_ms()},

@@ -15,7 +15,7 @@ clock = h.Clock()
 for step in range(args.iters):
     spans.begin()
     work()
-    x = batch.to("cuda")
+    x = batch.to("cuda")  # syncspy-site
     spans.end()
 loop_ms = clock.ms()
 torch.cuda.synchronize()

@@ -15,7 +15,7 @@ for step in range(args.iters):
     spans.begin()
     loss = work().sum()
     spans.end()
-    losses.append(loss.item())
+    losses.append(loss.item())  # syncspy-site
 loop_ms = clock.ms()
 torch.cuda.synchronize()
 h.emit("torch-item-in-loop", args, {"item": args.iters}, {"work": spans.total_ms()},

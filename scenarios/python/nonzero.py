@@ -15,7 +15,7 @@ for step in range(args.iters):
     spans.begin()
     positive = work() > 0
     spans.end()
-    counts.append(torch.nonzero(positive).shape[0])
+    counts.append(torch.nonzero(positive).shape[0])  # syncspy-site
 loop_ms = clock.ms()
 torch.cuda.synchronize()
 h.emit("torch-nonzero", args, {"nonzero": args.iters}, {"work": spans.total_ms()},

@@ -15,7 +15,7 @@ for step in range(args.iters):
     y = work()
     t = y[:2, :2] * 1e6
     spans.end()
-    print(t)
+    print(t)  # syncspy-site
 loop_ms = clock.ms()
 torch.cuda.synchronize()
 h.emit("torch-print-tensor", args, {"print": args.iters}, {"work": spans.total_ms()},

@@ -13,7 +13,7 @@ for step in range(args.iters):
     spans.begin()
     work()
     spans.end()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # syncspy-site
 loop_ms = clock.ms()
 h.emit("torch-synchronize", args, {"synchronize": args.iters}, {"work": spans.total_ms()},
        {"loop": loop_ms})
