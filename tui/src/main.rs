@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -66,8 +67,24 @@ struct Args {
     size: Option<(u16, u16)>,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the monitor with one line and exit 2; a backtrace only when asked for with
+/// `SYNCSPY_DEBUG=1` (not through `RUST_BACKTRACE`, which many developers set for everything).
+fn main() -> ExitCode {
     let args = Args::parse();
+    match monitor(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if std::env::var_os("SYNCSPY_DEBUG").is_some_and(|v| !v.is_empty() && v != "0") {
+                eprintln!("syncspy-top: {e:?}");
+            } else {
+                eprintln!("syncspy-top: {e:#}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn monitor(args: Args) -> anyhow::Result<()> {
     let source: Box<dyn Source> = match &args.agent {
         Some(url) => Box::new(
             syncspy_tui::agent::AgentSource::new(url, args.pid, args.window)
