@@ -190,6 +190,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         for f in frames {
             let _ = writeln!(out, "        at {f}");
         }
+        if let Some(a) = &s.advice {
+            let _ = writeln!(out, "        advice: {a}");
+        }
     }
     if p.sites.len() > TOP_SITES {
         let _ = writeln!(

@@ -52,7 +52,7 @@ fn two_reports(d: &TempDir) -> (String, String) {
 #[test]
 fn one_report_prints_as_text_markdown_and_json() {
     let d = TempDir::new("report-one");
-    let (a, _) = two_reports(&d);
+    let (a, b) = two_reports(&d);
     let saved: Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
 
     let o = report(&[&a]);
@@ -72,6 +72,30 @@ fn one_report_prints_as_text_markdown_and_json() {
     assert_eq!(o.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v, saved);
+
+    // The pageable copies of the second run carry the pinned-memory advice, in the report
+    // and under the site in the summary; the stream syncs of a native program carry none.
+    let after: Value = serde_json::from_slice(&std::fs::read(&b).unwrap()).unwrap();
+    let sites = after["processes"][0]["sites"].as_array().unwrap();
+    let pageable = sites
+        .iter()
+        .find(|s| s["kind"] == "memcpy_pageable")
+        .unwrap();
+    assert!(
+        pageable["advice"]
+            .as_str()
+            .unwrap()
+            .contains("pinned memory"),
+        "{pageable}"
+    );
+    let sync = sites.iter().find(|s| s["kind"] == "stream_sync").unwrap();
+    assert!(sync["advice"].is_null(), "{sync}");
+    let o = report(&[&b]);
+    assert!(
+        text(&o.stdout).contains("advice: the host buffer is pageable"),
+        "{}",
+        text(&o.stdout)
+    );
 
     let o = report(&["--format", "yaml", &a]);
     assert_eq!(o.status.code(), Some(2));

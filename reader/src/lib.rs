@@ -12,6 +12,7 @@
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
 
+pub mod advice;
 pub mod aggregate;
 pub mod follow;
 pub mod python;

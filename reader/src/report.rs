@@ -107,6 +107,9 @@ pub struct Site {
     /// the id of the largest of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python: Vec<PyFrame>,
+    /// What to do about it, when the pattern is certain (see `advice.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
 }
 
 /// GPU-side figures. GPU idle gaps are not measured yet: `measured` says whether any
@@ -405,6 +408,9 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 None => location_of(&frames),
             };
             let d = &acc.dist;
+            let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
+            let advice = crate::advice::advice(acc.kind.name(), acc.api.name(), d.count(), &texts)
+                .map(str::to_string);
             Site {
                 kind: acc.kind.name().to_string(),
                 api: acc.api.name().to_string(),
@@ -415,13 +421,14 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                     .iter()
                     .map(|fr| fr.module.clone().unwrap_or_default())
                     .collect(),
-                frames: frames.into_iter().map(|fr| fr.text).collect(),
+                frames: texts,
                 bytes: d.bytes(),
                 p50_ns: d.quantile(0.5),
                 max_ns: d.max_ns(),
                 site_id: acc.site_id,
                 location,
                 python: acc.python,
+                advice,
             }
         })
         .collect();

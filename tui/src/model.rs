@@ -145,6 +145,11 @@ pub struct SiteRow {
 }
 
 impl SiteRow {
+    /// What to do about this site, when its frames name a pattern with certainty.
+    pub fn advice(&self) -> Option<&'static str> {
+        syncspy_read::advice::advice(self.kind.name(), &self.api, self.count, &self.frames)
+    }
+
     /// What identifies a site across refreshes (its rank and numbers change).
     pub fn key(&self) -> (u32, Kind, &str) {
         (self.site_id, self.kind, &self.api)

@@ -467,7 +467,7 @@ impl App {
         let inner = self.block(Line::default(), None).inner(popup);
         let width = usize::from(inner.width);
         let avail = usize::from(inner.height);
-        let header = wrap_spans(
+        let mut header = wrap_spans(
             &[
                 Span::styled(format!("{} {}", s.kind.name(), s.api), bold()),
                 Span::raw(format!(
@@ -481,6 +481,13 @@ impl App {
             width,
             0,
         );
+        if let Some(a) = s.advice() {
+            header.extend(wrap_spans(
+                &[Span::styled("advice: ", bold()), Span::raw(a)],
+                width,
+                8,
+            ));
+        }
         // The frames keep at least one row; the blank line under the header goes first.
         let header_h = header.len().min(avail.saturating_sub(1));
         let gap = usize::from(avail >= header_h + 3);

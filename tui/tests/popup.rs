@@ -405,3 +405,19 @@ fn the_open_stack_stays_with_its_site_when_the_ranking_changes() {
     app.update(Action::Data(Box::new(gone)));
     assert_eq!(app.stack_scroll(), None);
 }
+
+#[test]
+fn the_stack_of_a_recognized_pattern_says_what_to_do() {
+    let item = vec![
+        "/u/train.py:47 in <module>".to_string(),
+        "at::native::_local_scalar_dense_cuda(at::Tensor const&) (libtorch_cuda.so)".to_string(),
+    ];
+    let app = open(item);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("advice: `.item()`"), "{s}");
+    assert!(s.contains("#0  /u/train.py:47 in <module>"), "{s}");
+    // A native stack that names no pattern gets no advice.
+    let app = open(frames(3));
+    let s = screen(&app, 100, 30);
+    assert!(!s.contains("advice:"), "{s}");
+}
