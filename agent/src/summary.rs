@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use syncspy_abi::Kind;
 
 use syncspy_read::report::{ProcessReport, Report, Site};
-use syncspy_read::symbolize::is_runtime_module;
+use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
 /// Call sites listed per process.
 pub const TOP_SITES: usize = 5;
@@ -172,7 +172,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     if !p.sites.is_empty() {
         let _ = writeln!(out, "  top call sites:");
     }
-    for (i, s) in p.sites.iter().take(TOP_SITES).enumerate() {
+    let top = &p.sites[..p.sites.len().min(TOP_SITES)];
+    let shown = shown_frames(top);
+    for (i, (s, frames)) in top.iter().zip(shown).enumerate() {
         let _ = writeln!(
             out,
             "  {:>2}. {} {}  x{}  total {}  p99 {}",
@@ -183,7 +185,6 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             fmt_ns(s.total_ns),
             fmt_ns(s.p99_ns)
         );
-        let frames = user_frames(s);
         if frames.is_empty() {
             let _ = writeln!(out, "        (no stack captured)");
         }
@@ -267,19 +268,62 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     }
 }
 
-/// Up to `SITE_FRAMES` frames outside the CUDA runtime and syncspy; all frames when the
-/// report does not say which module each is in.
+/// Up to `SITE_FRAMES` of the site's frames that are the user's code
+/// (`syncspy_read::symbolize::is_users_frame`); when none is, the frames outside the CUDA
+/// runtime and syncspy.
 pub fn user_frames(s: &Site) -> Vec<&str> {
-    s.frames
-        .iter()
+    let mut v = all_user_frames(s);
+    v.truncate(SITE_FRAMES);
+    v
+}
+
+/// Every frame of the site that is the user's code (see [`user_frames`]).
+pub fn all_user_frames(s: &Site) -> Vec<&str> {
+    let module = |i: usize| {
+        s.frame_modules
+            .get(i)
+            .map(String::as_str)
+            .filter(|m| !m.is_empty())
+    };
+    let pick = |users: bool| -> Vec<&str> {
+        s.frames
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                if users {
+                    is_users_frame(f, module(*i))
+                } else {
+                    !module(*i).is_some_and(is_runtime_module)
+                }
+            })
+            .map(|(_, f)| f.as_str())
+            .collect()
+    };
+    let v = pick(true);
+    if v.is_empty() {
+        pick(false)
+    } else {
+        v
+    }
+}
+
+/// The frames to show for each of `sites`: `user_frames`, lengthened where two sites would
+/// otherwise print the same, up to the first frame that tells them apart.
+pub fn shown_frames(sites: &[Site]) -> Vec<Vec<&str>> {
+    let all: Vec<Vec<&str>> = sites.iter().map(all_user_frames).collect();
+    all.iter()
         .enumerate()
-        .filter(|(i, _)| {
-            !s.frame_modules
-                .get(*i)
-                .is_some_and(|m| is_runtime_module(m))
+        .map(|(i, f)| {
+            let mut k = SITE_FRAMES.min(f.len());
+            while k < f.len()
+                && all.iter().enumerate().any(|(j, g)| {
+                    j != i && sites[j].kind == sites[i].kind && g.len() >= k && g[..k] == f[..k]
+                })
+            {
+                k += 1;
+            }
+            f[..k].to_vec()
         })
-        .map(|(_, f)| f.as_str())
-        .take(SITE_FRAMES)
         .collect()
 }
 

@@ -12,7 +12,7 @@ use syncspy_abi::{Api, Kind};
 use crate::aggregate::{Dist, Lifecycle, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
 use crate::python::{self, PyFrame, PythonReport};
-use crate::symbolize::{is_runtime_module, Frame, Symbolizer};
+use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
 use syncspy_abi::modules::Module;
 
 /// `syncspy_report` of the reports this code writes and reads.
@@ -249,11 +249,18 @@ pub fn site_location<S>(
     location_of(&site_frames(f, site, modules, sym))
 }
 
-/// The innermost frame outside the CUDA runtime and syncspy: where the program called.
+/// Where the program called: the innermost of the user's frames (`is_users_frame`), else the
+/// innermost frame outside the CUDA runtime and syncspy.
 pub fn location_of(frames: &[Frame]) -> Option<String> {
     frames
         .iter()
-        .find(|fr| !fr.module.as_deref().is_some_and(is_runtime_module))
+        .find(|fr| is_users_frame(&fr.text, fr.module.as_deref()))
+        .or_else(|| {
+            // Only system frames: the innermost outside the runtime, as before.
+            frames
+                .iter()
+                .find(|fr| !fr.module.as_deref().is_some_and(is_runtime_module))
+        })
         .map(|fr| fr.text.clone())
 }
 

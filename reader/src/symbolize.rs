@@ -31,6 +31,79 @@ pub fn is_runtime_module(file_name: &str) -> bool {
         .any(|p| file_name.starts_with(p))
 }
 
+/// Modules that are never the user's code: the C and C++ runtimes, the loader, the CUDA driver
+/// and NVIDIA's libraries, the Python interpreter (the user's Python lines come from the
+/// interpreter's own frames instead).
+const SYSTEM_MODULES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "libm.so",
+    "libstdc++",
+    "libgcc_s",
+    "ld-linux",
+    "libpthread",
+    "libdl.so",
+    "libcuda.so",
+    "libcublas",
+    "libcudnn",
+    "libnccl",
+    "libcusparse",
+    "libcufft",
+    "libcurand",
+    "libpython",
+];
+
+/// Symbols that are never the user's code: Rust's standard library, cudarc, the C start-up,
+/// and the scenario harness that ships with syncspy (its `timed`/`classified` wrappers).
+const SYSTEM_SYMBOLS: &[&str] = &[
+    "std::",
+    "<std::",
+    "core::",
+    "<core::",
+    "alloc::",
+    "<alloc::",
+    "cudarc::",
+    "<cudarc::",
+    "__libc_start",
+    "_start",
+    "syncspy_scenarios::truth::",
+    "syncspy_scenarios::scenario::calls::",
+];
+
+/// Source folders that are never the user's: the Rust toolchain's (`/rustc/<hash>/library/...`
+/// in line tables) and crates from the registry.
+const SYSTEM_FILES: &[&str] = &["(/rustc/", "/.cargo/registry/"];
+
+/// Patterns from `SYNCSPY_HIDE_FRAMES` (comma-separated substrings of a frame's text), read
+/// once.
+fn hidden_patterns() -> &'static [String] {
+    static P: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        std::env::var("SYNCSPY_HIDE_FRAMES")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// Whether a frame is the user's code, the kind of frame a call site is named by: not in the
+/// CUDA runtime or syncspy, not in a system or NVIDIA library, not Rust's standard library,
+/// cudarc or syncspy's scenario harness, and matching none of `SYNCSPY_HIDE_FRAMES`.
+/// `module` is the file name of the frame's object (`None` for a Python frame or unknown).
+pub fn is_users_frame(text: &str, module: Option<&str>) -> bool {
+    if let Some(m) = module {
+        if is_runtime_module(m) || SYSTEM_MODULES.iter().any(|p| m.starts_with(p)) {
+            return false;
+        }
+    }
+    !SYSTEM_SYMBOLS.iter().any(|p| text.starts_with(p))
+        && !SYSTEM_FILES.iter().any(|p| text.contains(p))
+        && !hidden_patterns().iter().any(|p| text.contains(p.as_str()))
+}
+
 fn file_name(path: &str) -> &str {
     path.rsplit('/')
         .next()
@@ -300,5 +373,39 @@ pub(crate) mod tests {
         assert!(is_runtime_module("libcudart.so.13"));
         assert!(is_runtime_module("libsyncspy.so"));
         assert!(!is_runtime_module("libtorch_cuda.so"));
+    }
+}
+
+#[cfg(test)]
+mod user_frame_tests {
+    use super::is_users_frame;
+
+    #[test]
+    fn system_runtime_and_harness_frames_are_not_the_users() {
+        for (text, module) in [
+            ("cudaStreamSynchronize", Some("libcudart.so.13")),
+            ("__libc_start_call_main", Some("libc.so.6")),
+            ("std::rt::lang_start_internal (/rustc/abc/library/std/src/rt.rs:175)", Some("scn")),
+            ("<&dyn core::ops::function::Fn<()> as core::ops::function::FnOnce<()>>::call_once (/rustc/abc/library/core/src/ops/function.rs:287)", Some("scn")),
+            ("cudarc::runtime::result::stream::synchronize (/root/.cargo/registry/src/x/cudarc/src/runtime/result.rs:9)", Some("scn")),
+            ("syncspy_scenarios::truth::Truth::timed (/w/scenarios/src/truth.rs:69)", Some("scn")),
+            ("_PyEval_EvalFrameDefault", Some("libpython3.12.so.1.0")),
+        ] {
+            assert!(!is_users_frame(text, module), "{text}");
+        }
+        for (text, module) in [
+            (
+                "syncspy_scenarios::sync_gemm::run (/w/scenarios/src/sync_gemm.rs:61)",
+                Some("scn"),
+            ),
+            ("run_op (train.cc:42)", Some("train")),
+            (
+                "at::native::_local_scalar_dense_cuda(at::Tensor const&) (libtorch_cuda.so)",
+                Some("libtorch_cuda.so"),
+            ),
+            ("/u/train.py:47 in <module>", None),
+        ] {
+            assert!(is_users_frame(text, module), "{text}");
+        }
     }
 }
