@@ -32,6 +32,8 @@ Budget file (TOML; unknown keys are errors):
   site = \"train.py:142\"           optional: only events at sites matching a pattern
   allow_sites = [\"loss.item\"]     optional: events at matching sites are exempt
   process = \"train.py\"            optional: only processes whose command line contains it
+  require_match = true            optional: a site or process pattern that matches nothing
+                                  fails the rule (without it, it is only reported)
   limits, at least one (the events the rule selects, in each process):
   forbid = true                   no event at all (same as max_count = 0)
   max_count, max_total_ms, max_bytes
@@ -40,7 +42,8 @@ Budget file (TOML; unknown keys are errors):
                                   that marks none counts as one iteration
   max_stall_share = 0.05          stall time / the process's wall time
   max_gpu_idle_share = 0.2        not measured yet: reported as skipped, exit code unchanged
-  A site pattern is a substring of a site's symbolized frames (\"symbol (file:line)\").
+  A site pattern is a substring of a site's symbolized frames (\"symbol (file:line)\"),
+  or a Python frame as FILE:FUNCTION or FILE:LINE (\"train.py:train_step\", \"train.py:142\").
   Rules hold per process: each violation names the pid and command and its call sites.
   Site rules count the records received: if records were lost (lost_records) or stacks
   are missing, a rule the unattributed events could push either way is not evaluated

@@ -104,6 +104,13 @@ pub fn render(b: &BudgetReport) -> String {
             r#"    <testcase classname="syncspy.budget" name="{name}" time="0""#
         );
         let (tag, kind) = match r.status {
+            // A pass with something to say (a pattern that matched nothing) keeps its notes.
+            CheckStatus::Pass if !r.notes.is_empty() => {
+                let _ = writeln!(x, ">");
+                let _ = writeln!(x, "      <system-out>{}</system-out>", escape(&details(r)));
+                let _ = writeln!(x, "    </testcase>");
+                continue;
+            }
             CheckStatus::Pass => {
                 let _ = writeln!(x, "/>");
                 continue;

@@ -278,9 +278,41 @@ fn iteration_count(p: &ProcessReport, it: &Iterations) -> Span {
     select(p, &it.kinds, &it.sites, &[]).count
 }
 
+/// The rule's site patterns (of `site`, then `allow_sites`) that match no call site of the
+/// process, whatever its kind: most likely a typo, which would silently turn a gate off.
+/// None when some site has no stack (a pattern might match what was not captured).
+fn unmatched_patterns<'a>(rule: &'a Rule, p: &ProcessReport) -> Vec<&'a str> {
+    if p.sites.iter().any(|s| s.frames.is_empty()) && p.sites.iter().any(|s| s.count > 0) {
+        return Vec::new();
+    }
+    rule.sites
+        .iter()
+        .chain(&rule.allow_sites)
+        .filter(|pat| {
+            !p.sites
+                .iter()
+                .any(|s| any_frame_contains(s, std::slice::from_ref(*pat)))
+        })
+        .map(String::as_str)
+        .collect()
+}
+
 fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport) -> RuleResult {
     let sel = select(p, &rule.kinds, &rule.sites, &rule.allow_sites);
     let mut notes = Vec::new();
+    let unmatched = unmatched_patterns(rule, p);
+    if !unmatched.is_empty() {
+        let list: Vec<String> = unmatched.iter().map(|u| format!("`{u}`")).collect();
+        notes.push(format!(
+            "matched nothing: no call site of this process contains {}; check the pattern{}",
+            list.join(", "),
+            if rule.require_match {
+                " (require_match: the rule fails)"
+            } else {
+                " (require_match = true makes this a failure)"
+            }
+        ));
+    }
     let gpu_only = !rule.kinds.is_empty() && rule.kinds.iter().all(|k| *k == Kind::GpuIdle);
     if !p.gpu.measured && rule.kinds.contains(&Kind::GpuIdle) && !gpu_only {
         notes.push("gpu_idle events are not recorded yet: counted as none".to_string());
@@ -327,11 +359,14 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
         };
         limits.push(r);
     }
-    let status = limits
+    let mut status = limits
         .iter()
         .map(|l| l.status)
         .max()
         .unwrap_or(CheckStatus::Pass);
+    if rule.require_match && !unmatched.is_empty() {
+        status = CheckStatus::Fail;
+    }
     if limits
         .iter()
         .any(|l| l.status == CheckStatus::NotEvaluated && l.value_max.is_some())
@@ -418,18 +453,29 @@ pub fn evaluate(budget: &Budget, report: &Report) -> BudgetReport {
             })
             .collect();
         if procs.is_empty() {
-            let why = match (&rule.process, report.processes.is_empty()) {
-                (Some(pat), false) => {
-                    format!("no process's command line contains `{pat}` (process = \"{pat}\")")
-                }
-                _ => "no instrumented process reported".to_string(),
+            let (why, status) = match (&rule.process, report.processes.is_empty()) {
+                (Some(pat), false) => (
+                    format!(
+                        "matched nothing: no process's command line contains `{pat}` \
+                         (process = \"{pat}\"); check the pattern"
+                    ),
+                    if rule.require_match {
+                        CheckStatus::Fail
+                    } else {
+                        CheckStatus::NotEvaluated
+                    },
+                ),
+                _ => (
+                    "no instrumented process reported".to_string(),
+                    CheckStatus::NotEvaluated,
+                ),
             };
             results.push(RuleResult {
                 rule: rule.name.clone(),
                 line: rule.line,
                 pid: None,
                 cmdline: String::new(),
-                status: CheckStatus::NotEvaluated,
+                status,
                 limits: Vec::new(),
                 iterations: None,
                 sites: Vec::new(),
@@ -643,6 +689,65 @@ forbid = true
             &r,
         );
         assert_eq!(count(&b), 0.0);
+    }
+
+    #[test]
+    fn a_pattern_that_matches_nothing_is_reported_and_can_fail() {
+        let r = report(vec![train_process()]);
+        let b = run(
+            r#"
+[[rule]]
+name = "typo"
+kind = "stream_sync"
+site = "loss_itme"
+max_count = 0
+[[rule]]
+name = "typo required"
+kind = "stream_sync"
+site = ["loss_item", "loss_itme"]
+allow_sites = "nowhere"
+require_match = true
+max_count = 100
+[[rule]]
+name = "no such process"
+process = "eval.py"
+require_match = true
+max_count = 100
+[[rule]]
+name = "fine"
+kind = "stream_sync"
+site = "loss_item"
+require_match = true
+max_count = 100
+"#,
+            &r,
+        );
+        let by = |n: &str| b.results.iter().find(|x| x.rule == n).unwrap();
+        // Counted as nothing (a pass), but said.
+        let x = by("typo");
+        assert_eq!(x.status, CheckStatus::Pass);
+        assert!(x.notes[0].starts_with("matched nothing"), "{:?}", x.notes);
+        assert!(x.notes[0].contains("`loss_itme`"), "{:?}", x.notes);
+        // With require_match: a failure naming both patterns that matched nothing.
+        let x = by("typo required");
+        assert_eq!(x.status, CheckStatus::Fail);
+        assert!(
+            x.notes[0].contains("`loss_itme`, `nowhere`"),
+            "{:?}",
+            x.notes
+        );
+        assert!(!x.notes[0].contains("`loss_item`"), "{:?}", x.notes);
+        assert_eq!(by("no such process").status, CheckStatus::Fail);
+        let x = by("fine");
+        assert_eq!(x.status, CheckStatus::Pass);
+        assert!(x.notes.is_empty(), "{:?}", x.notes);
+        assert_eq!(b.outcome, Outcome::OverBudget);
+        // JUnit keeps the note of the passing rule.
+        let xml = crate::junit::render(&b);
+        assert!(
+            xml.contains("matched nothing: no call site of this process contains `loss_itme`"),
+            "{xml}"
+        );
     }
 
     #[test]

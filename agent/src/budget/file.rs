@@ -12,6 +12,7 @@
 //! site = "train.py:142"                   # optional: only events at matching sites
 //! allow_sites = ["loss.item"]             # optional: events at these sites are exempt
 //! process = "train.py"                    # optional: only processes whose command matches
+//! require_match = true                    # optional: a pattern that matches nothing fails
 //! max_count = 0                           # limits (at least one): see `Measure`
 //! ```
 //! Site patterns are substrings of a site's symbolized frames (`symbol (file:line)`); a
@@ -57,6 +58,9 @@ pub struct Rule {
     /// Only processes whose command line contains this.
     pub process: Option<String>,
     pub limits: Vec<Limit>,
+    /// A `site`, `allow_sites` or `process` pattern that matches nothing fails the rule
+    /// (`require_match = true`) instead of only being reported.
+    pub require_match: bool,
 }
 
 impl Rule {
@@ -274,6 +278,7 @@ struct RawRule {
     site: Option<OneOrMany<Pattern>>,
     allow_sites: Option<OneOrMany<Pattern>>,
     process: Option<Spanned<String>>,
+    require_match: Option<bool>,
     forbid: Option<Spanned<bool>>,
     max_count: Option<Spanned<u64>>,
     max_total_ms: Option<Spanned<NonNeg>>,
@@ -464,6 +469,7 @@ pub fn parse(source: &str, text: &str) -> Result<Budget, BudgetError> {
             allow_sites: patterns(r.allow_sites),
             process: r.process.map(|p| p.into_inner()),
             limits,
+            require_match: r.require_match.unwrap_or(false),
         });
     }
     Ok(Budget {
