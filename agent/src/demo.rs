@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::run::{self, RunOptions, EXIT_SETUP};
-use crate::summary::{self, fmt_ns};
+use crate::summary;
 use syncspy_read::report::Report;
 
 /// The scenario manifest, as built into syncspy.
@@ -59,6 +59,8 @@ pub struct Measured {
     /// Their host time.
     pub stall_ns: u64,
     pub exit_code: i32,
+    /// The GPU's busy share over the run, when syncspy measured it.
+    pub gpu_busy: Option<f64>,
 }
 
 impl Measured {
@@ -90,6 +92,12 @@ impl Measured {
             stalls,
             stall_ns,
             exit_code: r.exit_code,
+            // The busiest device of the busiest process: the scenarios use one of each.
+            gpu_busy: r
+                .processes
+                .iter()
+                .filter_map(|p| p.gpu.busy_fraction)
+                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b)))),
         }
     }
 
@@ -100,25 +108,19 @@ impl Measured {
             .map(|i| self.stalls as f64 / i as f64)
     }
 
-    /// Stall time as a share of the loop time, 0.. (may pass 1: see the table's note).
-    pub fn share(&self) -> Option<f64> {
-        self.loop_ns
-            .filter(|&l| l > 0)
-            .map(|l| self.stall_ns as f64 / l as f64)
-    }
-}
-
-fn fmt_share(m: Option<&Measured>) -> String {
-    match m.and_then(Measured::share) {
-        Some(s) if s > 1.0 => ">100%".into(),
-        Some(s) => format!("{:.1}%", s * 100.0),
-        None => "-".into(),
+    /// Steps of the timed loop per second of its host time (None without both).
+    pub fn steps_per_s(&self) -> Option<f64> {
+        match (self.iters, self.loop_ns) {
+            (Some(i), Some(l)) if l > 0 => Some(i as f64 / (l as f64 / 1e9)),
+            _ => None,
+        }
     }
 }
 
 /// The final table: per pair a title line, then the stalling and the healthy run with the
-/// timed loop's host time, stalls per step, their time and share of the loop, the healthy
-/// row with the speed-up.
+/// timed loop's steps per second, waits per step and the GPU's busy share, the healthy row
+/// with the speed-up. No stall share: a healthy loop's one final wait covers the whole queue,
+/// so its share of the loop says nothing about the pattern.
 pub fn render_table(
     pairs: &[Pair<'_>],
     measured: &[(Option<Measured>, Option<Measured>)],
@@ -128,10 +130,21 @@ pub fn render_table(
         out,
         "syncspy demo: the same work, the stalling way and the healthy way"
     );
+    let row = |run: &str, way: &str, steps: &str, waits: &str, gpu: &str, sp: &str| {
+        let line = format!("  {run:<24} {way:<9} {steps:>9} {waits:>11} {gpu:>9} {sp:>9}");
+        line.trim_end().to_string()
+    };
     let _ = writeln!(
         out,
-        "  {:<24} {:<9} {:>11} {:>11} {:>11} {:>10} {:>9}",
-        "run", "way", "loop time", "stalls/step", "stall time", "% of loop", "speed-up"
+        "{}",
+        row(
+            "run",
+            "way",
+            "steps/s",
+            "waits/step",
+            "GPU busy",
+            "speed-up"
+        )
     );
     for (p, (s, h)) in pairs.iter().zip(measured) {
         let _ = writeln!(out, "{}", p.title);
@@ -143,42 +156,33 @@ pub fn render_table(
             (p.stalling, s, "stalling", String::new()),
             (p.healthy, h, "healthy", speedup),
         ] {
-            let (time, per_step, stall) = match m {
+            let (steps, waits, gpu) = match m {
                 Some(m) => (
-                    m.loop_ns.map_or_else(|| "-".into(), fmt_ns),
+                    m.steps_per_s()
+                        .map_or_else(|| "-".into(), |x| format!("{x:.0}")),
                     m.per_step()
                         .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
-                    fmt_ns(m.stall_ns),
+                    m.gpu_busy
+                        .map_or_else(|| "n/m".into(), |b| format!("{:.0}%", b * 100.0)),
                 ),
                 None => ("not run".into(), "-".into(), "-".into()),
             };
-            let line = format!(
-                "  {:<24} {:<9} {:>11} {:>11} {:>11} {:>10} {:>9}",
-                run.id,
-                way,
-                time,
-                per_step,
-                stall,
-                fmt_share(m.as_ref()),
-                sp
-            );
-            let _ = writeln!(out, "{}", line.trim_end());
+            let _ = writeln!(out, "{}", row(&run.id, way, &steps, &waits, &gpu, &sp));
         }
     }
     let _ = writeln!(
         out,
-        "loop time: the scenario's own host time of its timed loop (CUDA start-up, set-up and \
-         teardown left out)"
+        "steps/s: steps of the scenario's timed loop per second of its own host time (CUDA \
+         start-up, set-up and teardown left out)"
     );
     let _ = writeln!(
         out,
-        "stalls: syncspy's stalling calls, {SETUP_KIND} (set-up/teardown allocations) left \
-         out; they may include a warm-up wait"
+        "waits/step: syncspy's stalling calls per step ({SETUP_KIND}, set-up and teardown \
+         allocations, left out); the healthy way waits once, after its loop"
     );
     let _ = writeln!(
         out,
-        "  before the loop and the final wait after it, so the share of the loop is shown \
-         capped at >100%"
+        "GPU busy: the share of the loop the GPU had work (n/m: not measured by this run)"
     );
     let _ = writeln!(
         out,
@@ -290,6 +294,8 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 // Read by the simulated runtime in the child; syncspy's own threads of the
                 // previous run have ended and none reads the environment.
                 std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
+                // The simulator's notes (a large gemm timed, not computed) are not the demo's.
+                std::env::set_var("SIMCUDA_QUIET", "1");
             }
             println!();
             println!(
@@ -371,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_shares_and_the_speed_up() {
+    fn the_table_shows_steps_waits_gpu_busy_and_the_speed_up() {
         let m = Manifest::parse(MANIFEST).unwrap();
         let pairs = m.pairs();
         let s = Measured {
@@ -380,6 +386,7 @@ mod tests {
             stalls: 12,
             stall_ns: 150_000_000,
             exit_code: 0,
+            gpu_busy: Some(0.42),
         };
         let h = Measured {
             loop_ns: Some(100_000_000),
@@ -387,21 +394,18 @@ mod tests {
             stalls: 2,
             stall_ns: 10_000_000,
             exit_code: 0,
+            gpu_busy: None,
         };
         let measured: Vec<_> = pairs.iter().map(|_| (Some(s), Some(h))).collect();
         let t = render_table(&pairs[..1], &measured[..1]);
         assert!(t.contains(pairs[0].title), "{t}");
-        assert!(
-            t.contains("75.0%") && t.contains("10.0%") && t.contains("2.00x"),
-            "{t}"
-        );
+        // 10 steps in 200 ms and in 100 ms; 1.2 and 0.2 waits a step.
+        assert!(t.contains(" 50 ") && t.contains(" 100 "), "{t}");
         assert!(t.contains(" 1.20 ") && t.contains(" 0.20 "), "{t}");
-        let over = Measured {
-            stall_ns: 300_000_000,
-            ..s
-        };
-        let t = render_table(&pairs[..1], &[(Some(over), Some(h))]);
-        assert!(t.contains(">100%"), "{t}");
+        assert!(t.contains(" 42%") && t.contains(" n/m "), "{t}");
+        assert!(t.contains("2.00x"), "{t}");
+        // No stall share: it misleads for a healthy loop.
+        assert!(!t.contains("% of loop") && !t.contains(">100%"), "{t}");
         let t = render_table(&pairs[..1], &[(None, Some(h))]);
         assert!(t.contains("not run"), "{t}");
     }

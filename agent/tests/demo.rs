@@ -27,8 +27,8 @@ fn comparisons() -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// The whitespace-split cells of `id`'s row in the table: id, way, loop time (number and
-/// unit), stalls per step, stall time (number and unit), share of the loop, [speed-up].
+/// The whitespace-split cells of `id`'s row in the table: id, way, steps/s, waits per step,
+/// GPU busy, [speed-up].
 fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
     table
         .lines()
@@ -38,10 +38,10 @@ fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The stalls per step of `id`'s row.
+/// The waits per step of `id`'s row.
 fn per_step(table: &str, id: &str) -> f64 {
     let r = row(table, id);
-    r.get(4)
+    r.get(3)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no stalls per step in {r:?}"))
 }
@@ -84,6 +84,8 @@ fn demo_on_the_simulator_compares_every_pair() {
             s > h,
             "{stalling} {s} stalls/step should exceed {healthy} {h}:\n{table}"
         );
+        // The healthy way waits at most once or twice in all: near zero a step.
+        assert!(h <= 0.3, "{healthy} {h} waits/step:\n{table}");
         let r = row(table, healthy);
         let speedup: f64 = r
             .last()
@@ -92,8 +94,12 @@ fn demo_on_the_simulator_compares_every_pair() {
             .unwrap_or_else(|| panic!("no speed-up in {r:?}"));
         assert!(speedup > 0.0, "{r:?}");
     }
-    // The scenarios' ground-truth JSON lines feed the table and are not printed.
+    // The scenarios' ground-truth JSON lines feed the table and are not printed, nor are
+    // the simulator's notes.
     assert!(!stdout.contains("\"wall_ms\""), "{stdout}");
+    assert!(!stderr.contains("simcuda:"), "{stderr}");
+    // No share of the loop above 100% (the table shows none at all).
+    assert!(!table.contains(">100%"), "{table}");
     // No segment files left behind.
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
 }
@@ -118,7 +124,7 @@ fn demo_tui_without_a_terminal_says_so_and_still_compares() {
     let at = stdout
         .find("syncspy demo: the same work, the stalling way and the healthy way")
         .unwrap_or_else(|| panic!("no table:\n{stdout}\n{stderr}"));
-    // Every run's ground truth was still read: each row has a loop time.
+    // Every run's ground truth was still read: each row has its steps per second.
     for (_, stalling, healthy) in comparisons() {
         for id in [stalling, healthy] {
             let cells = row(&stdout[at..], &id);

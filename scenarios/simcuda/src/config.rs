@@ -13,6 +13,7 @@
 //! | `SIMCUDA_LAUNCH_US` | fixed cost of every kernel on the device | 2 |
 //! | `SIMCUDA_GEMM_TFLOPS` | rate of the `gemm` kernel | 8 |
 //! | `SIMCUDA_GEMM_COMPUTE_MAX_N` | largest `gemm` whose result is really computed | 128 |
+//! | `SIMCUDA_QUIET` | `1`: no note that a large `gemm` is timed but not computed | unset |
 //!
 //! Bad values are ignored with a warning on stderr: a simulator that refuses to start helps no
 //! one, and the warning names the variable.

@@ -378,7 +378,9 @@ extern "C" {
 #[cold]
 fn warn_gemm_not_computed(n: usize, max: usize) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    if !WARNED.swap(true, Ordering::Relaxed) {
+    // A note, not a problem: SIMCUDA_QUIET=1 (syncspy demo sets it) leaves it out.
+    let quiet = std::env::var_os("SIMCUDA_QUIET").is_some_and(|v| v == "1");
+    if !quiet && !WARNED.swap(true, Ordering::Relaxed) {
         eprintln!(
             "simcuda: gemm with n = {n} is timed but not computed (above \
              SIMCUDA_GEMM_COMPUTE_MAX_N = {max}); its output is left unchanged"
