@@ -92,5 +92,37 @@ fn main() {
         caller.display()
     );
     println!("cargo:rerun-if-changed=src/cudacaller.c");
+
+    // The program `syncspy attach` is tested on (tests/attach.rs), linked three ways: lazy
+    // binding (slots resolved at first call), BIND_NOW with full RELRO (slots read-only), and
+    // -fno-plt (calls through GLOB_DAT slots).
+    for (name, flags) in [
+        ("attach-target-lazy", &["-Wl,-z,lazy", "-Wl,-z,relro"][..]),
+        ("attach-target-now", &["-Wl,-z,now", "-Wl,-z,relro"][..]),
+        (
+            "attach-target-noplt",
+            &["-fno-plt", "-Wl,-z,now", "-Wl,-z,relro"][..],
+        ),
+    ] {
+        let exe = out.join(name);
+        let status = cc::Build::new()
+            .get_compiler()
+            .to_command()
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&exe)
+            .arg("src/attach_target.c")
+            .args(flags)
+            .arg(format!("-L{}", out.display()))
+            .args(["-lcudart", "-ldl"])
+            .status()
+            .expect("run the C compiler for attach-target");
+        assert!(status.success(), "building {name} failed");
+        println!(
+            "cargo:rustc-env=SYNCSPY_{}={}",
+            name.to_uppercase().replace('-', "_"),
+            exe.display()
+        );
+    }
+    println!("cargo:rerun-if-changed=src/attach_target.c");
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -4,6 +4,7 @@
 //!
 //! - [`summary`]: the text summary printed when a run ends and by `syncspy report`.
 //! - [`run`]: `syncspy run`, start a command under the library and report on it.
+//! - [`attach`]: `syncspy attach PID` / `syncspy detach PID`, record a running process.
 //! - [`budget`]: budget files, their evaluation against a report, and the verdict's text.
 //! - [`junit`]: the verdict as JUnit XML.
 //! - [`trace`]: `--trace FILE`, the recorded events as Chrome trace / Perfetto JSON.
@@ -13,6 +14,7 @@
 //! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
 //!   [`present`]: `syncspy report`, which shows either.
 
+pub mod attach;
 pub mod budget;
 pub mod check;
 pub mod compare;

@@ -40,6 +40,16 @@ Metrics (labels: program, at most 50 values then \"other\"; kind; state):
 
 Exit status: 2 when the address cannot be bound or SYNCSPY_DIR is unusable.";
 
+const ATTACH_AFTER_HELP: &str = "\
+A process started with LD_PRELOAD=libsyncspy.so and SYNCSPY_DORMANT=1 is armed through a
+file, without ptrace. Any other is injected with ptrace: one thread idle in a system call is
+stopped for milliseconds to load libsyncspy.so, whose hooks then take over the process's
+calls to the CUDA runtime (import slots rewritten); detach puts the slots back. Needs the
+right to ptrace the process (same user and kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE).
+If syncspy attach is killed, the process stops recording by itself within 5 s.
+
+Exit status: 0 done; 2 attach refused or failed (nothing was changed in the process).";
+
 #[derive(Parser)]
 #[command(
     name = "syncspy",
@@ -83,6 +93,28 @@ enum Cmd {
         /// processes that no `syncspy run` owns)
         #[arg(long)]
         keep_segments: bool,
+    },
+    /// Attach to a running process: record its host stalls for a while, then detach; the
+    /// process runs on unchanged (see docs/attach.md)
+    #[command(after_help = ATTACH_AFTER_HELP)]
+    Attach {
+        /// The process to attach to
+        pid: i32,
+        /// Record this many seconds, then detach (default: until Ctrl-C or `syncspy detach`)
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Also write the JSON report to FILE when done
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Inject through this thread (a TID of the process blocked in an idle system call)
+        /// instead of the one attach chooses
+        #[arg(long, value_name = "TID")]
+        thread: Option<i32>,
+    },
+    /// End an attach (of any `syncspy attach`): the process stops recording and runs on
+    Detach {
+        /// The attached process
+        pid: i32,
     },
     /// Run the bundled scenario pairs (the stalling and the healthy way of the same work)
     /// under syncspy and compare them in a table
@@ -234,6 +266,39 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Attach {
+            pid,
+            duration,
+            report,
+            thread,
+        } => {
+            let mut opts = syncspy_agent::attach::AttachOptions::new(pid);
+            opts.duration = duration
+                .filter(|d| d.is_finite() && *d >= 0.0)
+                .map(std::time::Duration::from_secs_f64);
+            opts.report = report;
+            opts.thread = thread;
+            if let Some(ms) = std::env::var("SYNCSPY_ATTACH_LEASE_MS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+            {
+                opts.lease_ms = ms;
+            }
+            match syncspy_agent::attach::attach(&opts) {
+                Ok(_) => 0,
+                Err(e) => {
+                    eprintln!("syncspy: {e}");
+                    e.exit_code()
+                }
+            }
+        }
+        Cmd::Detach { pid } => match syncspy_agent::attach::detach(pid) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("syncspy: {e}");
+                e.exit_code()
+            }
+        },
         Cmd::Demo { sim, iters, tui } => {
             syncspy_agent::demo::demo(&syncspy_agent::demo::DemoOptions {
                 sim: sim.then_some(true),

@@ -13,6 +13,7 @@
 //! Everything that can fail in the library's own work falls back to calling the real
 //! function: the application sees the same return value, errno and behaviour as without it.
 
+mod attach;
 mod classify;
 mod clock;
 mod guard;

@@ -61,17 +61,25 @@ impl Real {
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
-        // SAFETY: `self.name` is a NUL-terminated `&'static CStr` and RTLD_NEXT a pseudo-handle
-        // dlsym accepts; dlsym only reads them.
-        let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-        if p.is_null() {
-            p = resolve_in_loaded_runtime(self.name);
-        }
+        let p = lookup(self.name);
         if p.is_null() {
             self.failed_at.store(adds, Ordering::Relaxed);
         } else {
             self.ptr.store(p, Ordering::Relaxed);
         }
+        p
+    }
+}
+
+/// Where `name` is defined outside this library: what a hook of that name forwards to (null
+/// if nowhere). Not cached: `Real` caches.
+pub fn lookup(name: &CStr) -> *mut c_void {
+    // SAFETY: `name` is a NUL-terminated C string and RTLD_NEXT a pseudo-handle dlsym
+    // accepts; dlsym only reads them.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if p.is_null() {
+        resolve_in_loaded_runtime(name)
+    } else {
         p
     }
 }

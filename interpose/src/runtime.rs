@@ -6,6 +6,10 @@
 //! The segment is created lazily on the first CUDA call, so processes that never use CUDA
 //! (shells, compilers started by the job) leave no segment behind. The fork child goes back
 //! to `UNINIT` and creates its own segment on its first call.
+//!
+//! Attach (see `attach/`) adds `DORMANT`: hooks pass through, no segment. A library preloaded
+//! with `SYNCSPY_DORMANT=1`, or injected by `syncspy attach`, waits there until armed
+//! (`DORMANT` → `UNINIT`, then as above) and goes back there when disarmed.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -23,6 +27,7 @@ const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;
 const ACTIVE: u8 = 2;
 const DISABLED: u8 = 3;
+const DORMANT: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
@@ -73,14 +78,20 @@ pub struct Config {
     pub python: bool,
 }
 
+/// A setting: from the attach configuration when attached (see `attach::setting`), else
+/// from the environment.
+fn setting(name: &str) -> Option<String> {
+    crate::attach::setting(name).or_else(|| std::env::var(name).ok())
+}
+
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok()?.trim().parse().ok()
+    setting(name)?.trim().parse().ok()
 }
 
 impl Config {
     pub fn from_env() -> Config {
         Config {
-            dir: std::env::var_os("SYNCSPY_DIR")
+            dir: setting("SYNCSPY_DIR")
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/dev/shm")),
@@ -121,6 +132,10 @@ impl Runtime {
             ACTIVE => Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
             UNINIT => Runtime::init(),
             INITIALIZING => Runtime::wait_for_init(),
+            DORMANT => {
+                crate::attach::dormant_poll();
+                None
+            }
             _ => None,
         }
     }
@@ -163,11 +178,23 @@ impl Runtime {
                 live.overhead_ns
                     .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                 RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
-                STATE.store(ACTIVE, Ordering::Release);
+                // A disarm that came meanwhile (it waits for INITIALIZING to end) wins.
+                let _ = STATE.compare_exchange(
+                    INITIALIZING,
+                    ACTIVE,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
+                crate::attach::on_runtime_created();
                 Some(rt)
             }
             None => {
-                STATE.store(DISABLED, Ordering::Release);
+                let _ = STATE.compare_exchange(
+                    INITIALIZING,
+                    DISABLED,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
                 None
             }
         }
@@ -330,6 +357,45 @@ fn disable() {
     STATE.store(DISABLED, Ordering::Release);
 }
 
+/// Puts the library in `DORMANT` (hooks pass through) from any state but `INITIALIZING`,
+/// which it waits out (tens of microseconds). The runtime in use stays allocated: a thread
+/// may still be inside a hook with it.
+pub(crate) fn go_dormant() {
+    loop {
+        let s = STATE.load(Ordering::Acquire);
+        if s == INITIALIZING {
+            std::thread::yield_now();
+            continue;
+        }
+        if STATE
+            .compare_exchange(s, DORMANT, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// `DORMANT` (or `DISABLED` after a failed start) → `UNINIT`: the next hooked call creates a
+/// fresh segment with the current configuration. False if recording is already on.
+pub(crate) fn arm() -> bool {
+    for from in [DORMANT, DISABLED] {
+        if STATE
+            .compare_exchange(from, UNINIT, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Creates the segment now rather than at the next hooked call (attach: the process shows
+/// up in the reader at once).
+pub(crate) fn start_now() -> bool {
+    Runtime::active().is_some()
+}
+
 fn errno() -> i32 {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
@@ -367,6 +433,9 @@ fn off_by_env_cached() -> bool {
 static INSTALL_PROCESS_HANDLERS: extern "C" fn() = install_process_handlers;
 
 extern "C" fn install_process_handlers() {
+    if crate::attach::dormant_by_env() {
+        STATE.store(DORMANT, Ordering::Release);
+    }
     // SAFETY: both functions only store the pointers of `extern "C"` functions of this
     // library, which stays loaded for the life of the process (it is preloaded), and a null
     // argument that `at_exit` ignores.
@@ -393,6 +462,11 @@ extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
     RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
-    STATE.store(UNINIT, Ordering::Release);
+    // A dormant parent has a dormant child; an armed one a child that records (and starts
+    // its own attach worker on its first call, see `attach::on_runtime_created`).
+    if STATE.load(Ordering::Relaxed) != DORMANT {
+        STATE.store(UNINIT, Ordering::Release);
+    }
+    crate::attach::after_fork_in_child();
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }

@@ -1,0 +1,745 @@
+//! Calling functions inside another process with ptrace: `dlopen(libsyncspy.so)`, then
+//! `syncspy_attach_arm(control)`, on one thread of the target, which is stopped for the
+//! milliseconds that takes while every other thread runs on.
+//!
+//! Safety design (docs/attach.md has the full account):
+//! - Only one thread is seized (`PTRACE_SEIZE`, no options that outlive us: no EXITKILL), and
+//!   only one that is blocked in an idle system call (futex, read, sleep, poll, …), never one
+//!   running user code or inside `ioctl`/`mmap` (it may hold the allocator's or the driver's
+//!   locks).
+//! - Each call returns into the C library's `__restore_rt` (`mov $15,%rax; syscall`) with a
+//!   signal frame below it holding the thread's original registers, signal mask and full
+//!   XSAVE state: if the attacher dies at any moment, the thread finishes the call and
+//!   `rt_sigreturn` puts it back by itself. While the attacher lives it intercepts that
+//!   `rt_sigreturn`, skips it and restores the saved state exactly in a stop inside the
+//!   kernel's signal path, so an interrupted system call restarts as it would have (even
+//!   `nanosleep`'s remaining time).
+//! - All signals are blocked on that thread during the calls (`PTRACE_SETSIGMASK`): they stay
+//!   pending and are delivered when it resumes; other threads take process-wide ones.
+//! - The thread runs `dlopen` under this tracer thread; a tracer thread that ends (timeout,
+//!   panic, kill) detaches the kernel way, which resumes the thread.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+/// Why an injection did not happen (nothing was changed) or did not finish.
+#[derive(Debug)]
+pub struct InjectError(pub String);
+
+impl std::fmt::Display for InjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err<T>(m: impl Into<String>) -> Result<T, InjectError> {
+    Err(InjectError(m.into()))
+}
+
+/// `mov $0xf,%rax; syscall`: glibc's `__restore_rt`, the signal-return trampoline.
+const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+const NT_X86_XSTATE: i32 = 0x202;
+const PTRACE_GETSIGMASK: u32 = 0x420a;
+const PTRACE_SETSIGMASK: u32 = 0x420b;
+const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
+const RED_ZONE: u64 = 128;
+const RTLD_NOW: u64 = 2;
+const RTLD_LOCAL: u64 = 0;
+const RTLD_DLOPEN: u64 = 0x8000_0000;
+
+/// System calls a thread may be chosen in: blocking waits that hold no lock of the C
+/// library or the driver.
+const IDLE_SYSCALLS: &[(i64, &str, u32)] = &[
+    (202, "futex", 3),
+    (0, "read", 2),
+    (35, "nanosleep", 2),
+    (230, "clock_nanosleep", 2),
+    (7, "poll", 2),
+    (271, "ppoll", 2),
+    (23, "select", 2),
+    (270, "pselect6", 2),
+    (232, "epoll_wait", 2),
+    (281, "epoll_pwait", 2),
+    (441, "epoll_pwait2", 2),
+    (61, "wait4", 1),
+    (34, "pause", 1),
+    (130, "rt_sigsuspend", 1),
+    (128, "rt_sigtimedwait", 1),
+    (43, "accept", 1),
+    (288, "accept4", 1),
+    (45, "recvfrom", 1),
+    (47, "recvmsg", 1),
+];
+
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    IDLE_SYSCALLS
+        .iter()
+        .find(|(n, _, _)| *n == nr)
+        .map(|(_, s, _)| *s)
+}
+
+/// The steps of an injection, for the test knob that kills the attacher after one of them
+/// (`SYNCSPY_TEST_ATTACH_ABORT_AT=<step>`): each must leave the target unharmed.
+pub const STEPS: &[&str] = &[
+    "seized",
+    "stopped",
+    "frame-written",
+    "call-set",
+    "in-call",
+    "call-returned",
+    "restoring",
+];
+
+fn step(name: &str) {
+    if std::env::var("SYNCSPY_TEST_ATTACH_ABORT_AT").as_deref() == Ok(name) {
+        // SAFETY: kill of our own process: the test's stand-in for the user's `kill -9`.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+/// What the target needs called and where things are in it.
+pub struct Plan {
+    pub pid: i32,
+    /// Inject through this thread (else the best idle one).
+    pub thread: Option<i32>,
+    /// dlopen this library first (None: it is loaded already).
+    pub dlopen: Option<DlopenPlan>,
+    /// The library as mapped in the target, to find `syncspy_attach_arm` after loading.
+    pub lib: PathBuf,
+    pub control: PathBuf,
+}
+
+#[derive(Clone, Copy)]
+pub struct DlopenPlan {
+    pub func: u64,
+    /// `__libc_dlopen_mode` (glibc before 2.34) wants `__RTLD_DLOPEN` in the flags.
+    pub libc_private: bool,
+}
+
+/// The target's C library: where `dlopen` and `__restore_rt` are.
+pub struct Libc {
+    pub dlopen: DlopenPlan,
+    pub restore_rt: u64,
+}
+
+impl Libc {
+    pub fn dlopen_plan(&self) -> DlopenPlan {
+        self.dlopen
+    }
+}
+
+/// A mapping of /proc/PID/maps.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub path: String,
+}
+
+pub fn maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, b) = it.next()?.split_once('-')?;
+            let perms = it.next()?.to_string();
+            let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+            let _dev = it.next()?;
+            let _inode = it.next()?;
+            let path = it.collect::<Vec<_>>().join(" ");
+            Some(Mapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                perms,
+                offset,
+                path,
+            })
+        })
+        .collect())
+}
+
+/// The load bias of `path` in the target: where its first `PT_LOAD` was mapped, minus that
+/// segment's page-aligned virtual address.
+fn load_bias(maps: &[Mapping], path: &str, elf: &object::read::elf::ElfFile64) -> Option<u64> {
+    use object::read::elf::ProgramHeader;
+    let base = maps.iter().find(|m| m.path == path && m.offset == 0)?.start;
+    let endian = elf.endian();
+    let first = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|ph| ph.p_type(endian) == object::elf::PT_LOAD)
+        .map(|ph| ph.p_vaddr(endian))
+        .min()?;
+    Some(base.wrapping_sub(first & !0xfff))
+}
+
+fn read_in_root(pid: i32, path: &str) -> std::io::Result<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path))
+}
+
+/// A dynamic symbol's virtual address in an ELF image.
+fn dynamic_symbol(elf: &object::read::elf::ElfFile64, name: &str) -> Option<u64> {
+    use object::{Object, ObjectSymbol};
+    elf.dynamic_symbols()
+        .find(|s| s.name() == Ok(name) && s.is_definition())
+        .map(|s| s.address())
+}
+
+/// Finds the target's C library and what attach needs in it; refuses what it cannot handle.
+pub fn find_libc(pid: i32, maps: &[Mapping]) -> Result<Libc, InjectError> {
+    use object::{Object, ObjectSegment};
+    if maps.iter().any(|m| m.path.contains("ld-musl")) {
+        return err("unsupported C library: musl (attach needs glibc)");
+    }
+    let Some(path) = maps.iter().map(|m| m.path.as_str()).find(|p| {
+        let f = p.rsplit('/').next().unwrap_or(p);
+        f == "libc.so.6" || (f.starts_with("libc-2.") && f.ends_with(".so"))
+    }) else {
+        return err("no glibc (libc.so.6) is mapped in the process: unsupported C library");
+    };
+    let data = read_in_root(pid, path)
+        .map_err(|e| InjectError(format!("cannot read the process's C library {path}: {e}")))?;
+    let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+        .map_err(|e| InjectError(format!("cannot parse {path}: {e}")))?;
+    let bias = load_bias(maps, path, &elf)
+        .ok_or_else(|| InjectError(format!("cannot find where {path} is mapped")))?;
+    let dlopen = match dynamic_symbol(&elf, "dlopen") {
+        Some(a) => DlopenPlan {
+            func: bias.wrapping_add(a),
+            libc_private: false,
+        },
+        None => match dynamic_symbol(&elf, "__libc_dlopen_mode") {
+            Some(a) => DlopenPlan {
+                func: bias.wrapping_add(a),
+                libc_private: true,
+            },
+            None => {
+                return err(format!(
+                    "{path} exports neither dlopen nor __libc_dlopen_mode"
+                ))
+            }
+        },
+    };
+    // The signal trampoline: found by its code, which every glibc since 2.3 has.
+    let mut restore = None;
+    for seg in elf.segments() {
+        let (off, len) = seg.file_range();
+        let Some(bytes) = data.get(off as usize..(off + len) as usize) else {
+            continue;
+        };
+        if let Some(i) = bytes
+            .windows(RESTORE_RT.len())
+            .position(|w| w == RESTORE_RT)
+        {
+            let vaddr = seg.address() + i as u64;
+            let addr = bias.wrapping_add(vaddr);
+            // It must lie in an executable mapping of the process.
+            if maps
+                .iter()
+                .any(|m| m.start <= addr && addr < m.end && m.perms.contains('x'))
+            {
+                restore = Some(addr);
+                break;
+            }
+        }
+    }
+    let Some(restore_rt) = restore else {
+        return err(format!(
+            "no signal trampoline (__restore_rt) found in {path}"
+        ));
+    };
+    Ok(Libc { dlopen, restore_rt })
+}
+
+/// The address of `syncspy_attach_arm` in the target once `lib` is mapped there.
+pub fn arm_address(pid: i32, lib: &Path) -> Result<u64, InjectError> {
+    let maps = maps(pid).map_err(|e| InjectError(format!("cannot read /proc/{pid}/maps: {e}")))?;
+    let path = lib.to_string_lossy();
+    let data =
+        read_in_root(pid, &path).map_err(|e| InjectError(format!("cannot read {path}: {e}")))?;
+    let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+        .map_err(|e| InjectError(format!("cannot parse {path}: {e}")))?;
+    let bias = load_bias(&maps, &path, &elf)
+        .ok_or_else(|| InjectError(format!("{path} is not loaded in process {pid}")))?;
+    let a = dynamic_symbol(&elf, "syncspy_attach_arm")
+        .ok_or_else(|| InjectError(format!("{path} does not export syncspy_attach_arm")))?;
+    Ok(bias.wrapping_add(a))
+}
+
+/// The thread's current system call (None: running, or not in one).
+fn current_syscall(pid: i32, tid: i32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Threads of `pid` in an idle system call, best first.
+pub fn idle_threads(pid: i32) -> Vec<(i32, i64)> {
+    let mut v: Vec<(u32, i32, i64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|tid| {
+            let nr = current_syscall(pid, tid)?;
+            let score = IDLE_SYSCALLS.iter().find(|(n, _, _)| *n == nr)?.2;
+            Some((score, tid, nr))
+        })
+        .collect();
+    v.sort_by_key(|(score, tid, _)| (std::cmp::Reverse(*score), *tid != pid, *tid));
+    v.into_iter().map(|(_, t, n)| (t, n)).collect()
+}
+
+fn wait_stop(tid: Pid, timeout: Duration) -> Result<WaitStatus, InjectError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match waitpid(tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(s) => return Ok(s),
+            Err(e) => return err(format!("waiting for thread {tid}: {e}")),
+        }
+        if Instant::now() >= deadline {
+            return err(format!(
+                "thread {tid} did not stop within {} ms",
+                timeout.as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn get_xstate(tid: Pid) -> Result<Vec<u8>, InjectError> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_GETREGSET writes at most iov_len bytes into `buf` and updates iov_len.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid.as_raw(),
+            NT_X86_XSTATE as usize,
+            &mut iov as *mut libc::iovec,
+        )
+    };
+    if r != 0 {
+        return err(format!(
+            "cannot read the FP/vector state of thread {tid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    buf.truncate(iov.iov_len);
+    Ok(buf)
+}
+
+fn set_xstate(tid: Pid, x: &[u8]) -> Result<(), InjectError> {
+    let mut iov = libc::iovec {
+        iov_base: x.as_ptr() as *mut libc::c_void,
+        iov_len: x.len(),
+    };
+    // SAFETY: PTRACE_SETREGSET only reads iov_len bytes from `x`.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETREGSET,
+            tid.as_raw(),
+            NT_X86_XSTATE as usize,
+            &mut iov as *mut libc::iovec,
+        )
+    };
+    if r != 0 {
+        return err(format!(
+            "cannot restore the FP/vector state of thread {tid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+fn sigmask(tid: Pid, set: Option<u64>) -> Result<u64, InjectError> {
+    let mut m: u64 = set.unwrap_or(0);
+    let req = if set.is_some() {
+        PTRACE_SETSIGMASK
+    } else {
+        PTRACE_GETSIGMASK
+    };
+    // SAFETY: the request reads or writes one 8-byte kernel sigset at `m`.
+    let r = unsafe { libc::ptrace(req, tid.as_raw(), 8usize, &mut m as *mut u64) };
+    if r != 0 {
+        return err(format!(
+            "cannot {} the signal mask of thread {tid}: {}",
+            if set.is_some() { "set" } else { "read" },
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(m)
+}
+
+/// The signal frame `rt_sigreturn` restores `regs`, `mask` and the XSAVE state `xstate`
+/// (placed at `fp`) from, with the adjustments the kernel would make for an interrupted
+/// system call (it returns to user space without them otherwise). Layout: the x86-64
+/// `struct rt_sigframe` (pretcode, ucontext, siginfo).
+fn signal_frame(regs: &libc::user_regs_struct, mask: u64, fp: u64, restore_rt: u64) -> Vec<u8> {
+    let mut f = Vec::with_capacity(440);
+    let mut q = |v: u64| f.extend_from_slice(&v.to_le_bytes());
+    q(restore_rt); // pretcode: the called function returns here
+    q(1 | 2 | 4); // uc_flags: UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS
+    q(0); // uc_link
+          // uc_stack: flags 3 is invalid, so sigreturn leaves the thread's sigaltstack as it is.
+    q(0);
+    q(3);
+    q(0);
+    let (mut rax, mut rip) = (regs.rax, regs.rip);
+    if (regs.orig_rax as i64) >= 0 && matches!(regs.rax as i64, -512 | -513 | -514 | -516) {
+        // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK: issue the
+        // system call again (sigreturn clears the restart block, so a sleep restarts whole).
+        rax = regs.orig_rax;
+        rip = regs.rip.wrapping_sub(2);
+    }
+    for v in [
+        regs.r8,
+        regs.r9,
+        regs.r10,
+        regs.r11,
+        regs.r12,
+        regs.r13,
+        regs.r14,
+        regs.r15,
+        regs.rdi,
+        regs.rsi,
+        regs.rbp,
+        regs.rbx,
+        regs.rdx,
+        rax,
+        regs.rcx,
+        regs.rsp,
+        rip,
+        regs.eflags,
+    ] {
+        q(v);
+    }
+    // cs, gs, fs, ss (16 bits each)
+    q((regs.cs & 0xffff) | ((regs.ss & 0xffff) << 48));
+    q(0); // err
+    q(0); // trapno
+    q(mask); // oldmask
+    q(0); // cr2
+    q(fp); // fpstate
+    for _ in 0..8 {
+        q(0); // reserved1
+    }
+    q(mask); // uc_sigmask
+    f.resize(f.len() + 128, 0); // siginfo
+    f
+}
+
+/// The seized thread; dropping it detaches (the thread resumes).
+struct Seized {
+    tid: Pid,
+    mem: File,
+}
+
+impl Drop for Seized {
+    fn drop(&mut self) {
+        let _ = ptrace::detach(self.tid, None);
+    }
+}
+
+/// What the injection did.
+pub struct Injected {
+    pub thread: i32,
+    pub syscall: &'static str,
+    pub stopped_for: Duration,
+}
+
+/// Runs the plan on a dedicated thread (the tracer): if it ends early for any reason, the
+/// kernel detaches the target thread, which then restores itself.
+pub fn inject(plan: Plan, libc_info: Libc) -> Result<Injected, InjectError> {
+    std::thread::spawn(move || inject_here(&plan, &libc_info))
+        .join()
+        .unwrap_or_else(|_| {
+            err("the injecting thread panicked (the target was left to restore itself)")
+        })
+}
+
+fn inject_here(plan: &Plan, lc: &Libc) -> Result<Injected, InjectError> {
+    let pid = plan.pid;
+    let candidates: Vec<(i32, i64)> = match plan.thread {
+        Some(t) => vec![(t, current_syscall(pid, t).unwrap_or(-1))],
+        None => idle_threads(pid),
+    };
+    if candidates.is_empty() {
+        return err(format!(
+            "no thread of process {pid} is waiting in an idle system call (futex, read, sleep, \
+             poll, …); attach chooses only such a thread, since one running user code or \
+             inside the driver may hold locks that dlopen needs. Try again in a moment"
+        ));
+    }
+    let mut last = String::new();
+    for (tid, _) in candidates.into_iter().take(4) {
+        match try_thread(plan, lc, tid) {
+            Ok(Some(done)) => return Ok(done),
+            Ok(None) => last = format!("thread {tid} left its idle system call"),
+            Err(e) => return Err(e),
+        }
+    }
+    err(format!(
+        "no suitable thread stayed idle long enough ({last}); try again"
+    ))
+}
+
+fn regs_of(tid: Pid) -> Result<libc::user_regs_struct, InjectError> {
+    ptrace::getregs(tid)
+        .map_err(|e| InjectError(format!("cannot read the registers of thread {tid}: {e}")))
+}
+
+fn set_regs(tid: Pid, r: libc::user_regs_struct) -> Result<(), InjectError> {
+    ptrace::setregs(tid, r)
+        .map_err(|e| InjectError(format!("cannot set the registers of thread {tid}: {e}")))
+}
+
+/// Ok(None): the thread was not in an idle system call when stopped; it was let go unchanged.
+fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, InjectError> {
+    let pid = plan.pid;
+    let t = Pid::from_raw(tid);
+    if let Err(e) = ptrace::seize(t, ptrace::Options::PTRACE_O_TRACESYSGOOD) {
+        return err(match e {
+            nix::errno::Errno::EPERM => format!(
+                "not permitted to trace process {pid} ({e}): run as the job's user with \
+                 kernel.yama.ptrace_scope=0, or with CAP_SYS_PTRACE (root; in Docker \
+                 --cap-add SYS_PTRACE); where ptrace is forbidden, start the job with \
+                 SYNCSPY_DORMANT=1 and LD_PRELOAD=libsyncspy.so instead"
+            ),
+            _ => format!("cannot trace thread {tid} of process {pid}: {e}"),
+        });
+    }
+    let mem = File::options()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| InjectError(format!("cannot open /proc/{pid}/mem: {e}")))?;
+    let s = Seized { tid: t, mem };
+    step("seized");
+    ptrace::interrupt(t).map_err(|e| InjectError(format!("cannot stop thread {tid}: {e}")))?;
+    let started = Instant::now();
+    match wait_stop(t, Duration::from_secs(2))? {
+        WaitStatus::PtraceEvent(_, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP) => {}
+        WaitStatus::PtraceEvent(_, sig, libc::PTRACE_EVENT_STOP) => {
+            // A group stop (SIGSTOP and the like): leave it be.
+            return err(format!(
+                "process {pid} is stopped ({sig}); attach to it once it runs"
+            ));
+        }
+        WaitStatus::Stopped(_, sig) => {
+            // A signal arrived first: hand it back untouched and try again later.
+            let _ = ptrace::detach(t, Some(sig));
+            std::mem::forget(s);
+            return Ok(None);
+        }
+        other => return err(format!("unexpected state of thread {tid}: {other:?}")),
+    }
+    step("stopped");
+    let orig = regs_of(t)?;
+    let Some(sys) = syscall_name(orig.orig_rax as i64) else {
+        return Ok(None); // not idle in a system call: detach (drop) changes nothing
+    };
+    let xstate = get_xstate(t)?;
+    let mask = sigmask(t, None)?;
+    check_stack(pid, orig.rsp)?;
+
+    // Lay out below the red zone: strings, the XSAVE copy (64-aligned) and the signal frame.
+    let mut top = (orig.rsp - RED_ZONE - 256) & !15;
+    let mut put = |bytes: &[u8], align: u64| -> Result<u64, InjectError> {
+        top = (top - bytes.len() as u64) & !(align - 1);
+        s.mem
+            .write_all_at(bytes, top)
+            .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
+        Ok(top)
+    };
+    let cstr = |p: &Path| {
+        let mut b = p.as_os_str().as_encoded_bytes().to_vec();
+        b.push(0);
+        b
+    };
+    let lib_c = put(&cstr(&plan.lib), 16)?;
+    let ctl_c = put(&cstr(&plan.control), 16)?;
+    let mut xs = xstate.clone();
+    if xs.len() >= 512 {
+        // sw_reserved (fx_sw_bytes): xstate_size and extended_size of this buffer, for
+        // rt_sigreturn's check; magic2 follows the state.
+        let len = xs.len() as u32;
+        xs[468..472].copy_from_slice(&(len + 4).to_le_bytes());
+        xs[480..484].copy_from_slice(&len.to_le_bytes());
+    }
+    xs.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+    let fp = put(&xs, 64)?;
+    let frame = signal_frame(&orig, mask, fp, lc.restore_rt);
+    // The frame's start is the callee's return-address slot: 8 mod 16 at function entry.
+    let mut frame_at = (top - frame.len() as u64) & !15;
+    frame_at -= 8;
+    s.mem
+        .write_all_at(&frame, frame_at)
+        .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
+    step("frame-written");
+
+    let mut calls: Vec<(u64, [u64; 2])> = Vec::new();
+    if let Some(d) = &plan.dlopen {
+        let flags = RTLD_NOW | RTLD_LOCAL | if d.libc_private { RTLD_DLOPEN } else { 0 };
+        calls.push((d.func, [lib_c, flags]));
+    }
+    for i in 0..=calls.len() {
+        let (func, args) = if i < calls.len() {
+            calls[i]
+        } else {
+            let arm = arm_address(pid, &plan.lib).inspect_err(|_| {
+                let _ = restore(&s, &orig, &xstate, mask);
+            })?;
+            (arm, [ctl_c, 0])
+        };
+        call(&s, &orig, frame_at, lc.restore_rt, func, args)?;
+    }
+    step("restoring");
+    restore(&s, &orig, &xstate, mask)?;
+    let stopped_for = started.elapsed();
+    drop(s);
+    Ok(Some(Injected {
+        thread: tid,
+        syscall: sys,
+        stopped_for,
+    }))
+}
+
+/// Refuses a thread whose stack has less than 256 KiB below its stack pointer.
+fn check_stack(pid: i32, rsp: u64) -> Result<(), InjectError> {
+    let m = maps(pid).map_err(|e| InjectError(format!("cannot read /proc/{pid}/maps: {e}")))?;
+    let Some(s) = m.iter().find(|m| m.start <= rsp && rsp < m.end) else {
+        return err("the chosen thread's stack pointer is in no mapping");
+    };
+    if s.path != "[stack]" && rsp - s.start < 256 << 10 {
+        return err(format!(
+            "the chosen thread has only {} KiB of stack left",
+            (rsp - s.start) >> 10
+        ));
+    }
+    Ok(())
+}
+
+/// Puts the thread back exactly: signal mask, vector state, registers. Ordered so that the
+/// thread, if the attacher dies in between, still restores itself through the frame.
+fn restore(
+    s: &Seized,
+    orig: &libc::user_regs_struct,
+    xstate: &[u8],
+    mask: u64,
+) -> Result<(), InjectError> {
+    sigmask(s.tid, Some(mask))?;
+    set_xstate(s.tid, xstate)?;
+    set_regs(s.tid, *orig)
+}
+
+/// Calls `func(args)` on the stopped thread, returning into `__restore_rt` over the frame at
+/// `frame_at`; intercepts that return and stops the thread at the trampoline again, inside
+/// the kernel's signal path. The function's result is not available (the trampoline's first
+/// instruction overwrites rax): dlopen's success shows in the maps, arming's in its report
+/// file.
+fn call(
+    s: &Seized,
+    orig: &libc::user_regs_struct,
+    frame_at: u64,
+    restore_rt: u64,
+    func: u64,
+    args: [u64; 2],
+) -> Result<(), InjectError> {
+    let t = s.tid;
+    let mut r = *orig;
+    r.rip = func;
+    r.rsp = frame_at;
+    r.rdi = args[0];
+    r.rsi = args[1];
+    r.rax = 0;
+    r.orig_rax = u64::MAX; // not in a system call: no restart logic on resume
+    r.eflags &= !0x400; // DF clear, as the ABI requires at a call
+    set_regs(t, r)?;
+    // Block every signal on this thread while it runs our calls; they stay pending.
+    sigmask(t, Some(!0))?;
+    step("call-set");
+    ptrace::syscall(t, None).map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut first = true;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let st = wait_stop(t, left).map_err(|e| {
+            InjectError(format!(
+                "{e}: the call did not finish; the thread will restore itself when it does"
+            ))
+        })?;
+        match st {
+            WaitStatus::PtraceSyscall(_) => {
+                if first {
+                    step("in-call");
+                    first = false;
+                }
+                let now = regs_of(t)?;
+                if now.orig_rax == 15 && now.rip == restore_rt + 9 && now.rsp == frame_at + 8 {
+                    // The call returned into the trampoline. Its result is gone from rax
+                    // (the trampoline set 15); the callee's rax is not needed for dlopen
+                    // (success is checked in the maps) and arm reports through a file.
+                    step("call-returned");
+                    // Skip rt_sigreturn and back up to the trampoline's first instruction,
+                    // so a dying attacher still leaves a thread that restores itself.
+                    let mut back = now;
+                    back.orig_rax = u64::MAX;
+                    back.rip = restore_rt;
+                    set_regs(t, back)?;
+                    ptrace::interrupt(t)
+                        .map_err(|e| InjectError(format!("cannot stop thread {t}: {e}")))?;
+                    ptrace::cont(t, None)
+                        .map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
+                    match wait_stop(t, Duration::from_secs(2))? {
+                        WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_STOP) => {
+                            return Ok(());
+                        }
+                        other => {
+                            return err(format!(
+                                "unexpected state of thread {t} after the call: {other:?}; \
+                                 left to restore itself"
+                            ))
+                        }
+                    }
+                }
+                ptrace::syscall(t, None)
+                    .map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
+            }
+            WaitStatus::Stopped(_, sig) => {
+                // Only unblockable or synchronous signals get here (all others are blocked):
+                // hand it over and let the thread finish and restore itself. A SIGTRAP is
+                // ptrace's own (never the program's while it runs our call): dropped.
+                let _ = ptrace::detach(t, (sig != Signal::SIGTRAP).then_some(sig));
+                return err(format!(
+                    "thread {t} got {sig} during the call; detached, it restores itself \
+                     when the call ends"
+                ));
+            }
+            WaitStatus::PtraceEvent(_, sig, _) => {
+                let _ = ptrace::detach(t, None);
+                return err(format!(
+                    "process stopped ({sig}) during the call; detached, the thread restores \
+                     itself when the call ends"
+                ));
+            }
+            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                return err("the process ended during the call");
+            }
+            other => return err(format!("unexpected state of thread {t}: {other:?}")),
+        }
+    }
+}

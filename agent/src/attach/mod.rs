@@ -1,0 +1,508 @@
+//! `syncspy attach PID` and `syncspy detach PID`: record a process that is already running,
+//! then leave it as it was. docs/attach.md says exactly what attach changes in the target.
+//!
+//! Attach writes a control file (the recording's settings; its freshness is the lease),
+//! then either lets a dormant preloaded library (`SYNCSPY_DORMANT=1`) find it, or injects
+//! `libsyncspy.so` with ptrace and calls its arming entry point ([`inject`]). It follows the
+//! process's segment like `syncspy run`, touching the control file every second; at the end
+//! (duration, Ctrl-C, `syncspy detach`) it removes the control file, waits for the library's
+//! "detached", reports, and removes the segment.
+
+pub mod inject;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use syncspy_read::follow::Follower;
+use syncspy_read::monotonic_ns;
+use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::symbolize::Symbolizer;
+
+use crate::run::{
+    check_output_path, find_library, library_dirs, new_session, segment_dir, RunError, DIR_ENV,
+    LIB_ENV, LIB_NAME,
+};
+use crate::summary;
+
+/// How long the library keeps recording without hearing from the attacher.
+pub const DEFAULT_LEASE_MS: u64 = 5000;
+
+pub struct AttachOptions {
+    pub pid: i32,
+    /// Record this long, then detach (None: until Ctrl-C or `syncspy detach`).
+    pub duration: Option<Duration>,
+    pub report: Option<PathBuf>,
+    /// Inject through this thread instead of the idlest one.
+    pub thread: Option<i32>,
+    pub print_summary: bool,
+    pub poll_interval: Duration,
+    pub lease_ms: u64,
+}
+
+impl AttachOptions {
+    pub fn new(pid: i32) -> AttachOptions {
+        AttachOptions {
+            pid,
+            duration: None,
+            report: None,
+            thread: None,
+            print_summary: true,
+            poll_interval: Duration::from_millis(100),
+            lease_ms: DEFAULT_LEASE_MS,
+        }
+    }
+}
+
+pub struct AttachOutcome {
+    pub report: Report,
+    /// What attach covers in the process, one line each, as the library wrote it.
+    pub coverage: Vec<String>,
+    /// False when the process ended while attached.
+    pub detached: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `on_stop` only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+}
+
+fn setup(m: impl Into<String>) -> RunError {
+    RunError::Setup(m.into())
+}
+
+/// What /proc says about the target.
+struct Target {
+    pid: i32,
+    /// The pid as the process itself sees it (innermost PID namespace).
+    nspid: i32,
+    env: Vec<(String, String)>,
+    cmdline: Vec<String>,
+}
+
+fn target(pid: i32) -> Result<Target, RunError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| setup(format!("no process {pid}: {e}")))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    if let Some(t) = field("TracerPid:").filter(|t| t != "0") {
+        return Err(setup(format!(
+            "process {pid} is already traced (by process {t}, a debugger or profiler): \
+             attach refuses to share it"
+        )));
+    }
+    if field("x86_Thread_features:").is_some_and(|f| f.contains("shstk")) {
+        return Err(setup(format!(
+            "process {pid} uses shadow stacks: attach refuses (use SYNCSPY_DORMANT=1 with \
+             LD_PRELOAD instead)"
+        )));
+    }
+    let nspid = field("NSpid:")
+        .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
+        .unwrap_or(pid);
+    let env = std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter_map(|kv| {
+                    let s = String::from_utf8_lossy(kv);
+                    let (k, v) = s.split_once('=')?;
+                    Some((k.to_string(), v.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Target {
+        pid,
+        nspid,
+        env,
+        cmdline,
+    })
+}
+
+impl Target {
+    fn env(&self, k: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn dormant(&self) -> bool {
+        self.env("SYNCSPY_DORMANT")
+            .is_some_and(|v| !v.is_empty() && v != "0")
+    }
+
+    /// A path of the target's file system as this process reaches it.
+    fn outside(&self, p: &Path) -> PathBuf {
+        let root = PathBuf::from(format!("/proc/{}/root", self.pid));
+        if std::fs::canonicalize(&root).ok().as_deref() == Some(Path::new("/")) {
+            p.to_path_buf()
+        } else {
+            root.join(p.strip_prefix("/").unwrap_or(p))
+        }
+    }
+
+    /// The control file, as the target sees it.
+    fn control(&self, seg_dir: &Path) -> PathBuf {
+        let dir = if self.dormant() {
+            self.env(DIR_ENV)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+        } else {
+            seg_dir.to_path_buf()
+        };
+        dir.join(format!("syncspy-attach-{}", self.nspid))
+    }
+}
+
+fn report_file(control: &Path) -> PathBuf {
+    let mut p = control.as_os_str().to_owned();
+    p.push(".report");
+    PathBuf::from(p)
+}
+
+fn fresh(p: &Path, lease: Duration) -> bool {
+    std::fs::metadata(p)
+        .and_then(|m| m.modified())
+        .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() <= lease)
+        .unwrap_or(false)
+}
+
+fn touch(p: &Path) {
+    if let Ok(f) = std::fs::File::options().write(true).open(p) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+}
+
+/// Settings passed on to the library: the recording's, and the user's own `SYNCSPY_*`
+/// tuning (ring size, stacks, …).
+fn control_text(seg_dir: &Path, session: u64, lease_ms: u64, injected: bool) -> String {
+    let mut s = format!(
+        "SYNCSPY_DIR={}\nSYNCSPY_SESSION={session}\nSYNCSPY_ATTACH_LEASE_MS={lease_ms}\n\
+         SYNCSPY_ATTACH_INJECTED={}\n",
+        seg_dir.display(),
+        u8::from(injected)
+    );
+    for (k, v) in std::env::vars() {
+        if k.starts_with("SYNCSPY_")
+            && !matches!(
+                k.as_str(),
+                "SYNCSPY_DIR"
+                    | "SYNCSPY_SESSION"
+                    | "SYNCSPY_ATTACH_LEASE_MS"
+                    | "SYNCSPY_ATTACH_INJECTED"
+                    | "SYNCSPY_LIB"
+            )
+            && !k.starts_with("SYNCSPY_TEST_")
+            && !v.contains('\n')
+        {
+            s.push_str(&format!("{k}={v}\n"));
+        }
+    }
+    s
+}
+
+/// `syncspy attach PID`.
+pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
+    install_stop_handlers();
+    let t = target(opts.pid)?;
+    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
+    if let Some(r) = &opts.report {
+        check_output_path("--report", "a JSON file", r)?;
+    }
+    let maps =
+        inject::maps(t.pid).map_err(|e| setup(format!("cannot read /proc/{}/maps: {e}", t.pid)))?;
+    let loaded = maps
+        .iter()
+        .find(|m| m.path.rsplit('/').next() == Some(LIB_NAME))
+        .map(|m| PathBuf::from(&m.path));
+    let preloaded = t.env("LD_PRELOAD").is_some_and(|p| p.contains(LIB_NAME));
+    if preloaded && !t.dormant() {
+        return Err(setup(format!(
+            "process {} already records: it was started with {LIB_NAME} preloaded (syncspy \
+             run, or LD_PRELOAD without SYNCSPY_DORMANT=1)",
+            t.pid
+        )));
+    }
+    let control = t.control(&seg_dir);
+    let control_out = t.outside(&control);
+    let report_out = report_file(&control_out);
+    let lease = Duration::from_millis(opts.lease_ms);
+    if fresh(&control_out, lease) {
+        return Err(setup(format!(
+            "process {} is already attached (by another syncspy attach); `syncspy detach {}` \
+             ends that",
+            t.pid, t.pid
+        )));
+    }
+    let _ = std::fs::remove_file(&report_out);
+    let session = new_session();
+    std::fs::write(
+        &control_out,
+        control_text(&seg_dir, session, opts.lease_ms, !preloaded),
+    )
+    .map_err(|e| {
+        setup(format!(
+            "cannot write the control file {}: {e}",
+            control_out.display()
+        ))
+    })?;
+    let cleanup = || {
+        let _ = std::fs::remove_file(&control_out);
+        let _ = std::fs::remove_file(&report_out);
+    };
+
+    let started = Instant::now();
+    if t.dormant() && loaded.is_some() {
+        eprintln!(
+            "syncspy: process {} runs {LIB_NAME} dormant: it starts recording at its next CUDA \
+             call (no ptrace needed)",
+            t.pid
+        );
+    } else {
+        let lib = match &loaded {
+            Some(p) => p.clone(),
+            None => find_library(
+                LIB_NAME,
+                LIB_ENV,
+                std::env::var_os(LIB_ENV).as_deref(),
+                &library_dirs(),
+                "build it with `cargo build -p syncspy-interpose`",
+            )
+            .inspect_err(|_| cleanup())?
+            .canonicalize()
+            .map_err(|e| setup(format!("cannot resolve the library path: {e}")))
+            .inspect_err(|_| cleanup())?,
+        };
+        let libc_info = inject::find_libc(t.pid, &maps).map_err(|e| {
+            cleanup();
+            setup(format!("cannot attach to process {}: {e}", t.pid))
+        })?;
+        let plan = inject::Plan {
+            pid: t.pid,
+            thread: opts.thread,
+            dlopen: loaded.is_none().then_some(libc_info.dlopen_plan()),
+            lib,
+            control: control.clone(),
+        };
+        let done = inject::inject(plan, libc_info).map_err(|e| {
+            cleanup();
+            setup(format!("cannot attach to process {}: {e}", t.pid))
+        })?;
+        if !report_out.exists() {
+            cleanup();
+            return Err(setup(format!(
+                "the library in process {} did not arm (attached by someone else, or it \
+                 cannot read {}); nothing recorded",
+                t.pid,
+                control.display()
+            )));
+        }
+        eprintln!(
+            "syncspy: attached to process {} through thread {} (in {}), stopped for {} ms",
+            t.pid,
+            done.thread,
+            done.syscall,
+            done.stopped_for.as_millis()
+        );
+    }
+
+    // Follow until the end.
+    let mut follower: Follower = Follower::new(&seg_dir, Some(session));
+    let mut last_touch = Instant::now();
+    let mut gone = false;
+    loop {
+        let _ = follower.scan();
+        follower.poll();
+        if STOP.load(Ordering::Relaxed) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if !alive(t.pid) {
+            gone = true;
+            break;
+        }
+        if !control_out.exists() {
+            break; // `syncspy detach`
+        }
+        if last_touch.elapsed() >= Duration::from_secs(1) {
+            touch(&control_out);
+            last_touch = Instant::now();
+        }
+        std::thread::sleep(opts.poll_interval);
+    }
+    let _ = std::fs::remove_file(&control_out);
+    let mut detached = false;
+    if !gone {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && alive(t.pid) {
+            if std::fs::read_to_string(&report_out).is_ok_and(|r| r.contains("detached\n")) {
+                detached = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !detached && alive(t.pid) {
+            eprintln!(
+                "syncspy: warning: process {} did not confirm the detach within 3 s (it \
+                 makes no CUDA calls or is stopped); it detaches by itself within {} ms",
+                t.pid, opts.lease_ms
+            );
+        }
+    }
+    let coverage: Vec<String> = std::fs::read_to_string(&report_out)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty() && *l != "detached")
+        .map(str::to_string)
+        .collect();
+    let _ = std::fs::remove_file(&report_out);
+    let _ = follower.scan();
+    follower.poll();
+    follower.final_drain();
+    let run_info = RunInfo {
+        command: t.cmdline.clone(),
+        exit_code: 0,
+        wall_ns: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+    };
+    let mut sym = Symbolizer::new();
+    let mut report = report::build(
+        &run_info,
+        follower.processes(),
+        follower.problems(),
+        &mut sym,
+        monotonic_ns(),
+    );
+    report.warnings.push(format!(
+        "attach: recorded process {} while attached ({:.1} s); exit_code 0 is not the \
+         process's, which runs on",
+        t.pid,
+        started.elapsed().as_secs_f64()
+    ));
+    for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
+        report.warnings.push(format!("attach: {c}"));
+    }
+    // The segments of this attach are read: remove them (the process keeps its mapping).
+    for p in follower.processes() {
+        let _ = p.remove_file();
+    }
+    if opts.print_summary {
+        for c in &coverage {
+            eprintln!("syncspy: attach: {c}");
+        }
+        // The summary's first line speaks of a command that exited: not so here.
+        let text = summary::render(&report);
+        let rest = text.split_once('\n').map(|(_, r)| r).unwrap_or("");
+        eprintln!(
+            "syncspy: attached to process {} ({}) for {:.1} s{}",
+            t.pid,
+            t.cmdline.join(" "),
+            started.elapsed().as_secs_f64(),
+            if detached {
+                ", detached"
+            } else if gone {
+                ", it ended"
+            } else {
+                ""
+            }
+        );
+        eprint!("{rest}");
+    }
+    if let Some(path) = &opts.report {
+        report::write(&report, path).map_err(|e| {
+            RunError::Report(format!(
+                "cannot write the report to {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(AttachOutcome {
+        report,
+        coverage,
+        detached,
+    })
+}
+
+/// `syncspy detach PID`: ends an attach (of this or another `syncspy attach`) by removing
+/// its control file, and waits for the process to confirm.
+pub fn detach(pid: i32) -> Result<(), RunError> {
+    let t = target(pid)?;
+    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
+    let control = t.outside(&t.control(&seg_dir));
+    let report = report_file(&control);
+    if std::fs::remove_file(&control).is_err() {
+        return Err(setup(format!("process {pid} is not attached")));
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && alive(pid) {
+        if std::fs::read_to_string(&report).is_ok_and(|r| r.contains("detached\n")) {
+            eprintln!("syncspy: detached from process {pid}");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "syncspy: asked process {pid} to detach; it has not confirmed yet (it does within \
+         its lease)"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_text_carries_the_recording_settings() {
+        let t = control_text(Path::new("/d"), 42, 1500, true);
+        assert!(
+            t.starts_with("SYNCSPY_DIR=/d\nSYNCSPY_SESSION=42\nSYNCSPY_ATTACH_LEASE_MS=1500\n"),
+            "{t}"
+        );
+        assert_eq!(report_file(Path::new("/x/c")), PathBuf::from("/x/c.report"));
+    }
+
+    #[test]
+    fn refuses_a_process_that_does_not_exist() {
+        let e = attach(&AttachOptions::new(i32::MAX))
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("no process"), "{e}");
+    }
+}

@@ -1,0 +1,498 @@
+//! Redirecting a running process's calls into the CUDA runtime through the hooks, by
+//! rewriting import slots (GOT entries) of its loaded modules; and putting them back.
+//!
+//! For every loaded module (but this library and the vDSO) the dynamic section gives the
+//! relocation tables. A `R_X86_64_JUMP_SLOT` (calls through the PLT) or `R_X86_64_GLOB_DAT`
+//! (`-fno-plt` calls, address-taking) relocation against an undefined symbol that this
+//! library exports as a `cuda*` hook is a slot to redirect. Its current 8 bytes are kept as
+//! the original: the runtime's function when bound, or, under lazy binding with the slot not
+//! yet resolved, the module's own PLT stub (restoring that lets the next call resolve as it
+//! would have). A slot bound somewhere other than the runtime the hooks forward to (another
+//! copy, another interposer) is left alone and reported.
+//!
+//! The store is one aligned 8-byte atomic write; a read-only page (full RELRO) is made
+//! writable for it and given back its protection at once. A module with redirected slots is
+//! pinned with `dlopen(RTLD_NOLOAD)` until detach, so that a `dlclose` cannot unmap the slots.
+
+use std::ffi::{c_void, CStr, CString};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use syncspy_abi::objects::for_each_object;
+
+const R_X86_64_64: u32 = 1;
+const R_X86_64_GLOB_DAT: u32 = 6;
+const R_X86_64_JUMP_SLOT: u32 = 7;
+
+const DT_NULL: i64 = 0;
+const DT_PLTRELSZ: i64 = 2;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_RELA: i64 = 7;
+const DT_RELASZ: i64 = 8;
+const DT_RELAENT: i64 = 9;
+const DT_STRSZ: i64 = 10;
+const DT_JMPREL: i64 = 23;
+
+#[repr(C)]
+struct Dyn {
+    tag: i64,
+    val: u64,
+}
+
+#[repr(C)]
+struct Rela {
+    offset: u64,
+    info: u64,
+    addend: i64,
+}
+
+#[repr(C)]
+struct Sym {
+    name: u32,
+    info: u8,
+    other: u8,
+    shndx: u16,
+    value: u64,
+    size: u64,
+}
+
+/// One redirected slot.
+struct Slot {
+    addr: u64,
+    original: u64,
+    hook: u64,
+    /// The runtime's function, which a lazy resolve racing the patch may write.
+    real: u64,
+    /// The owning module's mapped range (an unresolved slot points into it).
+    module: (u64, u64),
+}
+
+struct Pinned(*mut c_void);
+// SAFETY: a dlopen handle is a process-wide token; dlclose may be called from any thread.
+unsafe impl Send for Pinned {}
+
+#[derive(Default)]
+struct State {
+    slots: Vec<Slot>,
+    pins: Vec<Pinned>,
+    /// Modules already looked at: (load bias, path).
+    seen: Vec<(u64, Vec<u8>)>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    slots: Vec::new(),
+    pins: Vec::new(),
+    seen: Vec::new(),
+});
+
+/// A loaded module as copied out of `dl_iterate_phdr` (nothing of the loader's is kept).
+struct Module {
+    path: Vec<u8>,
+    bias: u64,
+    dynamic: Option<u64>,
+    range: (u64, u64),
+}
+
+fn modules() -> Vec<Module> {
+    let mut v = Vec::new();
+    for_each_object::<()>(|o| {
+        let dynamic = o
+            .program_headers()
+            .iter()
+            .find(|ph| ph.p_type == libc::PT_DYNAMIC)
+            .map(|ph| o.bias().wrapping_add(ph.p_vaddr));
+        let range = o.extent().map(|r| (r.start, r.end)).unwrap_or((0, 0));
+        v.push(Module {
+            path: o.name().to_bytes().to_vec(),
+            bias: o.bias(),
+            dynamic,
+            range,
+        });
+        ControlFlow::Continue(())
+    });
+    v
+}
+
+fn own_range() -> (u64, u64) {
+    let here = own_range as *const () as u64;
+    modules()
+        .into_iter()
+        .find(|m| m.range.0 <= here && here < m.range.1)
+        .map(|m| m.range)
+        .unwrap_or((0, 0))
+}
+
+/// This library's export `name`, if it is one of its own functions (dlsym on its handle also
+/// searches its dependencies).
+fn own_export(name: &CStr, own: (u64, u64)) -> Option<u64> {
+    let mut info: libc::Dl_info = empty_dl_info();
+    // SAFETY: `info` is a valid out-pointer; dladdr only inspects the loader's tables.
+    if unsafe { libc::dladdr(own_range as *const c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: dli_fname is the loader's NUL-terminated path of this library, which is
+    // loaded (this code runs in it); RTLD_NOLOAD takes a reference only, dropped below.
+    let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: a handle just returned by dlopen and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(h, name.as_ptr()) } as u64;
+    // SAFETY: closes the reference taken above; the library stays loaded.
+    unsafe { libc::dlclose(h) };
+    (own.0 <= p && p < own.1).then_some(p)
+}
+
+fn empty_dl_info() -> libc::Dl_info {
+    libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    }
+}
+
+/// Pins a loaded module by path (the main program by the null path) so that it stays
+/// mapped; `None` if it is not loaded (any more).
+fn pin(path: &[u8]) -> Option<Pinned> {
+    let h = if path.is_empty() {
+        // SAFETY: dlopen(NULL) returns the main program's handle.
+        unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_LAZY) }
+    } else {
+        let c = CString::new(path).ok()?;
+        // SAFETY: a NUL-terminated path; RTLD_NOLOAD never loads anything new.
+        unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) }
+    };
+    (!h.is_null()).then_some(Pinned(h))
+}
+
+fn unpin(p: Pinned) {
+    // SAFETY: a handle from `pin`, closed once.
+    unsafe { libc::dlclose(p.0) };
+}
+
+/// The dynamic-section addresses of a module: glibc relocates them in place when the section
+/// is writable, and leaves them as virtual addresses when it is not (and for the vDSO).
+fn dyn_ptr(bias: u64, v: u64) -> u64 {
+    if v < bias {
+        v.wrapping_add(bias)
+    } else {
+        v
+    }
+}
+
+#[derive(Default)]
+struct Tables {
+    symtab: u64,
+    strtab: u64,
+    strsz: u64,
+    jmprel: u64,
+    pltrelsz: u64,
+    rela: u64,
+    relasz: u64,
+    relaent: u64,
+}
+
+/// # Safety
+/// `dynamic` is the address of a loaded, pinned module's `PT_DYNAMIC`.
+unsafe fn tables(bias: u64, dynamic: u64) -> Tables {
+    let mut t = Tables {
+        relaent: size_of::<Rela>() as u64,
+        ..Tables::default()
+    };
+    let mut d = dynamic as *const Dyn;
+    for _ in 0..4096 {
+        // SAFETY: the dynamic section is an array of `Dyn` ending in DT_NULL, mapped while
+        // the module is (caller's contract); at most 4096 entries are read.
+        let e = unsafe { &*d };
+        match e.tag {
+            DT_NULL => break,
+            DT_SYMTAB => t.symtab = dyn_ptr(bias, e.val),
+            DT_STRTAB => t.strtab = dyn_ptr(bias, e.val),
+            DT_STRSZ => t.strsz = e.val,
+            DT_JMPREL => t.jmprel = dyn_ptr(bias, e.val),
+            DT_PLTRELSZ => t.pltrelsz = e.val,
+            DT_RELA => t.rela = dyn_ptr(bias, e.val),
+            DT_RELASZ => t.relasz = e.val,
+            DT_RELAENT => t.relaent = e.val,
+            _ => {}
+        }
+        // SAFETY: still inside the array (the DT_NULL entry ends it).
+        d = unsafe { d.add(1) };
+    }
+    t
+}
+
+/// What one module's scan found, for the report.
+#[derive(Default)]
+struct Coverage {
+    patched: Vec<String>,
+    elsewhere: Vec<String>,
+    in_data: Vec<String>,
+    driver: usize,
+    failed: Vec<String>,
+}
+
+/// Page protection of the mapping holding `addr`, from /proc/self/maps.
+fn protection(maps: &str, addr: u64) -> Option<i32> {
+    maps.lines().find_map(|l| {
+        let (range, rest) = l.split_once(' ')?;
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        if !(a <= addr && addr < b) {
+            return None;
+        }
+        let p = rest.as_bytes();
+        let mut prot = 0;
+        if p.first() == Some(&b'r') {
+            prot |= libc::PROT_READ;
+        }
+        if p.get(1) == Some(&b'w') {
+            prot |= libc::PROT_WRITE;
+        }
+        if p.get(2) == Some(&b'x') {
+            prot |= libc::PROT_EXEC;
+        }
+        Some(prot)
+    })
+}
+
+/// Stores `value` into the slot at `addr` (8-aligned, in a pinned module), making its page
+/// writable for the store if it is not. False if the page could not be made writable.
+fn store(addr: u64, value: u64, maps: &str) -> bool {
+    if !addr.is_multiple_of(8) {
+        return false;
+    }
+    let Some(prot) = protection(maps, addr) else {
+        return false;
+    };
+    let page = addr & !4095;
+    if prot & libc::PROT_WRITE == 0 {
+        // SAFETY: `page` is the page of a GOT slot of a pinned module; adding write access
+        // changes nothing else about it.
+        if unsafe { libc::mprotect(page as *mut c_void, 4096, prot | libc::PROT_WRITE) } != 0 {
+            return false;
+        }
+    }
+    // SAFETY: `addr` is an 8-aligned GOT slot, writable now, that the program only ever
+    // reads as a whole pointer (the loader writes it the same way).
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }.store(value, Ordering::SeqCst);
+    if prot & libc::PROT_WRITE == 0 {
+        // SAFETY: as above, giving the page its protection back.
+        unsafe { libc::mprotect(page as *mut c_void, 4096, prot) };
+    }
+    true
+}
+
+fn load(addr: u64) -> u64 {
+    // SAFETY: `addr` is an 8-aligned GOT slot of a pinned module (readable: GOTs are).
+    unsafe { AtomicU64::from_ptr(addr as *mut u64) }.load(Ordering::SeqCst)
+}
+
+fn is_driver_name(n: &[u8]) -> bool {
+    n.len() > 2 && n.starts_with(b"cu") && n[2].is_ascii_uppercase()
+}
+
+/// Redirects the slots of every module not looked at yet; returns report lines for the
+/// modules that import something of the CUDA APIs.
+pub(super) fn patch_new_modules() -> String {
+    let Ok(mut st) = STATE.lock() else {
+        return String::new();
+    };
+    let own = own_range();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut out = String::new();
+    for m in modules() {
+        if st.seen.iter().any(|(b, p)| *b == m.bias && *p == m.path) {
+            continue;
+        }
+        st.seen.push((m.bias, m.path.clone()));
+        let Some(dynamic) = m.dynamic else { continue };
+        if m.range == own || m.path.windows(9).any(|w| w == b"linux-vds") {
+            continue;
+        }
+        let Some(pin) = pin(&m.path) else { continue };
+        // SAFETY: the module is pinned, so its dynamic section and tables stay mapped.
+        let cov = unsafe { scan(&m, dynamic, own, &maps, &mut st.slots) };
+        if cov.patched.is_empty() {
+            unpin(pin);
+        } else {
+            st.pins.push(pin);
+        }
+        let name = if m.path.is_empty() {
+            "(main program)".to_string()
+        } else {
+            String::from_utf8_lossy(&m.path).into_owned()
+        };
+        if !cov.patched.is_empty() {
+            out.push_str(&format!(
+                "covered {name}: {} call slots redirected\n",
+                cov.patched.len()
+            ));
+        }
+        if !cov.elsewhere.is_empty() {
+            out.push_str(&format!(
+                "not covered {name}: bound to another copy of the runtime: {}\n",
+                cov.elsewhere.join(" ")
+            ));
+        }
+        if !cov.failed.is_empty() {
+            out.push_str(&format!(
+                "not covered {name}: slots that could not be written: {}\n",
+                cov.failed.join(" ")
+            ));
+        }
+        if !cov.in_data.is_empty() {
+            out.push_str(&format!(
+                "not covered {name}: function pointers stored in its data: {}\n",
+                cov.in_data.join(" ")
+            ));
+        }
+        if cov.driver > 0 {
+            out.push_str(&format!(
+                "not covered {name}: {} driver API imports (cu*)\n",
+                cov.driver
+            ));
+        }
+    }
+    out
+}
+
+/// # Safety
+/// `m` is pinned and `dynamic` its `PT_DYNAMIC` address.
+unsafe fn scan(
+    m: &Module,
+    dynamic: u64,
+    own: (u64, u64),
+    maps: &str,
+    slots: &mut Vec<Slot>,
+) -> Coverage {
+    let mut cov = Coverage::default();
+    // SAFETY: caller's contract.
+    let t = unsafe { tables(m.bias, dynamic) };
+    if t.symtab == 0 || t.strtab == 0 || t.relaent != size_of::<Rela>() as u64 {
+        return cov;
+    }
+    for (base, size) in [(t.jmprel, t.pltrelsz), (t.rela, t.relasz)] {
+        if base == 0 {
+            continue;
+        }
+        for i in 0..size / size_of::<Rela>() as u64 {
+            // SAFETY: the relocation table lies in the pinned module's mapped image.
+            let r = unsafe { &*((base + i * size_of::<Rela>() as u64) as *const Rela) };
+            let kind = (r.info & 0xffff_ffff) as u32;
+            let sym = r.info >> 32;
+            if sym == 0 || !matches!(kind, R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT | R_X86_64_64) {
+                continue;
+            }
+            // SAFETY: `sym` indexes the module's symbol table, as the loader uses it.
+            let s = unsafe { &*((t.symtab + sym * size_of::<Sym>() as u64) as *const Sym) };
+            if s.shndx != 0 || (t.strsz != 0 && s.name as u64 >= t.strsz) {
+                continue; // defined here: the module's own function
+            }
+            // SAFETY: a NUL-terminated name in the module's string table.
+            let name = unsafe { CStr::from_ptr((t.strtab + s.name as u64) as *const libc::c_char) };
+            let bytes = name.to_bytes();
+            if !bytes.starts_with(b"cuda") {
+                if kind != R_X86_64_64 && is_driver_name(bytes) {
+                    cov.driver += 1;
+                }
+                continue;
+            }
+            let Some(hook) = own_export(name, own) else {
+                continue;
+            };
+            let text = name.to_string_lossy().into_owned();
+            if kind == R_X86_64_64 {
+                cov.in_data.push(text);
+                continue;
+            }
+            let addr = m.bias.wrapping_add(r.offset);
+            if slots.iter().any(|s| s.addr == addr) {
+                continue;
+            }
+            let real = crate::real::lookup(name) as u64;
+            let current = load(addr);
+            let unresolved = m.range.0 <= current && current < m.range.1;
+            if real == 0 || current == hook {
+                continue;
+            }
+            if !unresolved && current != real {
+                cov.elsewhere.push(text);
+                continue;
+            }
+            if store(addr, hook, maps) {
+                slots.push(Slot {
+                    addr,
+                    original: current,
+                    hook,
+                    real,
+                    module: m.range,
+                });
+                cov.patched.push(text);
+            } else {
+                cov.failed.push(text);
+            }
+        }
+    }
+    cov
+}
+
+/// Re-redirects slots that a lazy resolve raced back to the runtime after the patch.
+pub(super) fn recheck() {
+    let Ok(st) = STATE.lock() else { return };
+    let mut maps = None;
+    for s in &st.slots {
+        let v = load(s.addr);
+        if v != s.hook && (v == s.real || (s.module.0 <= v && v < s.module.1)) {
+            let maps = maps.get_or_insert_with(|| {
+                std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
+            });
+            store(s.addr, s.hook, maps);
+        }
+    }
+}
+
+/// Puts back the original bytes of every slot that still holds its hook, and forgets all.
+pub(super) fn restore_all() {
+    let Ok(mut st) = STATE.lock() else { return };
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for s in st.slots.drain(..) {
+        if load(s.addr) == s.hook {
+            store(s.addr, s.original, &maps);
+        }
+    }
+    for p in st.pins.drain(..) {
+        unpin(p);
+    }
+    st.seen.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protection_comes_from_the_mapping_that_holds_the_address() {
+        let maps = "1000-3000 r--p 00000000 00:00 0 /x\n3000-4000 rw-p 0 00:00 0\n";
+        assert_eq!(protection(maps, 0x1000), Some(libc::PROT_READ));
+        assert_eq!(protection(maps, 0x2fff), Some(libc::PROT_READ));
+        assert_eq!(
+            protection(maps, 0x3008),
+            Some(libc::PROT_READ | libc::PROT_WRITE)
+        );
+        assert_eq!(protection(maps, 0x4000), None);
+        assert!(is_driver_name(b"cuLaunchKernel"));
+        assert!(!is_driver_name(b"cudaMalloc"));
+        assert!(!is_driver_name(b"cuda"));
+        assert_eq!(dyn_ptr(0x1000, 0x10), 0x1010);
+        assert_eq!(dyn_ptr(0x1000, 0x2000), 0x2000);
+    }
+}

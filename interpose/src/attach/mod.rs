@@ -1,0 +1,337 @@
+//! Attach and detach: recording switched on and off in a process that is already running.
+//!
+//! Two ways in, one control file:
+//! - **Dormant preload** (`SYNCSPY_DORMANT=1` with `LD_PRELOAD`): the hooks pass through
+//!   (state `DORMANT`, no segment) and, at most once a second from inside a hooked call,
+//!   look for `<dir>/syncspy-attach-<pid>` (`dir`: `SYNCSPY_DIR`, default `/dev/shm`). When
+//!   `syncspy attach` writes it, the library arms itself. No ptrace is needed.
+//! - **Injection** (`syncspy attach` with ptrace): the library is `dlopen`ed `RTLD_LOCAL`
+//!   into the process, so its exported symbols interpose nothing; the attacher then calls
+//!   [`syncspy_attach_arm`] with the control file's path, and arming redirects the import
+//!   slots (GOT) of every loaded module to the hooks (see `got`).
+//!
+//! The control file holds the configuration (`SYNCSPY_DIR=…` lines, as the environment
+//! would) and is the attacher's lease: a worker thread started at arming checks it every
+//! 100 ms and disarms when it is removed (`syncspy detach`) or not touched for
+//! `SYNCSPY_ATTACH_LEASE_MS` (default 5000: the attacher was killed). Disarming restores the
+//! GOT bytes, puts the hooks back to pass-through and ends the worker; the library stays
+//! loaded (unloading Rust code with thread-local destructors is unsound), so a later attach
+//! needs no second `dlopen`.
+
+mod got;
+
+use std::ffi::{c_char, CStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use crate::runtime;
+
+/// Settings from the control file, consulted before the environment while attached.
+static SETTINGS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+/// The control file of the current attach (None: not attached).
+static CONTROL: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Whether arming must redirect GOT slots (the library was injected, not preloaded).
+static INJECTED: AtomicBool = AtomicBool::new(false);
+/// The process whose worker thread is running (0: none). A fork child has none.
+static WORKER_PID: AtomicU32 = AtomicU32::new(0);
+/// Serialises arm, disarm and the worker's GOT work.
+static ARMING: Mutex<()> = Mutex::new(());
+/// Coarse time (ns) of the last dormant look for a control file.
+static LAST_POLL: AtomicU64 = AtomicU64::new(0);
+
+/// Result codes of [`syncspy_attach_arm`] and [`syncspy_attach_disarm`].
+pub const OK: i32 = 0;
+pub const ERR_ALREADY: i32 = 1;
+pub const ERR_CONTROL: i32 = 2;
+pub const ERR_NOT_ATTACHED: i32 = 3;
+pub const ERR_PANIC: i32 = 4;
+
+const DEFAULT_LEASE_MS: u64 = 5000;
+const WORKER_PERIOD: Duration = Duration::from_millis(100);
+
+fn flag(v: Option<std::ffi::OsString>) -> bool {
+    matches!(v, Some(v) if !v.is_empty() && v != "0")
+}
+
+/// `SYNCSPY_DORMANT` is set: start in `DORMANT`.
+pub(crate) fn dormant_by_env() -> bool {
+    flag(std::env::var_os("SYNCSPY_DORMANT"))
+}
+
+/// A setting from the control file of the current attach.
+pub(crate) fn setting(name: &str) -> Option<String> {
+    let s = SETTINGS.lock().ok()?;
+    s.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The control file a dormant preloaded library looks for.
+fn dormant_control_path() -> PathBuf {
+    let dir = std::env::var_os("SYNCSPY_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    // SAFETY: getpid cannot fail.
+    dir.join(format!("syncspy-attach-{}", unsafe { libc::getpid() }))
+}
+
+/// Called by a hook while `DORMANT`: at most once a second, arms if the control file exists.
+/// Only a preloaded dormant library does this (an injected one is armed by its attacher).
+#[cold]
+#[inline(never)]
+pub(crate) fn dormant_poll() {
+    if INJECTED.load(Ordering::Relaxed) || !dormant_by_env_cached() {
+        return;
+    }
+    let now = coarse_ns();
+    let last = LAST_POLL.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < 1_000_000_000 {
+        return;
+    }
+    if LAST_POLL
+        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let path = dormant_control_path();
+    if fresh(&path, lease()) {
+        let _ = std::panic::catch_unwind(|| arm(&path, true));
+    }
+}
+
+fn dormant_by_env_cached() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(dormant_by_env)
+}
+
+fn read_settings(path: &Path) -> Option<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .filter(|(k, _)| k.starts_with("SYNCSPY_"))
+            .collect(),
+    )
+}
+
+fn report_path(control: &Path) -> PathBuf {
+    let mut p = control.as_os_str().to_owned();
+    p.push(".report");
+    PathBuf::from(p)
+}
+
+/// Whether the library was injected (`dlopen`ed `RTLD_LOCAL`, so that only the GOT
+/// redirection reaches the hooks) rather than preloaded: the attacher says so in the control
+/// file (`SYNCSPY_ATTACH_INJECTED=1`), which it knows; else a library not named in
+/// `LD_PRELOAD` counts as injected.
+fn injected(settings: &[(String, String)]) -> bool {
+    match settings
+        .iter()
+        .find(|(k, _)| k == "SYNCSPY_ATTACH_INJECTED")
+    {
+        Some((_, v)) => v == "1",
+        None => !std::env::var("LD_PRELOAD").is_ok_and(|p| p.contains("libsyncspy")),
+    }
+}
+
+fn arm(control: &Path, preloaded: bool) -> i32 {
+    let Ok(_g) = ARMING.lock() else {
+        return ERR_PANIC;
+    };
+    if CONTROL.lock().map(|c| c.is_some()).unwrap_or(true) {
+        return ERR_ALREADY;
+    }
+    let Some(settings) = read_settings(control) else {
+        return ERR_CONTROL;
+    };
+    let injected = !preloaded && injected(&settings);
+    if let Ok(mut s) = SETTINGS.lock() {
+        *s = settings;
+    }
+    if let Ok(mut c) = CONTROL.lock() {
+        *c = Some(control.to_path_buf());
+    }
+    INJECTED.store(injected, Ordering::Relaxed);
+    let mut report = String::new();
+    if injected {
+        report = got::patch_new_modules();
+    }
+    report.push_str(
+        "note: function pointers the program took with dlsym or cudaGetDriverEntryPoint before \
+         attach, and runtimes linked statically into a library, are not covered\n",
+    );
+    let _ = std::fs::write(report_path(control), &report);
+    runtime::arm();
+    runtime::start_now();
+    start_worker();
+    OK
+}
+
+fn disarm() -> i32 {
+    let Ok(_g) = ARMING.lock() else {
+        return ERR_PANIC;
+    };
+    let Some(control) = CONTROL.lock().ok().and_then(|mut c| c.take()) else {
+        return ERR_NOT_ATTACHED;
+    };
+    if INJECTED.load(Ordering::Relaxed) {
+        got::restore_all();
+    }
+    runtime::go_dormant();
+    // The attacher waits for this line: recording is off and the GOT is back.
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .open(report_path(&control))
+    {
+        let _ = f.write_all(b"detached\n");
+    }
+    OK
+}
+
+fn lease() -> Duration {
+    Duration::from_millis(
+        setting("SYNCSPY_ATTACH_LEASE_MS")
+            .or_else(|| std::env::var("SYNCSPY_ATTACH_LEASE_MS").ok())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_LEASE_MS),
+    )
+}
+
+/// The control file exists and was touched within `lease`.
+fn fresh(control: &Path, lease: Duration) -> bool {
+    std::fs::metadata(control)
+        .and_then(|m| m.modified())
+        .map(|t| {
+            SystemTime::now()
+                .duration_since(t)
+                .map(|age| age <= lease)
+                .unwrap_or(true)
+        })
+        .unwrap_or(false)
+}
+
+/// Starts the worker for this process unless it runs already.
+fn start_worker() {
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u32;
+    if WORKER_PID.swap(pid, Ordering::AcqRel) == pid {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("syncspy-attach".into())
+        .spawn(worker);
+    if spawned.is_err() {
+        WORKER_PID.store(0, Ordering::Release);
+    }
+}
+
+/// Every 100 ms: disarm if the control file is gone or stale, bring newly loaded modules'
+/// slots over and re-check patched ones (a lazy resolve may have raced the patch).
+fn worker() {
+    let lease = lease();
+    loop {
+        std::thread::sleep(WORKER_PERIOD);
+        let Some(control) = CONTROL.lock().ok().and_then(|c| c.clone()) else {
+            break;
+        };
+        if !fresh(&control, lease) {
+            disarm();
+            // The attacher is gone (or detached): a stale file must not arm again.
+            let _ = std::fs::remove_file(&control);
+            break;
+        }
+        if INJECTED.load(Ordering::Relaxed) {
+            if let Ok(_g) = ARMING.lock() {
+                let more = got::patch_new_modules();
+                got::recheck();
+                if !more.is_empty() {
+                    use std::io::Write;
+                    if let Ok(mut f) = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(report_path(&control))
+                    {
+                        let _ = f.write_all(more.as_bytes());
+                    }
+                }
+            }
+        }
+    }
+    WORKER_PID.store(0, Ordering::Release);
+}
+
+/// A segment was created: in a fork child of an attached process, start its worker (the
+/// parent's did not survive the fork), so that detach and the lease reach the child too.
+pub(crate) fn on_runtime_created() {
+    if CONTROL.lock().map(|c| c.is_some()).unwrap_or(false) {
+        start_worker();
+    }
+}
+
+pub(crate) fn after_fork_in_child() {
+    WORKER_PID.store(0, Ordering::Relaxed);
+}
+
+/// Arms recording in this process: reads the configuration from the control file `control`
+/// (lines `SYNCSPY_DIR=…`, `SYNCSPY_SESSION=…`, …), redirects the GOT slots of loaded
+/// modules to the hooks when the library was injected rather than preloaded, writes what it
+/// covers to `<control>.report`, creates the segment and starts the worker that keeps the
+/// lease. Returns 0, or 1 already attached, 2 control file unreadable, 4 internal error.
+///
+/// # Safety
+/// `control` is a NUL-terminated path.
+#[no_mangle]
+pub unsafe extern "C" fn syncspy_attach_arm(control: *const c_char) -> i32 {
+    if control.is_null() {
+        return ERR_CONTROL;
+    }
+    // SAFETY: the caller passes a NUL-terminated path (this function's contract).
+    let path = unsafe { CStr::from_ptr(control) };
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    std::panic::catch_unwind(|| arm(&path, false)).unwrap_or(ERR_PANIC)
+}
+
+/// Disarms recording (as the worker does when the control file goes): restores the GOT
+/// bytes and makes the hooks pass through. Returns 0, or 3 when not attached.
+#[no_mangle]
+pub extern "C" fn syncspy_attach_disarm() -> i32 {
+    std::panic::catch_unwind(disarm).unwrap_or(ERR_PANIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_read_from_key_value_lines() {
+        let d = syncspy_test_support::TempDir::new("attach-settings");
+        let p = d.file(
+            "ctl",
+            "SYNCSPY_DIR=/x\n junk \nSYNCSPY_SESSION = 7\nPATH=/bin\n",
+        );
+        let s = read_settings(&p).expect("readable");
+        assert_eq!(
+            s,
+            vec![
+                ("SYNCSPY_DIR".to_string(), "/x".to_string()),
+                ("SYNCSPY_SESSION".to_string(), "7".to_string())
+            ]
+        );
+        assert_eq!(read_settings(&d.path().join("missing")), None);
+        assert_eq!(report_path(&p), d.path().join("ctl.report"));
+    }
+}

@@ -1,0 +1,238 @@
+/* attach-target: a program for `syncspy attach` to attach to, built three ways by build.rs
+ * (lazy binding, BIND_NOW with full RELRO, -fno-plt). It links libcudart.so.13 (the
+ * simulated runtime at run time) and takes commands on stdin, one per line, answering each
+ * with one line on stdout, so a test knows exactly which calls happened when:
+ *
+ *   sync N        N x cudaStreamSynchronize(0)            -> "done sync N"
+ *   devsync N     N x cudaDeviceSynchronize()             -> "done devsync N"
+ *   memcpy N      N x cudaMemcpy 4 KiB device to host     -> "done memcpy N"
+ *   dlopen PATH   dlopen(PATH, RTLD_NOW|RTLD_LOCAL)       -> "done dlopen"
+ *   lib N         N x caller_work(1, 10) of that library  -> "done lib N"
+ *   storm on|off  a thread sends SIGUSR1 to the process and SIGRTMIN to the main thread
+ *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function, then "done slots"
+ *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED" and exits with CODE
+ *
+ * At start it prints "ready main=TID waiter=TID sleeper=TID". The waiter blocks in
+ * pthread_cond_wait (futex), the sleeper in nanosleep, the main thread in read(0): each a
+ * thread attach may choose. The main thread reads with a raw read system call between
+ * loading xmm0/xmm7/xmm15 with a pattern and a non-default MXCSR, and checking them after:
+ * a clobbered FP/vector register set (an injection that did not restore it) exits 99. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+extern int cudaStreamSynchronize(void *stream);
+extern int cudaDeviceSynchronize(void);
+extern int cudaMalloc(void **p, size_t n);
+extern int cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+
+static volatile sig_atomic_t usr1_received, rt_received;
+static volatile long usr1_sent, rt_sent;
+static volatile int storm;
+static pid_t main_tid;
+
+static void on_usr1(int s) { (void)s; usr1_received++; }
+static void on_rt(int s) { (void)s; rt_received++; }
+
+static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static volatile pid_t waiter_tid, sleeper_tid;
+
+static void *waiter(void *a) {
+    (void)a;
+    waiter_tid = gettid_();
+    pthread_mutex_lock(&mu);
+    for (;;) pthread_cond_wait(&cv, &mu);
+    return NULL;
+}
+
+static void *sleeper(void *a) {
+    (void)a;
+    sleeper_tid = gettid_();
+    for (;;) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void *stormer(void *a) {
+    (void)a;
+    for (;;) {
+        if (storm) {
+            kill(getpid(), SIGUSR1);
+            usr1_sent++;
+            union sigval v = {0};
+            if (sigqueue(getpid(), SIGRTMIN, v) == 0) rt_sent++;
+        }
+        usleep(100);
+    }
+    return NULL;
+}
+
+/* read(0) as a raw system call with vector registers and MXCSR holding known values across
+ * it (nothing in the kernel's return path touches them). Returns the byte count, or exits
+ * 99 when they changed. */
+static long checked_read(char *buf, size_t n) {
+    static const uint64_t pat = 0x5eed5eed12345678ull;
+    uint64_t x0, x7, x15;
+    uint32_t mx_in = 0x3f80 | 0x2000 /* round down */, mx_out, mx_saved;
+    long ret;
+    __asm__ volatile("stmxcsr %0" : "=m"(mx_saved));
+    do {
+        __asm__ volatile(
+            "ldmxcsr %[mxin]\n\t"
+            "movq %[pat], %%xmm0\n\t"
+            "movq %[pat], %%xmm7\n\t"
+            "movq %[pat], %%xmm15\n\t"
+            "syscall\n\t"
+            "movq %%xmm0, %[x0]\n\t"
+            "movq %%xmm7, %[x7]\n\t"
+            "movq %%xmm15, %[x15]\n\t"
+            "stmxcsr %[mxout]\n\t"
+            : "=a"(ret), [x0] "=&r"(x0), [x7] "=&r"(x7), [x15] "=&r"(x15), [mxout] "=m"(mx_out)
+            : "a"(0L), "D"(0L), "S"(buf), "d"(n), [pat] "r"(pat), [mxin] "m"(mx_in)
+            : "rcx", "r11", "memory", "xmm0", "xmm7", "xmm15");
+    } while (ret == -4 /* EINTR */);
+    __asm__ volatile("ldmxcsr %0" : : "m"(mx_saved));
+    if (x0 != pat || x7 != pat || x15 != pat || mx_out != mx_in) {
+        printf("FP CLOBBERED xmm0=%llx xmm7=%llx xmm15=%llx mxcsr=%x\n",
+               (unsigned long long)x0, (unsigned long long)x7, (unsigned long long)x15, mx_out);
+        fflush(stdout);
+        _exit(99);
+    }
+    return ret;
+}
+
+static int read_line(char *line, size_t cap) {
+    size_t len = 0;
+    while (len + 1 < cap) {
+        char c;
+        long r = checked_read(&c, 1);
+        if (r <= 0) return len > 0;
+        if (c == '\n') break;
+        line[len++] = c;
+    }
+    line[len] = 0;
+    return 1;
+}
+
+/* Prints the address of every JUMP_SLOT / GLOB_DAT slot of a cuda* symbol of the program. */
+static int print_slot(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    if (info->dlpi_name && info->dlpi_name[0]) return 0; /* the main program only */
+    ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return 1;
+    ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    ElfW(Rela) *tabs[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    for (ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+        /* glibc relocates these in place for a writable dynamic section */
+        ElfW(Addr) p = d->d_un.d_ptr;
+        if (p < info->dlpi_addr) p += info->dlpi_addr;
+        switch (d->d_tag) {
+        case DT_SYMTAB: symtab = (ElfW(Sym) *)p; break;
+        case DT_STRTAB: strtab = (const char *)p; break;
+        case DT_JMPREL: tabs[0] = (ElfW(Rela) *)p; break;
+        case DT_PLTRELSZ: sizes[0] = d->d_un.d_val; break;
+        case DT_RELA: tabs[1] = (ElfW(Rela) *)p; break;
+        case DT_RELASZ: sizes[1] = d->d_un.d_val; break;
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        if (!tabs[t]) continue;
+        for (size_t i = 0; i < sizes[t] / sizeof(ElfW(Rela)); i++) {
+            ElfW(Rela) *r = &tabs[t][i];
+            unsigned type = ELF64_R_TYPE(r->r_info);
+            if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) continue;
+            const char *name = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name;
+            if (strncmp(name, "cuda", 4) == 0)
+                printf("slot %s 0x%lx\n", name, (unsigned long)(info->dlpi_addr + r->r_offset));
+        }
+    }
+    return 1;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    main_tid = gettid_();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = on_rt;
+    sigaction(SIGRTMIN, &sa, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, waiter, NULL);
+    pthread_create(&th, NULL, sleeper, NULL);
+    pthread_create(&th, NULL, stormer, NULL);
+    while (!waiter_tid || !sleeper_tid) usleep(1000);
+    void *dev = NULL;
+    static char host[4096];
+    if (cudaMalloc(&dev, sizeof host)) {
+        printf("cudaMalloc failed\n");
+        return 3;
+    }
+    int (*caller_work)(int, unsigned) = NULL;
+    printf("ready main=%d waiter=%d sleeper=%d\n", main_tid, waiter_tid, sleeper_tid);
+    char line[512];
+    while (read_line(line, sizeof line)) {
+        long n = 0;
+        char arg[480];
+        if (sscanf(line, "sync %ld", &n) == 1) {
+            for (long i = 0; i < n; i++) cudaStreamSynchronize(NULL);
+            printf("done sync %ld\n", n);
+        } else if (sscanf(line, "devsync %ld", &n) == 1) {
+            for (long i = 0; i < n; i++) cudaDeviceSynchronize();
+            printf("done devsync %ld\n", n);
+        } else if (sscanf(line, "memcpy %ld", &n) == 1) {
+            for (long i = 0; i < n; i++) cudaMemcpy(host, dev, sizeof host, 2);
+            printf("done memcpy %ld\n", n);
+        } else if (sscanf(line, "dlopen %479s", arg) == 1) {
+            void *h = dlopen(arg, RTLD_NOW | RTLD_LOCAL);
+            if (h) caller_work = (int (*)(int, unsigned))dlsym(h, "caller_work");
+            printf(caller_work ? "done dlopen\n" : "dlopen failed %s\n", dlerror());
+        } else if (sscanf(line, "lib %ld", &n) == 1) {
+            for (long i = 0; i < n && caller_work; i++) caller_work(1, 10);
+            printf("done lib %ld\n", n);
+        } else if (strcmp(line, "storm on") == 0) {
+            storm = 1;
+            printf("done storm\n");
+        } else if (strcmp(line, "storm off") == 0) {
+            storm = 0;
+            usleep(20000);
+            printf("done storm\n");
+        } else if (strcmp(line, "slots") == 0) {
+            dl_iterate_phdr(print_slot, NULL);
+            printf("done slots\n");
+        } else if (sscanf(line, "exit %ld", &n) == 1) {
+            storm = 0;
+            usleep(20000);
+            printf("signals %ld %d rt %ld %d\n", usr1_sent, (int)usr1_received, rt_sent,
+                   (int)rt_received);
+            fflush(stdout);
+            exit((int)n);
+        } else {
+            printf("unknown %s\n", line);
+        }
+    }
+    return 0;
+}
