@@ -132,10 +132,19 @@ impl Runtime {
             ACTIVE => Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
             UNINIT => Runtime::init(),
             INITIALIZING => Runtime::wait_for_init(),
-            DORMANT => {
-                crate::attach::dormant_poll();
-                None
-            }
+            // Armed by this very call: it is recorded.
+            DORMANT if crate::attach::dormant_poll() => Runtime::active_after_arm(),
+            DORMANT => None,
+            _ => None,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn active_after_arm() -> Option<&'static Runtime> {
+        match STATE.load(Ordering::Acquire) {
+            // SAFETY: as in `active`.
+            ACTIVE => Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
             _ => None,
         }
     }
@@ -388,6 +397,16 @@ pub(crate) fn arm() -> bool {
         }
     }
     false
+}
+
+/// The file of the segment in use, if any.
+pub(crate) fn segment_path() -> Option<PathBuf> {
+    if STATE.load(Ordering::Acquire) != ACTIVE {
+        return None;
+    }
+    // SAFETY: as in `Runtime::active`.
+    let rt = unsafe { &*RUNTIME.load(Ordering::Relaxed) };
+    Some(rt.seg.path().to_path_buf())
 }
 
 /// Creates the segment now rather than at the next hooked call (attach: the process shows

@@ -86,7 +86,8 @@ pub fn syscall_name(nr: i64) -> Option<&'static str> {
 }
 
 /// The steps of an injection, for the test knob that kills the attacher after one of them
-/// (`SYNCSPY_TEST_ATTACH_ABORT_AT=<step>`): each must leave the target unharmed.
+/// (`SYNCSPY_TEST_ATTACH_ABORT_AT=<step>` or `<step>:<n>` for its n-th time, the steps of a
+/// call coming once for `dlopen` and once for arming): each must leave the target unharmed.
 pub const STEPS: &[&str] = &[
     "seized",
     "stopped",
@@ -98,7 +99,20 @@ pub const STEPS: &[&str] = &[
 ];
 
 fn step(name: &str) {
-    if std::env::var("SYNCSPY_TEST_ATTACH_ABORT_AT").as_deref() == Ok(name) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEEN: [AtomicU32; 7] = [const { AtomicU32::new(0) }; 7];
+    let Ok(want) = std::env::var("SYNCSPY_TEST_ATTACH_ABORT_AT") else {
+        return;
+    };
+    let (want, nth) = match want.split_once(':') {
+        Some((w, n)) => (w.to_string(), n.parse().unwrap_or(1)),
+        None => (want, 1),
+    };
+    let Some(i) = STEPS.iter().position(|s| *s == name) else {
+        return;
+    };
+    let count = SEEN[i].fetch_add(1, Ordering::Relaxed) + 1;
+    if want == name && count == nth {
         // SAFETY: kill of our own process: the test's stand-in for the user's `kill -9`.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
@@ -484,13 +498,20 @@ fn inject_here(plan: &Plan, lc: &Libc) -> Result<Injected, InjectError> {
              inside the driver may hold locks that dlopen needs. Try again in a moment"
         ));
     }
+    // A thread that was busy or got a signal at the moment it stopped is let go unchanged;
+    // try again (the candidates in turn) for up to 3 s.
+    let deadline = Instant::now() + Duration::from_secs(3);
     let mut last = String::new();
-    for (tid, _) in candidates.into_iter().take(4) {
-        match try_thread(plan, lc, tid) {
+    for (tid, _) in candidates.iter().take(4).cycle() {
+        match try_thread(plan, lc, *tid) {
             Ok(Some(done)) => return Ok(done),
-            Ok(None) => last = format!("thread {tid} left its idle system call"),
+            Ok(None) => last = format!("thread {tid} was not idle when stopped"),
             Err(e) => return Err(e),
         }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     err(format!(
         "no suitable thread stayed idle long enough ({last}); try again"

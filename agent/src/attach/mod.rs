@@ -361,7 +361,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         if !control_out.exists() {
             break; // `syncspy detach`
         }
-        if last_touch.elapsed() >= Duration::from_secs(1) {
+        if last_touch.elapsed() >= (lease / 4).min(Duration::from_secs(1)) {
             touch(&control_out);
             last_touch = Instant::now();
         }

@@ -87,29 +87,28 @@ fn dormant_control_path() -> PathBuf {
     dir.join(format!("syncspy-attach-{}", unsafe { libc::getpid() }))
 }
 
-/// Called by a hook while `DORMANT`: at most once a second, arms if the control file exists.
-/// Only a preloaded dormant library does this (an injected one is armed by its attacher).
+/// Called by a hook while `DORMANT`: at most once a second, arms if the control file exists
+/// (true: armed now). Only a preloaded dormant library does this (an injected one is armed
+/// by its attacher).
 #[cold]
 #[inline(never)]
-pub(crate) fn dormant_poll() {
+pub(crate) fn dormant_poll() -> bool {
     if INJECTED.load(Ordering::Relaxed) || !dormant_by_env_cached() {
-        return;
+        return false;
     }
     let now = coarse_ns();
     let last = LAST_POLL.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1_000_000_000 {
-        return;
+        return false;
     }
     if LAST_POLL
         .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
         .is_err()
     {
-        return;
+        return false;
     }
     let path = dormant_control_path();
-    if fresh(&path, lease()) {
-        let _ = std::panic::catch_unwind(|| arm(&path, true));
-    }
+    fresh(&path, lease()) && std::panic::catch_unwind(|| arm(&path, true)).is_ok_and(|r| r == OK)
 }
 
 fn dormant_by_env_cached() -> bool {
@@ -250,9 +249,19 @@ fn worker() {
             break;
         };
         if !fresh(&control, lease) {
+            let stale = control.exists();
+            let segment = crate::runtime::segment_path();
             disarm();
-            // The attacher is gone (or detached): a stale file must not arm again.
-            let _ = std::fs::remove_file(&control);
+            if stale {
+                // The attacher is gone: a stale file must not arm again, and nobody will
+                // read or remove the segment (the mapping stays, in case a hook still
+                // writes to it).
+                let _ = std::fs::remove_file(&control);
+                let _ = std::fs::remove_file(report_path(&control));
+                if let Some(s) = segment {
+                    let _ = std::fs::remove_file(s);
+                }
+            }
             break;
         }
         if INJECTED.load(Ordering::Relaxed) {

@@ -1,0 +1,501 @@
+//! `syncspy attach` / `syncspy detach` on a live process, without a GPU: the real syncspy
+//! and libsyncspy.so against `attach-target` (scenarios/src/attach_target.c, linked lazy,
+//! BIND_NOW and -fno-plt) running on the simulated runtime. The target does exactly the
+//! calls it is told on stdin and answers each, so "the calls made while attached" is known;
+//! its main thread checks vector registers and MXCSR around every read (exit 99 if changed).
+//!
+//! Needs ptrace of a child (root, or kernel.yama.ptrace_scope ≤ 1) and the workspace built.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use common::{artifact, with_sim_runtime, TempDir};
+use serde_json::Value;
+
+const LAZY: &str = env!("SYNCSPY_ATTACH_TARGET_LAZY");
+const NOW: &str = env!("SYNCSPY_ATTACH_TARGET_NOW");
+const NOPLT: &str = env!("SYNCSPY_ATTACH_TARGET_NOPLT");
+const CALLER_LIB: &str = env!("SYNCSPY_CUDACALLER_LIB");
+
+struct Target {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    pid: i32,
+    main: i32,
+    waiter: i32,
+    sleeper: i32,
+    /// Keeps the simulated runtime's folder alive.
+    _sim: TempDir,
+}
+
+impl Target {
+    fn start(exe: &str, env: &[(&str, &str)]) -> Target {
+        let sim = with_sim_runtime("attach-sim");
+        let mut child = Command::new(exe)
+            .env("LD_LIBRARY_PATH", sim.path())
+            .env("SIMCUDA_QUIET", "1")
+            .env("SIMCUDA_TIME_SCALE", "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start attach-target");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let pid = child.id() as i32;
+        let mut t = Target {
+            child,
+            stdin,
+            lines,
+            pid,
+            main: 0,
+            waiter: 0,
+            sleeper: 0,
+            _sim: sim,
+        };
+        let ready = t.line();
+        let tid = |k: &str| -> i32 {
+            ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {ready:?}"))
+        };
+        t.main = tid("main=");
+        t.waiter = tid("waiter=");
+        t.sleeper = tid("sleeper=");
+        t
+    }
+
+    fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("attach-target answers")
+    }
+
+    /// Sends a command, returns its answer.
+    fn cmd(&mut self, c: &str) -> String {
+        writeln!(self.stdin, "{c}").unwrap();
+        self.stdin.flush().unwrap();
+        let l = self.line();
+        assert!(!l.starts_with("FP CLOBBERED"), "{l}");
+        l
+    }
+
+    /// The GOT slots of the program's cuda* imports: name → address.
+    fn slots(&mut self) -> Vec<(String, u64)> {
+        writeln!(self.stdin, "slots").unwrap();
+        let mut v = Vec::new();
+        loop {
+            let l = self.line();
+            if l == "done slots" {
+                return v;
+            }
+            let mut it = l.split_whitespace().skip(1);
+            let name = it.next().unwrap().to_string();
+            let addr = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16);
+            v.push((name, addr.unwrap()));
+        }
+    }
+
+    /// The 8 bytes of each slot, read from outside through /proc/PID/mem.
+    fn got(&self, slots: &[(String, u64)]) -> Vec<u64> {
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).unwrap();
+        slots
+            .iter()
+            .map(|(_, a)| {
+                let mut b = [0u8; 8];
+                mem.read_exact_at(&mut b, *a).unwrap();
+                u64::from_le_bytes(b)
+            })
+            .collect()
+    }
+
+    /// Tells the target to exit with `code`; returns its status and its signal account.
+    fn exit(mut self, code: i32) -> (ExitStatus, String) {
+        writeln!(self.stdin, "exit {code}").unwrap();
+        let signals = self.line();
+        let st = self.child.wait().unwrap();
+        (st, signals)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `syncspy attach`.
+struct Attach {
+    child: Child,
+    report: PathBuf,
+    stderr: Receiver<String>,
+    log: String,
+}
+
+fn start_attach(
+    t: &Target,
+    dir: &TempDir,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Attach, String> {
+    let report = dir
+        .path()
+        .join(format!("report-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new(artifact("syncspy"))
+        .arg("attach")
+        .arg(t.pid.to_string())
+        .arg("--report")
+        .arg(&report)
+        .args(args)
+        .env("SYNCSPY_DIR", dir.path())
+        .env("SYNCSPY_LIB", artifact("libsyncspy.so"))
+        .envs(env.iter().copied())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start syncspy attach");
+    let err = child.stderr.take().unwrap();
+    let (tx, stderr) = channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut a = Attach {
+        child,
+        report,
+        stderr,
+        log: String::new(),
+    };
+    // Attached once it says so (or the library says it is dormant and arms itself).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match a.stderr.recv_timeout(Duration::from_millis(50)) {
+            Ok(l) => {
+                a.log.push_str(&l);
+                a.log.push('\n');
+                if l.contains("syncspy: attached to process")
+                    || l.contains("runs libsyncspy.so dormant")
+                {
+                    return Ok(a);
+                }
+            }
+            Err(_) => {
+                if let Ok(Some(st)) = a.child.try_wait() {
+                    a.log.extend(a.stderr.try_iter().map(|l| l + "\n"));
+                    return Err(format!("syncspy attach ended with {st}:\n{}", a.log));
+                }
+            }
+        }
+    }
+    panic!("syncspy attach did not attach:\n{}", a.log);
+}
+
+impl Attach {
+    /// Ctrl-C: detach, report. Returns the report.
+    fn finish(mut self) -> Value {
+        // SAFETY: kill of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let st = self.child.wait().unwrap();
+        self.log.extend(self.stderr.iter().map(|l| l + "\n"));
+        assert!(st.success(), "syncspy attach: {st}\n{}", self.log);
+        assert!(self.log.contains(", detached"), "{}", self.log);
+        let text = std::fs::read_to_string(&self.report).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn count(report: &Value, api: &str) -> u64 {
+    let procs = report["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{report:#}");
+    procs[0]["apis"][api]["count"].as_u64().unwrap_or(0)
+}
+
+/// The whole cycle on one build: calls before, while and after attach; a second attach.
+fn attach_cycle(exe: &str, victim: fn(&Target) -> i32) {
+    let dir = TempDir::new("attach");
+    let mut t = Target::start(exe, &[]);
+    assert_eq!(t.cmd("sync 5"), "done sync 5");
+    let slots = t.slots();
+    let names: Vec<&str> = slots.iter().map(|(n, _)| n.as_str()).collect();
+    for n in [
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaMemcpy",
+    ] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    let before = t.got(&slots);
+
+    for round in 0..2 {
+        let tid = victim(&t).to_string();
+        let a = start_attach(&t, &dir, &["--thread", &tid], &[]).unwrap();
+        // Redirected while attached (cudaMalloc has no hook and stays).
+        let during = t.got(&slots);
+        for (i, (n, _)) in slots.iter().enumerate() {
+            if n == "cudaMalloc" {
+                assert_eq!(during[i], before[i], "{n}");
+            } else {
+                assert_ne!(during[i], before[i], "{n} not redirected");
+            }
+        }
+        assert_eq!(t.cmd("sync 7"), "done sync 7");
+        assert_eq!(t.cmd("memcpy 3"), "done memcpy 3");
+        assert_eq!(t.cmd("devsync 2"), "done devsync 2");
+        let r = a.finish();
+        assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
+        assert_eq!(count(&r, "cudaMemcpy"), 3, "round {round}");
+        assert_eq!(count(&r, "cudaDeviceSynchronize"), 2, "round {round}");
+        // Detached: the GOT is as it was (lazy slots still unresolved), and calls go on.
+        assert_eq!(t.got(&slots), before, "round {round}");
+        assert_eq!(t.cmd("sync 4"), "done sync 4");
+        // No segment or control file left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| !n.to_string_lossy().starts_with("report-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    let (st, _) = t.exit(7);
+    assert_eq!(st.code(), Some(7));
+}
+
+#[test]
+fn bind_now_full_relro_through_a_futex_waiter() {
+    attach_cycle(NOW, |t| t.waiter);
+}
+
+#[test]
+fn lazy_binding_with_unresolved_slots_through_the_reading_main_thread() {
+    // devsync and memcpy were never called: their slots still point at the PLT.
+    attach_cycle(LAZY, |t| t.main);
+}
+
+#[test]
+fn no_plt_through_a_sleeping_thread() {
+    attach_cycle(NOPLT, |t| t.sleeper);
+}
+
+#[test]
+fn the_thread_attach_chooses_itself() {
+    let dir = TempDir::new("attach-auto");
+    let mut t = Target::start(NOW, &[]);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert_eq!(t.cmd("sync 3"), "done sync 3");
+    assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 3);
+    assert_eq!(t.exit(0).0.code(), Some(0));
+}
+
+#[test]
+fn a_library_loaded_after_attach_is_covered() {
+    let dir = TempDir::new("attach-dlopen");
+    let mut t = Target::start(NOW, &[]);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert_eq!(t.cmd(&format!("dlopen {CALLER_LIB}")), "done dlopen");
+    // The library's worker looks for new modules every 100 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(t.cmd("lib 5"), "done lib 5");
+    let r = a.finish();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 5, "{r:#}");
+    assert_eq!(t.cmd("lib 2"), "done lib 2");
+    assert_eq!(t.exit(3).0.code(), Some(3));
+}
+
+#[test]
+fn a_signal_storm_loses_no_signal_and_no_call() {
+    let dir = TempDir::new("attach-storm");
+    let mut t = Target::start(LAZY, &[]);
+    assert_eq!(t.cmd("storm on"), "done storm");
+    let main = t.main.to_string();
+    let a = start_attach(&t, &dir, &["--thread", &main], &[]).unwrap();
+    assert_eq!(t.cmd("sync 10"), "done sync 10");
+    let r = a.finish();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 10);
+    assert_eq!(t.cmd("storm off"), "done storm");
+    let (st, signals) = t.exit(0);
+    assert_eq!(st.code(), Some(0));
+    // "signals SENT RECEIVED rt SENT RECEIVED": real-time signals queue, none may be lost.
+    let f: Vec<i64> = signals
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(f.len(), 4, "{signals}");
+    assert!(f[2] > 100, "the storm ran: {signals}");
+    assert_eq!(f[2], f[3], "real-time signals lost: {signals}");
+    assert!(f[1] > 0, "{signals}");
+}
+
+fn lib_loaded(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .contains("libsyncspy.so")
+}
+
+#[test]
+fn the_attacher_killed_after_any_step_leaves_the_target_unharmed() {
+    let dir = TempDir::new("attach-kill");
+    let lease = [("SYNCSPY_ATTACH_LEASE_MS", "1000")];
+    // (step, on a fresh target). The first target is killed at each step before and at the
+    // dlopen call, then, the library loaded by the thread on its own, at each step of the
+    // arming call; fresh targets take the kills inside and after the dlopen call.
+    let plan = [
+        ("seized", true),
+        ("stopped", false),
+        ("frame-written", false),
+        ("call-set", false),
+        ("call-set", false),
+        ("in-call", false),
+        ("call-returned", false),
+        ("restoring", false),
+        ("in-call", true),
+        ("call-returned", true),
+    ];
+    let mut t: Option<Target> = None;
+    for (i, (s, fresh)) in plan.into_iter().enumerate() {
+        if fresh {
+            if let Some(old) = t.take() {
+                assert_eq!(old.exit(9).0.code(), Some(9));
+            }
+            t = Some(Target::start(LAZY, &[]));
+        }
+        let t = t.as_mut().unwrap();
+        let loaded = lib_loaded(t.pid);
+        // Alternate the thread: read (main, FP-checked), futex and sleep victims.
+        let tid = [t.main, t.waiter, t.sleeper][i % 3].to_string();
+        let mut env = lease.to_vec();
+        env.push(("SYNCSPY_TEST_ATTACH_ABORT_AT", s));
+        match start_attach(t, &dir, &["--thread", &tid], &env) {
+            Ok(mut a) => panic!("step {s}: attached although killed:\n{}", {
+                let _ = a.child.kill();
+                a.log
+            }),
+            Err(log) => assert!(log.contains("signal: 9"), "step {s}: {log}"),
+        }
+        // The target answers, its registers intact; a half-done attach lapses with its lease.
+        assert_eq!(t.cmd("sync 2"), "done sync 2", "after step {s}");
+        if !loaded && matches!(s, "call-set" | "in-call" | "call-returned") {
+            assert!(
+                lib_loaded(t.pid),
+                "the thread finished dlopen on its own ({s})"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(t.cmd("devsync 1"), "done devsync 1", "after step {s}");
+    }
+    // And a normal attach still works, with exact counts.
+    let mut t = t.unwrap();
+    let main = t.main.to_string();
+    let a = start_attach(&t, &dir, &["--thread", &main], &lease).unwrap();
+    assert_eq!(t.cmd("sync 6"), "done sync 6");
+    assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 6);
+    assert_eq!(t.exit(9).0.code(), Some(9));
+}
+
+#[test]
+fn the_process_ending_while_attached_keeps_its_exit_code() {
+    let dir = TempDir::new("attach-exit");
+    let mut t = Target::start(NOW, &[]);
+    let mut a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    let (st, _) = t.exit(42);
+    assert_eq!(st.code(), Some(42));
+    let ast = a.child.wait().unwrap();
+    a.log.extend(a.stderr.iter().map(|l| l + "\n"));
+    assert!(ast.success(), "{}", a.log);
+    assert!(a.log.contains("it ended"), "{}", a.log);
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&a.report).unwrap()).unwrap();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 2);
+}
+
+#[test]
+fn refuses_a_process_that_is_already_traced() {
+    let dir = TempDir::new("attach-traced");
+    let mut t = Target::start(NOW, &[]);
+    let pid = t.pid;
+    // Trace it from a thread of this test (ptrace belongs to the tracing thread).
+    let (tx, rx) = channel::<()>();
+    let (ready_tx, ready_rx) = channel::<()>();
+    let tracer = std::thread::spawn(move || {
+        // SAFETY: PTRACE_SEIZE of our child, detached below before the thread ends.
+        let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) };
+        assert_eq!(r, 0, "seize: {}", std::io::Error::last_os_error());
+        ready_tx.send(()).unwrap();
+        rx.recv().unwrap();
+    });
+    ready_rx.recv().unwrap();
+    let e = start_attach(&t, &dir, &[], &[]).err().expect("refused");
+    assert!(e.contains("already traced"), "{e}");
+    tx.send(()).unwrap();
+    tracer.join().unwrap();
+    assert_eq!(t.cmd("sync 1"), "done sync 1");
+    assert_eq!(t.exit(0).0.code(), Some(0));
+}
+
+fn segments_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("syncspy-") && !n.starts_with("syncspy-attach-")
+        })
+        .count()
+}
+
+#[test]
+fn a_dormant_preload_arms_without_ptrace_and_disarms() {
+    let dir = TempDir::new("attach-dormant");
+    let lib = artifact("libsyncspy.so");
+    let dirs = dir.path().to_string_lossy().into_owned();
+    let mut t = Target::start(
+        NOW,
+        &[
+            ("LD_PRELOAD", lib.to_str().unwrap()),
+            ("SYNCSPY_DORMANT", "1"),
+            ("SYNCSPY_DIR", &dirs),
+        ],
+    );
+    assert_eq!(t.cmd("sync 5"), "done sync 5");
+    assert_eq!(segments_in(dir.path()), 0, "dormant: no segment");
+    let slots = t.slots();
+    for round in 0..2 {
+        let before = t.got(&slots);
+        let a = start_attach(&t, &dir, &[], &[]).unwrap();
+        assert!(a.log.contains("dormant"), "{}", a.log);
+        // The library looks for the control file at most once a second, from a CUDA call;
+        // the call that arms it is recorded.
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(t.cmd("sync 7"), "done sync 7");
+        let r = a.finish();
+        assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
+        // Preloaded: nothing to patch, the GOT was never touched.
+        assert_eq!(t.got(&slots), before);
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(t.cmd("sync 3"), "done sync 3");
+    }
+    assert_eq!(t.exit(5).0.code(), Some(5));
+}
