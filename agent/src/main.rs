@@ -48,7 +48,8 @@ calls to the CUDA runtime (import slots rewritten); detach puts the slots back. 
 right to ptrace the process (same user and kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE).
 If syncspy attach is killed, the process stops recording by itself within 5 s.
 
-Exit status: 0 done; 2 attach refused or failed (nothing was changed in the process).";
+Exit status: 0 done; 2 attach refused (nothing was changed in the process) or failed (the
+process was put back as it was; libsyncspy.so may stay loaded, passing calls through).";
 
 #[derive(Parser)]
 #[command(

@@ -71,6 +71,19 @@ pub fn remove(start: u64) -> Option<u64> {
     None
 }
 
+/// Forgets every range: a library injected again after a detach missed the frees made
+/// while it was not called, and memory freed then may be pageable now. Unknown addresses are
+/// asked of the runtime, so forgetting costs speed, never correctness.
+pub fn clear() {
+    let high = HIGH.load(Ordering::Acquire).min(SLOTS);
+    for r in &RANGES[..high] {
+        if r.end.swap(0, Ordering::AcqRel) != 0 {
+            GEN.fetch_add(1, Ordering::AcqRel);
+            r.start.store(0, Ordering::Release);
+        }
+    }
+}
+
 fn registry_lookup(addr: u64) -> Option<(u64, u64)> {
     let high = HIGH.load(Ordering::Acquire).min(SLOTS);
     for r in &RANGES[..high] {

@@ -17,6 +17,8 @@ ap.add_argument("--seconds", type=float, default=20.0, help="how long to train")
 ap.add_argument("--batch", type=int, default=4096, help="rows per batch")
 ap.add_argument("--width", type=int, default=2048, help="hidden layer width")
 ap.add_argument("--eval-every", type=int, default=25, help="steps between accuracy checks")
+ap.add_argument("--step-log", metavar="FILE",
+                help="write one line per step at exit: its end (Unix time, s) and its loss")
 args = ap.parse_args()
 
 torch.manual_seed(0)
@@ -35,6 +37,7 @@ pool = [(torch.randn(args.batch, features), torch.randint(0, classes, (args.batc
 
 steps = evals = 0
 losses = []
+ends = []
 print(f"training for {args.seconds:g} s", flush=True)  # start-up is over
 t0 = time.perf_counter()
 while time.perf_counter() - t0 < args.seconds:
@@ -45,6 +48,7 @@ while time.perf_counter() - t0 < args.seconds:
     loss.backward()
     opt.step()
     losses.append(loss.item())                  # waits for the whole step
+    ends.append(time.time())
     steps += 1
     if steps % args.eval_every == 0:
         with torch.no_grad():
@@ -53,6 +57,9 @@ while time.perf_counter() - t0 < args.seconds:
         evals += 1
 torch.cuda.synchronize()
 wall = time.perf_counter() - t0
+if args.step_log:
+    with open(args.step_log, "w") as f:
+        f.writelines(f"{t:.6f} {l!r}\n" for t, l in zip(ends, losses))
 print(json.dumps({
     "scenario": "torch-train-mlp",
     "pid": os.getpid(),

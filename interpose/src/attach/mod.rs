@@ -167,6 +167,7 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
     INJECTED.store(injected, Ordering::Relaxed);
     let mut report = String::new();
     if injected {
+        crate::pinned::clear();
         report = got::patch_new_modules();
     }
     report.push_str(
