@@ -10,11 +10,11 @@
  *   lib N         N x caller_work(1, 10) of that library  -> "done lib N"
  *   storm on|off  a thread sends SIGUSR1 to the process and SIGRTMIN to the main thread
  *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function, then "done slots"
- *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED" and exits with CODE
+ *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N" and exits with CODE
  *
- * At start it prints "ready main=TID waiter=TID sleeper=TID". The waiter blocks in
- * pthread_cond_wait (futex), the sleeper in nanosleep, the main thread in read(0): each a
- * thread attach may choose. The main thread reads with a raw read system call between
+ * At start it prints "ready main=TID waiter=TID sleeper=TID epoller=TID". The waiter blocks
+ * in pthread_cond_wait (futex), the sleeper in nanosleep, the epoller in epoll_wait (counting
+ * the EINTRs it gets), the main thread in read(0): each a thread attach may choose. The main thread reads with a raw read system call between
  * loading xmm0/xmm7/xmm15 with a pattern and a non-default MXCSR, and checking them after:
  * a clobbered FP/vector register set (an injection that did not restore it) exits 99. */
 #define _GNU_SOURCE
@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +50,25 @@ static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static volatile pid_t waiter_tid, sleeper_tid;
+static volatile pid_t waiter_tid, sleeper_tid, epoller_tid;
+static volatile int epoll_eintr;
+
+/* Waits in epoll_wait on a pipe nobody writes: an EINTR it sees with no signal sent to the
+ * process is one an attach caused. */
+static void *epoller(void *a) {
+    (void)a;
+    int fds[2];
+    if (pipe(fds)) return NULL;
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev);
+    epoller_tid = gettid_();
+    for (;;) {
+        struct epoll_event out;
+        if (epoll_wait(ep, &out, 1, -1) < 0 && errno == EINTR) epoll_eintr++;
+    }
+    return NULL;
+}
 
 static void *waiter(void *a) {
     (void)a;
@@ -184,7 +204,8 @@ int main(void) {
     pthread_create(&th, NULL, waiter, NULL);
     pthread_create(&th, NULL, sleeper, NULL);
     pthread_create(&th, NULL, stormer, NULL);
-    while (!waiter_tid || !sleeper_tid) usleep(1000);
+    pthread_create(&th, NULL, epoller, NULL);
+    while (!waiter_tid || !sleeper_tid || !epoller_tid) usleep(1000);
     void *dev = NULL;
     static char host[4096];
     if (cudaMalloc(&dev, sizeof host)) {
@@ -192,7 +213,8 @@ int main(void) {
         return 3;
     }
     int (*caller_work)(int, unsigned) = NULL;
-    printf("ready main=%d waiter=%d sleeper=%d\n", main_tid, waiter_tid, sleeper_tid);
+    printf("ready main=%d waiter=%d sleeper=%d epoller=%d\n", main_tid, waiter_tid, sleeper_tid,
+           epoller_tid);
     char line[512];
     while (read_line(line, sizeof line)) {
         long n = 0;
@@ -226,8 +248,8 @@ int main(void) {
         } else if (sscanf(line, "exit %ld", &n) == 1) {
             storm = 0;
             usleep(20000);
-            printf("signals %ld %d rt %ld %d\n", usr1_sent, (int)usr1_received, rt_sent,
-                   (int)rt_received);
+            printf("signals %ld %d rt %ld %d eintr %d\n", usr1_sent, (int)usr1_received, rt_sent,
+                   (int)rt_received, epoll_eintr);
             fflush(stdout);
             exit((int)n);
         } else {

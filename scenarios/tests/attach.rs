@@ -32,6 +32,7 @@ struct Target {
     main: i32,
     waiter: i32,
     sleeper: i32,
+    epoller: i32,
     /// Keeps the simulated runtime's folder alive.
     _sim: TempDir,
 }
@@ -68,6 +69,7 @@ impl Target {
             main: 0,
             waiter: 0,
             sleeper: 0,
+            epoller: 0,
             _sim: sim,
         };
         let ready = t.line();
@@ -81,6 +83,7 @@ impl Target {
         t.main = tid("main=");
         t.waiter = tid("waiter=");
         t.sleeper = tid("sleeper=");
+        t.epoller = tid("epoller=");
         t
     }
 
@@ -300,6 +303,34 @@ fn no_plt_through_a_sleeping_thread() {
     attach_cycle(NOPLT, |t| t.sleeper);
 }
 
+fn numbers(line: &str) -> Vec<i64> {
+    line.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_thread_in_epoll_wait_sees_no_eintr() {
+    // epoll_wait ends with EINTR when its thread is stopped; attach makes the kernel issue it
+    // again, since no signal came.
+    let dir = TempDir::new("attach-epoll");
+    let mut t = Target::start(NOW, &[]);
+    for _ in 0..2 {
+        let tid = t.epoller.to_string();
+        let a = start_attach(&t, &dir, &["--thread", &tid], &[]).unwrap();
+        assert!(a.log.contains("(in epoll_wait)"), "{}", a.log);
+        assert_eq!(t.cmd("sync 3"), "done sync 3");
+        assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 3);
+    }
+    let (st, signals) = t.exit(0);
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(
+        numbers(&signals)[4],
+        0,
+        "EINTR seen in epoll_wait: {signals}"
+    );
+}
+
 #[test]
 fn the_thread_attach_chooses_itself() {
     let dir = TempDir::new("attach-auto");
@@ -338,12 +369,10 @@ fn a_signal_storm_loses_no_signal_and_no_call() {
     assert_eq!(t.cmd("storm off"), "done storm");
     let (st, signals) = t.exit(0);
     assert_eq!(st.code(), Some(0));
-    // "signals SENT RECEIVED rt SENT RECEIVED": real-time signals queue, none may be lost.
-    let f: Vec<i64> = signals
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    assert_eq!(f.len(), 4, "{signals}");
+    // "signals SENT RECEIVED rt SENT RECEIVED eintr N": real-time signals queue, none may be
+    // lost.
+    let f = numbers(&signals);
+    assert_eq!(f.len(), 5, "{signals}");
     assert!(f[2] > 100, "the storm ran: {signals}");
     assert_eq!(f[2], f[3], "real-time signals lost: {signals}");
     assert!(f[1] > 0, "{signals}");

@@ -569,9 +569,21 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         other => return err(format!("unexpected state of thread {tid}: {other:?}")),
     }
     step("stopped");
-    let orig = regs_of(t)?;
+    let mut orig = regs_of(t)?;
+    // Some waits (epoll_wait, rt_sigtimedwait, a socket read with a timeout) end with EINTR
+    // when the thread is stopped, as they do for a stop signal. No signal is delivered here,
+    // so that EINTR is ours: make the kernel issue the call again instead (ERESTARTNOINTR),
+    // unless a signal is pending for the thread, whose handler then explains the EINTR.
+    if (orig.orig_rax as i64) >= 0
+        && orig.rax as i64 == -libc::EINTR as i64
+        && !signal_pending(pid, tid)
+    {
+        orig.rax = -513i64 as u64;
+    }
     let Some(sys) = syscall_name(orig.orig_rax as i64) else {
-        return Ok(None); // not idle in a system call: detach (drop) changes nothing
+        // Not idle in a system call: let it go (with the EINTR undone, if it got one).
+        set_regs(t, orig)?;
+        return Ok(None);
     };
     let xstate = get_xstate(t)?;
     let mask = sigmask(t, None)?;
@@ -637,6 +649,22 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         syscall: sys,
         stopped_for,
     }))
+}
+
+/// Whether a signal the thread does not block is pending for it or its process.
+fn signal_pending(pid: i32, tid: i32) -> bool {
+    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        st.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    };
+    match (field("SigPnd:"), field("ShdPnd:"), field("SigBlk:")) {
+        (Some(p), Some(s), Some(b)) => (p | s) & !b != 0,
+        _ => true,
+    }
 }
 
 /// Refuses a thread whose stack has less than 256 KiB below its stack pointer.

@@ -309,11 +309,23 @@ pub(super) fn patch_new_modules() -> String {
     let own = own_range();
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut out = String::new();
+    let runtime = crate::real::lookup(c"cudaStreamSynchronize") as u64;
     for m in modules() {
         if st.seen.iter().any(|(b, p)| *b == m.bias && *p == m.path) {
             continue;
         }
         st.seen.push((m.bias, m.path.clone()));
+        let file = m.path.rsplit(|b| *b == b'/').next().unwrap_or(&m.path);
+        if file.windows(9).any(|w| w == b"libcudart")
+            && runtime != 0
+            && !(m.range.0 <= runtime && runtime < m.range.1)
+        {
+            out.push_str(&format!(
+                "not covered {}: a second CUDA runtime (the hooks forward to the first); \
+                 calls that bind to it are not seen\n",
+                String::from_utf8_lossy(&m.path)
+            ));
+        }
         let Some(dynamic) = m.dynamic else { continue };
         if m.range == own || m.path.windows(9).any(|w| w == b"linux-vds") {
             continue;
