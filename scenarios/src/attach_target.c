@@ -10,13 +10,15 @@
  *   lib N         N x caller_work(1, 10) of that library  -> "done lib N"
  *   storm on|off  a thread sends SIGUSR1 to the process and SIGRTMIN to the main thread
  *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function, then "done slots"
- *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N" and exits with CODE
+ *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N stack N" and exits
+ *                 with CODE
  *
  * At start it prints "ready main=TID waiter=TID sleeper=TID epoller=TID". The waiter blocks
  * in pthread_cond_wait (futex), the sleeper in nanosleep, the epoller in epoll_wait (counting
  * the EINTRs it gets), the main thread in read(0): each a thread attach may choose. The main thread reads with a raw read system call between
- * loading xmm0/xmm7/xmm15 with a pattern and a non-default MXCSR, and checking them after:
- * a clobbered FP/vector register set (an injection that did not restore it) exits 99. */
+ * loading xmm0/xmm7/xmm15 with a pattern and a non-default MXCSR, and 4 KiB of the stack
+ * below its red zone, and checking them after: a clobbered FP/vector register set (an
+ * injection that did not restore it) exits 99; a changed stack is counted. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -52,6 +54,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static volatile pid_t waiter_tid, sleeper_tid, epoller_tid;
 static volatile int epoll_eintr;
+static int stack_changed;
 
 /* Waits in epoll_wait on a pipe nobody writes: an EINTR it sees with no signal sent to the
  * process is one an attach caused. */
@@ -103,16 +106,25 @@ static void *stormer(void *a) {
 }
 
 /* read(0) as a raw system call with vector registers and MXCSR holding known values across
- * it (nothing in the kernel's return path touches them). Returns the byte count, or exits
- * 99 when they changed. */
+ * it (nothing in the kernel's return path touches them), and 4 KiB of the dead stack below
+ * the red zone holding a pattern (only a signal handler may write there, and none runs in
+ * tests that check it). Returns the byte count, or exits 99 when registers changed; counts
+ * the reads after which that memory had changed (stack_changed). */
 static long checked_read(char *buf, size_t n) {
     static const uint64_t pat = 0x5eed5eed12345678ull;
-    uint64_t x0, x7, x15;
+    uint64_t x0, x7, x15, bad;
     uint32_t mx_in = 0x3f80 | 0x2000 /* round down */, mx_out, mx_saved;
     long ret;
     __asm__ volatile("stmxcsr %0" : "=m"(mx_saved));
     do {
+        long sigs = usr1_received + rt_received;
         __asm__ volatile(
+            "lea -4224(%%rsp), %%r8\n\t"
+            "mov $512, %%r9\n\t"
+            "1: mov %[pat], (%%r8)\n\t"
+            "add $8, %%r8\n\t"
+            "dec %%r9\n\t"
+            "jnz 1b\n\t"
             "ldmxcsr %[mxin]\n\t"
             "movq %[pat], %%xmm0\n\t"
             "movq %[pat], %%xmm7\n\t"
@@ -122,14 +134,27 @@ static long checked_read(char *buf, size_t n) {
             "movq %%xmm7, %[x7]\n\t"
             "movq %%xmm15, %[x15]\n\t"
             "stmxcsr %[mxout]\n\t"
-            : "=a"(ret), [x0] "=&r"(x0), [x7] "=&r"(x7), [x15] "=&r"(x15), [mxout] "=m"(mx_out)
+            "lea -4224(%%rsp), %%r8\n\t"
+            "mov $512, %%r9\n\t"
+            "xor %%r10, %%r10\n\t"
+            "2: cmp %[pat], (%%r8)\n\t"
+            "je 3f\n\t"
+            "inc %%r10\n\t"
+            "3: add $8, %%r8\n\t"
+            "dec %%r9\n\t"
+            "jnz 2b\n\t"
+            "mov %%r10, %[bad]\n\t"
+            : "=a"(ret), [x0] "=&r"(x0), [x7] "=&r"(x7), [x15] "=&r"(x15), [mxout] "=m"(mx_out),
+              [bad] "=&r"(bad)
             : "a"(0L), "D"(0L), "S"(buf), "d"(n), [pat] "r"(pat), [mxin] "m"(mx_in)
-            : "rcx", "r11", "memory", "xmm0", "xmm7", "xmm15");
+            : "rcx", "r8", "r9", "r10", "r11", "memory", "xmm0", "xmm7", "xmm15", "cc");
+        if (usr1_received + rt_received != sigs) bad = 0; /* a handler ran on this stack */
     } while (ret == -4 /* EINTR */);
     __asm__ volatile("ldmxcsr %0" : : "m"(mx_saved));
+    if (bad) stack_changed++;
     if (x0 != pat || x7 != pat || x15 != pat || mx_out != mx_in) {
-        printf("FP CLOBBERED xmm0=%llx xmm7=%llx xmm15=%llx mxcsr=%x\n",
-               (unsigned long long)x0, (unsigned long long)x7, (unsigned long long)x15, mx_out);
+        printf("FP CLOBBERED xmm0=%llx xmm7=%llx xmm15=%llx mxcsr=%x\n", (unsigned long long)x0,
+               (unsigned long long)x7, (unsigned long long)x15, mx_out);
         fflush(stdout);
         _exit(99);
     }
@@ -248,8 +273,8 @@ int main(void) {
         } else if (sscanf(line, "exit %ld", &n) == 1) {
             storm = 0;
             usleep(20000);
-            printf("signals %ld %d rt %ld %d eintr %d\n", usr1_sent, (int)usr1_received, rt_sent,
-                   (int)rt_received, epoll_eintr);
+            printf("signals %ld %d rt %ld %d eintr %d stack %d\n", usr1_sent, (int)usr1_received,
+                   rt_sent, (int)rt_received, epoll_eintr, stack_changed);
             fflush(stdout);
             exit((int)n);
         } else {

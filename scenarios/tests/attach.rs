@@ -283,8 +283,11 @@ fn attach_cycle(exe: &str, victim: fn(&Target) -> i32) {
             .collect();
         assert!(left.is_empty(), "{left:?}");
     }
-    let (st, _) = t.exit(7);
+    let (st, signals) = t.exit(7);
     assert_eq!(st.code(), Some(7));
+    // The dead stack below the reading main thread's red zone, which the frame and the
+    // calls used when it was the victim, was put back.
+    assert_eq!(numbers(&signals)[5], 0, "stack changed: {signals}");
 }
 
 #[test]
@@ -369,10 +372,10 @@ fn a_signal_storm_loses_no_signal_and_no_call() {
     assert_eq!(t.cmd("storm off"), "done storm");
     let (st, signals) = t.exit(0);
     assert_eq!(st.code(), Some(0));
-    // "signals SENT RECEIVED rt SENT RECEIVED eintr N": real-time signals queue, none may be
-    // lost.
+    // "signals SENT RECEIVED rt SENT RECEIVED eintr N stack N": real-time signals queue, none
+    // may be lost.
     let f = numbers(&signals);
-    assert_eq!(f.len(), 5, "{signals}");
+    assert_eq!(f.len(), 6, "{signals}");
     assert!(f[2] > 100, "the storm ran: {signals}");
     assert_eq!(f[2], f[3], "real-time signals lost: {signals}");
     assert!(f[1] > 0, "{signals}");

@@ -50,6 +50,8 @@ const PTRACE_GETSIGMASK: u32 = 0x420a;
 const PTRACE_SETSIGMASK: u32 = 0x420b;
 const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
 const RED_ZONE: u64 = 128;
+/// Stack below the red zone saved and restored around the calls.
+const SCRATCH: u64 = 256 << 10;
 const RTLD_NOW: u64 = 2;
 const RTLD_LOCAL: u64 = 0;
 const RTLD_DLOPEN: u64 = 0x8000_0000;
@@ -587,7 +589,14 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
     };
     let xstate = get_xstate(t)?;
     let mask = sigmask(t, None)?;
-    check_stack(pid, orig.rsp)?;
+    // The dead stack below the red zone that the frame and the calls will use: saved, and
+    // written back at the end, so that the thread's memory is as it was.
+    let low = check_stack(pid, orig.rsp)?;
+    let scratch_at = low.max(orig.rsp.saturating_sub(SCRATCH));
+    let mut scratch = vec![0u8; (orig.rsp - RED_ZONE - scratch_at) as usize];
+    s.mem
+        .read_exact_at(&mut scratch, scratch_at)
+        .map_err(|e| InjectError(format!("cannot read the thread's stack: {e}")))?;
 
     // Lay out below the red zone: strings, the XSAVE copy (64-aligned) and the signal frame.
     let mut top = (orig.rsp - RED_ZONE - 256) & !15;
@@ -642,6 +651,9 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
     }
     step("restoring");
     restore(&s, &orig, &xstate, mask)?;
+    s.mem
+        .write_all_at(&scratch, scratch_at)
+        .map_err(|e| InjectError(format!("cannot restore the thread's stack: {e}")))?;
     let stopped_for = started.elapsed();
     drop(s);
     Ok(Some(Injected {
@@ -667,8 +679,9 @@ fn signal_pending(pid: i32, tid: i32) -> bool {
     }
 }
 
-/// Refuses a thread whose stack has less than 256 KiB below its stack pointer.
-fn check_stack(pid: i32, rsp: u64) -> Result<(), InjectError> {
+/// Refuses a thread whose stack has less than 256 KiB below its stack pointer; returns the
+/// start of its stack mapping.
+fn check_stack(pid: i32, rsp: u64) -> Result<u64, InjectError> {
     let m = maps(pid).map_err(|e| InjectError(format!("cannot read /proc/{pid}/maps: {e}")))?;
     let Some(s) = m.iter().find(|m| m.start <= rsp && rsp < m.end) else {
         return err("the chosen thread's stack pointer is in no mapping");
@@ -679,7 +692,7 @@ fn check_stack(pid: i32, rsp: u64) -> Result<(), InjectError> {
             (rsp - s.start) >> 10
         ));
     }
-    Ok(())
+    Ok(s.start)
 }
 
 /// Puts the thread back exactly: signal mask, vector state, registers. Ordered so that the
