@@ -112,8 +112,13 @@ static void *stormer(void *a) {
  * the reads after which that memory had changed (stack_changed). */
 static long checked_read(char *buf, size_t n) {
     static const uint64_t pat = 0x5eed5eed12345678ull;
-    uint64_t x0, x7, x15, bad;
-    uint32_t mx_in = 0x3f80 | 0x2000 /* round down */, mx_out, mx_saved;
+    /* 0: SSE only, 1: also the upper half of ymm1, 2: also the upper half of zmm2 and k1 */
+    static int level = -1;
+    if (level < 0)
+        level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
+    /* x0 x7 x15 ymm1-high zmm2-high k1 */
+    uint64_t res[6] = {0, 0, 0, pat, pat, 0x5a5a}, bad;
+    uint32_t mx_in = 0x3f80 /* round down: not the default 0x1f80 */, mx_out, mx_saved;
     long ret;
     __asm__ volatile("stmxcsr %0" : "=m"(mx_saved));
     do {
@@ -125,15 +130,36 @@ static long checked_read(char *buf, size_t n) {
             "add $8, %%r8\n\t"
             "dec %%r9\n\t"
             "jnz 1b\n\t"
-            "ldmxcsr %[mxin]\n\t"
+            "cmpl $1, %[lvl]\n\t"
+            "jb 4f\n\t"
+            "vmovq %[pat], %%xmm1\n\t"
+            "vinsertf128 $1, %%xmm1, %%ymm1, %%ymm1\n\t"
+            "cmpl $2, %[lvl]\n\t"
+            "jb 4f\n\t"
+            "vmovq %[pat], %%xmm2\n\t"
+            "vinserti64x4 $1, %%ymm2, %%zmm2, %%zmm2\n\t"
+            "mov $0x5a5a, %%r8d\n\t"
+            "kmovw %%r8d, %%k1\n\t"
+            "4: ldmxcsr %[mxin]\n\t"
             "movq %[pat], %%xmm0\n\t"
             "movq %[pat], %%xmm7\n\t"
             "movq %[pat], %%xmm15\n\t"
             "syscall\n\t"
-            "movq %%xmm0, %[x0]\n\t"
-            "movq %%xmm7, %[x7]\n\t"
-            "movq %%xmm15, %[x15]\n\t"
+            "movq %%xmm0, 0(%[res])\n\t"
+            "movq %%xmm7, 8(%[res])\n\t"
+            "movq %%xmm15, 16(%[res])\n\t"
             "stmxcsr %[mxout]\n\t"
+            "cmpl $1, %[lvl]\n\t"
+            "jb 5f\n\t"
+            "vextractf128 $1, %%ymm1, %%xmm1\n\t"
+            "vmovq %%xmm1, 24(%[res])\n\t"
+            "cmpl $2, %[lvl]\n\t"
+            "jb 5f\n\t"
+            "vextracti64x4 $1, %%zmm2, %%ymm2\n\t"
+            "vmovq %%xmm2, 32(%[res])\n\t"
+            "kmovw %%k1, %%r8d\n\t"
+            "mov %%r8, 40(%[res])\n\t"
+            "5: vzeroupper\n\t"
             "lea -4224(%%rsp), %%r8\n\t"
             "mov $512, %%r9\n\t"
             "xor %%r10, %%r10\n\t"
@@ -144,17 +170,22 @@ static long checked_read(char *buf, size_t n) {
             "dec %%r9\n\t"
             "jnz 2b\n\t"
             "mov %%r10, %[bad]\n\t"
-            : "=a"(ret), [x0] "=&r"(x0), [x7] "=&r"(x7), [x15] "=&r"(x15), [mxout] "=m"(mx_out),
-              [bad] "=&r"(bad)
-            : "a"(0L), "D"(0L), "S"(buf), "d"(n), [pat] "r"(pat), [mxin] "m"(mx_in)
-            : "rcx", "r8", "r9", "r10", "r11", "memory", "xmm0", "xmm7", "xmm15", "cc");
+            : "=a"(ret), [mxout] "=m"(mx_out), [bad] "=&r"(bad)
+            : "a"(0L), "D"(0L), "S"(buf), "d"(n), [pat] "r"(pat), [mxin] "m"(mx_in),
+              [res] "r"(res), [lvl] "r"(level)
+            : "rcx", "r8", "r9", "r10", "r11", "memory", "xmm0", "xmm1", "xmm2", "xmm7", "xmm15",
+              "cc");
         if (usr1_received + rt_received != sigs) bad = 0; /* a handler ran on this stack */
     } while (ret == -4 /* EINTR */);
     __asm__ volatile("ldmxcsr %0" : : "m"(mx_saved));
     if (bad) stack_changed++;
-    if (x0 != pat || x7 != pat || x15 != pat || mx_out != mx_in) {
-        printf("FP CLOBBERED xmm0=%llx xmm7=%llx xmm15=%llx mxcsr=%x\n", (unsigned long long)x0,
-               (unsigned long long)x7, (unsigned long long)x15, mx_out);
+    if (res[0] != pat || res[1] != pat || res[2] != pat || res[3] != pat || res[4] != pat ||
+        res[5] != 0x5a5a || mx_out != mx_in) {
+        printf("FP CLOBBERED xmm0=%llx xmm7=%llx xmm15=%llx ymm1hi=%llx zmm2hi=%llx k1=%llx "
+               "mxcsr=%x\n",
+               (unsigned long long)res[0], (unsigned long long)res[1], (unsigned long long)res[2],
+               (unsigned long long)res[3], (unsigned long long)res[4], (unsigned long long)res[5],
+               mx_out);
         fflush(stdout);
         _exit(99);
     }

@@ -48,6 +48,7 @@ const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x0
 const NT_X86_XSTATE: i32 = 0x202;
 const PTRACE_GETSIGMASK: u32 = 0x420a;
 const PTRACE_SETSIGMASK: u32 = 0x420b;
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
 const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
 const RED_ZONE: u64 = 128;
 /// Stack below the red zone saved and restored around the calls.
@@ -400,6 +401,46 @@ fn sigmask(tid: Pid, set: Option<u64>) -> Result<u64, InjectError> {
     Ok(m)
 }
 
+/// The XSAVE state as `rt_sigreturn` takes it from a signal frame. The kernel restores the
+/// extended state (AVX, AVX-512, …) only if the frame's `fx_sw_bytes` (in the legacy area's
+/// software-reserved bytes, where PTRACE_GETREGSET puts XCR0) carry `FP_XSTATE_MAGIC1` and
+/// declare a size no larger than the task's own
+/// signal-frame size, with `FP_XSTATE_MAGIC2` right after it; else it restores x87/SSE only.
+/// The buffer holds every component the CPU supports (AMX tiles included, which a task
+/// without AMX permission may not declare), so the declared size is the end of the last
+/// component in use (XSTATE_BV), found through CPUID leaf 0xD; magic2 goes there, over
+/// bytes of components not in use.
+fn sigframe_xstate(xstate: &[u8]) -> Vec<u8> {
+    let mut xs = xstate.to_vec();
+    if xs.len() < 576 {
+        xs.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+        return xs; // no XSAVE area: legacy FXSAVE only
+    }
+    let bv = u64::from_le_bytes(xs[512..520].try_into().unwrap_or([0; 8]));
+    let mut end = 576u32;
+    for i in 2..63 {
+        if bv & (1 << i) != 0 {
+            let c = std::arch::x86_64::__cpuid_count(0xd, i);
+            end = end.max(c.ebx.saturating_add(c.eax));
+        }
+    }
+    let end = (end as usize).min(xs.len());
+    if xs.len() < end + 4 {
+        xs.resize(end + 4, 0);
+    }
+    xs[end..end + 4].copy_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+    // PTRACE_GETREGSET puts XCR0 where a signal frame has its fx_sw_bytes: build those.
+    let xcr0 = u64::from_le_bytes(xs[464..472].try_into().unwrap_or([0; 8]));
+    let mut sw = Vec::with_capacity(48);
+    sw.extend_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
+    sw.extend_from_slice(&(end as u32 + 4).to_le_bytes()); // extended_size
+    sw.extend_from_slice(&xcr0.to_le_bytes()); // xfeatures
+    sw.extend_from_slice(&(end as u32).to_le_bytes()); // xstate_size
+    sw.resize(48, 0);
+    xs[464..512].copy_from_slice(&sw);
+    xs
+}
+
 /// The signal frame `rt_sigreturn` restores `regs`, `mask` and the XSAVE state `xstate`
 /// (placed at `fp`) from, with the adjustments the kernel would make for an interrupted
 /// system call (it returns to user space without them otherwise). Layout: the x86-64
@@ -614,16 +655,7 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
     };
     let lib_c = put(&cstr(&plan.lib), 16)?;
     let ctl_c = put(&cstr(&plan.control), 16)?;
-    let mut xs = xstate.clone();
-    if xs.len() >= 512 {
-        // sw_reserved (fx_sw_bytes): xstate_size and extended_size of this buffer, for
-        // rt_sigreturn's check; magic2 follows the state.
-        let len = xs.len() as u32;
-        xs[468..472].copy_from_slice(&(len + 4).to_le_bytes());
-        xs[480..484].copy_from_slice(&len.to_le_bytes());
-    }
-    xs.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
-    let fp = put(&xs, 64)?;
+    let fp = put(&sigframe_xstate(&xstate), 64)?;
     let frame = signal_frame(&orig, mask, fp, lc.restore_rt);
     // The frame's start is the callee's return-address slot: 8 mod 16 at function entry.
     let mut frame_at = (top - frame.len() as u64) & !15;
