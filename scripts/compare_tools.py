@@ -36,6 +36,7 @@ ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--syncspy", default=str(ROOT / ".gpu" / "syncspy"))
 ap.add_argument("--python", default=os.environ.get("PYTHON", "python3"))
 ap.add_argument("--quick", action="store_true", help="short loops (a smoke test)")
+ap.add_argument("--only", default="", help="comma-separated workload names to run (default: all)")
 opts = ap.parse_args()
 OUT = pathlib.Path(opts.out)
 OUT.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,10 @@ DETECT = {
     "jax": ("jax_loop.py", ["--iters", "100"]),
     "two-processes": ("two_procs.py", ["--iters", "100"]),
 }
+if opts.only:
+    keep = set(opts.only.split(","))
+    COST = {k: v for k, v in COST.items() if k in keep}
+    DETECT = {k: v for k, v in DETECT.items() if k in keep}
 TOOLS = ["none", "syncspy", "syncspy+python", "torch.profiler", "sync-debug"]
 # Where a tool cannot run a workload at all.
 NOT_FOR = {
