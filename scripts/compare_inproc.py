@@ -64,14 +64,25 @@ if opts.tool == "profiler":
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
         run()
-    for e in prof.events():
+    events = list(prof.events())
+    # Ops that carry a Python stack, to find the one around each runtime call by time (a
+    # runtime event's own stack, and its parent link, are often empty).
+    ops = [e for e in events if getattr(e, "stack", None)]
+    for e in events:
         if e.name not in SYNC:
             continue
         found["events"] += 1
-        p, line = e, None
+        line, p = None, e
         while p is not None and line is None:
             line = at_mark(getattr(p, "stack", None))
             p = p.cpu_parent
+        if line is None:
+            t = e.time_range.start
+            around = [o for o in ops if o.time_range.start <= t <= o.time_range.end]
+            same = [o for o in around if o.thread == e.thread] or around
+            if same:
+                inner = min(same, key=lambda o: o.time_range.end - o.time_range.start)
+                line = at_mark(inner.stack)
         if line is not None:
             found["at_marks"] += 1
             found["lines"][str(line)] = found["lines"].get(str(line), 0) + 1
