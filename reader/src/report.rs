@@ -131,18 +131,22 @@ pub struct Gpu {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Gaps shorter than this are only counted (`devices[].short_gaps`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub min_gap_ns: u64,
     /// Activity records the source dropped; time of records that arrived too late.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub dropped_records: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub late_ns: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<GpuDevice>,
     /// What the gaps received are blamed on, most idle time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<GapCauseReport>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One device's busy time.

@@ -157,7 +157,7 @@ impl Tracker {
 
     /// Every record that starts before `watermark_ns` (host clock) has been added: accounts
     /// each device up to it and reports what became final, in time order per device.
-    pub fn advance(&mut self, watermark_ns: u64, out: &mut impl FnMut(Event)) {
+    pub fn advance(&mut self, watermark_ns: u64, out: &mut (impl FnMut(Event) + ?Sized)) {
         let (min_gap, window) = (self.min_gap_ns, self.window_ns);
         for d in &mut self.devices {
             d.advance(watermark_ns, min_gap, window, out);
@@ -167,7 +167,7 @@ impl Tracker {
     /// Tracing stops at `at_ns` (duty cycle off, another tool took the activity source):
     /// accounts up to it, then forgets the open state, so that nothing is reported across the
     /// time not traced. Records added later start each device afresh.
-    pub fn stop(&mut self, at_ns: u64, out: &mut impl FnMut(Event)) {
+    pub fn stop(&mut self, at_ns: u64, out: &mut (impl FnMut(Event) + ?Sized)) {
         self.advance(at_ns, out);
         for d in &mut self.devices {
             d.pending.clear();
@@ -200,7 +200,13 @@ fn insert(v: &mut Vec<(u64, u64)>, s: u64, e: u64) {
 }
 
 impl Device {
-    fn advance(&mut self, w: u64, min_gap: u64, window: u64, out: &mut impl FnMut(Event)) {
+    fn advance(
+        &mut self,
+        w: u64,
+        min_gap: u64,
+        window: u64,
+        out: &mut (impl FnMut(Event) + ?Sized),
+    ) {
         let cursor = match self.final_to {
             Some(f) => f,
             None => match self.pending.first() {
@@ -270,7 +276,7 @@ impl Device {
         to: u64,
         busy: bool,
         window: u64,
-        out: &mut impl FnMut(Event),
+        out: &mut (impl FnMut(Event) + ?Sized),
     ) {
         let mut t = from;
         while t < to {
