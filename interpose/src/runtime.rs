@@ -399,6 +399,7 @@ extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
     RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    crate::gpu::after_fork_in_child();
     STATE.store(UNINIT, Ordering::Release);
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }

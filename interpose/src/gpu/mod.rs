@@ -416,6 +416,14 @@ pub fn at_exit() {
     }
 }
 
+/// In a fork child: the parent's GPU thread is not there, so nothing waits for it at exit or
+/// writes into the parent's segment from here (the child does not trace its GPU).
+pub fn after_fork_in_child() {
+    SEGMENT.store(std::ptr::null_mut(), Ordering::Release);
+    API.store(std::ptr::null_mut(), Ordering::Release);
+    EXIT.store(2, Ordering::Release);
+}
+
 /// Another client takes CUPTI over: syncspy's kinds off, its buffers back to it, counted.
 fn step_back() {
     if ON_GPU_THREAD.with(|c| c.get()) {
