@@ -97,6 +97,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let overhead = Family::<ProgramLabels, FloatCounter>::default();
     let forgotten = Family::<ProgramLabels, Counter>::default();
     let info = Family::<VersionLabels, Gauge>::default();
+    let gpu_idle = Family::<ProgramLabels, FloatCounter>::default();
+    let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
     let skipped = Gauge::<i64>::default();
     reg.register(
         "stall_events",
@@ -155,6 +157,21 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         skipped.clone(),
     );
     reg.register("agent_info", "The agent's version", info.clone());
+    reg.register_with_unit(
+        "gpu_idle",
+        "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
+         library's minimum gap, SYNCSPY_GPU_IDLE_MIN_US; their durations are \
+         syncspy_stall_duration_seconds{kind=\"gpu_idle\"})",
+        Unit::Seconds,
+        gpu_idle.clone(),
+    );
+    reg.register(
+        "gpu_busy_ratio",
+        "Busy fraction of the GPUs of a program's live processes: the mean over their devices \
+         of the last complete window (SYNCSPY_GPU_IDLE windows, 1 s), or of the whole run \
+         before one; absent while not measured",
+        gpu_busy.clone(),
+    );
 
     // Live processes and forgotten ones add into the same series.
     let kind_labels = |program: &str, kind: &str| KindLabels {
@@ -181,8 +198,25 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
         pl
     };
+    // Busy fractions of the live processes' devices, per program.
+    let mut busy: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in &s.processes {
         let r = &p.report;
+        if r.gpu.measured {
+            let of = busy.entry(p.program.as_str()).or_default();
+            for d in &r.gpu.devices {
+                if let Some(b) = d.last_window_busy.or(d.busy_fraction) {
+                    of.push(b);
+                }
+            }
+        }
+        if let Some(idle) = r.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
+            gpu_idle
+                .get_or_create(&ProgramLabels {
+                    program: p.program.clone(),
+                })
+                .inc_by(idle.total_ns as f64 / 1e9);
+        }
         for (kind, st) in &r.kinds {
             add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
         }
@@ -200,9 +234,25 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             })
             .inc();
     }
+    for (program, v) in busy {
+        if !v.is_empty() {
+            gpu_busy
+                .get_or_create(&ProgramLabels {
+                    program: program.to_string(),
+                })
+                .set(v.iter().sum::<f64>() / v.len() as f64);
+        }
+    }
     for (program, f) in &s.forgotten {
         for (kind, a) in &f.kinds {
             add_kind(program, kind, a.count, a.total_ns, a.bytes);
+        }
+        if let Some(idle) = f.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
+            gpu_idle
+                .get_or_create(&ProgramLabels {
+                    program: program.clone(),
+                })
+                .inc_by(idle.total_ns as f64 / 1e9);
         }
         add_latency(program, &f.latency);
         let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
@@ -279,6 +329,34 @@ mod tests {
                 bytes: 4096,
             },
         );
+        r.kinds.insert(
+            "gpu_idle".into(),
+            Stats {
+                count: 2,
+                total_ns: 250_000_000,
+                ..Stats::default()
+            },
+        );
+        r.gpu.measured = true;
+        r.gpu.devices = vec![
+            syncspy_read::report::GpuDevice {
+                last_window_busy: Some(0.5),
+                busy_fraction: Some(0.9),
+                ..Default::default()
+            },
+            syncspy_read::report::GpuDevice {
+                busy_fraction: Some(0.7),
+                ..Default::default()
+            },
+        ];
+        f.kinds.insert(
+            "gpu_idle".into(),
+            Amounts {
+                count: 1,
+                total_ns: 750_000_000,
+                bytes: 0,
+            },
+        );
         let s = Snapshot {
             processes: vec![SnapshotProcess {
                 program: "train.py".into(),
@@ -305,6 +383,8 @@ mod tests {
             r#"syncspy_lost_records_total{program="train.py"} 2"#,
             r#"syncspy_forgotten_processes_total{program="train.py"} 2"#,
             "syncspy_segments_skipped 1",
+            r#"syncspy_gpu_idle_seconds_total{program="train.py"} 1.0"#,
+            r#"syncspy_gpu_busy_ratio{program="train.py"} 0.6"#,
             // Live and forgotten processes summed; buckets cumulative.
             r#"syncspy_stall_duration_seconds_bucket{le="0.00001",program="train.py",kind="stream_sync"} 2"#,
             r#"syncspy_stall_duration_seconds_bucket{le="0.0001",program="train.py",kind="stream_sync"} 8"#,

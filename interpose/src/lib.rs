@@ -15,6 +15,7 @@
 
 mod classify;
 mod clock;
+pub mod gpu;
 mod guard;
 pub mod hooks;
 mod pinned;

@@ -95,7 +95,7 @@ fn resolve_in_loaded_runtime(name: &CStr) -> *mut c_void {
 /// copied because `dlopen` must not run while the loader's lock is held, into the caller's
 /// buffer because this can run inside a hook. A path that does not fit is skipped (with a
 /// `PATH_MAX` buffer, it could not be opened anyway).
-fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
+pub(crate) fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
     let len = for_each_object(|o| {
         let full = o.name().to_bytes_with_nul();
         let path = o.name().to_bytes();
@@ -112,7 +112,7 @@ fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
     CStr::from_bytes_with_nul(&buf[..len]).ok()
 }
 
-fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
+pub(crate) fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
     // SAFETY: RTLD_NOLOAD only returns objects already loaded; the handle is closed again
     // (the object stays loaded: its other users hold references).
     unsafe {

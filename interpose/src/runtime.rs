@@ -71,6 +71,8 @@ pub struct Config {
     pub stack_cache: bool,
     /// Add the calling thread's Python frames to call sites (`SYNCSPY_PYTHON=0` off).
     pub python: bool,
+    /// GPU idle tracing (`SYNCSPY_GPU_IDLE`, `SYNCSPY_GPU_IDLE_MIN_US`).
+    pub gpu: crate::gpu::GpuConfig,
 }
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -94,6 +96,7 @@ impl Config {
             stack_min_ns: env_num("SYNCSPY_STACK_MIN_NS").unwrap_or(0),
             stack_cache: env_num::<u32>("SYNCSPY_STACK_CACHE") != Some(0),
             python: env_num::<u32>("SYNCSPY_PYTHON") != Some(0),
+            gpu: crate::gpu::GpuConfig::from_env(),
         }
     }
 }
@@ -164,6 +167,8 @@ impl Runtime {
                     .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                 RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
                 STATE.store(ACTIVE, Ordering::Release);
+                // GPU activity on a thread of its own: nothing more happens in this call.
+                let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
                 Some(rt)
             }
             None => {
@@ -385,6 +390,7 @@ extern "C" fn at_exit(status: i32, _: *mut libc::c_void) {
     if STATE.load(Ordering::Acquire) == ACTIVE {
         // SAFETY: see `Runtime::active`.
         let rt = unsafe { &*RUNTIME.load(Ordering::Relaxed) };
+        let _ = catch_unwind(crate::gpu::at_exit);
         rt.seg.mark_exited(status);
     }
 }
@@ -393,6 +399,7 @@ extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
     RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    crate::gpu::after_fork_in_child();
     STATE.store(UNINIT, Ordering::Release);
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }

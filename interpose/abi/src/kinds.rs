@@ -92,6 +92,9 @@ named_enum! {
         CudaHostUnregister = 31 => "cudaHostUnregister",
         CudaMemset = 32 => "cudaMemset",
         CudaMemsetPtds = 33 => "cudaMemset_ptds",
+        // Not a runtime entry point: the API of `gpu_idle` records, measured from the GPU's
+        // activity (ABI 1.2).
+        GpuActivity = 34 => "gpu_activity",
     }
 }
 

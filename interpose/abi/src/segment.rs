@@ -261,7 +261,7 @@ impl Views {
         // atomics, valid for any bit pattern.
         unsafe { &(*(self.map.ptr as *const Header)).live }
     }
-    fn slots(&self) -> &[Slot] {
+    pub(crate) fn slots(&self) -> &[Slot] {
         // SAFETY: offset/capacity validated to lie within the mapping, 64-byte aligned.
         unsafe {
             std::slice::from_raw_parts(
