@@ -13,8 +13,9 @@ Two parts:
   pageable copies, pinned double buffering), a JAX loop and two processes on one GPU, once
   per tool: how many of the syncs each script makes at its marked line (`# syncspy-site`, its own
   count in its ground-truth line) the tool reported at that line.
-Tools: none; syncspy (stall recording, SYNCSPY_PYTHON=0); syncspy with Python call sites (the
-default); torch.profiler with CUDA activity and stacks; torch.cuda.set_sync_debug_mode("warn").
+Tools: none; syncspy (stall recording: SYNCSPY_PYTHON=0, SYNCSPY_GPU_IDLE=off); syncspy with
+Python call sites; with GPU idle tracing duty-cycled and always on (cost only);
+torch.profiler with CUDA activity and stacks; torch.cuda.set_sync_debug_mode("warn").
 Nsight Systems is not in the table where `nsys` is missing or does not run (it says so).
 Writes OUT_DIR/compare.md and OUT_DIR/runs.json.
 """
@@ -61,6 +62,8 @@ if opts.only:
     COST = {k: v for k, v in COST.items() if k in keep}
     DETECT = {k: v for k, v in DETECT.items() if k in keep}
 TOOLS = ["none", "syncspy", "syncspy+python", "torch.profiler", "sync-debug"]
+# syncspy's GPU idle tracing modes (SYNCSPY_GPU_IDLE), measured for cost only.
+GPU_MODES = ["syncspy+gpu-duty", "syncspy+gpu-on"]
 # Where a tool cannot run a workload at all.
 NOT_FOR = {
     ("torch.profiler", "jax"), ("sync-debug", "jax"),
@@ -77,7 +80,11 @@ def command(tool, script, args):
     if tool in ("none", "none-again"):
         return [PY, path] + args, {}, None
     if tool.startswith("syncspy"):
-        env = {"SYNCSPY_PYTHON": "1" if tool == "syncspy+python" else "0"}
+        # Each mode says every setting, whatever the library's defaults are.
+        env = {
+            "SYNCSPY_PYTHON": "0" if tool == "syncspy" else "1",
+            "SYNCSPY_GPU_IDLE": {"syncspy+gpu-duty": "duty", "syncspy+gpu-on": "on"}.get(tool, "off"),
+        }
         rep = f"{tag}.json"
         return [opts.syncspy, "run", "--report", rep, "--", PY, path] + args, env, rep
     t = "profiler" if tool == "torch.profiler" else "syncdebug"
@@ -144,7 +151,7 @@ def nsys_note():
 
 
 runs = []
-cost_tools = ["none", "none-again"] + TOOLS[1:]
+cost_tools = ["none", "none-again"] + TOOLS[1:3] + GPU_MODES + TOOLS[3:]
 for r in range(opts.rounds):
     for name, (script, args) in COST.items():
         order = cost_tools[r % len(cost_tools):] + cost_tools[: r % len(cost_tools)]
@@ -175,7 +182,7 @@ for name in COST:
         lines.append(f"| {name} | {tool} | {med:.3f} ({min(v):.3f}-{max(v):.3f}) | {med / b:.3f} |")
 lines += ["", "| workload | tool | syncs found at the marked line / the script's own count | slowdown of that run | answer |",
           "| --- | --- | ---: | ---: | --- |"]
-answer = {"syncspy": "live", "syncspy+python": "live", "torch.profiler": "after the run",
+answer = {"syncspy": "live", "syncspy+python": "live", "syncspy+gpu-duty": "live", "syncspy+gpu-on": "live", "torch.profiler": "after the run",
           "sync-debug": "live (warnings)", "none": ""}
 for name in DETECT:
     base = [x for x in runs if x["workload"] == name and x["tool"] == "none"]
