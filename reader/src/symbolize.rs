@@ -162,11 +162,15 @@ impl Symbolizer {
                 m.path
             ));
             Usable::No
-        } else if let Err(e) = std::fs::metadata(Path::new(&m.path)) {
-            self.notes.push(format!(
-                "cannot read {}: {e}; its frames are shown as offsets",
-                m.path
-            ));
+        } else if let Some(why) = match std::fs::metadata(Path::new(&m.path)) {
+            Err(e) => Some(format!("cannot read {}: {e}", m.path)),
+            // The path comes from the segment: a FIFO or a device there would block or
+            // mislead the symbolizer.
+            Ok(md) if !md.is_file() => Some(format!("{} is not a regular file", m.path)),
+            Ok(_) => None,
+        } {
+            self.notes
+                .push(format!("{why}; its frames are shown as offsets"));
             Usable::No
         } else if m.build_id.is_empty() {
             Usable::Yes
@@ -278,6 +282,21 @@ pub(crate) mod tests {
         let name = file_name(&m.path).to_string();
         assert_eq!(f[0].text, format!("{name}+{:#x}", addr - 1 - m.bias));
         assert!(s.notes()[0].contains("build id"), "{:?}", s.notes());
+
+        // A FIFO in a module's place is never opened (it would block).
+        let dir = syncspy_test_support::TempDir::new("sym-fifo");
+        let fifo = dir.path().join("libfifo.so");
+        syncspy_test_support::mkfifo(&fifo);
+        let m = Module {
+            path: fifo.to_string_lossy().into_owned(),
+            bias: 0x1000,
+            start: 0x1000,
+            end: 0x2000,
+            build_id: vec![],
+        };
+        assert_eq!(s.frame(0x1801, &[m])[0].text, "libfifo.so+0x800");
+        assert!(s.notes().iter().any(|n| n.contains("not a regular file")));
+        assert!(syncspy_abi::modules::file_build_id(&fifo).is_err());
 
         let missing = Module {
             path: "/nonexistent/libgone.so".into(),
