@@ -153,7 +153,7 @@ impl Collector {
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
-        entry.processes += 1;
+        entry.processes = entry.processes.saturating_add(1);
         for k in Kind::ALL {
             let t = a.live.kind(*k);
             if t.count > 0 {
@@ -167,9 +167,12 @@ impl Collector {
         for (kind, l) in latency_of(a) {
             entry.latency.entry(kind).or_default().add(&l);
         }
-        entry.dropped_events += a.live.events_dropped;
-        entry.lost_records += a.lost.saturating_sub(a.live.events_dropped);
-        entry.overhead_ns += a.live.overhead_ns;
+        // Saturating: every one of these comes from a segment, which may say anything.
+        entry.dropped_events = entry.dropped_events.saturating_add(a.live.events_dropped);
+        entry.lost_records = entry
+            .lost_records
+            .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
+        entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
         if a.session == 0 && !self.keep_segments {
             if let Err(e) = f.remove_file() {
                 self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
@@ -465,6 +468,43 @@ mod tests {
         let m = metrics::render(&c.snapshot()).unwrap();
         assert!(
             m.contains(r#"syncspy_stall_events_total{program="train",kind="stream_sync"} 2"#),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn header_counters_at_u64_max_neither_wrap_nor_panic_when_forgotten() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = TempDir::new("daemon-max");
+        let ws: Vec<SegmentWriter> = (0..2)
+            .map(|i| segment(dir.path(), 51 + i, 0, "/opt/huge"))
+            .collect();
+        for w in &ws {
+            let l = w.live();
+            l.events_dropped.store(u64::MAX, Relaxed);
+            l.overhead_ns.store(u64::MAX, Relaxed);
+            l.write_seq.store(u64::MAX, Relaxed);
+            let t = &l.kinds[Kind::StreamSync as usize];
+            t.count.store(u64::MAX, Relaxed);
+            t.total_ns.store(u64::MAX, Relaxed);
+            t.bytes.store(u64::MAX, Relaxed);
+            w.mark_exited(0);
+        }
+        let mut c = Collector::new(dir.path().to_path_buf(), Duration::ZERO, true);
+        c.step(); // found, drained and (retain 0) forgotten at once
+        c.step();
+        let s = c.snapshot();
+        let f = &s.forgotten["huge"];
+        assert_eq!(f.processes, 2);
+        assert_eq!(f.dropped_events, u64::MAX);
+        assert_eq!(f.overhead_ns, u64::MAX);
+        assert_eq!(f.kinds["stream_sync"].count, u64::MAX);
+        let m = metrics::render(&s).unwrap();
+        assert!(
+            m.contains(&format!(
+                r#"syncspy_stall_events_total{{program="huge",kind="stream_sync"}} {}"#,
+                u64::MAX
+            )),
             "{m}"
         );
     }

@@ -183,6 +183,15 @@ pub struct ProcessReport {
     pub sites_dropped: u32,
     #[serde(default)]
     pub modules_dropped: u32,
+    /// Records whose site id lay outside the segment's call-site table (a corrupt or hostile
+    /// segment): counted under "no site" (`site_id` 0). Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bad_site_records: u64,
+    /// Records of call sites beyond the per-process limit of distinct sites
+    /// ([`MAX_SITE_KEYS`](crate::aggregate::MAX_SITE_KEYS)): in `kinds` and `apis`, in no
+    /// site. Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused_site_records: u64,
     #[serde(default)]
     pub non_stall_calls: BTreeMap<String, CallCount>,
     /// Copies among the records received, by kind then direction (`h2d`, `d2h`, `d2d`,
@@ -195,6 +204,10 @@ pub struct ProcessReport {
     /// The process's Python interpreter, as the library saw it (absent without Python).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonReport>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
@@ -334,6 +347,8 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         stack_cache_hits: a.live.stack_cache_hits,
         sites_dropped: a.live.sites_dropped,
         modules_dropped: a.live.modules_dropped,
+        bad_site_records: a.bad_site_records,
+        refused_site_records: a.refused_site_records,
         non_stall_calls,
         copies,
         segment: f.reader.path().display().to_string(),

@@ -165,7 +165,10 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         .filter(|s| s.count > 0)
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
-    let stall_ns = kinds.iter().map(|k| k.total_ns).sum();
+    let stall_ns = kinds
+        .iter()
+        .map(|k| k.total_ns)
+        .fold(0, u64::saturating_add);
     Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
@@ -204,7 +207,11 @@ impl Source for AgentSource {
                     if self.pid.is_some_and(|p| p != r.pid) || self.forgotten.contains(&key) {
                         continue;
                     }
-                    let events: u64 = r.kinds.values().map(|s| s.count).sum();
+                    let events: u64 = r
+                        .kinds
+                        .values()
+                        .map(|s| s.count)
+                        .fold(0, u64::saturating_add);
                     if self.reset_pending {
                         self.baseline.insert(
                             key,
