@@ -135,3 +135,94 @@ fn a_fifo_in_the_segment_folder_does_not_hang_the_monitor_print() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(text(&o.stdout).lines().count(), 20);
 }
+
+/// `syncspy run --sim [extra] -- cudacalls ...` in `d`, with a deadline.
+fn run_with(d: &TempDir, extra: &[&str]) -> std::process::Output {
+    let c = cudacalls();
+    let child = Command::new(SYNCSPY)
+        .args(["run", "--sim"])
+        .args(extra)
+        .args(["--", &c, "--iters", "2", "busy=s1:100", "sync=s1"])
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_within(child, 60, "syncspy run")
+}
+
+#[test]
+fn reports_and_traces_onto_a_full_device_exit_2_and_leave_the_device_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    let d = TempDir::new("hostile-full");
+    let full = syncspy_test_support::full_device(d.path());
+    let f = full.to_str().unwrap();
+    for flag in ["--report", "--trace"] {
+        let o = run_with(&d, &[flag, f]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains("No space left on device"), "{flag}: {err}");
+        assert!(
+            std::fs::metadata(&full)
+                .unwrap()
+                .file_type()
+                .is_char_device(),
+            "{flag} replaced the device"
+        );
+    }
+}
+
+#[test]
+fn a_report_goes_to_stdout_with_a_dash_and_into_a_fifo() {
+    let d = TempDir::new("hostile-dash");
+    let o = run_with(&d, &["--report", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let json = &out[out.find("{\n").expect("no JSON on stdout")..];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["syncspy_report"], 1);
+    assert!(!d.path().join("-").exists());
+
+    let fifo = d.path().join("report.fifo");
+    mkfifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+    };
+    let o = run_with(&d, &["--report", fifo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&reader.join().unwrap()).unwrap();
+    assert_eq!(v["processes"][0]["kinds"]["stream_sync"]["count"], 2);
+}
+
+#[test]
+fn a_junit_file_onto_a_full_device_exits_2() {
+    let d = TempDir::new("hostile-junit");
+    let full = syncspy_test_support::full_device(d.path());
+    let budget = d.file(
+        "budget.toml",
+        "[[rule]]\nname = \"syncs\"\nkind = \"stream_sync\"\nmax_count = 100\n",
+    );
+    let c = cudacalls();
+    let child = Command::new(SYNCSPY)
+        .args(["check", "--sim", "--budget"])
+        .arg(&budget)
+        .arg("--junit")
+        .arg(&full)
+        .args(["--", &c, "--iters", "2", "busy=s1:100", "sync=s1"])
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_within(child, 60, "syncspy check");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+}

@@ -137,3 +137,27 @@ pub fn wait_within(mut child: Child, secs: u64, what: &str) -> std::process::Out
         stderr: err.join().unwrap(),
     }
 }
+
+/// A character device that answers every write with ENOSPC, like `/dev/full`: as root, a
+/// node of its own made in `dir` (so that a broken writer that replaces the device replaces
+/// only that node, never the system's `/dev/full`), else `/dev/full` itself (which a user
+/// cannot replace).
+pub fn full_device(dir: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let own = dir.join("full");
+    let c = std::ffi::CString::new(own.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mknod reads the NUL-terminated path only; the result is checked. 1:7 is the
+    // kernel's "full" memory device.
+    let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 7)) } == 0;
+    let works = made && {
+        let f = std::fs::OpenOptions::new().write(true).open(&own);
+        let e = f.and_then(|mut f| std::io::Write::write_all(&mut f, b"x"));
+        e.is_err_and(|e| e.raw_os_error() == Some(libc::ENOSPC))
+    };
+    if works {
+        own
+    } else {
+        let _ = std::fs::remove_file(&own);
+        PathBuf::from("/dev/full")
+    }
+}
