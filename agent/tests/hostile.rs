@@ -42,12 +42,33 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     )
 }
 
+/// `GET path` with the token of the agent started on `seg`.
+fn get_auth(addr: &str, path: &str, seg: &Path) -> (u16, String) {
+    let token = syncspy_read::snapshot::read_token(&seg.join(".agent.token")).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    (
+        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
 /// Starts `syncspy agent` on a free loopback port over `seg` and returns it with its address,
 /// or fails the test when it does not start serving within 15 s.
 fn start_agent(seg: &Path) -> (Running, String) {
     let mut agent = Running(
         Command::new(SYNCSPY)
             .args(["agent", "--listen", "127.0.0.1:0", "--interval-ms", "50"])
+            .arg("--token-file")
+            .arg(seg.join(".agent.token"))
             .env("SYNCSPY_DIR", seg)
             .stderr(Stdio::piped())
             .spawn()
@@ -75,7 +96,7 @@ fn a_fifo_and_links_in_the_segment_folder_do_not_hang_the_agent() {
     let (status, body) = get(&addr, "/metrics");
     assert_eq!(status, 200);
     assert!(body.contains("syncspy_segments_skipped 3"), "{body}");
-    let (_, snap) = get(&addr, "/api/v1/snapshot");
+    let (_, snap) = get_auth(&addr, "/api/v1/snapshot", d.path());
     assert!(snap.contains("a FIFO, not a regular file"), "{snap}");
     assert!(
         snap.contains("a symbolic link, not a regular file"),
@@ -225,4 +246,122 @@ fn a_junit_file_onto_a_full_device_exits_2() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
+}
+
+/// Segments whose snapshot is several MB: `n` processes of `sites` call sites each.
+fn big_segments(dir: &Path, n: u32, sites: u32) -> Vec<syncspy_abi::SegmentWriter> {
+    use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+    (0..n)
+        .map(|i| {
+            let mut p = SegmentParams::new(3_000_000 + i, 77);
+            p.ring_capacity = 4096;
+            p.site_capacity = 2048;
+            p.cmdline = format!("/opt/big-{i}\0--secret-flag\0").into_bytes();
+            let w = SegmentWriter::create(dir, &p).unwrap();
+            for s in 0..sites {
+                let frames: Vec<u64> = (0..8)
+                    .map(|f| 0x7f00_0000_0000 + u64::from(s) * 64 + f)
+                    .collect();
+                let site = w.intern_site(&frames).unwrap();
+                w.record(&syncspy_test_support::rec(
+                    Kind::StreamSync,
+                    Api::CudaStreamSynchronize,
+                    1000 + u64::from(s),
+                    0,
+                    site,
+                ));
+            }
+            w
+        })
+        .collect()
+}
+
+#[test]
+fn no_http_client_can_hold_up_another() {
+    let d = TempDir::new("hostile-http");
+    let _segs = big_segments(d.path(), 8, 1000);
+    let (_agent, addr) = start_agent(d.path());
+    let token = syncspy_read::snapshot::read_token(&d.path().join(".agent.token")).unwrap();
+    let big = get_auth(&addr, "/api/v1/snapshot", d.path()).1;
+    assert!(big.len() > 2_000_000, "snapshot of {} bytes", big.len());
+
+    // One client pipelines 100 snapshot requests and never reads; another asks once and
+    // never reads.
+    let req = format!(
+        "GET /api/v1/snapshot HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    let mut pipeliner = TcpStream::connect(&addr).unwrap();
+    pipeliner.write_all(req.repeat(100).as_bytes()).unwrap();
+    let mut sleeper = TcpStream::connect(&addr).unwrap();
+    sleeper.write_all(req.as_bytes()).unwrap();
+    let _silent = TcpStream::connect(&addr).unwrap(); // sends nothing at all
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Everyone else, Prometheus included, is still answered promptly.
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)
+            .expect("/metrics was held up by a client that does not read");
+        assert_eq!(resp.split_whitespace().nth(1), Some("200"), "{resp}");
+        assert!(resp.contains("syncspy_agent_info"), "{resp}");
+    }
+    let (status, again) = get_auth(&addr, "/api/v1/snapshot", d.path());
+    assert_eq!(status, 200);
+    assert!(again.len() > 2_000_000);
+    drop((pipeliner, sleeper));
+}
+
+#[test]
+fn the_snapshot_is_for_the_token_holder_and_metrics_for_anyone() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new("hostile-auth");
+    let _segs = big_segments(d.path(), 1, 3);
+    let (_agent, addr) = start_agent(d.path());
+    let tf = d.path().join(".agent.token");
+    let mode = std::fs::metadata(&tf).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    let (status, body) = get(&addr, "/api/v1/snapshot");
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        !body.contains("secret-flag") && !body.contains("/opt/big"),
+        "{body}"
+    );
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /api/v1/snapshot HTTP/1.0\r\nAuthorization: Bearer {}\r\n\r\n",
+        "0".repeat(64)
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert_eq!(resp.split_whitespace().nth(1), Some("401"), "{resp}");
+
+    let (status, body) = get_auth(&addr, "/api/v1/snapshot", d.path());
+    assert_eq!(status, 200);
+    assert!(body.contains("secret-flag"), "{body}");
+    let (status, body) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("syncspy_processes"), "{body}");
+
+    // The monitor reads the snapshot with the token file.
+    let child = Command::new(artifact("syncspy-top"))
+        .args(["--agent", &format!("http://{addr}"), "--token-file"])
+        .arg(&tf)
+        .args(["--print", "--after", "1", "--size", "120x20"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_within(child, 30, "syncspy-top --agent --print");
+    let screen = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(screen.contains("big-0"), "{screen}");
 }
