@@ -159,8 +159,14 @@ fn a_fifo_in_the_segment_folder_does_not_hang_the_monitor_print() {
 
 /// `syncspy run --sim [extra] -- cudacalls ...` in `d`, with a deadline.
 fn run_with(d: &TempDir, extra: &[&str]) -> std::process::Output {
+    run_env(d, extra, &[])
+}
+
+/// `run_with`, with extra environment variables.
+fn run_env(d: &TempDir, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let c = cudacalls();
     let child = Command::new(SYNCSPY)
+        .envs(env.iter().copied())
         .args(["run", "--sim"])
         .args(extra)
         .args(["--", &c, "--iters", "2", "busy=s1:100", "sync=s1"])
@@ -364,4 +370,40 @@ fn the_snapshot_is_for_the_token_holder_and_metrics_for_anyone() {
     let screen = text(&o.stdout);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(screen.contains("big-0"), "{screen}");
+}
+
+#[test]
+fn syncspy_off_false_records_and_a_huge_site_table_is_capped() {
+    let d = TempDir::new("hostile-env");
+    let o = run_env(&d, &[], &[("SYNCSPY_OFF", "false")]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("stream_sync"),
+        "SYNCSPY_OFF=false turned recording off:\n{err}"
+    );
+
+    let o = run_env(
+        &d,
+        &["--keep-segments"],
+        &[("SYNCSPY_SITES", "4294967295"), ("SYNCSPY_STACKS", "maybe")],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("SYNCSPY_SITES=4294967295 is above"), "{err}");
+    assert!(
+        err.contains("SYNCSPY_STACKS=\"maybe\" is not a boolean"),
+        "{err}"
+    );
+    let sizes: Vec<u64> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("syncspy-"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert!(!sizes.is_empty());
+    assert!(
+        sizes.iter().all(|s| *s < 100 << 20),
+        "segment sizes {sizes:?}"
+    );
 }
