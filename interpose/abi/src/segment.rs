@@ -1170,51 +1170,145 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-        /// Any corruption of a segment's bytes (header, ring, sites, modules) is either
-        /// rejected at open or read without a panic; records that do not decode are counted.
-        #[test]
-        fn corrupted_segments_never_panic_a_reader(
-            edits in proptest::collection::vec((0usize..40_000, proptest::num::u8::ANY), 1..64),
-            truncate in proptest::option::of(0usize..40_000),
-        ) {
-            let dir = tmpdir("fuzz");
-            let p = SegmentParams { ring_capacity: 16, site_capacity: 16, module_capacity: 16, python_code_capacity: 16, ..SegmentParams::new(7, 7) };
+    /// A small valid segment with something in every table (header, ring, sites, modules,
+    /// Python sites and codes), as bytes, and where each of its regions lies.
+    struct Base {
+        bytes: Vec<u8>,
+        regions: [(usize, usize); 6],
+    }
+
+    fn base() -> &'static Base {
+        static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
+        BASE.get_or_init(|| {
+            let dir = tmpdir("fuzz-base");
+            let p = SegmentParams {
+                ring_capacity: 16,
+                site_capacity: 16,
+                module_capacity: 16,
+                python_code_capacity: 16,
+                cmdline: b"prog\0arg\0".to_vec(),
+                ..SegmentParams::new(7, 7)
+            };
             let w = SegmentWriter::create(&dir, &p).unwrap();
             let site = w.intern_site(&[1, 2, 3]).unwrap();
             let py_site = w.intern_python_site(site, 9).unwrap();
             let code = w.intern_code(3, |t| t.set_file(b"x.py")).unwrap();
             assert!(w.claim_python_site(py_site));
-            w.publish_python_site(py_site, &[crate::python::PyFrameRef { code, line: 4 }], false);
+            w.publish_python_site(
+                py_site,
+                &[crate::python::PyFrameRef { code, line: 4 }],
+                false,
+            );
             w.add_module(b"/x", 1, 2, 3, b"id");
             for i in 0..20 {
                 w.record(&Record { site, ..rec(i) });
             }
-            let mut bytes = std::fs::read(w.path()).unwrap();
-            for (at, v) in &edits {
-                let i = at % bytes.len();
-                bytes[i] = *v;
+            let bytes = std::fs::read(w.path()).unwrap();
+            let g = geometry(&p);
+            let span = |a: u64, b: u64| (a as usize, (b - a) as usize);
+            let regions = [
+                (0, HEADER_RESERVED),
+                span(g.ring_offset, g.sites_offset),
+                span(g.sites_offset, g.modules_offset),
+                span(g.modules_offset, g.python.sites_offset),
+                span(g.python.sites_offset, g.python.codes_offset),
+                span(g.python.codes_offset, g.total_size),
+            ];
+            std::fs::remove_dir_all(dir).unwrap();
+            Base { bytes, regions }
+        })
+    }
+
+    /// Values worth trying in any 8-byte field: zero, one, small, boundaries, powers of two,
+    /// all ones, and anything.
+    fn field_value() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(2),
+            Just(3),
+            0u64..80,
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(u64::from(u32::MAX)),
+            (0u32..64).prop_map(|b| 1u64 << b),
+            any::<u64>(),
+        ]
+    }
+
+    proptest::proptest! {
+        // 10^5 cases: about a minute on two cores in a debug build.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(100_000))]
+        /// Any corruption of a segment (8-byte fields of the header, ring slots and records,
+        /// site entries, module entries and the Python tables set to edge values, random
+        /// bytes, truncation) is either rejected at open or read without a panic, and what
+        /// the reader hands out stays bounded by the ABI's limits, whatever the file says.
+        #[test]
+        fn corrupted_segments_never_panic_a_reader_and_stay_bounded(
+            fields in proptest::collection::vec(
+                (0usize..6, proptest::num::usize::ANY, field_value()), 0..12),
+            bytes in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 0..6),
+            truncate in proptest::option::weighted(0.05, proptest::num::usize::ANY),
+        ) {
+            thread_local! {
+                static FILE: PathBuf = tmpdir("fuzz").join("mutated");
+            }
+            let b = base();
+            let mut v = b.bytes.clone();
+            for (region, at, value) in &fields {
+                let (start, len) = b.regions[*region];
+                let off = start + (at % len) / 8 * 8;
+                v[off..off + 8].copy_from_slice(&value.to_ne_bytes());
+            }
+            for (at, byte) in &bytes {
+                let i = at % v.len();
+                v[i] = *byte;
             }
             if let Some(t) = truncate {
-                bytes.truncate(t);
+                v.truncate(t % (v.len() + 1));
             }
-            let f = dir.join("mutated");
-            std::fs::write(&f, &bytes).unwrap();
+            let f = FILE.with(|f| f.clone());
+            std::fs::write(&f, &v).unwrap();
             if let Ok(r) = SegmentReader::open(&f) {
-                let _ = (r.ident().argv(), r.state(), r.head());
-                let mut c = Cursor::from_start();
-                let (mut ok, mut bad) = (0u64, 0u64);
-                let st = r.poll(&mut c, usize::MAX, 0, |x| if x.is_ok() { ok += 1 } else { bad += 1 });
-                proptest::prop_assert_eq!(st.delivered, ok);
-                proptest::prop_assert_eq!(st.corrupt, bad);
-                for id in 0..40 {
-                    let _ = (r.site(id), r.python_stack(id));
+                let id = *r.ident();
+                proptest::prop_assert!(id.ring_capacity <= MAX_RING_CAPACITY);
+                proptest::prop_assert!(id.site_capacity <= MAX_SITE_CAPACITY);
+                proptest::prop_assert!(id.module_capacity <= MAX_MODULE_CAPACITY);
+                proptest::prop_assert!(r.ident().argv().iter().map(String::len).sum::<usize>() <= 3 * CMDLINE_MAX);
+                let _ = (r.state(), r.head(), r.live().written(), r.intact(), r.file_size());
+                for t in r.live().kinds.iter().chain(&r.live().apis) {
+                    let _ = t.snapshot();
+                }
+                for round in 0..2 {
+                    let mut c = if round == 0 { Cursor::from_start() } else { Cursor::at(r.head().saturating_sub(8)) };
+                    let (mut ok, mut bad) = (0u64, 0u64);
+                    let st = r.poll(&mut c, usize::MAX, 0, |x| if x.is_ok() { ok += 1 } else { bad += 1 });
+                    proptest::prop_assert_eq!(st.delivered, ok);
+                    proptest::prop_assert_eq!(st.corrupt, bad);
+                    // One poll reads at most one lap of the ring.
+                    proptest::prop_assert!(ok + bad <= u64::from(id.ring_capacity));
+                }
+                for site in (0..20).chain([u32::MAX, id.site_capacity, id.site_capacity + 1]) {
+                    if let Some(frames) = r.site(site) {
+                        proptest::prop_assert!(frames.len() <= sites::MAX_FRAMES);
+                    }
+                    if let Some(py) = r.python_stack(site) {
+                        proptest::prop_assert!(py.frames.len() <= python::MAX_PY_FRAMES);
+                        for fr in &py.frames {
+                            proptest::prop_assert!(fr.file.len() <= 3 * python::FILE_MAX);
+                            proptest::prop_assert!(fr.function.len() <= 3 * python::NAME_MAX);
+                        }
+                    }
                 }
                 let _ = r.python_status();
-                let _ = r.modules();
+                let mods = r.modules();
+                proptest::prop_assert!(mods.len() <= id.module_capacity as usize);
+                for m in &mods {
+                    proptest::prop_assert!(m.path.len() <= 3 * modules::PATH_MAX);
+                    proptest::prop_assert!(m.build_id.len() <= modules::BUILD_ID_MAX);
+                }
             }
-            std::fs::remove_dir_all(&dir).unwrap();
         }
     }
 
