@@ -84,6 +84,13 @@ impl EncodeMetric for BucketedHistogram {
     }
 }
 
+/// Adds `n` to a counter, stopping at `u64::MAX`: the counts come from segments, which may
+/// say anything, and the client library's counter wraps (a counter that went down would
+/// read as a reset to Prometheus).
+fn add_sat(c: &Counter, n: u64) {
+    c.inc_by(n.min(u64::MAX - c.get()));
+}
+
 /// The metrics text of a snapshot.
 pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("syncspy");
@@ -180,9 +187,9 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     };
     let add_kind = |program: &str, kind: &str, count: u64, total_ns: u64, n_bytes: u64| {
         let l = kind_labels(program, kind);
-        events.get_or_create(&l).inc_by(count);
+        add_sat(&events.get_or_create(&l), count);
         seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
-        bytes.get_or_create(&l).inc_by(n_bytes);
+        add_sat(&bytes.get_or_create(&l), n_bytes);
     };
     let add_latency = |program: &str, latency: &BTreeMap<String, Latency>| {
         for (kind, l) in latency {
@@ -193,8 +200,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         let pl = ProgramLabels {
             program: program.to_string(),
         };
-        dropped.get_or_create(&pl).inc_by(dropped_events);
-        lost.get_or_create(&pl).inc_by(lost_records);
+        add_sat(&dropped.get_or_create(&pl), dropped_events);
+        add_sat(&lost.get_or_create(&pl), lost_records);
         overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
         pl
     };
@@ -256,7 +263,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         }
         add_latency(program, &f.latency);
         let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
-        forgotten.get_or_create(&pl).inc_by(f.processes);
+        add_sat(&forgotten.get_or_create(&pl), f.processes);
     }
     skipped.set(s.segments_skipped as i64);
     info.get_or_create(&VersionLabels {
@@ -286,6 +293,58 @@ mod tests {
             count,
             sum_ns,
             buckets,
+        }
+    }
+
+    #[test]
+    fn counters_at_u64_max_saturate_instead_of_wrapping() {
+        let mut r = ProcessReport {
+            state: "running".into(),
+            dropped_events: u64::MAX,
+            lost_records: u64::MAX,
+            ..ProcessReport::default()
+        };
+        r.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: u64::MAX,
+                total_ns: u64::MAX,
+                bytes: u64::MAX,
+                ..Stats::default()
+            },
+        );
+        let p = SnapshotProcess {
+            program: "x".into(),
+            report: r,
+            latency: BTreeMap::new(),
+        };
+        let mut f = ForgottenProgram {
+            processes: u64::MAX,
+            dropped_events: u64::MAX,
+            ..ForgottenProgram::default()
+        };
+        f.kinds.insert(
+            "stream_sync".into(),
+            Amounts {
+                count: 5,
+                total_ns: 5,
+                bytes: u64::MAX,
+            },
+        );
+        let s = Snapshot {
+            processes: vec![p.clone(), p],
+            forgotten: [("x".to_string(), f)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let m = render(&s).unwrap();
+        let max = u64::MAX;
+        for line in [
+            format!(r#"syncspy_stall_events_total{{program="x",kind="stream_sync"}} {max}"#),
+            format!(r#"syncspy_stall_bytes_total{{program="x",kind="stream_sync"}} {max}"#),
+            format!(r#"syncspy_dropped_events_total{{program="x"}} {max}"#),
+            format!(r#"syncspy_forgotten_processes_total{{program="x"}} {max}"#),
+        ] {
+            assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
         }
     }
 

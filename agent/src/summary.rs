@@ -326,6 +326,23 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             p.sites_dropped, p.modules_dropped
         );
     }
+    if p.bad_site_records > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} records named a call site outside the segment's site table: counted \
+             under no site (is the segment corrupt?)",
+            p.bad_site_records
+        );
+    }
+    if p.refused_site_records > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} records of call sites beyond the first {} distinct ones: in the totals \
+             and percentiles, not in the call sites",
+            p.refused_site_records,
+            syncspy_read::aggregate::MAX_SITE_KEYS
+        );
+    }
     if p.clamped_values > 0 {
         let _ = writeln!(
             out,
@@ -429,6 +446,8 @@ mod tests {
             lost_records: 12,
             dropped_events: 2,
             recorded_events: 88,
+            bad_site_records: 3,
+            refused_site_records: 4,
             ..ProcessReport::default()
         };
         p.kinds.insert(
@@ -486,6 +505,11 @@ mod tests {
         assert!(!s.contains("hook (interpose"), "{s}");
         assert!(s.contains("2 events DROPPED"), "{s}");
         assert!(s.contains("10 records LOST"), "{s}");
+        assert!(s.contains("3 records named a call site outside"), "{s}");
+        assert!(
+            s.contains("4 records of call sites beyond the first 1024"),
+            "{s}"
+        );
         assert!(
             s.contains("1 process without stalls: 8 (sh -c true)"),
             "{s}"

@@ -352,8 +352,15 @@ pub struct SiteKey {
 
 /// A map keyed by call site. A record's key is hashed once per record on the monitor's and
 /// the agent's hot path, so it uses a fast non-keyed hash (the keys are ids from a segment,
-/// not attacker-chosen strings, and the maps are bounded by the segment's site table).
+/// not strings; a segment could choose colliding ids, but the maps are bounded by
+/// [`MAX_SITE_KEYS`], so collisions cost at most that many probes).
 pub type SiteMap<V> = HashMap<SiteKey, V, foldhash::fast::FixedState>;
+
+/// Call sites (site, kind, API) a process keeps a histogram for (each ~36 KiB): whatever its
+/// segment says, a process costs a reader at most this many. Records of further sites count
+/// in their kind's and API's figures, not in a site's, and are counted in
+/// [`ProcessAgg::refused_site_records`].
+pub const MAX_SITE_KEYS: usize = 1024;
 
 /// How a process ended, as far as the reader can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,6 +404,14 @@ pub struct ProcessAgg {
     pub delivered: u64,
     pub lost: u64,
     pub corrupt: u64,
+    /// Records whose site id lies outside the segment's site table: aggregated under "no
+    /// site" (0).
+    pub bad_site_records: u64,
+    /// Records of a call site that found no room among the [`MAX_SITE_KEYS`] this process
+    /// keeps: in their kind's and API's figures, in no site's.
+    pub refused_site_records: u64,
+    /// Valid site ids are `1..=site_capacity` (from the validated header).
+    site_capacity: u32,
     /// Recorded distributions, indexed by `Kind as usize` and `Api as usize`.
     kinds: Vec<Option<Dist>>,
     apis: Vec<Option<Dist>>,
@@ -421,6 +436,9 @@ impl ProcessAgg {
             delivered: 0,
             lost: 0,
             corrupt: 0,
+            bad_site_records: 0,
+            refused_site_records: 0,
+            site_capacity: ident.site_capacity,
             kinds: vec![None; KIND_SLOTS],
             apis: vec![None; API_SLOTS],
             sites: SiteMap::default(),
@@ -443,7 +461,7 @@ impl ProcessAgg {
         self.gap_causes.stall(r);
         if r.direction != Direction::None {
             let c = self.copies.entry((r.kind, r.direction)).or_default();
-            c.0 += 1;
+            c.0 = c.0.saturating_add(1);
             c.1 = c.1.saturating_add(r.bytes);
             c.2 = c.2.saturating_add(r.duration_ns);
         }
@@ -459,22 +477,37 @@ impl ProcessAgg {
             slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
                 .record(r.duration_ns, r.bytes);
         }
+        let site = if r.site > self.site_capacity {
+            self.bad_site_records = self.bad_site_records.saturating_add(1);
+            0
+        } else {
+            r.site
+        };
         let key = SiteKey {
-            site: r.site,
+            site,
             kind: r.kind,
             api: r.api,
         };
-        self.sites
-            .entry(key)
-            .or_insert_with(|| Dist::new(SITE_SIGFIG))
-            .record(r.duration_ns, r.bytes);
+        let full = self.sites.len() >= MAX_SITE_KEYS;
+        match self.sites.get_mut(&key) {
+            Some(d) => d.record(r.duration_ns, r.bytes),
+            None if full => {
+                self.refused_site_records = self.refused_site_records.saturating_add(1);
+            }
+            None => {
+                let mut d = Dist::new(SITE_SIGFIG);
+                d.record(r.duration_ns, r.bytes);
+                self.sites.insert(key, d);
+            }
+        }
     }
 
     /// Adds what one poll reported (records themselves go through `add_record`).
     pub fn add_poll(&mut self, s: &PollStats) {
-        self.delivered += s.delivered;
-        self.lost += s.lost;
-        self.corrupt += s.corrupt;
+        // Saturating: `lost` follows the segment's `write_seq`, which may say anything.
+        self.delivered = self.delivered.saturating_add(s.delivered);
+        self.lost = self.lost.saturating_add(s.lost);
+        self.corrupt = self.corrupt.saturating_add(s.corrupt);
     }
 
     /// The recorded distribution of kind `k`, if any record of it arrived.
@@ -542,7 +575,11 @@ impl ProcessAgg {
     /// Values clamped into the histograms' bounds, over the per-kind histograms (every
     /// record lands in exactly one of them).
     pub fn clamped(&self) -> u64 {
-        self.kinds.iter().flatten().map(Dist::clamped).sum()
+        self.kinds
+            .iter()
+            .flatten()
+            .map(Dist::clamped)
+            .fold(0, u64::saturating_add)
     }
 
     pub fn lifecycle(&self) -> Lifecycle {
@@ -594,6 +631,30 @@ mod tests {
             device,
             start_ns: start,
             duration_ns: len,
+            bytes: 0,
+            stream: 0,
+            tid: 1,
+            site,
+            result: 0,
+        }
+    }
+
+    fn ident(site_capacity: u32) -> Ident {
+        // SAFETY: Ident is plain integers and byte arrays, valid all zero.
+        let mut id: Ident = unsafe { std::mem::zeroed() };
+        id.site_capacity = site_capacity;
+        id
+    }
+
+    fn record(site: u32, kind: Kind, api: Api) -> Record {
+        Record {
+            kind,
+            api,
+            direction: Direction::None,
+            flags: 0,
+            device: 0,
+            start_ns: 1,
+            duration_ns: 1000,
             bytes: 0,
             stream: 0,
             tid: 1,
@@ -708,6 +769,52 @@ mod tests {
                 kind: Kind::DeviceSync,
                 api: Api::CudaDeviceSynchronize
             })
+        );
+    }
+
+    #[test]
+    fn site_ids_outside_the_table_go_to_no_site_and_sites_are_capped() {
+        let mut a = ProcessAgg::new(&ident(64));
+        let (k, api) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        a.add_record(&record(64, k, api));
+        a.add_record(&record(65, k, api));
+        a.add_record(&record(u32::MAX, k, api));
+        assert_eq!(a.bad_site_records, 2);
+        let sites: Vec<(u32, u64)> = a
+            .sites_by_total()
+            .iter()
+            .map(|(key, d)| (key.site, d.count()))
+            .collect();
+        assert_eq!(sites, vec![(0, 2), (64, 1)]);
+
+        // A segment whose records name a new site each (as many as its table allows).
+        let mut a = ProcessAgg::new(&ident(1 << 20));
+        let n = MAX_SITE_KEYS as u32 + 500;
+        for site in 1..=n {
+            a.add_record(&record(site, k, api));
+        }
+        // Known sites keep counting once the cap is reached.
+        a.add_record(&record(1, k, api));
+        assert_eq!(a.sites_by_total().len(), MAX_SITE_KEYS);
+        assert_eq!(a.refused_site_records, 500);
+        assert_eq!(a.bad_site_records, 0);
+        assert_eq!(a.kind_dist(k).unwrap().count(), u64::from(n) + 1);
+        assert_eq!(a.sites_by_total()[0].1.count(), 2);
+    }
+
+    #[test]
+    fn poll_counts_saturate() {
+        let mut a = ProcessAgg::new(&ident(16));
+        let huge = PollStats {
+            delivered: u64::MAX,
+            lost: u64::MAX,
+            corrupt: u64::MAX,
+        };
+        a.add_poll(&huge);
+        a.add_poll(&huge);
+        assert_eq!(
+            (a.delivered, a.lost, a.corrupt),
+            (u64::MAX, u64::MAX, u64::MAX)
         );
     }
 

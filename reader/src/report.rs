@@ -253,6 +253,15 @@ pub struct ProcessReport {
     pub sites_dropped: u32,
     #[serde(default)]
     pub modules_dropped: u32,
+    /// Records whose site id lay outside the segment's call-site table (a corrupt or hostile
+    /// segment): counted under "no site" (`site_id` 0). Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bad_site_records: u64,
+    /// Records of call sites beyond the per-process limit of distinct sites
+    /// ([`MAX_SITE_KEYS`](crate::aggregate::MAX_SITE_KEYS)): in `kinds` and `apis`, in no
+    /// site. Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused_site_records: u64,
     #[serde(default)]
     pub non_stall_calls: BTreeMap<String, CallCount>,
     /// Copies among the records received, by kind then direction (`h2d`, `d2h`, `d2d`,
@@ -399,6 +408,8 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         stack_cache_hits: a.live.stack_cache_hits,
         sites_dropped: a.live.sites_dropped,
         modules_dropped: a.live.modules_dropped,
+        bad_site_records: a.bad_site_records,
+        refused_site_records: a.refused_site_records,
         non_stall_calls,
         copies,
         segment: f.reader.path().display().to_string(),
@@ -612,40 +623,90 @@ pub fn build<S>(
     }
 }
 
-/// Writes the report as pretty JSON, atomically (temporary file, then rename).
+/// Writes the report as pretty JSON (see [`write_atomic_with`] for where and how).
 pub fn write(report: &Report, path: &Path) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
     write_atomic(path, &json)
 }
 
-/// Writes a file atomically: a temporary file in the same folder, then a rename, so readers
-/// never see half a file.
+/// Writes a file so that readers never see half of it; see [`write_atomic_with`].
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
-/// Like [`write_atomic`], with the contents written by `fill` (buffered).
+/// Writes an output file (`--report`, `--trace`, `--junit`), with the contents written by
+/// `fill` (buffered). Every error is returned, the last flush and `fsync` included.
+///
+/// - `-` is standard output.
+/// - A FIFO or a character device (`/dev/stdout`, `/dev/null`, a pipe named by
+///   `/dev/fd/N`), directly or through a link, is written straight into: it is never
+///   replaced by a regular file.
+/// - Otherwise the path must be absent or a regular file (a symbolic link itself is replaced,
+///   never written through): the contents go to a new file in the same folder, created with
+///   `O_EXCL` under an unpredictable name (so nobody can plant a link at it), `fsync`ed, then
+///   renamed over the path. Another kind of file (a folder, a block device, a socket) is an
+///   error.
 pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    if path.as_os_str() == "-" {
+        let mut w = io::BufWriter::new(io::stdout().lock());
+        fill(&mut w)?;
+        return io::Write::flush(&mut w.into_inner().map_err(|e| e.into_error())?);
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_fifo() || m.file_type().is_char_device() => {
+            // Links to devices are followed only where the kernel allows it (a link another
+            // user planted in a sticky folder is refused, fs.protected_symlinks).
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)?;
+            let mut w = io::BufWriter::new(f);
+            fill(&mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?;
+            return Ok(());
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file, FIFO or character device: not replaced",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let res = (|| {
-        let mut w = io::BufWriter::new(std::fs::File::create(&tmp)?);
-        fill(&mut w)?;
-        w.into_inner().map_err(|e| e.into_error())?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(".");
+    // O_CREAT | O_EXCL under a random name, removed on drop unless persisted; 0666 less the
+    // umask, as `File::create` would.
+    let tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    let mut w = io::BufWriter::new(tmp);
+    fill(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // The rename is durable once the folder is; a folder that cannot be synced (some
+    // filesystems) does not make the file less written.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
     }
-    res
+    Ok(())
 }
 
 /// Why a saved report could not be read.
@@ -1004,6 +1065,68 @@ mod tests {
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("syncspy-26-1"), "{:?}", r.warnings);
         assert!(r.warnings[0].contains("truncated"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn outputs_go_into_fifos_and_devices_never_through_planted_links() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = TempDir::new("report-outputs");
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["x".into()],
+            ..Report::default()
+        };
+
+        // A full device: the error comes back, and the device stays a device.
+        let full = syncspy_test_support::full_device(dir.path());
+        let e = write(&r, &full).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert!(std::fs::metadata(&full)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+
+        // A FIFO is written into, and stays a FIFO.
+        let fifo = dir.path().join("pipe.json");
+        syncspy_test_support::mkfifo(&fifo);
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+        };
+        write(&r, &fifo).unwrap();
+        let got: Report = serde_json::from_slice(&reader.join().unwrap()).unwrap();
+        assert_eq!(got, r);
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+
+        // A link planted at the old, predictable temporary name is not followed.
+        let victim = dir.file("victim", "precious");
+        let out = dir.path().join("r.json");
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.path()
+                .join(format!(".r.json.{}.tmp", std::process::id())),
+        )
+        .unwrap();
+        write(&r, &out).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(read(&out).unwrap(), r);
+        // A link at the output path is replaced, not written through.
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        write(&r, &link).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        // A folder is an error; no temporary file is left behind by any of this.
+        assert!(write(&r, dir.path()).is_err());
+        let tmps: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp") && !n.contains(&std::process::id().to_string()))
+            .collect();
+        assert!(tmps.is_empty(), "{tmps:?}");
     }
 
     #[test]

@@ -340,7 +340,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             bars: Some(t.cum[i].bars()),
         });
     }
-    let all_stall = all_kinds.iter().map(|r| r.total_ns).sum();
+    let all_stall = all_kinds
+        .iter()
+        .map(|r| r.total_ns)
+        .fold(0, u64::saturating_add);
     let mut want = Vec::new();
     let all_sites: Vec<SiteRow> = a
         .sites_by_total()
@@ -398,7 +401,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             )
         })
         .collect();
-    let recent_stall = recent_kinds.iter().map(|r| r.total_ns).sum();
+    let recent_stall = recent_kinds
+        .iter()
+        .map(|r| r.total_ns)
+        .fold(0, u64::saturating_add);
 
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());

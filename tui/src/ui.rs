@@ -139,7 +139,7 @@ impl App {
             .iter()
             .filter_map(|p| p.stall_per_s)
             .fold(0.0, |a, b| a + b);
-        let dropped: u64 = procs.iter().map(|p| p.dropped).sum();
+        let dropped: u64 = procs.iter().map(|p| p.dropped).fold(0, u64::saturating_add);
         // Alarms first, so a narrow terminal still shows them.
         let mut spans = vec![Span::styled("syncspy-top", bold())];
         if self.paused {

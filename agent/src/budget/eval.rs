@@ -142,7 +142,7 @@ fn select<'a>(
                 sel.count.add(0.0, c);
                 sel.total_ns.add(0.0, t);
                 sel.bytes.add(0.0, b);
-                sel.frameless += s.count;
+                sel.frameless = sel.frameless.saturating_add(s.count);
             }
             Match::No => {}
         }
@@ -158,7 +158,7 @@ fn select<'a>(
             b = b.saturating_add(s.bytes);
         }
         let unseen = k.count.saturating_sub(c);
-        sel.unseen += unseen;
+        sel.unseen = sel.unseen.saturating_add(unseen);
         sel.count.add(0.0, unseen as f64);
         sel.total_ns.add(0.0, k.total_ns.saturating_sub(t) as f64);
         sel.bytes.add(0.0, k.bytes.saturating_sub(b) as f64);

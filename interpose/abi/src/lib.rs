@@ -29,6 +29,6 @@ pub use layout::{Header, Ident, Live, Totals};
 pub use record::{Record, RecordError};
 pub use ring::{Cursor, PollStats};
 pub use segment::{
-    parse_segment_name, process_running, process_start_ticks, segment_name, CreateError, OpenError,
-    ProcState, SegmentParams, SegmentReader, SegmentWriter,
+    parse_segment_name, process_running, process_start_ticks, process_uids, segment_name,
+    CreateError, OpenError, ProcState, SegmentParams, SegmentReader, SegmentWriter,
 };
