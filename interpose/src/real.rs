@@ -81,7 +81,8 @@ impl Real {
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
-        let mut p = crate::driver::dlsym::real(libc::RTLD_NEXT, self.name);
+        // SAFETY: RTLD_NEXT is a pseudo-handle.
+        let mut p = unsafe { crate::driver::dlsym::real(libc::RTLD_NEXT, self.name) };
         if p.is_null() {
             p = match self.lib {
                 Lib::Runtime => resolve_in_loaded(RUNTIME_SONAMES, b"libcudart", self.name),
@@ -144,7 +145,7 @@ fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
         if h.is_null() {
             return std::ptr::null_mut();
         }
-        let p = crate::driver::dlsym::real(h, name);
+        let p = crate::driver::dlsym::real(h, name); // the handle just opened
         libc::dlclose(h);
         p
     }

@@ -51,10 +51,14 @@ pub fn real_fn() -> Option<DlsymFn> {
 
 /// Looks `name` up with the real `dlsym` (libsyncspy is the caller, for `RTLD_NEXT`); NULL
 /// when not found or when the real `dlsym` cannot be found.
-pub fn real(handle: *mut c_void, name: &CStr) -> *mut c_void {
+///
+/// # Safety
+/// `handle` is a pseudo-handle (`RTLD_NEXT`, `RTLD_DEFAULT`) or a handle `dlopen` returned
+/// that is still open.
+pub unsafe fn real(handle: *mut c_void, name: &CStr) -> *mut c_void {
     match real_fn() {
-        // SAFETY: `real` is glibc's dlsym; `handle` is a handle or pseudo-handle the caller
-        // obtained from the loader, `name` a C string; dlsym only reads them.
+        // SAFETY: `real` is glibc's dlsym; `handle` is valid (this function's `# Safety`) and
+        // `name` a C string; dlsym only reads them.
         Some(real) => unsafe { real(handle, name.as_ptr()) },
         None => std::ptr::null_mut(),
     }
@@ -89,7 +93,8 @@ extern "C" fn route(_handle: *mut c_void, name: *const c_char) -> DlsymFn {
 unsafe extern "C" fn intercepted(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     // SAFETY: `route` sends only non-null names here, the caller's C string.
     let name = unsafe { CStr::from_ptr(name) };
-    let p = real(handle, name);
+    // SAFETY: the program's own handle, which it passed to dlsym.
+    let p = unsafe { real(handle, name) };
     if p.is_null() {
         return p;
     }
@@ -129,7 +134,8 @@ mod tests {
         // SAFETY: RTLD_DEFAULT and a C string literal.
         let getpid = unsafe { real_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
         assert!(!getpid.is_null());
-        assert_eq!(real(libc::RTLD_DEFAULT, c"getpid"), getpid);
+        // SAFETY: a pseudo-handle.
+        assert_eq!(unsafe { real(libc::RTLD_DEFAULT, c"getpid") }, getpid);
         assert_eq!(
             route(std::ptr::null_mut(), c"getpid".as_ptr()) as usize,
             real_dlsym as usize
@@ -140,7 +146,7 @@ mod tests {
         );
         assert_eq!(
             route(std::ptr::null_mut(), c"cuStreamSynchronize".as_ptr()) as usize,
-            intercepted as usize
+            intercepted as *const () as usize
         );
         // A wrapped name that nothing defines: NULL, as the real dlsym answers.
         // SAFETY: the caller's contract: a handle and a C string.

@@ -12,8 +12,8 @@
 use std::ffi::{c_char, c_uint, c_void};
 
 use cudarc::driver::sys::{
-    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUcontext, CUdeviceptr, CUdriverProcAddressQueryResult,
-    CUevent, CUmemorytype, CUstream,
+    CUcontext, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUmemorytype, CUstream,
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D,
 };
 use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Direction, Kind};
@@ -116,7 +116,10 @@ fn direction(src: Side, dst: Side) -> (Direction, u64, u64) {
 
 fn sync_copy(api: Api, src: Side, dst: Side, bytes: u64, ptds: bool) -> Call {
     let (dir, ..) = direction(src, dst);
-    per_thread(classify::sync_copy(api, dir, bytes, sync_stream(ptds)), ptds)
+    per_thread(
+        classify::sync_copy(api, dir, bytes, sync_stream(ptds)),
+        ptds,
+    )
 }
 
 fn async_copy(api: Api, src: Side, dst: Side, bytes: u64, stream: CUstream, ptds: bool) -> Call {
@@ -218,7 +221,15 @@ unsafe fn dtoh(f: DtoHFn, dst: *mut c_void, src: CUdeviceptr, n: usize, ptds: bo
 /// `f` is the real `cuMemcpyDtoD_v2` (or `_ptds`); the arguments are the caller's.
 unsafe fn dtod(f: MemcpyFn, dst: CUdeviceptr, src: CUdeviceptr, n: usize, ptds: bool) -> u32 {
     hook(
-        || sync_copy(Api::CuMemcpyDtoD, Side::Device, Side::Device, n as u64, ptds),
+        || {
+            sync_copy(
+                Api::CuMemcpyDtoD,
+                Side::Device,
+                Side::Device,
+                n as u64,
+                ptds,
+            )
+        },
         // SAFETY: as in `ctx_sync`.
         || unsafe { f(dst, src, n) },
     )
@@ -332,7 +343,14 @@ unsafe fn htod_async(
     hook(
         || {
             let s = Side::Host(src as u64);
-            async_copy(Api::CuMemcpyHtoDAsync, s, Side::Device, n as u64, stream, ptds)
+            async_copy(
+                Api::CuMemcpyHtoDAsync,
+                s,
+                Side::Device,
+                n as u64,
+                stream,
+                ptds,
+            )
         },
         // SAFETY: as in `ctx_sync`.
         || unsafe { f(dst, src, n, stream) },
@@ -352,7 +370,14 @@ unsafe fn dtoh_async(
     hook(
         || {
             let d = Side::Host(dst as u64);
-            async_copy(Api::CuMemcpyDtoHAsync, Side::Device, d, n as u64, stream, ptds)
+            async_copy(
+                Api::CuMemcpyDtoHAsync,
+                Side::Device,
+                d,
+                n as u64,
+                stream,
+                ptds,
+            )
         },
         // SAFETY: as in `ctx_sync`.
         || unsafe { f(dst, src, n, stream) },

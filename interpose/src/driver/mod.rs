@@ -282,9 +282,15 @@ mod tests {
                 Some(hooks::instance(EventSync, i))
             );
         }
-        assert_eq!(wrap_symbol(b"cuEventSynchronize", 0x99_000 as *mut c_void), None);
+        assert_eq!(
+            wrap_symbol(b"cuEventSynchronize", 0x99_000 as *mut c_void),
+            None
+        );
         assert_eq!(slot_fn::<usize>(EventSync, 1), Some(0x20_000));
         // libsyncspy's own functions are never wrapped.
-        assert_eq!(wrap_symbol(b"cuStreamSynchronize", is_own as *mut c_void), None);
+        assert_eq!(
+            wrap_symbol(b"cuStreamSynchronize", is_own as *mut c_void),
+            None
+        );
     }
 }
