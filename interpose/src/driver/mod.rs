@@ -180,7 +180,7 @@ pub fn wrap_proc(name: &[u8], version: i32, ptds: bool, real: *mut c_void) -> Op
 /// has none yet. `None` (hand out `real` itself) when recording is off, when `real` is one of
 /// libsyncspy's own functions, or when the family's slots are all taken.
 fn wrapper_for(family: Family, real: *mut c_void, ptds: bool) -> Option<*mut c_void> {
-    if real.is_null() || !crate::runtime::tracking() || is_own(real) {
+    if real.is_null() || !crate::runtime::tracking() || !enabled() || is_own(real) {
         return None;
     }
     let base = if ptds { PTDS_BASE } else { 0 };
@@ -207,6 +207,23 @@ fn wrapper_for(family: Family, real: *mut c_void, ptds: bool) -> Option<*mut c_v
         }
     }
     None
+}
+
+/// Whether `dlsym` and `cuGetProcAddress` hand out wrappers: not with `SYNCSPY_DRIVER=0`
+/// (then only the runtime functions, and driver functions a program links directly, are
+/// seen: what the library saw before it knew the driver; for comparisons).
+fn enabled() -> bool {
+    use std::sync::atomic::AtomicU8;
+    static ON: AtomicU8 = AtomicU8::new(2);
+    match ON.load(Ordering::Relaxed) {
+        0 => false,
+        1 => true,
+        _ => {
+            let on = std::env::var_os("SYNCSPY_DRIVER").is_none_or(|v| v != "0");
+            ON.store(on as u8, Ordering::Relaxed);
+            on
+        }
+    }
 }
 
 /// The real function behind wrapper instance `i` of `family`, as `F` (the family's C

@@ -48,7 +48,9 @@ struct Driver {
         Option<unsafe extern "C" fn(*mut c_void)>,
         *mut c_void,
     ) -> Res,
-    ctx_sync: unsafe extern "C" fn() -> Res,
+    /// Called with a NULL context: ignored by the first version, "the current context"
+    /// for CUDA 13's `cuCtxSynchronize_v2`, whichever `cuGetProcAddress` returns.
+    ctx_sync: unsafe extern "C" fn(CUcontext) -> Res,
     stream_sync: unsafe extern "C" fn(CUstream) -> Res,
     stream_sync_ptsz: Option<unsafe extern "C" fn(CUstream) -> Res>,
     event_sync: unsafe extern "C" fn(CUevent) -> Res,
@@ -261,7 +263,9 @@ fn run(mode: &str, iters: u32) -> Result<Truth, String> {
             )?;
             let k = Kind::DeviceSync;
             check(
-                t.classified("cuCtxSynchronize", k, 0, || (d.ctx_sync)()),
+                t.classified("cuCtxSynchronize", k, 0, || {
+                    (d.ctx_sync)(std::ptr::null_mut())
+                }),
                 "ctx sync",
             )?;
             if let Some(f) = d.stream_sync_ptsz {
