@@ -1,7 +1,7 @@
 //! `dlsym`, interposed: a lookup of a driver function that syncspy wraps gets the wrapper.
 //!
-//! Programs that load the driver themselves (the CUDA runtime, static or shared; JAX/XLA;
-//! CuPy; Triton; cudarc) call `dlsym(handle, "cuGetProcAddress_v2")` or
+//! Programs that load the driver themselves (the CUDA runtime, static or shared; XLA's stubs;
+//! cudarc) call `dlsym(handle, "cuGetProcAddress_v2")` or
 //! `dlsym(handle, "cuStreamSynchronize")` with the handle `dlopen("libcuda.so.1")` gave them.
 //! A lookup with a handle never sees LD_PRELOAD definitions, so the library defines `dlsym`
 //! itself.

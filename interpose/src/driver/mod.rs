@@ -5,7 +5,7 @@
 //! - **Exported symbols** (`cuStreamSynchronize`, `cuMemcpyDtoH_v2`, ...) for programs linked
 //!   against libcuda: LD_PRELOAD puts them first, as for the runtime functions.
 //! - **`dlsym`** (`dlsym.rs`): `dlsym(handle, "cuMemcpyDtoH_v2")` on a handle of libcuda
-//!   returns a wrapper of what the real `dlsym` found (JAX/XLA, Triton and cudarc load driver
+//!   returns a wrapper of what the real `dlsym` found (XLA's stubs and cudarc load driver
 //!   functions this way).
 //! - **`cuGetProcAddress`** (and `_v2`, `_ptsz`), itself found through `dlsym`: the CUDA runtime,
 //!   static or shared, and frameworks get every driver function from it.
