@@ -16,8 +16,8 @@
 
 mod classify;
 mod clock;
-pub mod gpu;
 pub mod driver;
+pub mod gpu;
 mod guard;
 pub mod hooks;
 mod pinned;
