@@ -22,14 +22,17 @@ for _ in $(seq "$N"); do
     "$T/cudacalls" --iters 100000000 sync=s1 sleep=40 >/dev/null &
   pids+=($!)
 done
-SYNCSPY_DIR=$DIR "$T/syncspy" agent --listen "127.0.0.1:$PORT" >/dev/null 2>&1 &
+SYNCSPY_DIR=$DIR "$T/syncspy" agent --listen "127.0.0.1:$PORT" --token-file "$DIR/.token" >/dev/null 2>&1 &
 agent=$!
 pids+=("$agent")
 sleep 3
 events() {
-  python3 - "$PORT" <<'PY'
+  python3 - "$PORT" "$DIR/.token" <<'PY'
 import json, sys, urllib.request
-s = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/v1/snapshot"))
+token = open(sys.argv[2]).read().strip()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/api/v1/snapshot",
+                             headers={"Authorization": f"Bearer {token}"})
+s = json.load(urllib.request.urlopen(req))
 procs = s.get("processes", s.get("report", {}).get("processes", []))
 print(sum(k["count"] for p in procs for k in p["kinds"].values()), len(procs))
 PY

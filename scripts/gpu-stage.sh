@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace
 rm -rf .gpu && mkdir -p .gpu
-cp target/release/{syncspy,syncspy-top,libsyncspy.so,libsimcudart.so,cudacalls,cudacalls-dlopen} .gpu/
+cp target/release/{syncspy,syncspy-top,libsyncspy.so,libsimcudart.so,cudacalls,cudacalls-dlopen,drivercalls} .gpu/
 # The scenario programs (their kernels' PTX is compiled into them) and the manifest checker.
 cp target/release/scn-* target/release/scenario-check .gpu/
 rm -f .gpu/*.d

@@ -76,6 +76,11 @@ pub struct Comparison {
     pub rules: Vec<RuleChange>,
 }
 
+/// A saturating sum: reports are user input, and their numbers may be anything.
+fn sum(v: impl Iterator<Item = u64>) -> u64 {
+    v.fold(0, u64::saturating_add)
+}
+
 fn side(file: &str, r: &Report) -> Side {
     Side {
         file: file.to_string(),
@@ -83,9 +88,9 @@ fn side(file: &str, r: &Report) -> Side {
         exit_code: r.exit_code,
         wall_ns: r.wall_ns,
         processes: r.processes.len(),
-        stall_ns: r.processes.iter().map(|p| p.stall_ns).sum(),
-        lost_records: r.processes.iter().map(|p| p.lost_records).sum(),
-        dropped_events: r.processes.iter().map(|p| p.dropped_events).sum(),
+        stall_ns: sum(r.processes.iter().map(|p| p.stall_ns)),
+        lost_records: sum(r.processes.iter().map(|p| p.lost_records)),
+        dropped_events: sum(r.processes.iter().map(|p| p.dropped_events)),
     }
 }
 

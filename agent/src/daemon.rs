@@ -12,10 +12,13 @@
 //! are left to that run, which removes them itself (or keeps them with `--keep-segments`).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
 
 use syncspy_abi::Kind;
 
@@ -153,7 +156,7 @@ impl Collector {
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
-        entry.processes += 1;
+        entry.processes = entry.processes.saturating_add(1);
         for k in Kind::ALL {
             let t = a.live.kind(*k);
             if t.count > 0 {
@@ -167,9 +170,12 @@ impl Collector {
         for (kind, l) in latency_of(a) {
             entry.latency.entry(kind).or_default().add(&l);
         }
-        entry.dropped_events += a.live.events_dropped;
-        entry.lost_records += a.lost.saturating_sub(a.live.events_dropped);
-        entry.overhead_ns += a.live.overhead_ns;
+        // Saturating: every one of these comes from a segment, which may say anything.
+        entry.dropped_events = entry.dropped_events.saturating_add(a.live.events_dropped);
+        entry.lost_records = entry
+            .lost_records
+            .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
+        entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
         if a.session == 0 && !self.keep_segments {
             if let Err(e) = f.remove_file() {
                 self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
@@ -230,44 +236,189 @@ pub struct DaemonOptions {
     pub retain: Duration,
     /// Never remove segment files.
     pub keep_segments: bool,
+    /// Where to write the token that `/api/v1/snapshot` asks for (mode 0600).
+    pub token_file: PathBuf,
 }
 
-fn respond(req: tiny_http::Request, snapshot: &Mutex<Arc<Snapshot>>) {
-    let snap = snapshot
+/// Connections served at once; further ones are closed at once. Each costs a task and
+/// at most `MAX_REQUEST_HEAD` bytes of buffer; a response body is shared, not copied.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Bytes of request head read from one connection (hyper's smallest buffer is 8 KiB).
+pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// A client has this long to send its request head.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection, request and response together, is closed after this long, read or not.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(30);
+
+/// One snapshot and, rendered on first request, its two representations (shared by every
+/// connection that asks before the next snapshot).
+struct Served {
+    snapshot: Arc<Snapshot>,
+    metrics: OnceLock<Result<Bytes, String>>,
+    json: OnceLock<Result<Bytes, String>>,
+}
+
+impl Served {
+    fn new(snapshot: Snapshot) -> Arc<Served> {
+        Arc::new(Served {
+            snapshot: Arc::new(snapshot),
+            metrics: OnceLock::new(),
+            json: OnceLock::new(),
+        })
+    }
+}
+
+type Latest = Arc<Mutex<Arc<Served>>>;
+
+/// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn respond(
+    req: &Request<hyper::body::Incoming>,
+    latest: &Latest,
+    token: &str,
+    token_file: &str,
+) -> Response<Full<Bytes>> {
+    let served = latest
         .lock()
         .map(|s| Arc::clone(&s))
         .unwrap_or_else(|p| Arc::clone(&p.into_inner()));
-    let url = req.url().split('?').next().unwrap_or("").to_string();
     let text = "text/plain; charset=utf-8";
-    let (status, body, ctype) = if *req.method() != tiny_http::Method::Get {
-        (405, "only GET\n".to_string(), text)
+    let plain = |status: u16, body: String| (status, Bytes::from(body), text);
+    let rendered = |r: &Result<Bytes, String>, ctype| match r {
+        Ok(b) => (200, b.clone(), ctype),
+        Err(e) => plain(500, format!("{e}\n")),
+    };
+    let (status, body, ctype) = if req.method() != hyper::Method::GET {
+        plain(405, "only GET\n".into())
     } else {
-        match url.as_str() {
-            "/metrics" => match metrics::render(&snap) {
-                Ok(m) => (200, m, metrics::CONTENT_TYPE),
-                Err(e) => (500, format!("{e}\n"), text),
-            },
-            "/api/v1/snapshot" => match serde_json::to_string(&*snap) {
-                Ok(j) => (200, j, "application/json"),
-                Err(e) => (500, format!("{e}\n"), text),
-            },
-            "/" => (
+        match req.uri().path() {
+            "/metrics" => rendered(
+                served.metrics.get_or_init(|| {
+                    metrics::render(&served.snapshot)
+                        .map(Bytes::from)
+                        .map_err(|e| e.to_string())
+                }),
+                metrics::CONTENT_TYPE,
+            ),
+            "/api/v1/snapshot" if !authorized(req.headers(), token) => plain(
+                401,
+                format!(
+                    "the snapshot (command lines, call stacks) needs `Authorization: Bearer \
+                     TOKEN`, with the token the agent wrote to {token_file} (readable by the \
+                     agent's user and root)\n"
+                ),
+            ),
+            "/api/v1/snapshot" => rendered(
+                served.json.get_or_init(|| {
+                    serde_json::to_vec(&*served.snapshot)
+                        .map(Bytes::from)
+                        .map_err(|e| e.to_string())
+                }),
+                "application/json",
+            ),
+            "/" => plain(
                 200,
                 "syncspy agent\n/metrics            Prometheus metrics\n/api/v1/snapshot    \
-                 every followed process as JSON\n"
-                    .to_string(),
-                text,
+                 every followed process as JSON (Authorization: Bearer TOKEN)\n"
+                    .into(),
             ),
-            _ => (404, "not found\n".to_string(), text),
+            _ => plain(404, "not found\n".into()),
         }
     };
-    let mut resp = tiny_http::Response::from_string(body).with_status_code(status);
-    // Constant ASCII: always a valid header.
-    if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()) {
-        resp = resp.with_header(h);
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    if status == 401 {
+        resp.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer realm=\"syncspy\""),
+        );
     }
-    // A client that went away is not the agent's problem.
-    let _ = req.respond(resp);
+    resp
+}
+
+/// Accepts connections until the process ends: each on a task of its own with a bounded
+/// buffer, a header timeout and a deadline, one request per connection (pipelined ones
+/// are not read), at most `MAX_CONNECTIONS` at once. No client can hold up another: a
+/// client that never reads its response holds only its own task, until the deadline.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    latest: Latest,
+    token: Arc<str>,
+    token_file: Arc<str>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // Out of file descriptors, say: let some connections end first.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
+            continue; // dropped: closed at once
+        };
+        let (latest, token, token_file) = (
+            Arc::clone(&latest),
+            Arc::clone(&token),
+            Arc::clone(&token_file),
+        );
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let resp = respond(&req, &latest, &token, &token_file);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .keep_alive(false)
+                .max_buf_size(MAX_REQUEST_HEAD)
+                .serve_connection(TokioIo::new(stream), svc);
+            // A client that went away, or ran out of time, is not the agent's problem.
+            let _ = tokio::time::timeout(CONNECTION_DEADLINE, conn).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Writes a new random token to `path` (0600, replacing the file whole) and returns it.
+pub fn write_token(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    // tempfile creates 0600 with O_EXCL under a random name; the rename replaces whatever
+    // was at the path (a link included) without writing through it.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".syncspy-agent-token.")
+        .tempfile_in(dir)?;
+    writeln!(tmp, "{token}")?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(token)
 }
 
 /// Why the daemon could not start.
@@ -280,6 +431,11 @@ pub enum ServeError {
     },
     /// The thread that answers HTTP requests could not be started.
     Thread(std::io::Error),
+    /// The token file could not be written.
+    Token {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for ServeError {
@@ -287,6 +443,11 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
             ServeError::Thread(e) => write!(f, "cannot start the HTTP thread: {e}"),
+            ServeError::Token { path, source } => write!(
+                f,
+                "cannot write the token file {}: {source} (give another with --token-file)",
+                path.display()
+            ),
         }
     }
 }
@@ -296,57 +457,70 @@ impl std::error::Error for ServeError {
         match self {
             ServeError::Listen { source, .. } => Some(source.as_ref()),
             ServeError::Thread(e) => Some(e),
+            ServeError::Token { source, .. } => Some(source),
         }
     }
 }
 
 /// Runs the daemon until the process is stopped. Fails only at start, when the address cannot
-/// be bound (an unusable segment folder is reported in the snapshot and retried).
+/// be bound or the token file written (an unusable segment folder is reported in the
+/// snapshot and retried).
 pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeError> {
-    let server = tiny_http::Server::http(&opts.listen).map_err(|source| ServeError::Listen {
+    let listen_err = |source: Box<dyn std::error::Error + Send + Sync>| ServeError::Listen {
         addr: opts.listen.clone(),
         source,
-    })?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .map(|a: SocketAddr| a.to_string())
-        .unwrap_or_else(|| opts.listen.clone());
-    if !server
-        .server_addr()
-        .to_ip()
-        .is_some_and(|a| a.ip().is_loopback())
-    {
+    };
+    let listener =
+        std::net::TcpListener::bind(&opts.listen).map_err(|e| listen_err(Box::new(e)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| listen_err(Box::new(e)))?;
+    let local = listener.local_addr().map_err(|e| listen_err(Box::new(e)))?;
+    let addr = local.to_string();
+    if !local.ip().is_loopback() {
         eprintln!(
             "syncspy agent: warning: serving on {addr}, which is not loopback: anyone who can \
-             reach it sees command lines and call sites"
+             reach it reads the metrics (the snapshot still needs the token)"
         );
     }
+    let token = write_token(&opts.token_file).map_err(|source| ServeError::Token {
+        path: opts.token_file.clone(),
+        source,
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("syncspy-http")
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(ServeError::Thread)?;
+    let listener = {
+        let _in_rt = rt.enter();
+        tokio::net::TcpListener::from_std(listener).map_err(|e| listen_err(Box::new(e)))?
+    };
     let mut collector = Collector::new(opts.dir.clone(), opts.retain, opts.keep_segments);
     collector.step();
-    let shared = Arc::new(Mutex::new(Arc::new(collector.snapshot())));
+    let latest: Latest = Arc::new(Mutex::new(Served::new(collector.snapshot())));
     eprintln!(
         "syncspy agent: following segments in {}; serving http://{addr}/metrics and \
-         http://{addr}/api/v1/snapshot",
-        opts.dir.display()
+         http://{addr}/api/v1/snapshot (with the token in {})",
+        opts.dir.display(),
+        opts.token_file.display()
     );
     // The collector stays on this thread (the symbolizer is not Send); requests are
-    // answered on another from the latest snapshot.
-    let for_http = Arc::clone(&shared);
+    // answered on the runtime's threads from the latest snapshot.
+    let for_http = Arc::clone(&latest);
+    let token_file: Arc<str> = opts.token_file.display().to_string().into();
     std::thread::Builder::new()
-        .name("syncspy-http".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                respond(req, &for_http);
-            }
-        })
+        .name("syncspy-accept".into())
+        .spawn(move || rt.block_on(accept_loop(listener, for_http, token.into(), token_file)))
         .map_err(ServeError::Thread)?;
     loop {
         std::thread::sleep(opts.interval);
         collector.step();
-        let snap = Arc::new(collector.snapshot());
-        if let Ok(mut s) = shared.lock() {
-            *s = snap;
+        let served = Served::new(collector.snapshot());
+        if let Ok(mut s) = latest.lock() {
+            *s = served;
         }
     }
 }
@@ -465,6 +639,43 @@ mod tests {
         let m = metrics::render(&c.snapshot()).unwrap();
         assert!(
             m.contains(r#"syncspy_stall_events_total{program="train",kind="stream_sync"} 2"#),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn header_counters_at_u64_max_neither_wrap_nor_panic_when_forgotten() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = TempDir::new("daemon-max");
+        let ws: Vec<SegmentWriter> = (0..2)
+            .map(|i| segment(dir.path(), 51 + i, 0, "/opt/huge"))
+            .collect();
+        for w in &ws {
+            let l = w.live();
+            l.events_dropped.store(u64::MAX, Relaxed);
+            l.overhead_ns.store(u64::MAX, Relaxed);
+            l.write_seq.store(u64::MAX, Relaxed);
+            let t = &l.kinds[Kind::StreamSync as usize];
+            t.count.store(u64::MAX, Relaxed);
+            t.total_ns.store(u64::MAX, Relaxed);
+            t.bytes.store(u64::MAX, Relaxed);
+            w.mark_exited(0);
+        }
+        let mut c = Collector::new(dir.path().to_path_buf(), Duration::ZERO, true);
+        c.step(); // found, drained and (retain 0) forgotten at once
+        c.step();
+        let s = c.snapshot();
+        let f = &s.forgotten["huge"];
+        assert_eq!(f.processes, 2);
+        assert_eq!(f.dropped_events, u64::MAX);
+        assert_eq!(f.overhead_ns, u64::MAX);
+        assert_eq!(f.kinds["stream_sync"].count, u64::MAX);
+        let m = metrics::render(&s).unwrap();
+        assert!(
+            m.contains(&format!(
+                r#"syncspy_stall_events_total{{program="huge",kind="stream_sync"}} {}"#,
+                u64::MAX
+            )),
             "{m}"
         );
     }

@@ -38,7 +38,12 @@ Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
   syncspy_segments_skipped, syncspy_agent_info
 
-Exit status: 2 when the address cannot be bound or SYNCSPY_DIR is unusable.";
+/metrics is for anyone who can connect (loopback by default). /api/v1/snapshot (command lines,
+call stacks) needs `Authorization: Bearer TOKEN`, with the random token the agent writes at
+start to --token-file (mode 0600: the agent's user and root); `syncspy-top --agent` reads it.
+
+Exit status: 2 when the address cannot be bound, the token file cannot be written or
+SYNCSPY_DIR is unusable.";
 
 const ATTACH_AFTER_HELP: &str = "\
 A process started with LD_PRELOAD=libsyncspy.so and SYNCSPY_DORMANT=1 is armed through a
@@ -94,6 +99,10 @@ enum Cmd {
         /// processes that no `syncspy run` owns)
         #[arg(long)]
         keep_segments: bool,
+        /// Where to write the token /api/v1/snapshot asks for (mode 0600) [default:
+        /// /run/syncspy/agent.token for root, else $XDG_RUNTIME_DIR/syncspy-agent.token]
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
     },
     /// Attach to a running process: record its host stalls for a while, then detach; the
     /// process runs on unchanged (see docs/attach.md)
@@ -234,7 +243,16 @@ fn main() -> ExitCode {
             interval_ms,
             retain_secs,
             keep_segments,
+            token_file,
         } => {
+            let Some(token_file) = token_file.or_else(syncspy_read::snapshot::default_token_file)
+            else {
+                eprintln!(
+                    "syncspy agent: no place for the snapshot's token: XDG_RUNTIME_DIR is not \
+                     set; give --token-file FILE"
+                );
+                return ExitCode::from(EXIT_SETUP as u8);
+            };
             let dir = match run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref()) {
                 Ok(dir) => dir,
                 Err(e) => {
@@ -248,6 +266,7 @@ fn main() -> ExitCode {
                 interval: std::time::Duration::from_millis(interval_ms.max(10)),
                 retain: std::time::Duration::from_secs(retain_secs),
                 keep_segments,
+                token_file,
             });
             match started {
                 Ok(never) => match never {},

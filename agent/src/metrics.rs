@@ -84,6 +84,13 @@ impl EncodeMetric for BucketedHistogram {
     }
 }
 
+/// Adds `n` to a counter, stopping at `u64::MAX`: the counts come from segments, which may
+/// say anything, and the client library's counter wraps (a counter that went down would
+/// read as a reset to Prometheus).
+fn add_sat(c: &Counter, n: u64) {
+    c.inc_by(n.min(u64::MAX - c.get()));
+}
+
 /// The metrics text of a snapshot.
 pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("syncspy");
@@ -97,6 +104,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let overhead = Family::<ProgramLabels, FloatCounter>::default();
     let forgotten = Family::<ProgramLabels, Counter>::default();
     let info = Family::<VersionLabels, Gauge>::default();
+    let gpu_idle = Family::<ProgramLabels, FloatCounter>::default();
+    let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
     let skipped = Gauge::<i64>::default();
     reg.register(
         "stall_events",
@@ -155,6 +164,21 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         skipped.clone(),
     );
     reg.register("agent_info", "The agent's version", info.clone());
+    reg.register_with_unit(
+        "gpu_idle",
+        "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
+         library's minimum gap, SYNCSPY_GPU_IDLE_MIN_US; their durations are \
+         syncspy_stall_duration_seconds{kind=\"gpu_idle\"})",
+        Unit::Seconds,
+        gpu_idle.clone(),
+    );
+    reg.register(
+        "gpu_busy_ratio",
+        "Busy fraction of the GPUs of a program's live processes: the mean over their devices \
+         of the last complete window (SYNCSPY_GPU_IDLE windows, 1 s), or of the whole run \
+         before one; absent while not measured",
+        gpu_busy.clone(),
+    );
 
     // Live processes and forgotten ones add into the same series.
     let kind_labels = |program: &str, kind: &str| KindLabels {
@@ -163,9 +187,9 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     };
     let add_kind = |program: &str, kind: &str, count: u64, total_ns: u64, n_bytes: u64| {
         let l = kind_labels(program, kind);
-        events.get_or_create(&l).inc_by(count);
+        add_sat(&events.get_or_create(&l), count);
         seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
-        bytes.get_or_create(&l).inc_by(n_bytes);
+        add_sat(&bytes.get_or_create(&l), n_bytes);
     };
     let add_latency = |program: &str, latency: &BTreeMap<String, Latency>| {
         for (kind, l) in latency {
@@ -176,13 +200,30 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         let pl = ProgramLabels {
             program: program.to_string(),
         };
-        dropped.get_or_create(&pl).inc_by(dropped_events);
-        lost.get_or_create(&pl).inc_by(lost_records);
+        add_sat(&dropped.get_or_create(&pl), dropped_events);
+        add_sat(&lost.get_or_create(&pl), lost_records);
         overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
         pl
     };
+    // Busy fractions of the live processes' devices, per program.
+    let mut busy: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in &s.processes {
         let r = &p.report;
+        if r.gpu.measured {
+            let of = busy.entry(p.program.as_str()).or_default();
+            for d in &r.gpu.devices {
+                if let Some(b) = d.last_window_busy.or(d.busy_fraction) {
+                    of.push(b);
+                }
+            }
+        }
+        if let Some(idle) = r.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
+            gpu_idle
+                .get_or_create(&ProgramLabels {
+                    program: p.program.clone(),
+                })
+                .inc_by(idle.total_ns as f64 / 1e9);
+        }
         for (kind, st) in &r.kinds {
             add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
         }
@@ -200,13 +241,29 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             })
             .inc();
     }
+    for (program, v) in busy {
+        if !v.is_empty() {
+            gpu_busy
+                .get_or_create(&ProgramLabels {
+                    program: program.to_string(),
+                })
+                .set(v.iter().sum::<f64>() / v.len() as f64);
+        }
+    }
     for (program, f) in &s.forgotten {
         for (kind, a) in &f.kinds {
             add_kind(program, kind, a.count, a.total_ns, a.bytes);
         }
+        if let Some(idle) = f.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
+            gpu_idle
+                .get_or_create(&ProgramLabels {
+                    program: program.clone(),
+                })
+                .inc_by(idle.total_ns as f64 / 1e9);
+        }
         add_latency(program, &f.latency);
         let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
-        forgotten.get_or_create(&pl).inc_by(f.processes);
+        add_sat(&forgotten.get_or_create(&pl), f.processes);
     }
     skipped.set(s.segments_skipped as i64);
     info.get_or_create(&VersionLabels {
@@ -236,6 +293,58 @@ mod tests {
             count,
             sum_ns,
             buckets,
+        }
+    }
+
+    #[test]
+    fn counters_at_u64_max_saturate_instead_of_wrapping() {
+        let mut r = ProcessReport {
+            state: "running".into(),
+            dropped_events: u64::MAX,
+            lost_records: u64::MAX,
+            ..ProcessReport::default()
+        };
+        r.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: u64::MAX,
+                total_ns: u64::MAX,
+                bytes: u64::MAX,
+                ..Stats::default()
+            },
+        );
+        let p = SnapshotProcess {
+            program: "x".into(),
+            report: r,
+            latency: BTreeMap::new(),
+        };
+        let mut f = ForgottenProgram {
+            processes: u64::MAX,
+            dropped_events: u64::MAX,
+            ..ForgottenProgram::default()
+        };
+        f.kinds.insert(
+            "stream_sync".into(),
+            Amounts {
+                count: 5,
+                total_ns: 5,
+                bytes: u64::MAX,
+            },
+        );
+        let s = Snapshot {
+            processes: vec![p.clone(), p],
+            forgotten: [("x".to_string(), f)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let m = render(&s).unwrap();
+        let max = u64::MAX;
+        for line in [
+            format!(r#"syncspy_stall_events_total{{program="x",kind="stream_sync"}} {max}"#),
+            format!(r#"syncspy_stall_bytes_total{{program="x",kind="stream_sync"}} {max}"#),
+            format!(r#"syncspy_dropped_events_total{{program="x"}} {max}"#),
+            format!(r#"syncspy_forgotten_processes_total{{program="x"}} {max}"#),
+        ] {
+            assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
         }
     }
 
@@ -279,6 +388,34 @@ mod tests {
                 bytes: 4096,
             },
         );
+        r.kinds.insert(
+            "gpu_idle".into(),
+            Stats {
+                count: 2,
+                total_ns: 250_000_000,
+                ..Stats::default()
+            },
+        );
+        r.gpu.measured = true;
+        r.gpu.devices = vec![
+            syncspy_read::report::GpuDevice {
+                last_window_busy: Some(0.5),
+                busy_fraction: Some(0.9),
+                ..Default::default()
+            },
+            syncspy_read::report::GpuDevice {
+                busy_fraction: Some(0.7),
+                ..Default::default()
+            },
+        ];
+        f.kinds.insert(
+            "gpu_idle".into(),
+            Amounts {
+                count: 1,
+                total_ns: 750_000_000,
+                bytes: 0,
+            },
+        );
         let s = Snapshot {
             processes: vec![SnapshotProcess {
                 program: "train.py".into(),
@@ -305,6 +442,8 @@ mod tests {
             r#"syncspy_lost_records_total{program="train.py"} 2"#,
             r#"syncspy_forgotten_processes_total{program="train.py"} 2"#,
             "syncspy_segments_skipped 1",
+            r#"syncspy_gpu_idle_seconds_total{program="train.py"} 1.0"#,
+            r#"syncspy_gpu_busy_ratio{program="train.py"} 0.6"#,
             // Live and forgotten processes summed; buckets cumulative.
             r#"syncspy_stall_duration_seconds_bucket{le="0.00001",program="train.py",kind="stream_sync"} 2"#,
             r#"syncspy_stall_duration_seconds_bucket{le="0.0001",program="train.py",kind="stream_sync"} 8"#,

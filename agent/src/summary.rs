@@ -52,7 +52,76 @@ fn pct(part: u64, whole: u64) -> String {
 
 /// Whether a process has anything to show beyond one line.
 fn has_events(p: &ProcessReport) -> bool {
-    p.kinds.values().any(|k| k.count > 0) || p.lost_records > 0 || p.dropped_events > 0
+    p.kinds.values().any(|k| k.count > 0)
+        || p.lost_records > 0
+        || p.dropped_events > 0
+        || p.gpu.measured
+}
+
+/// Gap causes shown in the summary; the JSON report has them all.
+const TOP_CAUSES: usize = 5;
+
+/// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
+fn render_gpu(out: &mut String, p: &ProcessReport) {
+    let g = &p.gpu;
+    let Some(state) = g.state.as_deref() else {
+        return;
+    };
+    let Some(busy) = g.busy_fraction else {
+        let why = match state {
+            "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
+            "unavailable" => "no activity source (CUPTI not found or refused)",
+            "yielded" => "another tool took the GPU activity source over",
+            s => s,
+        };
+        let _ = writeln!(out, "  GPU: not measured: {why}");
+        return;
+    };
+    let span: u64 = g.devices.iter().map(|d| d.span_ns).sum();
+    let short: u64 = g.devices.iter().map(|d| d.short_gaps).sum();
+    let _ = writeln!(
+        out,
+        "  GPU: busy {:.1}% of {} traced ({}), idle {:.1}%; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
+        busy * 100.0,
+        fmt_ns(span),
+        g.mode.as_deref().unwrap_or("?"),
+        (1.0 - busy) * 100.0,
+        g.idle.count,
+        fmt_ns(g.min_gap_ns),
+        fmt_ns(g.idle.total_ns),
+        fmt_ns(g.idle.p50_ns),
+        fmt_ns(g.idle.max_ns),
+        short
+    );
+    if g.state.as_deref() == Some("yielded") {
+        let _ = writeln!(
+            out,
+            "  GPU: another tool took the activity source over: not measured since"
+        );
+    }
+    if g.causes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  GPU idle gaps by cause (host side):");
+    for c in g.causes.iter().take(TOP_CAUSES) {
+        let what = if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
+            "host busy elsewhere (no CUDA stall)".to_string()
+        } else {
+            format!("{} {}", c.cause, c.api)
+        };
+        let at = c
+            .location
+            .as_deref()
+            .map(|l| format!("  at {l}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {:>6.1}%  {what}  x{}  {}{at}",
+            c.share * 100.0,
+            c.count,
+            fmt_ns(c.total_ns)
+        );
+    }
 }
 
 /// The whole summary.
@@ -216,6 +285,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             .collect();
         let _ = writeln!(out, "  calls that did not stall: {}", calls.join(", "));
     }
+    render_gpu(out, p);
     let _ = writeln!(
         out,
         "  syncspy overhead: {} ({} of wall); call sites: {} stacks unwound, {} from cache, {} in all",
@@ -254,6 +324,23 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             out,
             "  !! call-site table full: {} stacks not kept; module map full: {} modules not kept",
             p.sites_dropped, p.modules_dropped
+        );
+    }
+    if p.bad_site_records > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} records named a call site outside the segment's site table: counted \
+             under no site (is the segment corrupt?)",
+            p.bad_site_records
+        );
+    }
+    if p.refused_site_records > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} records of call sites beyond the first {} distinct ones: in the totals \
+             and percentiles, not in the call sites",
+            p.refused_site_records,
+            syncspy_read::aggregate::MAX_SITE_KEYS
         );
     }
     if p.clamped_values > 0 {
@@ -359,6 +446,8 @@ mod tests {
             lost_records: 12,
             dropped_events: 2,
             recorded_events: 88,
+            bad_site_records: 3,
+            refused_site_records: 4,
             ..ProcessReport::default()
         };
         p.kinds.insert(
@@ -416,10 +505,107 @@ mod tests {
         assert!(!s.contains("hook (interpose"), "{s}");
         assert!(s.contains("2 events DROPPED"), "{s}");
         assert!(s.contains("10 records LOST"), "{s}");
+        assert!(s.contains("3 records named a call site outside"), "{s}");
+        assert!(
+            s.contains("4 records of call sites beyond the first 1024"),
+            "{s}"
+        );
         assert!(
             s.contains("1 process without stalls: 8 (sh -c true)"),
             "{s}"
         );
         assert!(s.contains("warning: skipped /dev/shm/syncspy-1-2"), "{s}");
+        assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
+    }
+
+    #[test]
+    fn summary_shows_the_gpu_line_and_gap_causes() {
+        use syncspy_read::report::{GapCauseReport, Gpu, GpuDevice, IdleStats};
+        let mut p = ProcessReport {
+            pid: 9,
+            cmdline: "./train".into(),
+            wall_ns: 1_000_000_000,
+            ..ProcessReport::default()
+        };
+        p.gpu = Gpu {
+            idle: IdleStats {
+                count: 4,
+                total_ns: 6_500_000,
+                p50_ns: 2_000_000,
+                p99_ns: 2_000_000,
+                max_ns: 2_000_000,
+            },
+            busy_fraction: Some(0.75),
+            measured: true,
+            idle_share: Some(0.25),
+            state: Some("tracing".into()),
+            mode: Some("on".into()),
+            min_gap_ns: 10_000,
+            devices: vec![GpuDevice {
+                span_ns: 10_000_000,
+                short_gaps: 3,
+                ..GpuDevice::default()
+            }],
+            causes: vec![
+                GapCauseReport {
+                    cause: "stream_sync".into(),
+                    api: "cudaStreamSynchronize".into(),
+                    site_id: 1,
+                    location: Some("train.py:142 in step".into()),
+                    count: 3,
+                    total_ns: 6_000_000,
+                    share: 6.0 / 6.5,
+                },
+                GapCauseReport {
+                    cause: syncspy_read::report::HOST_BUSY_ELSEWHERE.into(),
+                    count: 1,
+                    total_ns: 500_000,
+                    share: 0.5 / 6.5,
+                    ..GapCauseReport::default()
+                },
+            ],
+            ..Gpu::default()
+        };
+        let r = Report {
+            syncspy_report: 1,
+            processes: vec![p.clone()],
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(
+            s.contains("GPU: busy 75.0% of 10.00 ms traced (on), idle 25.0%"),
+            "{s}"
+        );
+        assert!(s.contains("4 gaps of 10.0 us or more"), "{s}");
+        assert!(s.contains("3 shorter"), "{s}");
+        assert!(
+            s.contains(
+                "92.3%  stream_sync cudaStreamSynchronize  x3  6.00 ms  at train.py:142 in step"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("7.7%  host busy elsewhere (no CUDA stall)  x1"),
+            "{s}"
+        );
+        p.gpu = Gpu {
+            state: Some("unavailable".into()),
+            ..Gpu::default()
+        };
+        p.kinds.insert(
+            "device_sync".into(),
+            Stats {
+                count: 1,
+                total_ns: 5,
+                ..Stats::default()
+            },
+        );
+        let r = Report {
+            syncspy_report: 1,
+            processes: vec![p],
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(s.contains("GPU: not measured: no activity source"), "{s}");
     }
 }

@@ -16,9 +16,14 @@ use common::{artifact, cudacalls, Running, TempDir, SYNCSPY};
 
 /// (status, body) of `GET path`.
 fn get(addr: &str, path: &str) -> (u16, String) {
+    get_with(addr, path, "")
+}
+
+/// (status, body) of `GET path` with extra header lines (each ending in CRLF).
+fn get_with(addr: &str, path: &str, headers: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
@@ -63,7 +68,9 @@ fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
                 "50",
                 "--retain-secs",
                 "2",
+                "--token-file",
             ])
+            .arg(d.path().join("agent.token"))
             .env("SYNCSPY_DIR", &seg)
             .stderr(Stdio::piped())
             .spawn()
@@ -99,7 +106,11 @@ fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
             .unwrap(),
     );
     let pid = prog.0.id() as u64;
-    let snapshot = || -> Value { serde_json::from_str(&get(&addr, "/api/v1/snapshot").1).unwrap() };
+    let token = syncspy_read::snapshot::read_token(&d.path().join("agent.token")).unwrap();
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let snapshot = || -> Value {
+        serde_json::from_str(&get_with(&addr, "/api/v1/snapshot", &auth).1).unwrap()
+    };
     let proc_in = |s: &Value| -> Option<Value> {
         s["processes"]
             .as_array()?
@@ -178,7 +189,8 @@ fn an_address_that_cannot_be_bound_exits_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot listen on 256.0.0.1:1"));
     let o = Command::new(SYNCSPY)
-        .args(["agent", "--listen", "127.0.0.1:0"])
+        .args(["agent", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(d.path().join("t"))
         .env("SYNCSPY_DIR", "/nonexistent/segments")
         .output()
         .unwrap();

@@ -19,7 +19,7 @@ pub enum HostSide {
     Neither,
 }
 
-fn is_device_side(addr: u64) -> bool {
+pub(crate) fn is_device_side(addr: u64) -> bool {
     matches!(
         pinned::memory_type(addr),
         Some(MemType::Device | MemType::Managed)

@@ -69,6 +69,13 @@ impl Drop for Reentry {
     }
 }
 
+/// Whether this thread is inside a hooked call that holds the guard (a recorded call in
+/// progress, or the library's own work).
+#[inline]
+pub fn in_hook() -> bool {
+    IN_HOOK.try_with(|c| c.get()).unwrap_or(false)
+}
+
 /// Kernel thread id of the caller, cached per thread (one syscall per thread and fork).
 #[inline]
 pub fn tid() -> u32 {

@@ -1,5 +1,6 @@
-//! `libsyncspy.so`: loaded with `LD_PRELOAD`, it interposes the CUDA runtime API calls that
-//! make the host wait for the GPU, forwards each to the real runtime, and records the waits
+//! `libsyncspy.so`: loaded with `LD_PRELOAD`, it interposes the CUDA runtime and driver API
+//! calls that make the host wait for the GPU (the driver's through `dlsym` and
+//! `cuGetProcAddress` too, see `driver`), forwards each to the real runtime, and records the waits
 //! into this process's shared-memory segment (see the `syncspy-abi` crate).
 //!
 //! Data flow of one call:
@@ -16,6 +17,8 @@
 mod attach;
 mod classify;
 mod clock;
+pub mod driver;
+pub mod gpu;
 mod guard;
 pub mod hooks;
 mod pinned;

@@ -10,6 +10,7 @@
 //! still seen as pinned.
 
 use std::cell::Cell;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use cudarc::runtime::sys::{cudaMemoryType, cudaPointerAttributes};
@@ -137,7 +138,38 @@ static POINTER_ATTRIBUTES: Real = Real::new(c"cudaPointerGetAttributes");
 static PEEK_LAST_ERROR: Real = Real::new(c"cudaPeekAtLastError");
 static GET_LAST_ERROR: Real = Real::new(c"cudaGetLastError");
 
-/// Asks the runtime what `addr` is. Never disturbs the thread's CUDA last-error state: when
+static DRIVER_POINTER_ATTRIBUTE: Real = Real::driver(c"cuPointerGetAttribute");
+
+/// Asks the driver what `addr` is, where no runtime can be asked (a statically linked runtime,
+/// the driver API alone). The driver keeps no last error, so there is nothing to restore.
+fn driver_memory_type(addr: u64) -> Option<MemType> {
+    use cudarc::driver::sys::{CUmemorytype, CUpointer_attribute};
+    type Attr = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;
+    let query: Attr = DRIVER_POINTER_ATTRIBUTE.get()?;
+    let (mut memtype, mut managed) = (0u32, 0u32);
+    let memtype_attr = CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE as u32;
+    let managed_attr = CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED as u32;
+    // SAFETY: `query` is the driver's cuPointerGetAttribute, resolved with its signature (the
+    // attribute enum passed as its 4-byte value); both attributes write a 4-byte value
+    // (`CUmemorytype`, a bool as `unsigned int`) into the local given.
+    unsafe {
+        if query((&raw mut memtype).cast(), memtype_attr, addr) != 0 {
+            // Memory the driver does not know: plain (pageable) host memory.
+            return Some(MemType::Unregistered);
+        }
+        if query((&raw mut managed).cast(), managed_attr, addr) == 0 && managed != 0 {
+            return Some(MemType::Managed);
+        }
+    }
+    Some(match memtype {
+        x if x == CUmemorytype::CU_MEMORYTYPE_HOST as u32 => MemType::Host,
+        x if x == CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 => MemType::Device,
+        x if x == CUmemorytype::CU_MEMORYTYPE_ARRAY as u32 => MemType::Device,
+        _ => MemType::Unregistered,
+    })
+}
+
+/// Asks the runtime what `addr` is (the driver when no runtime can be found). Never disturbs the thread's CUDA last-error state: when
 /// the application has an error pending, it does not ask (the answer is `None`, "unknown").
 pub fn memory_type(addr: u64) -> Option<MemType> {
     type Attr = unsafe extern "C" fn(*mut cudaPointerAttributes, *const std::ffi::c_void) -> u32;
@@ -145,9 +177,13 @@ pub fn memory_type(addr: u64) -> Option<MemType> {
     if addr == 0 {
         return Some(MemType::Unregistered);
     }
-    let query: Attr = POINTER_ATTRIBUTES.get()?;
-    let peek: Err = PEEK_LAST_ERROR.get()?;
-    let get: Err = GET_LAST_ERROR.get()?;
+    let (Some(query), Some(peek), Some(get)) = (
+        POINTER_ATTRIBUTES.get::<Attr>(),
+        PEEK_LAST_ERROR.get::<Err>(),
+        GET_LAST_ERROR.get::<Err>(),
+    ) else {
+        return driver_memory_type(addr);
+    };
     // SAFETY: `peek` is the runtime's cudaPeekAtLastError, resolved with its signature; it
     // takes no arguments and has no preconditions.
     if unsafe { peek() } != 0 {

@@ -1,11 +1,12 @@
-//! Finding the real CUDA runtime functions behind the interposed ones.
+//! Finding the real CUDA runtime and driver functions behind the interposed ones.
 //!
 //! `dlsym(RTLD_NEXT, name)` finds them when the runtime is in the global scope (linked by
 //! the program, or dlopened RTLD_GLOBAL). When it arrived later with RTLD_LOCAL (ctypes,
 //! Python extension modules), RTLD_NEXT returns NULL although its callers still bind to our
 //! symbols; then the loaded runtime is looked up by soname with RTLD_NOLOAD, and failing
-//! that by walking the loaded objects for a path that names libcudart. Each symbol is
-//! resolved once and cached.
+//! that by walking the loaded objects for a path that names libcudart (`libcuda.so` for the
+//! driver's). Each symbol is resolved once and cached. Lookups call the real `dlsym`
+//! (`driver::dlsym::real`), never the library's own interposed one.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ops::ControlFlow;
@@ -13,8 +14,16 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use syncspy_abi::objects::for_each_object;
 
+/// Which library defines a symbol: where to look when RTLD_NEXT does not find it.
+#[derive(Clone, Copy)]
+enum Lib {
+    Runtime,
+    Driver,
+}
+
 pub struct Real {
     name: &'static CStr,
+    lib: Lib,
     ptr: AtomicPtr<c_void>,
     /// The dynamic linker's `dlpi_adds` when resolution last failed (0: never failed). A
     /// failed lookup is retried only once more objects have been loaded, so a missing
@@ -23,9 +32,20 @@ pub struct Real {
 }
 
 impl Real {
+    /// A CUDA runtime function (`libcudart`).
     pub const fn new(name: &'static CStr) -> Real {
+        Real::of(name, Lib::Runtime)
+    }
+
+    /// A CUDA driver function (`libcuda.so.1`).
+    pub const fn driver(name: &'static CStr) -> Real {
+        Real::of(name, Lib::Driver)
+    }
+
+    const fn of(name: &'static CStr, lib: Lib) -> Real {
         Real {
             name,
+            lib,
             ptr: AtomicPtr::new(std::ptr::null_mut()),
             failed_at: AtomicU64::new(0),
         }
@@ -61,7 +81,7 @@ impl Real {
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
-        let p = lookup(self.name);
+        let p = lookup(self.name, self.lib);
         if p.is_null() {
             self.failed_at.store(adds, Ordering::Relaxed);
         } else {
@@ -71,29 +91,38 @@ impl Real {
     }
 }
 
-/// Where `name` is defined outside this library: what a hook of that name forwards to (null
-/// if nowhere). Not cached: `Real` caches.
-pub fn lookup(name: &CStr) -> *mut c_void {
-    // SAFETY: `name` is a NUL-terminated C string and RTLD_NEXT a pseudo-handle dlsym
-    // accepts; dlsym only reads them.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if p.is_null() {
-        resolve_in_loaded_runtime(name)
-    } else {
-        p
+/// Where `name` (of `lib`) is defined outside this library: what a hook of that name
+/// forwards to (null if nowhere). Not cached: `Real` caches.
+fn lookup(name: &CStr, lib: Lib) -> *mut c_void {
+    // SAFETY: RTLD_NEXT is a pseudo-handle.
+    let p = unsafe { crate::driver::dlsym::real(libc::RTLD_NEXT, name) };
+    if !p.is_null() {
+        return p;
+    }
+    match lib {
+        Lib::Runtime => resolve_in_loaded(RUNTIME_SONAMES, b"libcudart", name),
+        Lib::Driver => resolve_in_loaded(DRIVER_SONAMES, b"libcuda.so", name),
     }
 }
 
-fn resolve_in_loaded_runtime(name: &CStr) -> *mut c_void {
-    for soname in [c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"] {
+/// Where the runtime function `name` is defined outside this library (see `lookup`).
+pub fn lookup_runtime(name: &CStr) -> *mut c_void {
+    lookup(name, Lib::Runtime)
+}
+
+const RUNTIME_SONAMES: &[&CStr] = &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"];
+const DRIVER_SONAMES: &[&CStr] = &[c"libcuda.so.1", c"libcuda.so"];
+
+fn resolve_in_loaded(sonames: &[&CStr], file_needle: &[u8], name: &CStr) -> *mut c_void {
+    for soname in sonames {
         let p = sym_in(soname.as_ptr(), name);
         if !p.is_null() {
             return p;
         }
     }
-    // A runtime loaded under another file name (vendored copies): find it by path.
+    // A library loaded under another file name (vendored copies): find it by path.
     let mut buf = [0u8; libc::PATH_MAX as usize];
-    match loaded_path_with(b"libcudart", &mut buf) {
+    match loaded_path_with(file_needle, &mut buf) {
         Some(path) => sym_in(path.as_ptr(), name),
         None => std::ptr::null_mut(),
     }
@@ -103,7 +132,7 @@ fn resolve_in_loaded_runtime(name: &CStr) -> *mut c_void {
 /// copied because `dlopen` must not run while the loader's lock is held, into the caller's
 /// buffer because this can run inside a hook. A path that does not fit is skipped (with a
 /// `PATH_MAX` buffer, it could not be opened anyway).
-fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
+pub(crate) fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
     let len = for_each_object(|o| {
         let full = o.name().to_bytes_with_nul();
         let path = o.name().to_bytes();
@@ -120,7 +149,7 @@ fn loaded_path_with<'b>(needle: &[u8], buf: &'b mut [u8]) -> Option<&'b CStr> {
     CStr::from_bytes_with_nul(&buf[..len]).ok()
 }
 
-fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
+pub(crate) fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
     // SAFETY: RTLD_NOLOAD only returns objects already loaded; the handle is closed again
     // (the object stays loaded: its other users hold references).
     unsafe {
@@ -128,7 +157,7 @@ fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
         if h.is_null() {
             return std::ptr::null_mut();
         }
-        let p = libc::dlsym(h, name.as_ptr());
+        let p = crate::driver::dlsym::real(h, name); // the handle just opened
         libc::dlclose(h);
         p
     }
@@ -138,6 +167,10 @@ fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
 /// only happens when the program calls the runtime without any runtime loaded.
 pub const MISSING: u32 =
     cudarc::runtime::sys::cudaError::cudaErrorSharedObjectSymbolNotFound as u32;
+
+/// `CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND`: the driver functions' `MISSING`.
+pub const DRIVER_MISSING: u32 =
+    cudarc::driver::sys::CUresult::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND as u32;
 
 #[cfg(test)]
 mod tests {

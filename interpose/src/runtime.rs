@@ -76,37 +76,140 @@ pub struct Config {
     pub stack_cache: bool,
     /// Add the calling thread's Python frames to call sites (`SYNCSPY_PYTHON=0` off).
     pub python: bool,
+    /// GPU idle tracing (`SYNCSPY_GPU_IDLE`, `SYNCSPY_GPU_IDLE_MIN_US`).
+    pub gpu: crate::gpu::GpuConfig,
 }
 
-/// A setting: from the attach configuration when attached (see `attach::setting`), else
-/// from the environment.
-fn setting(name: &str) -> Option<String> {
-    crate::attach::setting(name).or_else(|| std::env::var(name).ok())
+/// The largest `SYNCSPY_RING` taken (records of 64 bytes: 256 MiB of ring); larger values
+/// are capped with a warning.
+pub const MAX_RING_ENV: u32 = 1 << 22;
+/// The largest `SYNCSPY_SITES` taken (entries of 512 bytes, plus 272 with Python: 50 MiB);
+/// larger values are capped with a warning.
+pub const MAX_SITES_ENV: u32 = 1 << 16;
+
+/// Reads settings through `get` (the environment, or a map in tests) and collects a
+/// warning for each value it cannot take as given.
+struct Env<'a> {
+    get: &'a dyn Fn(&str) -> Option<String>,
+    warnings: Vec<String>,
 }
 
-fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
-    setting(name)?.trim().parse().ok()
+impl Env<'_> {
+    /// The trimmed value of `name`; `None` when unset or empty.
+    fn value(&self, name: &str) -> Option<String> {
+        (self.get)(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A boolean: 0/1, true/false, yes/no, on/off (any case). Unset or empty: `default`;
+    /// anything else: `otherwise`, with a warning.
+    fn bool(&mut self, name: &str, default: bool, otherwise: bool) -> bool {
+        let Some(v) = self.value(name) else {
+            return default;
+        };
+        match parse_bool(&v) {
+            Some(b) => b,
+            None => {
+                self.warnings.push(format!(
+                    "{name}={v:?} is not a boolean (0/1, true/false, yes/no, on/off): taken as \
+                     {}",
+                    if otherwise { "on" } else { "off" }
+                ));
+                otherwise
+            }
+        }
+    }
+
+    /// A number: unset or empty gives `default`; not a number, a warning and `default`;
+    /// above `max`, a warning and `max`.
+    fn num<T>(&mut self, name: &str, default: T, max: T) -> T
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    {
+        let Some(v) = self.value(name) else {
+            return default;
+        };
+        match v.parse::<T>() {
+            Ok(n) if n > max => {
+                self.warnings.push(format!(
+                    "{name}={v} is above the most syncspy takes: {max} used"
+                ));
+                max
+            }
+            Ok(n) => n,
+            Err(_) => {
+                self.warnings.push(format!(
+                    "{name}={v:?} is not a whole number in range: the default {default} used"
+                ));
+                default
+            }
+        }
+    }
+}
+
+/// 0/1, true/false, yes/no, on/off, in any case; `None` for anything else.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 impl Config {
     pub fn from_env() -> Config {
-        Config {
-            dir: setting("SYNCSPY_DIR")
-                .filter(|d| !d.is_empty())
+        // Attached, the control file's settings come before the environment.
+        let (cfg, warnings) = Config::from_lookup(&|name| {
+            crate::attach::setting(name).or_else(|| std::env::var(name).ok())
+        });
+        for w in warnings {
+            eprintln!("syncspy: warning: {w}");
+        }
+        cfg
+    }
+
+    /// The settings `get` gives, and a warning for each value not taken as given.
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut env = Env {
+            get,
+            warnings: Vec::new(),
+        };
+        let max_frames = syncspy_abi::sites::MAX_FRAMES;
+        let cfg = Config {
+            dir: env
+                .value("SYNCSPY_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/dev/shm")),
-            ring: env_num("SYNCSPY_RING").unwrap_or(SegmentParams::DEFAULT_RING),
-            sites: env_num("SYNCSPY_SITES").unwrap_or(SegmentParams::DEFAULT_SITES),
-            session: env_num("SYNCSPY_SESSION").unwrap_or(0),
-            stacks: env_num::<u32>("SYNCSPY_STACKS") != Some(0),
-            stack_depth: env_num::<usize>("SYNCSPY_STACK_DEPTH")
-                .unwrap_or(syncspy_abi::sites::MAX_FRAMES)
-                .clamp(1, syncspy_abi::sites::MAX_FRAMES),
-            stack_min_ns: env_num("SYNCSPY_STACK_MIN_NS").unwrap_or(0),
-            stack_cache: env_num::<u32>("SYNCSPY_STACK_CACHE") != Some(0),
-            python: env_num::<u32>("SYNCSPY_PYTHON") != Some(0),
-        }
+            ring: env.num("SYNCSPY_RING", SegmentParams::DEFAULT_RING, MAX_RING_ENV),
+            sites: env.num("SYNCSPY_SITES", SegmentParams::DEFAULT_SITES, MAX_SITES_ENV),
+            session: env.num("SYNCSPY_SESSION", 0, u64::MAX),
+            stacks: env.bool("SYNCSPY_STACKS", true, true),
+            stack_depth: env
+                .num("SYNCSPY_STACK_DEPTH", max_frames, max_frames)
+                .max(1),
+            stack_min_ns: env.num("SYNCSPY_STACK_MIN_NS", 0, u64::MAX),
+            stack_cache: env.bool("SYNCSPY_STACK_CACHE", true, true),
+            python: env.bool("SYNCSPY_PYTHON", true, true),
+            gpu: crate::gpu::GpuConfig::parse(
+                env.value("SYNCSPY_GPU_IDLE").as_deref(),
+                env.value("SYNCSPY_GPU_IDLE_MIN_US").as_deref(),
+            ),
+        };
+        (cfg, env.warnings)
     }
+}
+
+/// Whether `SYNCSPY_OFF`'s value turns recording off: a true boolean does, a false one
+/// (`0`, `false`, `no`, `off`) or none does not; anything else does, with a warning (it was
+/// set to turn recording off, the switch's only use).
+fn off_from(v: Option<String>) -> (bool, Option<String>) {
+    let mut env = Env {
+        get: &|_| v.clone(),
+        warnings: Vec::new(),
+    };
+    let off = env.bool("SYNCSPY_OFF", false, true);
+    (off, env.warnings.pop())
 }
 
 pub struct Runtime {
@@ -120,7 +223,11 @@ pub struct Runtime {
 }
 
 fn off_by_env() -> bool {
-    matches!(std::env::var("SYNCSPY_OFF").as_deref(), Ok(v) if !v.is_empty() && v != "0")
+    let (off, warning) = off_from(std::env::var("SYNCSPY_OFF").ok());
+    if let Some(w) = warning {
+        eprintln!("syncspy: warning: {w}");
+    }
+    off
 }
 
 impl Runtime {
@@ -195,6 +302,8 @@ impl Runtime {
                     Ordering::Relaxed,
                 );
                 crate::attach::on_runtime_created();
+                // GPU activity on a thread of its own: nothing more happens in this call.
+                let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
                 Some(rt)
             }
             None => {
@@ -210,7 +319,7 @@ impl Runtime {
     }
 
     fn create() -> Option<Runtime> {
-        if off_by_env() {
+        if off_by_env_cached() {
             return None;
         }
         let cfg = Config::from_env();
@@ -307,14 +416,22 @@ impl Runtime {
 }
 
 pub(crate) static GET_DEVICE: Real = Real::new(c"cudaGetDevice");
+/// The driver's `cuCtxGetDevice`, for programs with no runtime to ask (a statically linked
+/// runtime, the driver API alone).
+static CTX_GET_DEVICE: Real = Real::driver(c"cuCtxGetDevice");
 
 fn current_device() -> i32 {
-    let Some(f) = GET_DEVICE.get::<unsafe extern "C" fn(*mut i32) -> u32>() else {
+    type GetDevice = unsafe extern "C" fn(*mut i32) -> u32;
+    let Some(f) = GET_DEVICE
+        .get::<GetDevice>()
+        .or_else(|| CTX_GET_DEVICE.get::<GetDevice>())
+    else {
         return -1;
     };
     let mut d = -1;
-    // SAFETY: `f` is the runtime's cudaGetDevice (resolved with this signature), whose only
-    // requirement is a valid `int` out-pointer: `d` is a local.
+    // SAFETY: `f` is the runtime's cudaGetDevice or the driver's cuCtxGetDevice (both resolved
+    // with this signature: `CUdevice` is an `int`), whose only requirement is a valid `int`
+    // out-pointer: `d` is a local.
     if unsafe { f(&mut d) } == 0 {
         d
     } else {
@@ -473,6 +590,7 @@ extern "C" fn at_exit(status: i32, _: *mut libc::c_void) {
     if STATE.load(Ordering::Acquire) == ACTIVE {
         // SAFETY: see `Runtime::active`.
         let rt = unsafe { &*RUNTIME.load(Ordering::Relaxed) };
+        let _ = catch_unwind(crate::gpu::at_exit);
         rt.seg.mark_exited(status);
     }
 }
@@ -481,6 +599,7 @@ extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
     RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    crate::gpu::after_fork_in_child();
     // A dormant parent has a dormant child; an armed one a child that records (and starts
     // its own attach worker on its first call, see `attach::on_runtime_created`).
     if STATE.load(Ordering::Relaxed) != DORMANT {
@@ -488,4 +607,86 @@ extern "C" fn after_fork_in_child() {
     }
     crate::attach::after_fork_in_child();
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(&move |name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn booleans_take_every_usual_spelling_and_warn_on_others() {
+        for (v, want) in [
+            ("0", false),
+            ("false", false),
+            ("No", false),
+            ("OFF", false),
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            (" on ", true),
+        ] {
+            assert_eq!(parse_bool(v), Some(want), "{v}");
+            let (c, w) = config(&[("SYNCSPY_STACKS", v), ("SYNCSPY_PYTHON", v)]);
+            assert_eq!((c.stacks, c.python), (want, want), "{v}");
+            assert!(w.is_empty(), "{w:?}");
+        }
+        let (c, w) = config(&[("SYNCSPY_STACK_CACHE", "nope")]);
+        assert!(c.stack_cache);
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("SYNCSPY_STACK_CACHE=\"nope\" is not a boolean"),
+            "{w:?}"
+        );
+        // Unset and empty: the defaults, silently.
+        let (c, w) = config(&[("SYNCSPY_STACKS", "")]);
+        assert!(c.stacks && c.stack_cache && c.python && w.is_empty());
+    }
+
+    #[test]
+    fn syncspy_off_false_records_and_garbage_turns_it_off_with_a_warning() {
+        assert_eq!(off_from(None), (false, None));
+        assert_eq!(off_from(Some(String::new())), (false, None));
+        for v in ["0", "false", "no", "off", "FALSE"] {
+            assert_eq!(off_from(Some(v.into())), (false, None), "{v}");
+        }
+        for v in ["1", "true", "yes", "on"] {
+            assert_eq!(off_from(Some(v.into())), (true, None), "{v}");
+        }
+        let (off, w) = off_from(Some("please".into()));
+        assert!(off);
+        assert!(w.unwrap().contains("SYNCSPY_OFF=\"please\""));
+    }
+
+    #[test]
+    fn sizes_are_capped_with_a_warning_and_garbage_is_the_default() {
+        let (c, w) = config(&[
+            ("SYNCSPY_SITES", "4294967295"),
+            ("SYNCSPY_RING", "99999999999"),
+            ("SYNCSPY_STACK_DEPTH", "500"),
+        ]);
+        assert_eq!(c.sites, MAX_SITES_ENV);
+        // Not a u32 at all: the default, with a warning.
+        assert_eq!(c.ring, SegmentParams::DEFAULT_RING);
+        assert_eq!(c.stack_depth, syncspy_abi::sites::MAX_FRAMES);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("SYNCSPY_RING"), "{w:?}");
+        assert!(w[1].contains("SYNCSPY_SITES=4294967295 is above"), "{w:?}");
+        let (c, w) = config(&[("SYNCSPY_RING", "8388608"), ("SYNCSPY_SESSION", "x")]);
+        assert_eq!(c.ring, MAX_RING_ENV);
+        assert_eq!(c.session, 0);
+        assert_eq!(w.len(), 2, "{w:?}");
+        let (c, w) = config(&[("SYNCSPY_RING", "1024"), ("SYNCSPY_SITES", "256")]);
+        assert_eq!((c.ring, c.sites), (1024, 256));
+        assert!(w.is_empty());
+    }
 }

@@ -6,9 +6,10 @@
 //! exact; percentiles and call sites come from the records and cover `recorded_count` of
 //! `count` events. Reports show both.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use hdrhistogram::Histogram;
+use syncspy_abi::gpu::GpuStatus;
 use syncspy_abi::layout::{TotalsSnapshot, API_SLOTS, KIND_SLOTS};
 use syncspy_abi::{Api, Direction, Ident, Kind, PollStats, ProcState, Record, SegmentReader};
 
@@ -162,6 +163,8 @@ pub struct LiveSnapshot {
     pub apis: [TotalsSnapshot; API_SLOTS],
     /// Non-stalling calls per API (count and bytes; not timed).
     pub calls: [TotalsSnapshot; API_SLOTS],
+    /// The GPU part of the header (ABI 1.2); `None` for older segments.
+    pub gpu: Option<GpuStatus>,
 }
 
 impl Default for LiveSnapshot {
@@ -183,6 +186,7 @@ impl Default for LiveSnapshot {
             kinds: [TotalsSnapshot::default(); KIND_SLOTS],
             apis: [TotalsSnapshot::default(); API_SLOTS],
             calls: [TotalsSnapshot::default(); API_SLOTS],
+            gpu: None,
         }
     }
 }
@@ -208,6 +212,7 @@ impl LiveSnapshot {
             kinds: std::array::from_fn(|i| live.kinds[i].snapshot()),
             apis: std::array::from_fn(|i| live.apis[i].snapshot()),
             calls: std::array::from_fn(|i| live.calls[i].snapshot()),
+            gpu: r.gpu_status(),
         }
     }
 
@@ -222,6 +227,118 @@ impl LiveSnapshot {
     pub fn calls(&self, a: Api) -> TotalsSnapshot {
         self.calls.get(a as usize).copied().unwrap_or_default()
     }
+
+    /// Over every device of the GPU part: `(span_ns, busy_ns)`; zeros without one.
+    pub fn gpu_busy(&self) -> (u64, u64) {
+        self.gpu.as_ref().map(GpuStatus::busy).unwrap_or_default()
+    }
+}
+
+/// What a GPU idle gap is blamed on (reader-side attribution, [`GapCauses`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GapCause {
+    /// A host stall of this call site: the one the host was in when the GPU drained, or else
+    /// the first one it began during the gap.
+    Stall(SiteKey),
+    /// No recorded host stall explains the gap: the host was doing something else (Python,
+    /// data loading, a CUDA call that does not stall) until it launched the next work.
+    HostBusyElsewhere,
+}
+
+/// One host stall remembered for attribution.
+#[derive(Clone, Copy, Debug)]
+struct RecentStall {
+    start: u64,
+    end: u64,
+    device: i32,
+    key: SiteKey,
+}
+
+/// Host stalls kept for attribution. Gap records trail the stalls around them by the GPU
+/// tracer's finality delay (well under a second); a process stalling 20,000 times a second
+/// still keeps a few seconds of them.
+pub const RECENT_STALLS: usize = 1 << 16;
+
+/// Attributes GPU idle gaps to the host stalls around them, from the records received: each
+/// gap goes to the host stall that overlapped the instant the GPU drained (the longest such
+/// overlap when several threads stalled), else to the first host stall that began during the
+/// gap, else to [`GapCause::HostBusyElsewhere`]. Only stalls on the gap's device (or on an
+/// unknown one) count.
+#[derive(Clone, Debug, Default)]
+pub struct GapCauses {
+    /// Sorted by end.
+    recent: VecDeque<RecentStall>,
+    /// The longest duration among the stalls ever kept: bounds the search.
+    max_len: u64,
+    causes: HashMap<GapCause, (u64, u64)>,
+}
+
+impl GapCauses {
+    /// Remembers a host stall.
+    pub fn stall(&mut self, r: &Record) {
+        let s = RecentStall {
+            start: r.start_ns,
+            end: r.start_ns.saturating_add(r.duration_ns),
+            device: r.device,
+            key: SiteKey {
+                site: r.site,
+                kind: r.kind,
+                api: r.api,
+            },
+        };
+        self.max_len = self.max_len.max(r.duration_ns);
+        if self.recent.len() == RECENT_STALLS {
+            self.recent.pop_front();
+        }
+        // Records arrive about in order of their end (threads interleave): insert from the back.
+        let at = self
+            .recent
+            .iter()
+            .rev()
+            .take_while(|x| x.end > s.end)
+            .count();
+        self.recent.insert(self.recent.len() - at, s);
+    }
+
+    /// Attributes one gap of `device` from `start` for `len` ns; returns its cause.
+    pub fn gap(&mut self, device: i32, start: u64, len: u64) -> GapCause {
+        let end = start.saturating_add(len);
+        let first = self.recent.partition_point(|x| x.end <= start);
+        let mut over: Option<(u64, SiteKey)> = None;
+        let mut during: Option<(u64, SiteKey)> = None;
+        for x in self.recent.range(first..) {
+            // Sorted by end: past here every stall starts after the gap ended.
+            if x.end.saturating_sub(self.max_len) >= end {
+                break;
+            }
+            if x.device >= 0 && x.device != device {
+                continue;
+            }
+            if x.start <= start {
+                let overlap = x.end.min(end) - start;
+                if over.is_none_or(|(o, _)| overlap > o) {
+                    over = Some((overlap, x.key));
+                }
+            } else if x.start < end && during.is_none_or(|(t, _)| x.start < t) {
+                during = Some((x.start, x.key));
+            }
+        }
+        let cause = match over.or(during) {
+            Some((_, key)) => GapCause::Stall(key),
+            None => GapCause::HostBusyElsewhere,
+        };
+        let c = self.causes.entry(cause).or_default();
+        c.0 += 1;
+        c.1 = c.1.saturating_add(len);
+        cause
+    }
+
+    /// Every cause with its `(gaps, idle ns)`, most idle time first.
+    pub fn by_total(&self) -> Vec<(GapCause, u64, u64)> {
+        let mut v: Vec<_> = self.causes.iter().map(|(c, (n, t))| (*c, *n, *t)).collect();
+        v.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+        v
+    }
 }
 
 /// One call site as aggregated: a stack (site id; 0 when none was captured) seen making
@@ -235,8 +352,15 @@ pub struct SiteKey {
 
 /// A map keyed by call site. A record's key is hashed once per record on the monitor's and
 /// the agent's hot path, so it uses a fast non-keyed hash (the keys are ids from a segment,
-/// not attacker-chosen strings, and the maps are bounded by the segment's site table).
+/// not strings; a segment could choose colliding ids, but the maps are bounded by
+/// [`MAX_SITE_KEYS`], so collisions cost at most that many probes).
 pub type SiteMap<V> = HashMap<SiteKey, V, foldhash::fast::FixedState>;
+
+/// Call sites (site, kind, API) a process keeps a histogram for (each ~36 KiB): whatever its
+/// segment says, a process costs a reader at most this many. Records of further sites count
+/// in their kind's and API's figures, not in a site's, and are counted in
+/// [`ProcessAgg::refused_site_records`].
+pub const MAX_SITE_KEYS: usize = 1024;
 
 /// How a process ended, as far as the reader can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,12 +404,22 @@ pub struct ProcessAgg {
     pub delivered: u64,
     pub lost: u64,
     pub corrupt: u64,
+    /// Records whose site id lies outside the segment's site table: aggregated under "no
+    /// site" (0).
+    pub bad_site_records: u64,
+    /// Records of a call site that found no room among the [`MAX_SITE_KEYS`] this process
+    /// keeps: in their kind's and API's figures, in no site's.
+    pub refused_site_records: u64,
+    /// Valid site ids are `1..=site_capacity` (from the validated header).
+    site_capacity: u32,
     /// Recorded distributions, indexed by `Kind as usize` and `Api as usize`.
     kinds: Vec<Option<Dist>>,
     apis: Vec<Option<Dist>>,
     sites: SiteMap<Dist>,
     /// Copies received, by kind and direction: (count, bytes, total_ns).
     copies: BTreeMap<(Kind, Direction), (u64, u64, u64)>,
+    /// GPU idle gaps received, blamed on host stalls.
+    pub gap_causes: GapCauses,
 }
 
 impl ProcessAgg {
@@ -302,18 +436,32 @@ impl ProcessAgg {
             delivered: 0,
             lost: 0,
             corrupt: 0,
+            bad_site_records: 0,
+            refused_site_records: 0,
+            site_capacity: ident.site_capacity,
             kinds: vec![None; KIND_SLOTS],
             apis: vec![None; API_SLOTS],
             sites: SiteMap::default(),
             copies: BTreeMap::new(),
+            gap_causes: GapCauses::default(),
         }
     }
 
     /// Adds one record from the ring.
     pub fn add_record(&mut self, r: &Record) {
+        if r.kind == Kind::GpuIdle {
+            // Not a call: no API, no call site; its cause comes from the host stalls.
+            if let Some(slot) = self.kinds.get_mut(r.kind as usize) {
+                slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
+                    .record(r.duration_ns, 0);
+            }
+            self.gap_causes.gap(r.device, r.start_ns, r.duration_ns);
+            return;
+        }
+        self.gap_causes.stall(r);
         if r.direction != Direction::None {
             let c = self.copies.entry((r.kind, r.direction)).or_default();
-            c.0 += 1;
+            c.0 = c.0.saturating_add(1);
             c.1 = c.1.saturating_add(r.bytes);
             c.2 = c.2.saturating_add(r.duration_ns);
         }
@@ -329,22 +477,37 @@ impl ProcessAgg {
             slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
                 .record(r.duration_ns, r.bytes);
         }
+        let site = if r.site > self.site_capacity {
+            self.bad_site_records = self.bad_site_records.saturating_add(1);
+            0
+        } else {
+            r.site
+        };
         let key = SiteKey {
-            site: r.site,
+            site,
             kind: r.kind,
             api: r.api,
         };
-        self.sites
-            .entry(key)
-            .or_insert_with(|| Dist::new(SITE_SIGFIG))
-            .record(r.duration_ns, r.bytes);
+        let full = self.sites.len() >= MAX_SITE_KEYS;
+        match self.sites.get_mut(&key) {
+            Some(d) => d.record(r.duration_ns, r.bytes),
+            None if full => {
+                self.refused_site_records = self.refused_site_records.saturating_add(1);
+            }
+            None => {
+                let mut d = Dist::new(SITE_SIGFIG);
+                d.record(r.duration_ns, r.bytes);
+                self.sites.insert(key, d);
+            }
+        }
     }
 
     /// Adds what one poll reported (records themselves go through `add_record`).
     pub fn add_poll(&mut self, s: &PollStats) {
-        self.delivered += s.delivered;
-        self.lost += s.lost;
-        self.corrupt += s.corrupt;
+        // Saturating: `lost` follows the segment's `write_seq`, which may say anything.
+        self.delivered = self.delivered.saturating_add(s.delivered);
+        self.lost = self.lost.saturating_add(s.lost);
+        self.corrupt = self.corrupt.saturating_add(s.corrupt);
     }
 
     /// The recorded distribution of kind `k`, if any record of it arrived.
@@ -412,7 +575,11 @@ impl ProcessAgg {
     /// Values clamped into the histograms' bounds, over the per-kind histograms (every
     /// record lands in exactly one of them).
     pub fn clamped(&self) -> u64 {
-        self.kinds.iter().flatten().map(Dist::clamped).sum()
+        self.kinds
+            .iter()
+            .flatten()
+            .map(Dist::clamped)
+            .fold(0, u64::saturating_add)
     }
 
     pub fn lifecycle(&self) -> Lifecycle {
@@ -453,6 +620,202 @@ mod tests {
         assert_eq!(d.quantile(1.0), 1_000_000);
         assert_eq!(d.clamped(), 0);
         assert_eq!(Dist::new(SITE_SIGFIG).quantile(0.5), 0);
+    }
+
+    fn stall(kind: Kind, api: Api, device: i32, start: u64, len: u64, site: u32) -> Record {
+        Record {
+            kind,
+            api,
+            direction: Direction::None,
+            flags: 0,
+            device,
+            start_ns: start,
+            duration_ns: len,
+            bytes: 0,
+            stream: 0,
+            tid: 1,
+            site,
+            result: 0,
+        }
+    }
+
+    fn ident(site_capacity: u32) -> Ident {
+        // SAFETY: Ident is plain integers and byte arrays, valid all zero.
+        let mut id: Ident = unsafe { std::mem::zeroed() };
+        id.site_capacity = site_capacity;
+        id
+    }
+
+    fn record(site: u32, kind: Kind, api: Api) -> Record {
+        Record {
+            kind,
+            api,
+            direction: Direction::None,
+            flags: 0,
+            device: 0,
+            start_ns: 1,
+            duration_ns: 1000,
+            bytes: 0,
+            stream: 0,
+            tid: 1,
+            site,
+            result: 0,
+        }
+    }
+
+    #[test]
+    fn gaps_are_blamed_on_the_stall_the_host_was_in_when_the_gpu_drained() {
+        let mut g = GapCauses::default();
+        let sync = SiteKey {
+            site: 3,
+            kind: Kind::StreamSync,
+            api: Api::CudaStreamSynchronize,
+        };
+        let copy = SiteKey {
+            site: 4,
+            kind: Kind::MemcpyPageable,
+            api: Api::CudaMemcpyAsync,
+        };
+        // A stream sync from 1000 to 5000 on device 0: the GPU drained at 4000 inside it.
+        g.stall(&stall(sync.kind, sync.api, 0, 1000, 4000, 3));
+        // A pageable copy that began during a later gap (the host was in no stall when the
+        // GPU drained at 10_000).
+        g.stall(&stall(copy.kind, copy.api, 0, 10_500, 100, 4));
+        // A stall on another device explains nothing on device 0.
+        g.stall(&stall(sync.kind, sync.api, 1, 19_000, 5000, 3));
+        assert_eq!(g.gap(0, 4000, 1500), GapCause::Stall(sync));
+        assert_eq!(g.gap(0, 10_000, 2000), GapCause::Stall(copy));
+        assert_eq!(g.gap(0, 20_000, 300), GapCause::HostBusyElsewhere);
+        assert_eq!(g.gap(1, 20_000, 300), GapCause::Stall(sync));
+        // A gap that starts as the stall ends is not inside it.
+        assert_eq!(g.gap(0, 5000, 10), GapCause::HostBusyElsewhere);
+        assert_eq!(
+            g.by_total(),
+            vec![
+                (GapCause::Stall(copy), 1, 2000),
+                (GapCause::Stall(sync), 2, 1800),
+                (GapCause::HostBusyElsewhere, 2, 310),
+            ]
+        );
+    }
+
+    #[test]
+    fn of_overlapping_stalls_the_longest_overlap_wins_and_order_of_arrival_does_not_matter() {
+        let key = |site| SiteKey {
+            site,
+            kind: Kind::EventSync,
+            api: Api::CudaEventSynchronize,
+        };
+        // Thread A waits from 0 to 2000, thread B from 500 to 9000 (device unknown); the GPU
+        // drains at 1000 and idles until 8000: B's wait covers more of the gap, whichever
+        // record arrives first.
+        for order in [[0, 1], [1, 0]] {
+            let mut g = GapCauses::default();
+            let recs = [
+                stall(Kind::EventSync, Api::CudaEventSynchronize, 0, 0, 2000, 1),
+                stall(Kind::EventSync, Api::CudaEventSynchronize, -1, 500, 8500, 2),
+            ];
+            for i in order {
+                g.stall(&recs[i]);
+            }
+            assert_eq!(g.gap(0, 1000, 7000), GapCause::Stall(key(2)));
+        }
+    }
+
+    #[test]
+    fn add_record_keeps_gaps_out_of_apis_and_sites() {
+        let id = Ident {
+            magic: syncspy_abi::layout::MAGIC,
+            abi_major: 1,
+            abi_minor: 2,
+            header_size: 0,
+            record_size: 64,
+            ring_capacity: 16,
+            ring_offset: 0,
+            site_capacity: 16,
+            site_entry_size: 512,
+            sites_offset: 0,
+            module_capacity: 16,
+            module_entry_size: 512,
+            modules_offset: 0,
+            total_size: 0,
+            pid: 1,
+            clock_id: 1,
+            start_ticks: 1,
+            session: 0,
+            created_ns: 0,
+            created_unix_ns: 0,
+            site_max_frames: 62,
+            cmdline_len: 0,
+            cmdline: [0; syncspy_abi::layout::CMDLINE_MAX],
+        };
+        let mut a = ProcessAgg::new(&id);
+        a.add_record(&stall(
+            Kind::DeviceSync,
+            Api::CudaDeviceSynchronize,
+            0,
+            0,
+            100,
+            5,
+        ));
+        a.add_record(&stall(Kind::GpuIdle, Api::GpuActivity, 0, 50, 700, 0));
+        assert_eq!(a.kind_dist(Kind::GpuIdle).map(Dist::total_ns), Some(700));
+        assert!(a.api_dist(Api::GpuActivity).is_none());
+        assert_eq!(a.sites_by_total().len(), 1);
+        assert_eq!(
+            a.gap_causes.by_total()[0].0,
+            GapCause::Stall(SiteKey {
+                site: 5,
+                kind: Kind::DeviceSync,
+                api: Api::CudaDeviceSynchronize
+            })
+        );
+    }
+
+    #[test]
+    fn site_ids_outside_the_table_go_to_no_site_and_sites_are_capped() {
+        let mut a = ProcessAgg::new(&ident(64));
+        let (k, api) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        a.add_record(&record(64, k, api));
+        a.add_record(&record(65, k, api));
+        a.add_record(&record(u32::MAX, k, api));
+        assert_eq!(a.bad_site_records, 2);
+        let sites: Vec<(u32, u64)> = a
+            .sites_by_total()
+            .iter()
+            .map(|(key, d)| (key.site, d.count()))
+            .collect();
+        assert_eq!(sites, vec![(0, 2), (64, 1)]);
+
+        // A segment whose records name a new site each (as many as its table allows).
+        let mut a = ProcessAgg::new(&ident(1 << 20));
+        let n = MAX_SITE_KEYS as u32 + 500;
+        for site in 1..=n {
+            a.add_record(&record(site, k, api));
+        }
+        // Known sites keep counting once the cap is reached.
+        a.add_record(&record(1, k, api));
+        assert_eq!(a.sites_by_total().len(), MAX_SITE_KEYS);
+        assert_eq!(a.refused_site_records, 500);
+        assert_eq!(a.bad_site_records, 0);
+        assert_eq!(a.kind_dist(k).unwrap().count(), u64::from(n) + 1);
+        assert_eq!(a.sites_by_total()[0].1.count(), 2);
+    }
+
+    #[test]
+    fn poll_counts_saturate() {
+        let mut a = ProcessAgg::new(&ident(16));
+        let huge = PollStats {
+            delivered: u64::MAX,
+            lost: u64::MAX,
+            corrupt: u64::MAX,
+        };
+        a.add_poll(&huge);
+        a.add_poll(&huge);
+        assert_eq!(
+            (a.delivered, a.lost, a.corrupt),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
     }
 
     #[test]

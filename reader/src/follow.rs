@@ -285,6 +285,10 @@ impl<S> Follower<S> {
                 {
                     Seen::Ignored
                 }
+                // Neither ours nor its process's: a follower of one session (`syncspy run`)
+                // leaves it unmentioned, like any other user's file; one that follows every
+                // process (the agent, the monitor) says it skipped it.
+                Err(OpenError::Owner { .. }) if self.session.is_some() => Seen::Ignored,
                 Err(e) => {
                     self.push_problem(SegmentProblem {
                         path,
@@ -604,6 +608,37 @@ mod tests {
         assert_eq!(r.kinds["stream_sync"].count, 3);
         assert_eq!(f.poll(), 0);
         assert_eq!(f.problems().len(), 1, "reported once");
+    }
+
+    #[test]
+    fn fifos_and_links_named_like_segments_are_skipped_without_blocking() {
+        let dir = TempDir::new("follow-fifo");
+        let w = SegmentWriter::create(dir.path(), &params(31, 7, 64)).unwrap();
+        w.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 9, 0, 0));
+        let fifo = dir.path().join("syncspy-32-1");
+        syncspy_test_support::mkfifo(&fifo);
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("syncspy-33-1")).unwrap();
+        std::os::unix::fs::symlink(w.path(), dir.path().join("syncspy-34-1")).unwrap();
+        let path = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut f: Follower = Follower::new(path, None);
+            let n = f.scan().unwrap();
+            let problems: Vec<String> = f.problems().iter().map(|p| p.to_string()).collect();
+            let _ = tx.send((n, f.poll(), problems));
+        });
+        let (n, polled, problems) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the scan blocked on the FIFO");
+        assert_eq!((n, polled), (1, 1));
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let of = |name: &str| problems.iter().find(|p| p.contains(name)).unwrap().clone();
+        assert!(of("syncspy-32-1").contains("a FIFO, not a regular file"));
+        for link in ["syncspy-33-1", "syncspy-34-1"] {
+            let p = of(link);
+            assert!(p.contains("a symbolic link, not a regular file"), "{p}");
+            assert!(!p.contains("passwd") && !p.contains("bytes"), "{p}");
+        }
     }
 
     #[test]

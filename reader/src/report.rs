@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use syncspy_abi::layout::TotalsSnapshot;
 use syncspy_abi::{Api, Kind};
 
-use crate::aggregate::{Dist, Lifecycle, ProcessAgg, SITE_SIGFIG};
+use crate::aggregate::{Dist, GapCause, Lifecycle, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
 use crate::python::{self, PyFrame, PythonReport};
 use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
@@ -112,15 +112,82 @@ pub struct Site {
     pub advice: Option<String>,
 }
 
-/// GPU-side figures. GPU idle gaps are not measured yet: `measured` says whether any
-/// `gpu_idle` event arrived, and `busy_fraction` stays `null` until it is computed.
+/// GPU-side figures, from the GPU part of the segment (ABI 1.2) and its `gpu_idle` records.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Gpu {
+    /// The idle gaps written to the ring (at least `min_gap_ns` long).
     pub idle: IdleStats,
+    /// Busy time over accounted time, all devices together; `None` when not measured.
     pub busy_fraction: Option<f64>,
+    /// Whether GPU activity was measured: some device has accounted time, or a gap arrived.
     #[serde(default)]
     pub measured: bool,
+    /// `1 - busy_fraction`: the share of the accounted time the GPU ran nothing, short gaps
+    /// and the time after the last work included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_share: Option<f64>,
+    /// The library's GPU tracing: `off`, `tracing`, `paused`, `unavailable`, `yielded`
+    /// (absent for segments older than ABI 1.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// `SYNCSPY_GPU_IDLE` of the process: `off`, `on`, `duty`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Gaps shorter than this are only counted (`devices[].short_gaps`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_gap_ns: u64,
+    /// Activity records the source dropped; time of records that arrived too late.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_records: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_ns: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<GpuDevice>,
+    /// What the gaps received are blamed on, most idle time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<GapCauseReport>,
 }
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// One device's busy time.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GpuDevice {
+    pub device: i32,
+    pub span_ns: u64,
+    pub busy_ns: u64,
+    pub busy_fraction: Option<f64>,
+    pub short_gaps: u64,
+    pub short_gap_ns: u64,
+    /// Busy fraction of the last complete window (`window_ns` long).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_window_busy: Option<f64>,
+}
+
+/// The idle gaps blamed on one cause.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GapCauseReport {
+    /// A host-stall kind (`stream_sync`, ...), or `host_busy_elsewhere`.
+    pub cause: String,
+    /// The stalling API; `""` for `host_busy_elsewhere`.
+    #[serde(default)]
+    pub api: String,
+    /// The stall's call site (0 when none was captured or for `host_busy_elsewhere`).
+    #[serde(default)]
+    pub site_id: u32,
+    /// Where the program made the stalling call (as `sites[].location`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Of the idle time of the gaps received.
+    pub share: f64,
+}
+
+/// `GapCauseReport::cause` of gaps no host stall explains.
+pub const HOST_BUSY_ELSEWHERE: &str = "host_busy_elsewhere";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IdleStats {
@@ -186,6 +253,15 @@ pub struct ProcessReport {
     pub sites_dropped: u32,
     #[serde(default)]
     pub modules_dropped: u32,
+    /// Records whose site id lay outside the segment's call-site table (a corrupt or hostile
+    /// segment): counted under "no site" (`site_id` 0). Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bad_site_records: u64,
+    /// Records of call sites beyond the per-process limit of distinct sites
+    /// ([`MAX_SITE_KEYS`](crate::aggregate::MAX_SITE_KEYS)): in `kinds` and `apis`, in no
+    /// site. Left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused_site_records: u64,
     #[serde(default)]
     pub non_stall_calls: BTreeMap<String, CallCount>,
     /// Copies among the records received, by kind then direction (`h2d`, `d2h`, `d2d`,
@@ -304,9 +380,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
     }
     let modules = f.reader.modules();
     let sites = sites_of(f, &modules, sym);
-    let idle_t = a.live.kind(Kind::GpuIdle);
-    let idle_d = a.kind_dist(Kind::GpuIdle);
-    let idle = stats(idle_t, idle_d);
+    let gpu = gpu_report(f, &modules, sym);
     let life = a.lifecycle();
     ProcessReport {
         pid: a.pid,
@@ -317,17 +391,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         kinds,
         apis,
         sites,
-        gpu: Gpu {
-            idle: IdleStats {
-                count: idle.count,
-                total_ns: idle.total_ns,
-                p50_ns: idle.p50_ns,
-                p99_ns: idle.p99_ns,
-                max_ns: idle.max_ns,
-            },
-            busy_fraction: None,
-            measured: idle_t.count > 0,
-        },
+        gpu,
         state: life.name().to_string(),
         exit_status: match life {
             Lifecycle::Exited(s) => Some(s),
@@ -344,10 +408,86 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         stack_cache_hits: a.live.stack_cache_hits,
         sites_dropped: a.live.sites_dropped,
         modules_dropped: a.live.modules_dropped,
+        bad_site_records: a.bad_site_records,
+        refused_site_records: a.refused_site_records,
         non_stall_calls,
         copies,
         segment: f.reader.path().display().to_string(),
         python: PythonReport::of(&f.reader.python_status()),
+    }
+}
+
+fn fraction(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// The `gpu` section of a followed process.
+pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Gpu {
+    let a: &ProcessAgg = &f.agg;
+    let idle = stats(a.live.kind(Kind::GpuIdle), a.kind_dist(Kind::GpuIdle));
+    let (span, busy) = a.live.gpu_busy();
+    let busy_fraction = fraction(busy, span);
+    let causes = a.gap_causes.by_total();
+    let received: u64 = causes.iter().map(|c| c.2).sum();
+    let causes = causes
+        .into_iter()
+        .map(|(cause, count, total_ns)| {
+            let (name, api, site_id, location) = match cause {
+                GapCause::Stall(k) => (
+                    k.kind.name().to_string(),
+                    k.api.name().to_string(),
+                    k.site,
+                    site_location(f, k.site, modules, sym),
+                ),
+                GapCause::HostBusyElsewhere => {
+                    (HOST_BUSY_ELSEWHERE.to_string(), String::new(), 0, None)
+                }
+            };
+            GapCauseReport {
+                cause: name,
+                api,
+                site_id,
+                location,
+                count,
+                total_ns,
+                share: fraction(total_ns, received).unwrap_or(0.0),
+            }
+        })
+        .collect();
+    let g = a.live.gpu.as_ref();
+    Gpu {
+        idle: IdleStats {
+            count: idle.count,
+            total_ns: idle.total_ns,
+            p50_ns: idle.p50_ns,
+            p99_ns: idle.p99_ns,
+            max_ns: idle.max_ns,
+        },
+        busy_fraction,
+        measured: span > 0 || idle.count > 0,
+        idle_share: busy_fraction.map(|b| 1.0 - b),
+        state: g.map(|g| g.state_name().to_string()),
+        mode: g.map(|g| g.mode_name().to_string()),
+        min_gap_ns: g.map_or(0, |g| g.min_gap_ns),
+        dropped_records: g.map_or(0, |g| g.dropped),
+        late_ns: g.map_or(0, |g| g.late_ns),
+        devices: g
+            .map(|g| {
+                g.devices
+                    .iter()
+                    .map(|d| GpuDevice {
+                        device: d.device,
+                        span_ns: d.span_ns,
+                        busy_ns: d.busy_ns,
+                        busy_fraction: fraction(d.busy_ns, d.span_ns),
+                        short_gaps: d.short_gaps,
+                        short_gap_ns: d.short_gap_ns,
+                        last_window_busy: d.sample_ppm.map(|p| f64::from(p) / 1e6),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        causes,
     }
 }
 
@@ -483,40 +623,90 @@ pub fn build<S>(
     }
 }
 
-/// Writes the report as pretty JSON, atomically (temporary file, then rename).
+/// Writes the report as pretty JSON (see [`write_atomic_with`] for where and how).
 pub fn write(report: &Report, path: &Path) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
     write_atomic(path, &json)
 }
 
-/// Writes a file atomically: a temporary file in the same folder, then a rename, so readers
-/// never see half a file.
+/// Writes a file so that readers never see half of it; see [`write_atomic_with`].
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
-/// Like [`write_atomic`], with the contents written by `fill` (buffered).
+/// Writes an output file (`--report`, `--trace`, `--junit`), with the contents written by
+/// `fill` (buffered). Every error is returned, the last flush and `fsync` included.
+///
+/// - `-` is standard output.
+/// - A FIFO or a character device (`/dev/stdout`, `/dev/null`, a pipe named by
+///   `/dev/fd/N`), directly or through a link, is written straight into: it is never
+///   replaced by a regular file.
+/// - Otherwise the path must be absent or a regular file (a symbolic link itself is replaced,
+///   never written through): the contents go to a new file in the same folder, created with
+///   `O_EXCL` under an unpredictable name (so nobody can plant a link at it), `fsync`ed, then
+///   renamed over the path. Another kind of file (a folder, a block device, a socket) is an
+///   error.
 pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
 ) -> io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    if path.as_os_str() == "-" {
+        let mut w = io::BufWriter::new(io::stdout().lock());
+        fill(&mut w)?;
+        return io::Write::flush(&mut w.into_inner().map_err(|e| e.into_error())?);
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_fifo() || m.file_type().is_char_device() => {
+            // Links to devices are followed only where the kernel allows it (a link another
+            // user planted in a sticky folder is refused, fs.protected_symlinks).
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)?;
+            let mut w = io::BufWriter::new(f);
+            fill(&mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?;
+            return Ok(());
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file, FIFO or character device: not replaced",
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let res = (|| {
-        let mut w = io::BufWriter::new(std::fs::File::create(&tmp)?);
-        fill(&mut w)?;
-        w.into_inner().map_err(|e| e.into_error())?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(".");
+    // O_CREAT | O_EXCL under a random name, removed on drop unless persisted; 0666 less the
+    // umask, as `File::create` would.
+    let tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    let mut w = io::BufWriter::new(tmp);
+    fill(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // The rename is durable once the folder is; a folder that cannot be synced (some
+    // filesystems) does not make the file less written.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
     }
-    res
+    Ok(())
 }
 
 /// Why a saved report could not be read.
@@ -721,6 +911,93 @@ mod tests {
     }
 
     #[test]
+    fn gpu_section_has_busy_fraction_gaps_and_their_causes() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = TempDir::new("report-gpu");
+        let w = writer(dir.path(), 27, 4096);
+        let g = w.gpu();
+        g.mode.store(syncspy_abi::gpu::MODE_ON, Relaxed);
+        g.min_gap_ns.store(10_000, Relaxed);
+        g.state.store(
+            syncspy_abi::gpu::GPU_TRACING,
+            std::sync::atomic::Ordering::Release,
+        );
+        let d = w.gpu_device(0).unwrap();
+        d.span_ns.store(10_000_000, Relaxed);
+        d.busy_ns.store(7_500_000, Relaxed);
+        d.short_gaps.store(3, Relaxed);
+        let sync_site = w.intern_site(&[0x10]).unwrap();
+        // Three syncs, each with the GPU draining 1 ms into it and idling 2 ms.
+        for i in 0..3u64 {
+            let t = 1_000_000 + i * 3_000_000;
+            let mut r = rec(
+                Kind::StreamSync,
+                Api::CudaStreamSynchronize,
+                1_500_000,
+                0,
+                sync_site,
+            );
+            r.start_ns = t;
+            w.record(&r);
+        }
+        for i in 0..3u64 {
+            w.record_gpu_idle(0, 1_000_000 + i * 3_000_000 + 1_000_000, 2_000_000);
+        }
+        // A gap while the host made no CUDA call at all.
+        w.record_gpu_idle(0, 20_000_000, 500_000);
+        w.mark_exited(0);
+
+        let r = report_of(dir.path());
+        let p = &r.processes[0];
+        let gpu = &p.gpu;
+        assert!(gpu.measured);
+        assert_eq!(gpu.busy_fraction, Some(0.75));
+        assert_eq!(gpu.idle_share, Some(0.25));
+        assert_eq!(
+            (gpu.state.as_deref(), gpu.mode.as_deref()),
+            (Some("tracing"), Some("on"))
+        );
+        assert_eq!((gpu.idle.count, gpu.idle.total_ns), (4, 6_500_000));
+        assert_eq!(gpu.idle.max_ns, 2_000_000);
+        assert_eq!(gpu.devices.len(), 1);
+        assert_eq!(gpu.devices[0].short_gaps, 3);
+        assert_eq!(gpu.causes.len(), 2);
+        let c = &gpu.causes[0];
+        assert_eq!(
+            (
+                c.cause.as_str(),
+                c.api.as_str(),
+                c.site_id,
+                c.count,
+                c.total_ns
+            ),
+            (
+                "stream_sync",
+                "cudaStreamSynchronize",
+                sync_site,
+                3,
+                6_000_000
+            )
+        );
+        assert_eq!(c.location.as_deref(), Some("0x10"));
+        assert!((c.share - 6.0 / 6.5).abs() < 1e-9, "{}", c.share);
+        assert_eq!(gpu.causes[1].cause, HOST_BUSY_ELSEWHERE);
+        assert_eq!(gpu.causes[1].total_ns, 500_000);
+        // Gaps are no host stall, no API and no call site.
+        assert_eq!(p.stall_ns, 3 * 1_500_000);
+        assert!(!p.apis.contains_key("gpu_activity"));
+        assert!(p.sites.iter().all(|s| s.kind != "gpu_idle"));
+        assert_eq!(p.kinds["gpu_idle"].count, 4);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["processes"][0]["gpu"]["causes"][0]["cause"],
+            "stream_sync"
+        );
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
     fn ring_overflow_loses_records_but_not_totals() {
         let dir = TempDir::new("report-overflow");
         let w = writer(dir.path(), 22, 16);
@@ -788,6 +1065,68 @@ mod tests {
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("syncspy-26-1"), "{:?}", r.warnings);
         assert!(r.warnings[0].contains("truncated"), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn outputs_go_into_fifos_and_devices_never_through_planted_links() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = TempDir::new("report-outputs");
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["x".into()],
+            ..Report::default()
+        };
+
+        // A full device: the error comes back, and the device stays a device.
+        let full = syncspy_test_support::full_device(dir.path());
+        let e = write(&r, &full).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert!(std::fs::metadata(&full)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+
+        // A FIFO is written into, and stays a FIFO.
+        let fifo = dir.path().join("pipe.json");
+        syncspy_test_support::mkfifo(&fifo);
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+        };
+        write(&r, &fifo).unwrap();
+        let got: Report = serde_json::from_slice(&reader.join().unwrap()).unwrap();
+        assert_eq!(got, r);
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+
+        // A link planted at the old, predictable temporary name is not followed.
+        let victim = dir.file("victim", "precious");
+        let out = dir.path().join("r.json");
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.path()
+                .join(format!(".r.json.{}.tmp", std::process::id())),
+        )
+        .unwrap();
+        write(&r, &out).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(read(&out).unwrap(), r);
+        // A link at the output path is replaced, not written through.
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        write(&r, &link).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        // A folder is an error; no temporary file is left behind by any of this.
+        assert!(write(&r, dir.path()).is_err());
+        let tmps: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp") && !n.contains(&std::process::id().to_string()))
+            .collect();
+        assert!(tmps.is_empty(), "{tmps:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `syncspy-top --agent` reads it: the wire model, shared by both sides.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use syncspy_abi::Kind;
@@ -112,4 +113,31 @@ pub struct Snapshot {
     pub segments_skipped: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// Where `syncspy agent` writes, and `syncspy-top --agent` reads, the token that
+/// `/api/v1/snapshot` asks for (`Authorization: Bearer TOKEN`) when `--token-file` is not
+/// given: `/run/syncspy/agent.token` for root, `$XDG_RUNTIME_DIR/syncspy-agent.token` for
+/// another user; `None` when neither applies.
+pub fn default_token_file() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(PathBuf::from("/run/syncspy/agent.token"));
+    }
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(&d).join("syncspy-agent.token"))
+}
+
+/// The token in a token file (its first line, without surrounding white space).
+pub fn read_token(path: &Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the token file is empty",
+        ));
+    }
+    Ok(token)
 }

@@ -111,6 +111,13 @@ fn file_name(path: &str) -> &str {
         .unwrap_or(path)
 }
 
+/// Resolved addresses a `Symbolizer` keeps (beyond, it starts over).
+pub const MAX_CACHED_FRAMES: usize = 1 << 16;
+/// Modules whose usability a `Symbolizer` remembers (beyond, it starts over).
+pub const MAX_CACHED_MODULES: usize = 4096;
+/// Notes a `Symbolizer` keeps.
+pub const MAX_NOTES: usize = 64;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Usable {
     Yes,
@@ -147,9 +154,21 @@ impl Symbolizer {
     }
 
     /// Things worth telling the user, each once: modules that could not be read, build ids
-    /// that differ from the loaded object's.
+    /// that differ from the loaded object's. At most [`MAX_NOTES`], then one that says so.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// Keeps a note, unless `MAX_NOTES` are kept already (module paths come from segments: a
+    /// segment could name thousands).
+    fn note(&mut self, n: String) {
+        match self.notes.len() {
+            l if l < MAX_NOTES => self.notes.push(n),
+            l if l == MAX_NOTES => self
+                .notes
+                .push("more symbolization problems were not kept".to_string()),
+            _ => {}
+        }
     }
 
     /// The logical frames of a stack of return addresses (innermost first).
@@ -179,6 +198,11 @@ impl Symbolizer {
             return f.clone();
         }
         let frames = self.resolve(m, vaddr);
+        if self.cache.len() >= MAX_CACHED_FRAMES {
+            // A long-lived reader (the agent) meets ever new addresses; start over rather
+            // than grow without bound.
+            self.cache.clear();
+        }
         self.cache.insert(key, frames.clone());
         frames
     }
@@ -198,8 +222,7 @@ impl Symbolizer {
         let syms = match self.inner.symbolize(&src, Input::VirtOffset(&[vaddr][..])) {
             Ok(s) => s,
             Err(e) => {
-                self.notes
-                    .push(format!("cannot symbolize in {}: {e}", m.path));
+                self.note(format!("cannot symbolize in {}: {e}", m.path));
                 self.modules
                     .insert((m.path.clone(), m.build_id.clone()), Usable::No);
                 return fallback();
@@ -230,16 +253,19 @@ impl Symbolizer {
             return *u;
         }
         let usable = if !m.path.starts_with('/') {
-            self.notes.push(format!(
+            self.note(format!(
                 "module {:?} has no absolute path: its frames are shown as offsets",
                 m.path
             ));
             Usable::No
-        } else if let Err(e) = std::fs::metadata(Path::new(&m.path)) {
-            self.notes.push(format!(
-                "cannot read {}: {e}; its frames are shown as offsets",
-                m.path
-            ));
+        } else if let Some(why) = match std::fs::metadata(Path::new(&m.path)) {
+            Err(e) => Some(format!("cannot read {}: {e}", m.path)),
+            // The path comes from the segment: a FIFO or a device there would block or
+            // mislead the symbolizer.
+            Ok(md) if !md.is_file() => Some(format!("{} is not a regular file", m.path)),
+            Ok(_) => None,
+        } {
+            self.note(format!("{why}; its frames are shown as offsets"));
             Usable::No
         } else if m.build_id.is_empty() {
             Usable::Yes
@@ -247,7 +273,7 @@ impl Symbolizer {
             match syncspy_abi::modules::file_build_id(Path::new(&m.path)) {
                 Ok(Some(b)) if b == m.build_id => Usable::Yes,
                 Ok(found) => {
-                    self.notes.push(format!(
+                    self.note(format!(
                         "{} changed since the process loaded it (build id {} on disk, {} \
                          loaded): its frames are shown as offsets",
                         m.path,
@@ -260,6 +286,9 @@ impl Symbolizer {
                 Err(_) => Usable::Yes,
             }
         };
+        if self.modules.len() >= MAX_CACHED_MODULES {
+            self.modules.clear();
+        }
         self.modules.insert(key, usable);
         usable
     }
@@ -352,6 +381,21 @@ pub(crate) mod tests {
         assert_eq!(f[0].text, format!("{name}+{:#x}", addr - 1 - m.bias));
         assert!(s.notes()[0].contains("build id"), "{:?}", s.notes());
 
+        // A FIFO in a module's place is never opened (it would block).
+        let dir = syncspy_test_support::TempDir::new("sym-fifo");
+        let fifo = dir.path().join("libfifo.so");
+        syncspy_test_support::mkfifo(&fifo);
+        let m = Module {
+            path: fifo.to_string_lossy().into_owned(),
+            bias: 0x1000,
+            start: 0x1000,
+            end: 0x2000,
+            build_id: vec![],
+        };
+        assert_eq!(s.frame(0x1801, &[m])[0].text, "libfifo.so+0x800");
+        assert!(s.notes().iter().any(|n| n.contains("not a regular file")));
+        assert!(syncspy_abi::modules::file_build_id(&fifo).is_err());
+
         let missing = Module {
             path: "/nonexistent/libgone.so".into(),
             bias: 0x1000,
@@ -366,6 +410,28 @@ pub(crate) mod tests {
             .notes()
             .iter()
             .any(|n| n.contains("/nonexistent/libgone.so")));
+    }
+
+    #[test]
+    fn caches_and_notes_stay_bounded_whatever_the_segments_name() {
+        let mut s = Symbolizer::new();
+        // Modules that do not exist, each at its own path, and many addresses in each.
+        for i in 0..(MAX_CACHED_MODULES + 10) as u64 {
+            let m = Module {
+                path: format!("/nonexistent/lib{i}.so"),
+                bias: 0,
+                start: 0x1000,
+                end: 0x100000,
+                build_id: vec![],
+            };
+            for a in 0..20 {
+                s.frame(0x1001 + i * 20 + a, std::slice::from_ref(&m));
+            }
+        }
+        assert!(s.cache.len() <= MAX_CACHED_FRAMES);
+        assert!(s.modules.len() <= MAX_CACHED_MODULES);
+        assert_eq!(s.notes().len(), MAX_NOTES + 1);
+        assert!(s.notes()[MAX_NOTES].contains("not kept"));
     }
 
     #[test]

@@ -515,3 +515,111 @@ fn stalls_that_differ_only_deep_in_the_stack_get_their_own_sites() {
         "repeated stacks should hit the cache"
     );
 }
+
+/// The report's counts by kind and the driver functions it names, for `drivercalls MODE`.
+fn driver_program(mode: &str) {
+    let prog = artifact("drivercalls").to_string_lossy().into_owned();
+    let r = syncspy_run(mode, &[], &[&prog, mode, "3"]);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let stdout = String::from_utf8_lossy(&r.out.stdout).into_owned();
+    let summary: Value = stdout
+        .lines()
+        .find(|l| l.starts_with("{\"kinds\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("drivercalls prints its kinds");
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    // Exactly the program's own account, kind by kind, and nothing else.
+    let truth = summary["kinds"].as_object().unwrap();
+    let seen = p["kinds"].as_object().unwrap();
+    for (k, n) in truth {
+        assert_eq!(
+            count(&seen[k]),
+            n.as_u64().unwrap(),
+            "{mode}: {k}: {seen:?}"
+        );
+    }
+    assert_eq!(
+        seen.iter().filter(|(_, v)| count(v) > 0).count(),
+        truth.len(),
+        "{mode}: {seen:?}"
+    );
+    for (api, n) in summary["non_stall"].as_object().unwrap() {
+        assert_eq!(
+            count(&p["non_stall_calls"][api]),
+            n.as_u64().unwrap(),
+            "{mode}: {api}"
+        );
+    }
+    // Reported at the level the program called: driver functions, by their names.
+    assert_matches_truth_driver(p, &r.truth[0]);
+    assert_eq!(p["dropped_events"].as_u64(), Some(0));
+}
+
+/// Every driver function the program called is in the report with its count (stalls plus
+/// calls that did not stall) and bytes.
+fn assert_matches_truth_driver(p: &Value, truth: &Value) {
+    for (api, t) in truth["calls"].as_object().unwrap() {
+        let n = count(&p["apis"][api]) + count(&p["non_stall_calls"][api]);
+        assert_eq!(n, count(t), "{api}");
+        let bytes = p["apis"][api]["bytes"].as_u64().unwrap_or(0)
+            + p["non_stall_calls"][api]["bytes"].as_u64().unwrap_or(0);
+        assert_eq!(bytes, t["bytes"].as_u64().unwrap(), "{api}: bytes");
+    }
+}
+
+#[test]
+fn driver_api_found_with_dlsym_and_cu_get_proc_address_is_seen_exactly() {
+    driver_program("procaddr");
+}
+
+#[test]
+fn driver_api_found_as_the_static_runtime_finds_it_is_seen_exactly() {
+    driver_program("static");
+}
+
+#[test]
+fn driver_api_found_with_dlsym_by_exact_name_is_seen_exactly() {
+    driver_program("dlsym");
+}
+
+#[test]
+fn runtime_calls_that_reach_the_driver_are_recorded_once_at_the_runtime_level() {
+    // The simulated runtime makes its syncs, copies, frees and pinned allocations through
+    // the driver functions it got from cuGetProcAddress, as NVIDIA's does: each runtime call
+    // arrives at the driver wrappers inside the runtime hook.
+    let c = cudacalls();
+    let ops = [
+        "busy=s1:1000",
+        "sync=s1",
+        "sync-ptsz=sp",
+        "device-sync",
+        "event-sync=s1",
+        "memcpy=h2d:4096",
+        "async=d2h:3000:pageable:s1",
+        "async=h2d:1000:pinned:s1",
+        "free",
+        "malloc-host=4096",
+        "register=8192",
+    ];
+    let mut cmd = vec![c.as_str(), "--iters", "2"];
+    cmd.extend(ops);
+    let r = syncspy_run("nodouble", &[], &cmd);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+    assert_matches_truth(p, &r.truth[0]);
+    // Set-up and tear-down of cudacalls: 2 cudaMallocHost, 1 cudaHostRegister, a final
+    // device sync, 1 cudaHostUnregister, 2 cudaFreeHost, 2 cudaFree.
+    assert_eq!(count(kind(p, "stream_sync")), 2 * 2);
+    assert_eq!(count(kind(p, "device_sync")), 2 + 1);
+    assert_eq!(count(kind(p, "memcpy_sync")), 2);
+    assert_eq!(count(kind(p, "memcpy_pageable")), 2);
+    assert_eq!(count(&p["non_stall_calls"]["cudaMemcpyAsync"]), 2);
+    for section in ["apis", "non_stall_calls"] {
+        for api in p[section].as_object().unwrap().keys() {
+            assert!(
+                api.starts_with("cuda"),
+                "{section}: {api} seen at the driver too"
+            );
+        }
+    }
+}

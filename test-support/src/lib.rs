@@ -1,5 +1,6 @@
 //! Helpers shared by syncspy's tests (unit and integration, every crate): a private folder
-//! removed on drop, a child process killed on drop, and a record builder.
+//! removed on drop, a child process killed on drop, a record builder, and what hostile-input
+//! tests need (a FIFO, a deadline on a child).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed set-up is a failed test
 
 use std::path::{Path, PathBuf};
@@ -86,5 +87,77 @@ pub fn rec(kind: Kind, api: Api, duration_ns: u64, bytes: u64, site: u32) -> Rec
         tid: 1,
         site,
         result: 0,
+    }
+}
+
+/// Makes a FIFO at `path` (mode 0666, as any local user could put in a segment folder).
+pub fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path only; the result is checked.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o666) };
+    assert_eq!(rc, 0, "mkfifo {}", path.display());
+}
+
+/// Waits for `child` for at most `secs` seconds; on the deadline kills it and panics with
+/// `what` (a test of "does not hang" fails instead of hanging). Returns its output, when its
+/// stdout and stderr were piped.
+pub fn wait_within(mut child: Child, secs: u64, what: &str) -> std::process::Output {
+    use std::io::Read;
+    let mut pipes = (child.stdout.take(), child.stderr.take());
+    let out = std::thread::spawn(move || {
+        let mut o = Vec::new();
+        if let Some(p) = pipes.0.as_mut() {
+            let _ = p.read_to_end(&mut o);
+        }
+        o
+    });
+    let err = std::thread::spawn(move || {
+        let mut e = Vec::new();
+        if let Some(p) = pipes.1.as_mut() {
+            let _ = p.read_to_end(&mut e);
+        }
+        e
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// A character device that answers every write with ENOSPC, like `/dev/full`: as root, a
+/// node of its own made in `dir` (so that a broken writer that replaces the device replaces
+/// only that node, never the system's `/dev/full`), else `/dev/full` itself (which a user
+/// cannot replace).
+pub fn full_device(dir: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let own = dir.join("full");
+    let c = std::ffi::CString::new(own.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mknod reads the NUL-terminated path only; the result is checked. 1:7 is the
+    // kernel's "full" memory device.
+    let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 7)) } == 0;
+    let works = made && {
+        let f = std::fs::OpenOptions::new().write(true).open(&own);
+        let e = f.and_then(|mut f| std::io::Write::write_all(&mut f, b"x"));
+        e.is_err_and(|e| e.raw_os_error() == Some(libc::ENOSPC))
+    };
+    if works {
+        own
+    } else {
+        let _ = std::fs::remove_file(&own);
+        PathBuf::from("/dev/full")
     }
 }

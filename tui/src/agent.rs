@@ -35,6 +35,8 @@ pub struct AgentSource {
     last: Vec<Proc>,
     reset_pending: bool,
     forgotten: std::collections::HashSet<ProcessKey>,
+    /// Sent as `Authorization: Bearer` (the agent serves its snapshot only with it).
+    token: Option<String>,
 }
 
 #[derive(Default)]
@@ -74,7 +76,14 @@ impl AgentSource {
             last: Vec::new(),
             reset_pending: false,
             forgotten: Default::default(),
+            token: None,
         })
+    }
+
+    /// Sends `token` with every request (the agent's snapshot needs it).
+    pub fn with_token(mut self, token: Option<String>) -> AgentSource {
+        self.token = token;
+        self
     }
 
     fn fetch(&self) -> anyhow::Result<AgentSnapshot> {
@@ -82,9 +91,15 @@ impl AgentSource {
             .with_context(|| format!("connecting to {}", self.addr))?;
         s.set_read_timeout(Some(TIMEOUT))?;
         s.set_write_timeout(Some(TIMEOUT))?;
+        let auth = self
+            .token
+            .as_ref()
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
         write!(
             s,
-            "GET /api/v1/snapshot HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\r\n",
+            "GET /api/v1/snapshot HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\
+             {auth}\r\n",
             self.host
         )?;
         let mut buf = Vec::new();
@@ -101,8 +116,14 @@ pub fn parse_response(buf: &[u8]) -> anyhow::Result<AgentSnapshot> {
         .context("not an HTTP response")?;
     let head = String::from_utf8_lossy(&buf[..split]);
     let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
-        bail!("the agent answered `{status}`");
+    match status.split_whitespace().nth(1) {
+        Some("200") => {}
+        Some("401") => bail!(
+            "the agent answered `{status}`: its snapshot needs the token it wrote to its \
+             --token-file (readable by the agent's user and root); give that file with \
+             --token-file"
+        ),
+        _ => bail!("the agent answered `{status}`"),
     }
     serde_json::from_slice(&buf[split + 4..]).context("not a syncspy agent snapshot")
 }
@@ -165,7 +186,10 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         .filter(|s| s.count > 0)
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
-    let stall_ns = kinds.iter().map(|k| k.total_ns).sum();
+    let stall_ns = kinds
+        .iter()
+        .map(|k| k.total_ns)
+        .fold(0, u64::saturating_add);
     Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
@@ -173,8 +197,8 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         state: state_of(r),
         events_per_s: None,
         stall_per_s: None,
-        gpu_idle_share: (r.gpu.measured && r.wall_ns > 0)
-            .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64),
+        gpu_idle_share: r.gpu.idle_share.or((r.gpu.measured && r.wall_ns > 0)
+            .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64)),
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,
@@ -204,7 +228,11 @@ impl Source for AgentSource {
                     if self.pid.is_some_and(|p| p != r.pid) || self.forgotten.contains(&key) {
                         continue;
                     }
-                    let events: u64 = r.kinds.values().map(|s| s.count).sum();
+                    let events: u64 = r
+                        .kinds
+                        .values()
+                        .map(|s| s.count)
+                        .fold(0, u64::saturating_add);
                     if self.reset_pending {
                         self.baseline.insert(
                             key,

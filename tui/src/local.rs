@@ -99,6 +99,8 @@ struct Extra {
     baseline: Option<LiveSnapshot>,
     /// (time, events written, stall ns) samples for the rates.
     samples: VecDeque<(u64, u64, u64)>,
+    /// (time, GPU span ns, GPU busy ns) samples over the same period, for the idle share.
+    gpu_samples: VecDeque<(u64, u64, u64)>,
     /// When this monitor saw the process end (for dropping the oldest ended ones).
     ended_seen: Option<u64>,
 }
@@ -110,6 +112,7 @@ impl Extra {
             cum: Default::default(),
             baseline: None,
             samples: VecDeque::new(),
+            gpu_samples: VecDeque::new(),
             ended_seen: None,
         }
     }
@@ -132,6 +135,22 @@ impl Extra {
         while x.samples.len() > 2 && x.samples[1].0 + RATE_SPAN_NS <= now_ns {
             x.samples.pop_front();
         }
+        let (span, busy) = f.agg.live.gpu_busy();
+        x.gpu_samples.push_back((now_ns, span, busy));
+        // The GPU figures trail the host by the tracer's finality delay: a longer period.
+        while x.gpu_samples.len() > 2 && x.gpu_samples[1].0 + 2 * RATE_SPAN_NS <= now_ns {
+            x.gpu_samples.pop_front();
+        }
+    }
+
+    /// The share of the traced time the GPU ran nothing: over the last seconds when the
+    /// tracer accounted time in them, else over the whole run; `None` while not measured.
+    fn gpu_idle_share(&self, a: &ProcessAgg) -> Option<f64> {
+        idle_share(
+            self.gpu_samples.front(),
+            self.gpu_samples.back(),
+            a.live.gpu_busy(),
+        )
     }
 
     /// Counts from now on; `f`'s aggregate starts over from its current header totals.
@@ -175,6 +194,22 @@ impl Extra {
             Some(b.2.saturating_sub(a.2) as f64 / 1e9 / dt),
         )
     }
+}
+
+/// `1 - busy/span` between two `(time, span, busy)` samples when the span grew between them,
+/// else over `lifetime` (`(span, busy)` since the start); `None` without accounted time.
+fn idle_share(
+    first: Option<&(u64, u64, u64)>,
+    last: Option<&(u64, u64, u64)>,
+    lifetime: (u64, u64),
+) -> Option<f64> {
+    if let (Some(a), Some(b)) = (first, last) {
+        let span = b.1.saturating_sub(a.1);
+        if span > 0 {
+            return Some(1.0 - b.2.saturating_sub(a.2) as f64 / span as f64);
+        }
+    }
+    (lifetime.0 > 0).then(|| 1.0 - lifetime.1 as f64 / lifetime.0 as f64)
 }
 
 /// Follows every segment of a folder (or one pid's, or one session's).
@@ -305,7 +340,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             bars: Some(t.cum[i].bars()),
         });
     }
-    let all_stall = all_kinds.iter().map(|r| r.total_ns).sum();
+    let all_stall = all_kinds
+        .iter()
+        .map(|r| r.total_ns)
+        .fold(0, u64::saturating_add);
     let mut want = Vec::new();
     let all_sites: Vec<SiteRow> = a
         .sites_by_total()
@@ -363,9 +401,11 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             )
         })
         .collect();
-    let recent_stall = recent_kinds.iter().map(|r| r.total_ns).sum();
+    let recent_stall = recent_kinds
+        .iter()
+        .map(|r| r.total_ns)
+        .fold(0, u64::saturating_add);
 
-    let idle = a.live.kind(Kind::GpuIdle);
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());
     let state = match a.lifecycle() {
@@ -381,8 +421,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         state,
         events_per_s,
         stall_per_s,
-        gpu_idle_share: (idle.count > 0 && wall_ns > 0)
-            .then(|| idle.total_ns as f64 / wall_ns as f64),
+        gpu_idle_share: t.gpu_idle_share(a),
         dropped: a.live.events_dropped,
         lost: a.lost,
         wall_ns,
@@ -501,5 +540,22 @@ impl Source for LocalSource {
 
     fn forget(&mut self, process: ProcessKey) {
         self.forget_where(|f| f.key().process == process);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gpu_idle_share_is_recent_when_the_span_grew_else_over_the_run() {
+        // 1 s accounted between the samples, 0.25 s of it busy.
+        let (a, b) = (
+            (0, 4_000_000_000, 3_000_000_000),
+            (9, 5_000_000_000, 3_250_000_000),
+        );
+        assert_eq!(super::idle_share(Some(&a), Some(&b), (5, 1)), Some(0.75));
+        // Nothing newly final: the whole run's share.
+        let c = (9, 4_000_000_000, 3_000_000_000);
+        assert_eq!(super::idle_share(Some(&a), Some(&c), (4, 3)), Some(0.25));
+        assert_eq!(super::idle_share(None, None, (0, 0)), None);
     }
 }

@@ -35,6 +35,10 @@ struct Args {
     /// Read a `syncspy agent` (e.g. http://127.0.0.1:9599) instead of the local segments.
     #[arg(long, value_name = "URL")]
     agent: Option<String>,
+    /// With --agent: the file holding the agent's token, which its snapshot asks for
+    /// [default: /run/syncspy/agent.token for root, else $XDG_RUNTIME_DIR/syncspy-agent.token]
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    token_file: Option<PathBuf>,
     /// Folder of the segments [default: $SYNCSPY_DIR or /dev/shm].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -86,10 +90,23 @@ fn main() -> ExitCode {
 
 fn monitor(args: Args) -> anyhow::Result<()> {
     let source: Box<dyn Source> = match &args.agent {
-        Some(url) => Box::new(
-            syncspy_tui::agent::AgentSource::new(url, args.pid, args.window)
-                .with_context(|| format!("--agent {url}"))?,
-        ),
+        Some(url) => {
+            // A token file given is needed; the default one may be absent (the agent then
+            // says what it wants).
+            let token = match &args.token_file {
+                Some(f) => Some(
+                    syncspy_read::snapshot::read_token(f)
+                        .with_context(|| format!("--token-file {}", f.display()))?,
+                ),
+                None => syncspy_read::snapshot::default_token_file()
+                    .and_then(|f| syncspy_read::snapshot::read_token(&f).ok()),
+            };
+            Box::new(
+                syncspy_tui::agent::AgentSource::new(url, args.pid, args.window)
+                    .with_context(|| format!("--agent {url}"))?
+                    .with_token(token),
+            )
+        }
         None => {
             let dir = args
                 .dir

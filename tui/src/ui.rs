@@ -139,7 +139,7 @@ impl App {
             .iter()
             .filter_map(|p| p.stall_per_s)
             .fold(0.0, |a, b| a + b);
-        let dropped: u64 = procs.iter().map(|p| p.dropped).sum();
+        let dropped: u64 = procs.iter().map(|p| p.dropped).fold(0, u64::saturating_add);
         // Alarms first, so a narrow terminal still shows them.
         let mut spans = vec![Span::styled("syncspy-top", bold())];
         if self.paused {
@@ -328,15 +328,21 @@ impl App {
     }
 
     fn gpu_line(&self) -> Line<'_> {
-        let label = Span::styled("GPU idle gaps: ", bold());
+        let label = Span::styled("GPU idle: ", bold());
         match self.current().and_then(|p| p.gpu_idle_share) {
             Some(s) => Line::from(vec![
                 label,
-                Span::raw(format!("{} of wall time", percent(s))),
+                Span::raw(format!(
+                    "{} of the traced time (the last seconds, trailing by about one)",
+                    percent(s)
+                )),
             ]),
             None => Line::from(vec![
                 label,
-                Span::styled("not measured (no GPU activity source yet)", dim()),
+                Span::styled(
+                    "not measured (SYNCSPY_GPU_IDLE=off, no CUPTI, or no GPU work yet)",
+                    dim(),
+                ),
             ]),
         }
     }
@@ -590,7 +596,9 @@ impl App {
         lines.push(Line::raw(
             "STALL/S: seconds the host waited per second of wall time. Counts and totals are \
              exact (library counters); percentiles come from the records this monitor read. \
-             GPU idle is 'n/m' until a GPU activity source exists.",
+             GPU IDLE: the share of the traced time the GPU ran nothing, over the last seconds \
+             (from GPU activity records, which trail by about a second); 'n/m' when not \
+             measured.",
         ));
         Paragraph::new(lines)
             .wrap(Wrap { trim: true })

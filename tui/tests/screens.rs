@@ -211,7 +211,7 @@ fn the_80x24_screen_shows_processes_kinds_and_sites() {
         "{k}"
     );
     assert!(k.contains('█'), "{k}");
-    assert!(s.contains("GPU idle gaps: not measured"), "{s}");
+    assert!(s.contains("GPU idle: not measured"), "{s}");
     let top = line_with(&s, "train.cc:42");
     assert!(top.contains("100.0%") && top.contains("stream"), "{top}");
     assert!(s.contains("q quit"), "{s}");

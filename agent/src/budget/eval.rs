@@ -142,7 +142,7 @@ fn select<'a>(
                 sel.count.add(0.0, c);
                 sel.total_ns.add(0.0, t);
                 sel.bytes.add(0.0, b);
-                sel.frameless += s.count;
+                sel.frameless = sel.frameless.saturating_add(s.count);
             }
             Match::No => {}
         }
@@ -158,7 +158,7 @@ fn select<'a>(
             b = b.saturating_add(s.bytes);
         }
         let unseen = k.count.saturating_sub(c);
-        sel.unseen += unseen;
+        sel.unseen = sel.unseen.saturating_add(unseen);
         sel.count.add(0.0, unseen as f64);
         sel.total_ns.add(0.0, k.total_ns.saturating_sub(t) as f64);
         sel.bytes.add(0.0, k.bytes.saturating_sub(b) as f64);
@@ -196,7 +196,7 @@ fn noun(measure: Measure) -> &'static str {
         Measure::TotalNs => "stalled",
         Measure::Bytes => "moved",
         Measure::StallShare => "of wall time stalled",
-        Measure::GpuIdleShare => "of wall time GPU idle",
+        Measure::GpuIdleShare => "of traced time GPU idle",
     }
 }
 
@@ -260,8 +260,9 @@ fn not_measured(limit: &Limit, why: &str) -> LimitResult {
     }
 }
 
-const GPU_IDLE_NOT_MEASURED: &str =
-    "GPU idle time is not recorded by this syncspy yet (skipped; does not change the exit code)";
+const GPU_IDLE_NOT_MEASURED: &str = "GPU idle time was not measured for this process \
+     (SYNCSPY_GPU_IDLE=off, no CUPTI, no GPU work, or another tool held the activity source; \
+     skipped: does not change the exit code)";
 
 fn site_hit(s: &Site) -> SiteHit {
     SiteHit {
@@ -315,7 +316,7 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
     }
     let gpu_only = !rule.kinds.is_empty() && rule.kinds.iter().all(|k| *k == Kind::GpuIdle);
     if !p.gpu.measured && rule.kinds.contains(&Kind::GpuIdle) && !gpu_only {
-        notes.push("gpu_idle events are not recorded yet: counted as none".to_string());
+        notes.push("gpu_idle events were not measured: counted as none".to_string());
     }
     let iters = iterations.map(|it| iteration_count(p, it));
     let mut limits = Vec::new();
@@ -345,7 +346,13 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
                         lo: sel.total_ns.lo / wall,
                         hi: sel.total_ns.hi / wall,
                     },
-                    Measure::GpuIdleShare => Span::exact(p.gpu.idle.total_ns as f64 / wall),
+                    // The share of the traced time the GPU ran nothing; a report without
+                    // busy time has only its gaps, over the wall time.
+                    Measure::GpuIdleShare => Span::exact(
+                        p.gpu
+                            .idle_share
+                            .unwrap_or(p.gpu.idle.total_ns as f64 / wall),
+                    ),
                 };
                 if limit.per_iteration {
                     let it = iters.unwrap_or(Span::exact(1.0));
@@ -831,7 +838,7 @@ max_stall_share = 0.015
             "4.10% of wall time stalled > max_stall_share 4.00%"
         );
         assert!(
-            b.results[2].limits[0].message.contains("not recorded"),
+            b.results[2].limits[0].message.contains("not measured"),
             "{:?}",
             b.results[2]
         );
@@ -844,10 +851,26 @@ max_stall_share = 0.015
             &r,
         );
         assert_eq!(b.results[0].status, CheckStatus::NotMeasured);
-        // Measured (a future syncspy): compared like the others.
+        // Measured: the idle share of the traced time, compared like the others.
         let mut p = train_process();
         p.gpu.measured = true;
         p.gpu.idle.total_ns = 200_000_000;
+        p.gpu.busy_fraction = Some(0.85);
+        p.gpu.idle_share = Some(0.15);
+        let b = run(
+            "[[rule]]\nname = \"g\"\nmax_gpu_idle_share = 0.1\n[[rule]]\nname = \"h\"\nmax_gpu_idle_share = 0.2\n",
+            &report(vec![p.clone()]),
+        );
+        assert_eq!(b.results[0].status, CheckStatus::Fail);
+        assert_eq!(b.results[1].status, CheckStatus::Pass);
+        assert!((b.results[0].limits[0].value - 0.15).abs() < 1e-12);
+        assert_eq!(
+            b.results[0].limits[0].message,
+            "15.00% of traced time GPU idle > max_gpu_idle_share 10.00%"
+        );
+        // Only gaps (no busy time in the report): gap time over wall time.
+        p.gpu.busy_fraction = None;
+        p.gpu.idle_share = None;
         let b = run(
             "[[rule]]\nname = \"g\"\nmax_gpu_idle_share = 0.1\n",
             &report(vec![p]),

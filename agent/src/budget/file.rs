@@ -81,7 +81,7 @@ pub enum Measure {
     Bytes,
     /// Their time over the process's wall time (0..=1).
     StallShare,
-    /// GPU idle time over the process's wall time (0..=1); not measured yet.
+    /// The share of the traced time the GPU ran nothing (0..=1); skipped when not measured.
     GpuIdleShare,
 }
 

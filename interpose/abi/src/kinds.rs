@@ -49,6 +49,13 @@ named_enum! {
     }
 }
 
+impl Api {
+    /// Whether this is a driver API function (`libcuda.so.1`) rather than a runtime one.
+    pub const fn is_driver(self) -> bool {
+        self as u8 >= 40
+    }
+}
+
 impl Kind {
     /// Kinds in which the host thread itself waited (everything but GPU idle gaps).
     pub const fn is_host_stall(self) -> bool {
@@ -57,7 +64,8 @@ impl Kind {
 }
 
 named_enum! {
-    /// The interposed CUDA runtime entry point (the exact exported symbol).
+    /// The interposed CUDA entry point: a runtime function (the exact exported symbol), or from
+    /// 40 a driver function (its name without version suffix; `Api::is_driver`).
     Api {
         CudaDeviceSynchronize = 1 => "cudaDeviceSynchronize",
         CudaStreamSynchronize = 2 => "cudaStreamSynchronize",
@@ -92,6 +100,32 @@ named_enum! {
         CudaHostUnregister = 31 => "cudaHostUnregister",
         CudaMemset = 32 => "cudaMemset",
         CudaMemsetPtds = 33 => "cudaMemset_ptds",
+        // Not a runtime entry point: the API of `gpu_idle` records, measured from the GPU's
+        // activity (ABI 1.2).
+        GpuActivity = 34 => "gpu_activity",
+        // The driver API (libcuda.so.1), from 40: one value per function, whatever its
+        // version suffix (`_v2`) or per-thread form (`_ptds`/`_ptsz`, see FLAG_PER_THREAD).
+        CuCtxSynchronize = 40 => "cuCtxSynchronize",
+        CuStreamSynchronize = 41 => "cuStreamSynchronize",
+        CuEventSynchronize = 42 => "cuEventSynchronize",
+        CuMemcpy = 43 => "cuMemcpy",
+        CuMemcpyHtoD = 44 => "cuMemcpyHtoD",
+        CuMemcpyDtoH = 45 => "cuMemcpyDtoH",
+        CuMemcpyDtoD = 46 => "cuMemcpyDtoD",
+        CuMemcpy2D = 47 => "cuMemcpy2D",
+        CuMemcpy3D = 48 => "cuMemcpy3D",
+        CuMemcpyAsync = 49 => "cuMemcpyAsync",
+        CuMemcpyHtoDAsync = 50 => "cuMemcpyHtoDAsync",
+        CuMemcpyDtoHAsync = 51 => "cuMemcpyDtoHAsync",
+        CuMemcpyDtoDAsync = 52 => "cuMemcpyDtoDAsync",
+        CuMemcpy2DAsync = 53 => "cuMemcpy2DAsync",
+        CuMemcpy3DAsync = 54 => "cuMemcpy3DAsync",
+        CuMemFree = 55 => "cuMemFree",
+        CuMemFreeHost = 56 => "cuMemFreeHost",
+        CuMemAllocHost = 57 => "cuMemAllocHost",
+        CuMemHostAlloc = 58 => "cuMemHostAlloc",
+        CuMemHostRegister = 59 => "cuMemHostRegister",
+        CuMemHostUnregister = 60 => "cuMemHostUnregister",
     }
 }
 

@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 1;
+pub const ABI_MINOR: u16 = 2;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -184,6 +184,8 @@ pub struct Header {
     pub live: Live,
     /// ABI 1.1: the process's Python interpreter and tables (`python` module).
     pub python: crate::python::PyHeader,
+    /// ABI 1.2: GPU activity, busy time and idle gaps (`gpu` module).
+    pub gpu: crate::gpu::GpuLive,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.

@@ -8,10 +8,12 @@
 //! [ Header (ident: written once, live: atomics) | ring of Slots | site table | module map
 //!   | Python site table | code table ]   (the last two only for a process with Python)
 //! ```
+//! The header ends with the Python part (ABI 1.1) and the GPU part (ABI 1.2, `gpu`).
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
 
 pub mod clock;
+pub mod gpu;
 pub mod kinds;
 pub mod layout;
 pub mod modules;
@@ -27,6 +29,6 @@ pub use layout::{Header, Ident, Live, Totals};
 pub use record::{Record, RecordError};
 pub use ring::{Cursor, PollStats};
 pub use segment::{
-    parse_segment_name, process_running, process_start_ticks, segment_name, CreateError, OpenError,
-    ProcState, SegmentParams, SegmentReader, SegmentWriter,
+    parse_segment_name, process_running, process_start_ticks, process_uids, segment_name,
+    CreateError, OpenError, ProcState, SegmentParams, SegmentReader, SegmentWriter,
 };

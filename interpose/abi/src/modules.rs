@@ -163,7 +163,17 @@ pub fn file_build_id(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>>
             format!("{}: {what}", path.display()),
         )
     };
-    let mut f = std::fs::File::open(path)?;
+    // The path comes from a segment: never block on a FIFO put there, read only files.
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)?
+    };
+    if !f.metadata()?.is_file() {
+        return Err(bad("not a regular file"));
+    }
     let mut eh = [0u8; 64];
     f.read_exact(&mut eh)?;
     if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {

@@ -28,7 +28,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[inline]
 const fn done(seq: u64) -> u64 {
-    (seq + 1) << 1
+    seq.wrapping_add(1) << 1
 }
 
 #[inline]
@@ -36,10 +36,11 @@ const fn writing(seq: u64) -> u64 {
     done(seq) | 1
 }
 
-/// The sequence a non-zero stamp refers to.
+/// The sequence a non-zero stamp refers to. Wrapping: a reader may meet any stamp in a
+/// corrupt segment (stamp 1 reads as sequence `u64::MAX`, a later lap: lost, not a panic).
 #[inline]
 const fn stamp_seq(stamp: u64) -> u64 {
-    (stamp >> 1) - 1
+    (stamp >> 1).wrapping_sub(1)
 }
 
 /// Writes one record. Returns `false` (and counts a drop) when the slot was held by a writer
@@ -221,6 +222,25 @@ mod tests {
         let mut out = Vec::new();
         let st = poll(live, s, c, usize::MAX, 0, |r| out.push(r.unwrap()));
         (out, st)
+    }
+
+    #[test]
+    fn any_stamp_and_head_a_corrupt_segment_holds_are_counted_not_a_panic() {
+        let (l, s) = (live(), slots(8));
+        for (i, stamp) in [1u64, 3, u64::MAX, u64::MAX - 1, 2].into_iter().enumerate() {
+            s[i].stamp.store(stamp, Ordering::Relaxed);
+        }
+        for head in [1, 5, 8, u64::MAX - 1, u64::MAX] {
+            l.write_seq.store(head, Ordering::Relaxed);
+            let mut c = Cursor::at(head.saturating_sub(8));
+            let st = poll(&l, &s, &mut c, usize::MAX, 0, |_| {});
+            assert_eq!(
+                st.delivered + st.lost + st.corrupt,
+                head.min(8),
+                "head {head}"
+            );
+            assert_eq!(c.next, head);
+        }
     }
 
     #[test]

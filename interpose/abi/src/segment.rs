@@ -126,10 +126,21 @@ struct Geometry {
     total_size: u64,
 }
 
+/// The largest ring, site table and module map a writer makes and a reader accepts.
+pub const MAX_RING_CAPACITY: u32 = 1 << 26;
+pub const MAX_SITE_CAPACITY: u32 = 1 << 20;
+pub const MAX_MODULE_CAPACITY: u32 = 1 << 16;
+
 fn geometry(p: &SegmentParams) -> Geometry {
-    let ring_capacity = p.ring_capacity.clamp(16, 1 << 26).next_power_of_two();
-    let site_capacity = p.site_capacity.clamp(16, 1 << 20).next_power_of_two();
-    let module_capacity = p.module_capacity.clamp(16, 1 << 16);
+    let ring_capacity = p
+        .ring_capacity
+        .clamp(16, MAX_RING_CAPACITY)
+        .next_power_of_two();
+    let site_capacity = p
+        .site_capacity
+        .clamp(16, MAX_SITE_CAPACITY)
+        .next_power_of_two();
+    let module_capacity = p.module_capacity.clamp(16, MAX_MODULE_CAPACITY);
     let ring_offset = HEADER_RESERVED as u64;
     let sites_offset = ring_offset + ring_capacity as u64 * size_of::<Slot>() as u64;
     let modules_offset = sites_offset + site_capacity as u64 * size_of::<SiteEntry>() as u64;
@@ -186,6 +197,15 @@ pub enum OpenError {
     },
     /// A field out of its valid range.
     Corrupt(&'static str),
+    /// Not a regular file: a symbolic link (never followed), a FIFO, a device, a folder or
+    /// a socket (never read). Says only which of these it is.
+    NotRegular(&'static str),
+    /// A regular file owned by `uid`, which is neither the reader's effective uid nor a uid
+    /// that the process the segment names (`pid`) runs as: not that process's segment.
+    Owner {
+        uid: u32,
+        pid: u32,
+    },
 }
 
 impl std::fmt::Display for OpenError {
@@ -202,6 +222,17 @@ impl std::fmt::Display for OpenError {
                 write!(f, "segment truncated: {size} bytes, header says {needed}")
             }
             OpenError::Corrupt(what) => write!(f, "corrupt segment: {what}"),
+            OpenError::NotRegular(what) => {
+                write!(
+                    f,
+                    "{what}, not a regular file: not opened (a segment never is one)"
+                )
+            }
+            OpenError::Owner { uid, pid } => write!(
+                f,
+                "owned by uid {uid}, which process {pid} does not run as (or the process \
+                 ended): not its segment, not read"
+            ),
         }
     }
 }
@@ -261,7 +292,7 @@ impl Views {
         // atomics, valid for any bit pattern.
         unsafe { &(*(self.map.ptr as *const Header)).live }
     }
-    fn slots(&self) -> &[Slot] {
+    pub(crate) fn slots(&self) -> &[Slot] {
         // SAFETY: offset/capacity validated to lie within the mapping, 64-byte aligned.
         unsafe {
             std::slice::from_raw_parts(
@@ -527,17 +558,44 @@ pub struct SegmentReader {
 
 impl SegmentReader {
     /// Maps and validates a segment.
+    ///
+    /// Anyone may put files in a segment folder, so only a regular file is read: the name is
+    /// looked at without following a symbolic link, then opened with `O_NOFOLLOW |
+    /// O_NONBLOCK` (a FIFO swapped in between cannot block the open) and checked again on
+    /// the open file. A link, FIFO, device, folder or socket is `OpenError::NotRegular`,
+    /// which says nothing about a link's target. The file must be owned by this reader's
+    /// effective uid or by a uid the process named in its header runs as
+    /// (`OpenError::Owner`): nobody can pass their file off as another user's process.
     pub fn open(path: &Path) -> Result<SegmentReader, OpenError> {
         let c = cpath(path)?;
+        // lstat first: a device is never opened (opening some has side effects).
+        if let Some(what) = not_regular(std::fs::symlink_metadata(path)?.file_type()) {
+            return Err(OpenError::NotRegular(what));
+        }
         // SAFETY: plain syscalls; every result is checked; the mapping is read-only. The fd is
         // owned by `file` at once, so every path closes it; the mapping outlives it.
         let (meta, map) = unsafe {
-            let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let fd = libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_CLOEXEC
+                    | libc::O_NOFOLLOW
+                    | libc::O_NONBLOCK
+                    | libc::O_NOCTTY,
+            );
             if fd < 0 {
-                return Err(std::io::Error::last_os_error().into());
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    // Made a link since the lstat above.
+                    return Err(OpenError::NotRegular("a symbolic link"));
+                }
+                return Err(e.into());
             }
             let file = std::fs::File::from_raw_fd(fd);
             let meta = file.metadata()?;
+            if let Some(what) = not_regular(meta.file_type()) {
+                return Err(OpenError::NotRegular(what));
+            }
             let size = meta.len();
             if size < HEADER_RESERVED as u64 {
                 if size >= 8 {
@@ -569,6 +627,12 @@ impl SegmentReader {
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
         let ident: Ident = unsafe { std::ptr::read_volatile(map.ptr as *const Ident) };
+        if ident.magic == MAGIC && !owner_may_write(meta.uid(), ident.pid) {
+            return Err(OpenError::Owner {
+                uid: meta.uid(),
+                pid: ident.pid,
+            });
+        }
         // The Python part of the header exists from ABI 1.1 on, when the header covers it.
         let py_end = std::mem::offset_of!(Header, python) + size_of::<python::PyHeader>();
         let py = (ident.abi_minor >= 1 && ident.header_size as usize >= py_end).then(|| {
@@ -601,15 +665,19 @@ impl SegmentReader {
         if self.frozen {
             return true;
         }
-        match std::fs::metadata(&self.path) {
+        match std::fs::symlink_metadata(&self.path) {
             Ok(m) if (m.dev(), m.ino()) == self.file_id => m.len() >= self.v.map.len as u64,
             _ => true,
         }
     }
 
-    /// The size of the file under the segment's path, in bytes (0 when it cannot be read).
+    /// The size of this segment's file under its path, in bytes (0 when another file, or
+    /// none, is there now).
     pub fn file_size(&self) -> u64 {
-        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.file_id => m.len(),
+            _ => 0,
+        }
     }
 
     /// Stops reading the mapping: afterwards `live` (and `state`, `head`) read zeros, `poll`
@@ -697,6 +765,49 @@ impl SegmentReader {
     }
 }
 
+/// What a file that is not a regular file is, in words; `None` for a regular file.
+fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        None
+    } else if t.is_symlink() {
+        Some("a symbolic link")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else if t.is_dir() {
+        Some("a folder")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("a special file")
+    }
+}
+
+/// Whether a file owned by `uid` may be the segment of process `pid`: the reader's own
+/// effective uid, or one of the process's real, effective, saved and filesystem uids.
+fn owner_may_write(uid: u32, pid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    uid == unsafe { libc::geteuid() } || process_uids(pid).is_some_and(|u| u.contains(&uid))
+}
+
+/// The real, effective, saved and filesystem uids of `pid` (the `Uid:` line of
+/// `/proc/<pid>/status`), or `None` when there is no such process.
+pub fn process_uids(pid: u32) -> Option<[u32; 4]> {
+    if pid == 0 {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut out = [0u32; 4];
+    let mut it = line.split_ascii_whitespace();
+    for u in &mut out {
+        *u = it.next()?.parse().ok()?;
+    }
+    Some(out)
+}
+
 fn validate(id: &Ident, py: Option<&python::PyIdent>, map: Mapping) -> Result<Views, OpenError> {
     if id.magic != MAGIC {
         return Err(OpenError::Foreign);
@@ -727,13 +838,14 @@ fn validate(id: &Ident, py: Option<&python::PyIdent>, map: Mapping) -> Result<Vi
         return Err(OpenError::Corrupt("cmdline_len"));
     }
     let pow2 = |n: u32| n != 0 && n.is_power_of_two();
-    if !pow2(id.ring_capacity) {
+    // Above the writer's limits is corrupt too: a reader's work per segment stays bounded.
+    if !pow2(id.ring_capacity) || id.ring_capacity > MAX_RING_CAPACITY {
         return Err(OpenError::Corrupt("ring_capacity"));
     }
-    if !pow2(id.site_capacity) {
+    if !pow2(id.site_capacity) || id.site_capacity > MAX_SITE_CAPACITY {
         return Err(OpenError::Corrupt("site_capacity"));
     }
-    if id.module_capacity == 0 {
+    if id.module_capacity == 0 || id.module_capacity > MAX_MODULE_CAPACITY {
         return Err(OpenError::Corrupt("module_capacity"));
     }
     // Each region must be aligned, lie after the header, and not overlap the next.
@@ -964,51 +1076,239 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-        /// Any corruption of a segment's bytes (header, ring, sites, modules) is either
-        /// rejected at open or read without a panic; records that do not decode are counted.
-        #[test]
-        fn corrupted_segments_never_panic_a_reader(
-            edits in proptest::collection::vec((0usize..40_000, proptest::num::u8::ANY), 1..64),
-            truncate in proptest::option::of(0usize..40_000),
-        ) {
-            let dir = tmpdir("fuzz");
-            let p = SegmentParams { ring_capacity: 16, site_capacity: 16, module_capacity: 16, python_code_capacity: 16, ..SegmentParams::new(7, 7) };
+    /// Runs `f` on another thread and fails the test if it has not returned within 10 s
+    /// (a reader that blocks would otherwise hang the test run).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the reader blocked")
+    }
+
+    #[test]
+    fn fifos_links_devices_and_folders_are_refused_without_blocking_or_following() {
+        let dir = tmpdir("special");
+        let p = SegmentParams {
+            ring_capacity: 16,
+            ..SegmentParams::new(std::process::id(), 3)
+        };
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        // A FIFO nobody writes to: a plain open(O_RDONLY) would wait for a writer forever.
+        let fifo = dir.join("syncspy-1-1");
+        let c = cpath(&fifo).unwrap();
+        // SAFETY: mkfifo on an owned C string; the result is checked.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let e = within_10s(move || SegmentReader::open(&fifo).err());
+        assert!(matches!(e, Some(OpenError::NotRegular("a FIFO"))), "{e:?}");
+
+        // Links are not followed, whether to a valid segment, a secret or a FIFO, and the
+        // message says nothing about the target.
+        let secret = dir.join("secret");
+        std::fs::write(&secret, vec![1u8; 12345]).unwrap();
+        for target in [
+            w.path(),
+            secret.as_path(),
+            dir.join("syncspy-1-1").as_path(),
+        ] {
+            let link = dir.join("syncspy-2-2");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link).unwrap();
+            let e = within_10s(move || SegmentReader::open(&link).err());
+            assert!(
+                matches!(e, Some(OpenError::NotRegular("a symbolic link"))),
+                "{e:?}"
+            );
+            let text = e.unwrap().to_string();
+            assert!(
+                !text.contains("12345") && !text.contains("secret"),
+                "{text}"
+            );
+        }
+        let e = SegmentReader::open(Path::new("/dev/null")).err();
+        assert!(
+            matches!(e, Some(OpenError::NotRegular("a device"))),
+            "{e:?}"
+        );
+        let e = SegmentReader::open(&dir).err();
+        assert!(
+            matches!(e, Some(OpenError::NotRegular("a folder"))),
+            "{e:?}"
+        );
+        // The real file still opens.
+        assert!(SegmentReader::open(w.path()).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_segment_owned_by_a_user_its_process_does_not_run_as_is_refused() {
+        let dir = tmpdir("owner");
+        let me = std::process::id();
+        let my_uids = process_uids(me).unwrap();
+        // SAFETY: geteuid cannot fail.
+        assert!(my_uids.contains(&unsafe { libc::geteuid() }));
+        assert_eq!(process_uids(0), None);
+        let p = SegmentParams {
+            ring_capacity: 16,
+            ..SegmentParams::new(me, 4)
+        };
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        assert!(SegmentReader::open(w.path()).is_ok());
+        // Someone else's file claiming to be this process (only root can make one here).
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(w.path(), Some(54321), None).unwrap();
+            let e = SegmentReader::open(w.path()).err();
+            assert!(
+                matches!(e, Some(OpenError::Owner { uid: 54321, pid }) if pid == me),
+                "{e:?}"
+            );
+        } else {
+            eprintln!("not root: cannot give a file away; only the accepting half ran");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A small valid segment with something in every table (header, ring, sites, modules,
+    /// Python sites and codes), as bytes, and where each of its regions lies.
+    struct Base {
+        bytes: Vec<u8>,
+        regions: [(usize, usize); 6],
+    }
+
+    fn base() -> &'static Base {
+        static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
+        BASE.get_or_init(|| {
+            let dir = tmpdir("fuzz-base");
+            let p = SegmentParams {
+                ring_capacity: 16,
+                site_capacity: 16,
+                module_capacity: 16,
+                python_code_capacity: 16,
+                cmdline: b"prog\0arg\0".to_vec(),
+                ..SegmentParams::new(7, 7)
+            };
             let w = SegmentWriter::create(&dir, &p).unwrap();
             let site = w.intern_site(&[1, 2, 3]).unwrap();
             let py_site = w.intern_python_site(site, 9).unwrap();
             let code = w.intern_code(3, |t| t.set_file(b"x.py")).unwrap();
             assert!(w.claim_python_site(py_site));
-            w.publish_python_site(py_site, &[crate::python::PyFrameRef { code, line: 4 }], false);
+            w.publish_python_site(
+                py_site,
+                &[crate::python::PyFrameRef { code, line: 4 }],
+                false,
+            );
             w.add_module(b"/x", 1, 2, 3, b"id");
             for i in 0..20 {
                 w.record(&Record { site, ..rec(i) });
             }
-            let mut bytes = std::fs::read(w.path()).unwrap();
-            for (at, v) in &edits {
-                let i = at % bytes.len();
-                bytes[i] = *v;
+            let bytes = std::fs::read(w.path()).unwrap();
+            let g = geometry(&p);
+            let span = |a: u64, b: u64| (a as usize, (b - a) as usize);
+            let regions = [
+                (0, HEADER_RESERVED),
+                span(g.ring_offset, g.sites_offset),
+                span(g.sites_offset, g.modules_offset),
+                span(g.modules_offset, g.python.sites_offset),
+                span(g.python.sites_offset, g.python.codes_offset),
+                span(g.python.codes_offset, g.total_size),
+            ];
+            std::fs::remove_dir_all(dir).unwrap();
+            Base { bytes, regions }
+        })
+    }
+
+    /// Values worth trying in any 8-byte field: zero, one, small, boundaries, powers of two,
+    /// all ones, and anything.
+    fn field_value() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(2),
+            Just(3),
+            0u64..80,
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(u64::from(u32::MAX)),
+            (0u32..64).prop_map(|b| 1u64 << b),
+            any::<u64>(),
+        ]
+    }
+
+    proptest::proptest! {
+        // 10^5 cases: about a minute on two cores in a debug build.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(100_000))]
+        /// Any corruption of a segment (8-byte fields of the header, ring slots and records,
+        /// site entries, module entries and the Python tables set to edge values, random
+        /// bytes, truncation) is either rejected at open or read without a panic, and what
+        /// the reader hands out stays bounded by the ABI's limits, whatever the file says.
+        #[test]
+        fn corrupted_segments_never_panic_a_reader_and_stay_bounded(
+            fields in proptest::collection::vec(
+                (0usize..6, proptest::num::usize::ANY, field_value()), 0..12),
+            bytes in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 0..6),
+            truncate in proptest::option::weighted(0.05, proptest::num::usize::ANY),
+        ) {
+            thread_local! {
+                static FILE: PathBuf = tmpdir("fuzz").join("mutated");
+            }
+            let b = base();
+            let mut v = b.bytes.clone();
+            for (region, at, value) in &fields {
+                let (start, len) = b.regions[*region];
+                let off = start + (at % len) / 8 * 8;
+                v[off..off + 8].copy_from_slice(&value.to_ne_bytes());
+            }
+            for (at, byte) in &bytes {
+                let i = at % v.len();
+                v[i] = *byte;
             }
             if let Some(t) = truncate {
-                bytes.truncate(t);
+                v.truncate(t % (v.len() + 1));
             }
-            let f = dir.join("mutated");
-            std::fs::write(&f, &bytes).unwrap();
+            let f = FILE.with(|f| f.clone());
+            std::fs::write(&f, &v).unwrap();
             if let Ok(r) = SegmentReader::open(&f) {
-                let _ = (r.ident().argv(), r.state(), r.head());
-                let mut c = Cursor::from_start();
-                let (mut ok, mut bad) = (0u64, 0u64);
-                let st = r.poll(&mut c, usize::MAX, 0, |x| if x.is_ok() { ok += 1 } else { bad += 1 });
-                proptest::prop_assert_eq!(st.delivered, ok);
-                proptest::prop_assert_eq!(st.corrupt, bad);
-                for id in 0..40 {
-                    let _ = (r.site(id), r.python_stack(id));
+                let id = *r.ident();
+                proptest::prop_assert!(id.ring_capacity <= MAX_RING_CAPACITY);
+                proptest::prop_assert!(id.site_capacity <= MAX_SITE_CAPACITY);
+                proptest::prop_assert!(id.module_capacity <= MAX_MODULE_CAPACITY);
+                proptest::prop_assert!(r.ident().argv().iter().map(String::len).sum::<usize>() <= 3 * CMDLINE_MAX);
+                let _ = (r.state(), r.head(), r.live().written(), r.intact(), r.file_size());
+                for t in r.live().kinds.iter().chain(&r.live().apis) {
+                    let _ = t.snapshot();
+                }
+                for round in 0..2 {
+                    let mut c = if round == 0 { Cursor::from_start() } else { Cursor::at(r.head().saturating_sub(8)) };
+                    let (mut ok, mut bad) = (0u64, 0u64);
+                    let st = r.poll(&mut c, usize::MAX, 0, |x| if x.is_ok() { ok += 1 } else { bad += 1 });
+                    proptest::prop_assert_eq!(st.delivered, ok);
+                    proptest::prop_assert_eq!(st.corrupt, bad);
+                    // One poll reads at most one lap of the ring.
+                    proptest::prop_assert!(ok + bad <= u64::from(id.ring_capacity));
+                }
+                for site in (0..20).chain([u32::MAX, id.site_capacity, id.site_capacity + 1]) {
+                    if let Some(frames) = r.site(site) {
+                        proptest::prop_assert!(frames.len() <= sites::MAX_FRAMES);
+                    }
+                    if let Some(py) = r.python_stack(site) {
+                        proptest::prop_assert!(py.frames.len() <= python::MAX_PY_FRAMES);
+                        for fr in &py.frames {
+                            proptest::prop_assert!(fr.file.len() <= 3 * python::FILE_MAX);
+                            proptest::prop_assert!(fr.function.len() <= 3 * python::NAME_MAX);
+                        }
+                    }
                 }
                 let _ = r.python_status();
-                let _ = r.modules();
+                let mods = r.modules();
+                proptest::prop_assert!(mods.len() <= id.module_capacity as usize);
+                for m in &mods {
+                    proptest::prop_assert!(m.path.len() <= 3 * modules::PATH_MAX);
+                    proptest::prop_assert!(m.build_id.len() <= modules::BUILD_ID_MAX);
+                }
             }
-            std::fs::remove_dir_all(&dir).unwrap();
         }
     }
 

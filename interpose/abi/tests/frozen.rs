@@ -1,8 +1,9 @@
 //! Frozen-file tests of the segment format.
 //!
-//! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer, and
-//! `tests/data/segment-v1.1.bin` one written by ABI 1.1's, with Python tables; both are checked
-//! in (tests/data/README.md says how, and when another file may be added). Reading them with
+//! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer,
+//! `tests/data/segment-v1.1.bin` one written by ABI 1.1's, with Python tables, and
+//! `tests/data/segment-v1.2.bin` one written by ABI 1.2's, with GPU counters and idle gaps; all
+//! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
 //! decodes every file of its major exactly, follows the offsets in the header and accepts a
@@ -14,6 +15,9 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
+use syncspy_abi::gpu::{
+    GpuDevice, GpuDeviceStatus, GpuLive, GpuStatus, GPU_END, GPU_TRACING, MODE_DUTY, SOURCE_CUPTI,
+};
 use syncspy_abi::layout::{
     Header, Ident, Live, Totals, TotalsSnapshot, ABI_MAJOR, ABI_MINOR, CLOCK_MONOTONIC,
     HEADER_RESERVED, HEADER_SIZE_1_0, MAGIC,
@@ -35,6 +39,8 @@ use syncspy_abi::{Api, Direction, Kind};
 const V1_0: &str = "segment-v1.0.bin";
 /// The frozen ABI 1.1 segment, with Python tables.
 const V1_1: &str = "segment-v1.1.bin";
+/// The frozen ABI 1.2 segment: the v1.1 contents, GPU counters and three idle gaps.
+const V1_2: &str = "segment-v1.2.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -194,7 +200,11 @@ fn write_native_sites(w: &SegmentWriter) {
 /// The records, the calls that did not stall, the overhead counters and the exit.
 fn write_records_and_exit(w: &SegmentWriter, records: &[Record]) {
     for r in records {
-        w.record(r);
+        if r.kind == Kind::GpuIdle {
+            w.record_gpu_idle(r.device, r.start_ns, r.duration_ns);
+        } else {
+            w.record(r);
+        }
     }
     let live = w.live();
     live.calls[Api::CudaMemcpyAsync as usize].add_untimed(65_536);
@@ -218,6 +228,11 @@ fn write_v1_0(dir: &Path) -> PathBuf {
 
 /// Writes the v1.1 segment's contents with the current writer; returns the file's path.
 fn write_v1_1(dir: &Path) -> PathBuf {
+    write_v1_1_with(dir, &records_v1_1(), |_| {})
+}
+
+/// The v1.1 contents with `records` in the ring, and whatever `more` writes before the records.
+fn write_v1_1_with(dir: &Path, records: &[Record], more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     let mut p = params();
     // The smallest code table the writer allows.
     p.python_code_capacity = 16;
@@ -262,8 +277,92 @@ fn write_v1_1(dir: &Path) -> PathBuf {
     py.rejected.store(1, Relaxed);
     py.finalizing.store(1, Relaxed);
     py.codes_dropped.store(1, Relaxed);
-    write_records_and_exit(&w, &records_v1_1());
+    more(&w);
+    write_records_and_exit(&w, records);
     w.path().to_path_buf()
+}
+
+/// The records of the v1.2 file: those of v1.1, then three GPU idle gaps (two on device 0, one
+/// on device 1).
+#[rustfmt::skip]
+fn records_v1_2() -> Vec<Record> {
+    use Api::*;
+    use Direction::*;
+    use Kind::*;
+    let mut v = records_v1_1();
+    v.extend([
+        rec(GpuIdle, GpuActivity, None, 0, 0, 3_000_000, 1_900_000, 0, 0, 0, NO_SITE, 0),
+        rec(GpuIdle, GpuActivity, None, 0, 1, 3_200_000, 45_000, 0, 0, 0, NO_SITE, 0),
+        rec(GpuIdle, GpuActivity, None, 0, 0, 8_150_000, 20_000, 0, 0, 0, NO_SITE, 0),
+    ]);
+    v
+}
+
+/// The GPU part of the v1.2 file, as a reader reports it.
+fn gpu_v1_2() -> GpuStatus {
+    GpuStatus {
+        state: GPU_TRACING,
+        mode: MODE_DUTY,
+        source: SOURCE_CUPTI,
+        yields: 1,
+        min_gap_ns: 10_000,
+        window_ns: 100_000_000,
+        records: 12_345,
+        dropped: 2,
+        late_ns: 1_500,
+        traced_ns: 900_000_000,
+        devices: vec![
+            GpuDeviceStatus {
+                device: 0,
+                span_ns: 8_000_000,
+                busy_ns: 6_000_000,
+                short_gaps: 40,
+                short_gap_ns: 120_000,
+                final_ns: 9_000_000,
+                sample_ppm: Some(750_000),
+            },
+            GpuDeviceStatus {
+                device: 1,
+                span_ns: 5_000_000,
+                busy_ns: 1_000_000,
+                short_gaps: 0,
+                short_gap_ns: 0,
+                final_ns: 8_900_000,
+                sample_ppm: None,
+            },
+        ],
+    }
+}
+
+/// Writes the v1.2 segment's contents with the current writer; returns the file's path.
+fn write_v1_2(dir: &Path) -> PathBuf {
+    let path = write_v1_1_with(dir, &records_v1_2(), |w| {
+        let want = gpu_v1_2();
+        let g = w.gpu();
+        g.mode.store(want.mode, Relaxed);
+        g.source.store(want.source, Relaxed);
+        g.yields.store(want.yields, Relaxed);
+        g.min_gap_ns.store(want.min_gap_ns, Relaxed);
+        g.window_ns.store(want.window_ns, Relaxed);
+        g.records.store(want.records, Relaxed);
+        g.dropped.store(want.dropped, Relaxed);
+        g.late_ns.store(want.late_ns, Relaxed);
+        g.traced_ns.store(want.traced_ns, Relaxed);
+        g.state
+            .store(want.state, std::sync::atomic::Ordering::Release);
+        for d in &want.devices {
+            let e = w.gpu_device(d.device).unwrap();
+            e.span_ns.store(d.span_ns, Relaxed);
+            e.busy_ns.store(d.busy_ns, Relaxed);
+            e.short_gaps.store(d.short_gaps, Relaxed);
+            e.short_gap_ns.store(d.short_gap_ns, Relaxed);
+            e.final_ns.store(d.final_ns, Relaxed);
+            if let Some(p) = d.sample_ppm {
+                e.sample_ppm.store(p, Relaxed);
+            }
+        }
+    });
+    path
 }
 
 fn drain(r: &SegmentReader) -> (Vec<Record>, PollStats) {
@@ -335,7 +434,11 @@ fn assert_common_contents(r: &SegmentReader, records: &[Record], sites_used: u32
         assert_eq!(live.kinds[*k as usize].snapshot(), want, "{k}");
     }
     for a in Api::ALL {
-        let want = sums(records.iter().filter(|x| x.api == *a).collect());
+        // GPU idle gaps are not calls: they are not added to the API totals.
+        let want = match a {
+            Api::GpuActivity => TotalsSnapshot::default(),
+            _ => sums(records.iter().filter(|x| x.api == *a).collect()),
+        };
         assert_eq!(live.apis[*a as usize].snapshot(), want, "{a}");
     }
     let ss = live.kinds[Kind::StreamSync as usize].snapshot();
@@ -380,6 +483,8 @@ fn assert_v1_0_contents(r: &SegmentReader) {
     for id in 0..=16 {
         assert_eq!(r.python_stack(id), None, "site {id}");
     }
+    // No GPU part (or, edited into a newer minor, a zero one): nothing was traced.
+    assert_eq!(r.gpu_status().unwrap_or_default(), GpuStatus::default());
 }
 
 /// The Python frames of `PY_SITE_1` and `PY_SITE_2`.
@@ -393,7 +498,28 @@ fn py_frame(file: &str, function: &str, line: u32) -> PyFrameInfo {
 
 /// Everything a reader finds in the v1.1 contents, wherever the regions are placed.
 fn assert_v1_1_contents(r: &SegmentReader) {
-    assert_common_contents(r, &records_v1_1(), 5);
+    assert_python_contents(r, &records_v1_1());
+    // No GPU part (or, edited into a newer minor, a zero one): nothing was traced.
+    assert_eq!(r.gpu_status().unwrap_or_default(), GpuStatus::default());
+}
+
+/// Everything a reader finds in the v1.2 contents, wherever the regions are placed.
+fn assert_v1_2_contents(r: &SegmentReader) {
+    assert_python_contents(r, &records_v1_2());
+    let gpu = r.gpu_status().expect("a v1.2 segment has a GPU part");
+    assert_eq!(gpu, gpu_v1_2());
+    assert_eq!((gpu.state_name(), gpu.mode_name()), ("tracing", "duty"));
+    assert_eq!(gpu.busy(), (13_000_000, 7_000_000));
+    let idle = r.live().kinds[Kind::GpuIdle as usize].snapshot();
+    assert_eq!(
+        (idle.count, idle.total_ns, idle.max_ns),
+        (3, 1_965_000, 1_900_000)
+    );
+}
+
+/// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
+fn assert_python_contents(r: &SegmentReader, records: &[Record]) {
+    assert_common_contents(r, records, 5);
     let mc = r.live().apis[Api::CudaMemcpyAsync as usize].snapshot();
     assert_eq!(
         (mc.count, mc.bytes, mc.total_ns),
@@ -486,6 +612,7 @@ fn the_v1_0_file_reads_back_exactly() {
         ),
         (8192, 9216, 17408, 25_600)
     );
+    assert_eq!(r.gpu_status(), None, "no GPU part before ABI 1.2");
     assert_v1_0_contents(&r);
 }
 
@@ -566,7 +693,71 @@ fn the_v1_1_file_reads_back_exactly() {
     assert_eq!(&bytes[file..file + TRAIN_PY.len()], TRAIN_PY.as_bytes());
     let name = code + offset_of!(PyCodeEntry, name);
     assert_eq!(&bytes[name..name + 12], b"Trainer.step");
+    assert_eq!(r.gpu_status(), None, "no GPU part before ABI 1.2");
     assert_v1_1_contents(&r);
+}
+
+#[test]
+fn the_v1_2_file_reads_back_exactly() {
+    let path = data(V1_2);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables: only the header grew");
+    let r = SegmentReader::open(&path).unwrap();
+    let id = r.ident();
+    assert_eq!((id.abi_major, id.abi_minor), (1, 2));
+    assert_eq!(id.header_size, 6760);
+    assert_eq!(id.header_size as usize, GPU_END);
+    // The GPU part, as docs/contracts.md describes it.
+    let gpu = |f: usize| offset_of!(Header, gpu) + f;
+    assert_eq!(get_u32(&bytes, gpu(offset_of!(GpuLive, state))), 1);
+    assert_eq!(get_u32(&bytes, gpu(offset_of!(GpuLive, mode))), 2);
+    assert_eq!(
+        get_u64(&bytes, gpu(offset_of!(GpuLive, min_gap_ns))),
+        10_000
+    );
+    let dev1 = gpu(offset_of!(GpuLive, devices)) + size_of::<GpuDevice>();
+    assert_eq!(get_u32(&bytes, dev1 + offset_of!(GpuDevice, device)), 2);
+    assert_eq!(
+        get_u32(&bytes, dev1 + offset_of!(GpuDevice, sample_ppm)),
+        u32::MAX
+    );
+    assert_eq!(
+        get_u64(&bytes, dev1 + offset_of!(GpuDevice, busy_ns)),
+        1_000_000
+    );
+    // A gap in the ring: slot 11 holds the first, its words as section 2 lays them out.
+    let slot = 8192 + 11 * size_of::<Slot>() + offset_of!(Slot, words);
+    assert_eq!(get_u64(&bytes, slot), 3_000_000);
+    assert_eq!(get_u64(&bytes, slot + 8), 1_900_000);
+    assert_eq!(get_u64(&bytes, slot + 32), 7 | 34 << 8);
+    assert_v1_2_contents(&r);
+}
+
+#[test]
+fn a_v1_2_file_read_as_v1_1_has_no_gpu_part_and_the_same_records() {
+    // A 1.1 reader ignores the header past 5928 bytes and does not know API 34: it reads the
+    // v1.1 contents and counts the three gaps as corrupt records. Edited to say minor 1 with
+    // v1.1's header size, today's reader shows the first part of that.
+    let mut bytes = std::fs::read(data(V1_2)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &1u16.to_ne_bytes(),
+    );
+    put(
+        &mut bytes,
+        offset_of!(Ident, header_size),
+        &(offset_of!(Header, gpu) as u32).to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-1");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_eq!(r.gpu_status(), None);
+    assert_eq!(r.python_status().state, PythonState::Supported);
+    let (got, st) = drain(&r);
+    assert_eq!(got, records_v1_2());
+    assert_eq!(st.corrupt, 0);
 }
 
 #[test]
@@ -636,18 +827,59 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_1_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_2_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_1(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_1, &fresh);
+    let fresh = std::fs::read(write_v1_2(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_2, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.1 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.2 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+/// Asserts that `fresh` (written now) and the frozen file `name` (of minor `frozen_minor`)
+/// differ only in `abi_minor` and `header_size`, and that the header parts the frozen file's
+/// version predates are zero in `fresh`.
+fn assert_only_the_version_fields_differ(name: &str, fresh: &[u8], frozen_minor: u16) {
+    let frozen = frozen_or_keep(name, fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
+    let version_bytes: Vec<usize> = (minor..minor + 2).chain(size..size + 4).collect();
+    let differ: Vec<usize> = differing(fresh, &frozen)
+        .into_iter()
+        .filter(|i| !version_bytes.contains(i))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the writer changed {} bytes of the {name} layout, first at offset {:?}: fields may \
+         only be appended (docs/contracts.md)",
+        differ.len(),
+        &differ[..differ.len().min(8)]
+    );
+    assert_eq!(&fresh[minor..minor + 2], &ABI_MINOR.to_ne_bytes());
+    assert_eq!(&frozen[minor..minor + 2], &frozen_minor.to_ne_bytes());
+    assert_eq!(
+        get_u32(fresh, size) as usize,
+        size_of::<Header>(),
+        "the writer's header_size"
+    );
+    let gpu = offset_of!(Header, gpu);
+    assert!(fresh[gpu..gpu + size_of::<GpuLive>()]
+        .iter()
+        .all(|b| *b == 0));
+}
+
+#[test]
+fn without_gpu_activity_the_current_writer_changes_only_the_version_fields_of_v1_1() {
+    // A process whose GPU was not traced has a zero GPU part: every byte of the v1.1 file but
+    // `abi_minor` and `header_size` is what the writer still writes.
+    let dir = TempDir::new("rewrite-1-1");
+    let fresh = std::fs::read(write_v1_1(&dir.0)).unwrap();
+    assert_only_the_version_fields_differ(V1_1, &fresh, 1);
 }
 
 #[test]
@@ -656,43 +888,22 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
     // byte of the v1.0 file but `abi_minor` and `header_size` is what the writer still writes.
     let dir = TempDir::new("rewrite-1-0");
     let fresh = std::fs::read(write_v1_0(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_0, &fresh);
-    let minor = offset_of!(Ident, abi_minor);
-    let size = offset_of!(Ident, header_size);
-    let version_bytes: Vec<usize> = (minor..minor + 2).chain(size..size + 4).collect();
-    let differ: Vec<usize> = differing(&fresh, &frozen)
-        .into_iter()
-        .filter(|i| !version_bytes.contains(i))
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "the writer changed {} bytes of the v1.0 layout, first at offset {:?}: fields may only \
-         be appended (docs/contracts.md)",
-        differ.len(),
-        &differ[..differ.len().min(8)]
-    );
-    assert_eq!(&fresh[minor..minor + 2], &ABI_MINOR.to_ne_bytes());
-    assert_eq!(&frozen[minor..minor + 2], &0u16.to_ne_bytes());
-    assert_eq!(
-        get_u32(&fresh, size) as usize,
-        size_of::<Header>(),
-        "the writer's header_size"
-    );
+    assert_only_the_version_fields_differ(V1_0, &fresh, 0);
     let py = offset_of!(Header, python);
     assert!(fresh[py..py + size_of::<PyHeader>()]
         .iter()
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 2 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 3 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_2(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_3(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &2u16.to_ne_bytes(),
+        &3u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -725,13 +936,16 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 2] =
-        [(V1_0, assert_v1_0_contents), (V1_1, assert_v1_1_contents)];
+    let check: [(&str, AssertContents); 3] = [
+        (V1_0, assert_v1_0_contents),
+        (V1_1, assert_v1_1_contents),
+        (V1_2, assert_v1_2_contents),
+    ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_2(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_3(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 2), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 3), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -797,7 +1011,7 @@ fn header_size_is_accepted_from_the_v1_0_size_up() {
 fn an_unknown_major_is_refused_with_a_clear_error() {
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for name in [V1_0, V1_1] {
+    for name in [V1_0, V1_1, V1_2] {
         let frozen = std::fs::read(data(name)).unwrap();
         for major in [0u16, 2, 0xffff] {
             let mut bytes = frozen.clone();
@@ -838,11 +1052,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_1_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 1));
+fn this_build_writes_abi_1_2_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 2));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 5928);
+    assert_eq!(size_of::<Header>(), 6760);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -868,7 +1082,7 @@ fn this_build_writes_abi_1_1_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1)]);
+    assert_eq!(files, [(1, 0), (1, 1), (1, 2)]);
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
@@ -906,9 +1120,14 @@ fn layout() -> Vec<(String, usize, usize)> {
         python.live.status, python.live.version, python.live.stacks, python.live.truncated,
         python.live.rejected, python.live.finalizing, python.live.codes_dropped,
         python.live.codes_used,
+        gpu.state, gpu.mode, gpu.source, gpu.yields, gpu.min_gap_ns, gpu.window_ns, gpu.records,
+        gpu.dropped, gpu.late_ns, gpu.traced_ns, gpu.devices,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
+    v.extend(fields!(GpuDevice, "gpu_device.":
+        device, sample_ppm, span_ns, busy_ns, short_gaps, short_gap_ns, final_ns,
+    ));
     v.extend(fields!(SiteEntry, "site.": hash, state, nframes, frames));
     v.extend(fields!(ModuleEntry, "module.":
         state, path_len, build_id_len, _pad, bias, start, end, build_id, path, _reserved,
@@ -978,7 +1197,10 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<PyIdent>(), 40);
     assert_eq!(size_of::<PyLive>(), 48);
     assert_eq!(size_of::<PyHeader>(), 88);
-    assert_eq!(size_of::<Header>(), 5928);
+    assert_eq!(offset_of!(Header, gpu), 5928);
+    assert_eq!(size_of::<GpuDevice>(), 48);
+    assert_eq!(size_of::<GpuLive>(), 832);
+    assert_eq!(size_of::<Header>(), 6760);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);

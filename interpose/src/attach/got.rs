@@ -140,8 +140,9 @@ fn own_export(name: &CStr, own: (u64, u64)) -> Option<u64> {
     if h.is_null() {
         return None;
     }
-    // SAFETY: a handle just returned by dlopen and a NUL-terminated name.
-    let p = unsafe { libc::dlsym(h, name.as_ptr()) } as u64;
+    // SAFETY: a handle just returned by dlopen and a NUL-terminated name (the real dlsym:
+    // this library's own `dlsym` export is an interposer).
+    let p = unsafe { crate::driver::dlsym::real(h, name) } as u64;
     // SAFETY: closes the reference taken above; the library stays loaded.
     unsafe { libc::dlclose(h) };
     (own.0 <= p && p < own.1).then_some(p)
@@ -309,7 +310,7 @@ pub(super) fn patch_new_modules() -> String {
     let own = own_range();
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut out = String::new();
-    let runtime = crate::real::lookup(c"cudaStreamSynchronize") as u64;
+    let runtime = crate::real::lookup_runtime(c"cudaStreamSynchronize") as u64;
     for m in modules() {
         if st.seen.iter().any(|(b, p)| *b == m.bias && *p == m.path) {
             continue;
@@ -430,7 +431,7 @@ unsafe fn scan(
             if slots.iter().any(|s| s.addr == addr) {
                 continue;
             }
-            let real = crate::real::lookup(name) as u64;
+            let real = crate::real::lookup_runtime(name) as u64;
             let current = load(addr);
             let unresolved = m.range.0 <= current && current < m.range.1;
             if real == 0 || current == hook {

@@ -158,6 +158,11 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
         return ERR_CONTROL;
     };
     let injected = !preloaded && injected(&settings);
+    // GPU idle tracing (CUPTI activity on a thread of its own) could not be stopped at
+    // detach: off while attached.
+    let mut settings = settings;
+    settings.retain(|(k, _)| k != "SYNCSPY_GPU_IDLE");
+    settings.push(("SYNCSPY_GPU_IDLE".into(), "off".into()));
     if let Ok(mut s) = SETTINGS.lock() {
         *s = settings;
     }

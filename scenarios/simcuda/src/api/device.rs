@@ -53,6 +53,10 @@ pub unsafe extern "C" fn cudaGetDevice(device: *mut c_int) -> cudaError_t {
 /// `cudaDeviceSynchronize`: blocks until all work on the current device is done.
 #[no_mangle]
 pub extern "C" fn cudaDeviceSynchronize() -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuCtxSynchronize (either version) with no context.
+        return super::driver::call_via(|| unsafe { (r.ctx_sync)(std::ptr::null_mut()) });
+    }
     entry(|| {
         let rt = runtime();
         rt.sched.sync_device(rt.current_device()?)

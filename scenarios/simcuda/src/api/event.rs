@@ -101,6 +101,10 @@ pub extern "C" fn cudaEventRecord_ptsz(event: cudaEvent_t, stream: cudaStream_t)
 /// never recorded).
 #[no_mangle]
 pub extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuEventSynchronize, with the caller's event.
+        return super::driver::call_via(|| unsafe { (r.event_sync)(event.cast()) });
+    }
     entry(|| {
         let rt = runtime();
         let g = rt.sched.lock();

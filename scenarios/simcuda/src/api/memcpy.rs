@@ -210,6 +210,9 @@ pub unsafe extern "C" fn cudaMemcpy(
     count: usize,
     kind: u32,
 ) -> cudaError_t {
+    if let (Some(r), Some(i)) = (super::driver::route(), super::driver::copy_index(kind)) {
+        return super::driver::copy_via(r, i, false, dst, src, count);
+    }
     entry(|| {
         copy(
             dst,
@@ -233,6 +236,9 @@ pub unsafe extern "C" fn cudaMemcpy_ptds(
     count: usize,
     kind: u32,
 ) -> cudaError_t {
+    if let (Some(r), Some(i)) = (super::driver::route(), super::driver::copy_index(kind)) {
+        return super::driver::copy_via(r, i, true, dst, src, count);
+    }
     entry(|| copy(dst, src, Shape::linear(count), kind, sync(true), Form::Sync))
 }
 
@@ -248,6 +254,9 @@ pub unsafe extern "C" fn cudaMemcpyAsync(
     kind: u32,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    if let (Some(r), Some(i)) = (super::driver::route(), super::driver::copy_index(kind)) {
+        return super::driver::copy_async_via(r, i, false, dst, src, count, stream);
+    }
     entry(|| {
         copy(
             dst,
@@ -272,6 +281,9 @@ pub unsafe extern "C" fn cudaMemcpyAsync_ptsz(
     kind: u32,
     stream: cudaStream_t,
 ) -> cudaError_t {
+    if let (Some(r), Some(i)) = (super::driver::route(), super::driver::copy_index(kind)) {
+        return super::driver::copy_async_via(r, i, true, dst, src, count, stream);
+    }
     entry(|| {
         copy(
             dst,

@@ -93,6 +93,10 @@ pub unsafe extern "C" fn cudaMallocManaged(
 /// `cudaFree`: NULL is a no-op; otherwise waits for the device, then frees.
 #[no_mangle]
 pub extern "C" fn cudaFree(dev_ptr: *mut c_void) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemFree_v2 with the caller's pointer.
+        return super::driver::call_via(|| unsafe { (r.free)(dev_ptr as u64) });
+    }
     entry(|| {
         if dev_ptr.is_null() {
             return Ok(());
@@ -111,6 +115,10 @@ pub extern "C" fn cudaFree(dev_ptr: *mut c_void) -> cudaError_t {
 /// `ptr` is null or valid for writing a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemAllocHost_v2 with the caller's arguments.
+        return super::driver::call_via(|| unsafe { (r.alloc_host)(ptr, size) });
+    }
     entry(|| allocate(ptr, size, MemKind::Pinned))
 }
 
@@ -125,6 +133,10 @@ pub unsafe extern "C" fn cudaHostAlloc(
     size: usize,
     flags: c_uint,
 ) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemHostAlloc with the caller's arguments.
+        return super::driver::call_via(|| unsafe { (r.host_alloc)(p_host, size, flags) });
+    }
     entry(|| {
         let known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
         if flags & !known != 0 {
@@ -135,8 +147,15 @@ pub unsafe extern "C" fn cudaHostAlloc(
 }
 
 /// `cudaFreeHost`: NULL is a no-op; otherwise waits for all devices, then frees.
+// The pointer is an address the simulator looks up (through the driver face too), never
+// dereferenced: the function stays safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 #[no_mangle]
 pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemFreeHost with the caller's pointer.
+        return super::driver::call_via(|| unsafe { (r.free_host)(ptr) });
+    }
     entry(|| {
         if ptr.is_null() {
             return Ok(());
@@ -146,8 +165,15 @@ pub extern "C" fn cudaFreeHost(ptr: *mut c_void) -> cudaError_t {
 }
 
 /// `cudaHostRegister`: page-locks the program's memory (recorded, not really locked).
+// The pointer is an address the simulator looks up (through the driver face too), never
+// dereferenced: the function stays safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 #[no_mangle]
 pub extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemHostRegister_v2 with the caller's arguments.
+        return super::driver::call_via(|| unsafe { (r.host_register)(ptr, size, flags) });
+    }
     entry(|| {
         let known = cudaHostRegisterPortable
             | cudaHostRegisterMapped
@@ -163,8 +189,15 @@ pub extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint)
 }
 
 /// `cudaHostUnregister`: waits for all devices, then forgets the registration.
+// The pointer is an address the simulator looks up (through the driver face too), never
+// dereferenced: the function stays safe.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 #[no_mangle]
 pub extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuMemHostUnregister with the caller's pointer.
+        return super::driver::call_via(|| unsafe { (r.host_unregister)(ptr) });
+    }
     entry(|| {
         release(
             ptr,

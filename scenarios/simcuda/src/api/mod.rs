@@ -18,6 +18,7 @@ use cudarc::runtime::sys::cudaError_t;
 use crate::error::{self, CudaResult};
 
 mod device;
+pub mod driver;
 mod errors;
 mod event;
 mod launch;

@@ -81,12 +81,20 @@ fn synchronize(stream: cudaStream_t, per_thread_default: bool) -> CudaResult {
 /// the legacy default stream, also that of the blocking streams).
 #[no_mangle]
 pub extern "C" fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuStreamSynchronize form, with the caller's stream.
+        return super::driver::call_via(|| unsafe { (r.stream_sync[0])(stream.cast()) });
+    }
     entry(|| synchronize(stream, false))
 }
 
 /// `cudaStreamSynchronize_ptsz`.
 #[no_mangle]
 pub extern "C" fn cudaStreamSynchronize_ptsz(stream: cudaStream_t) -> cudaError_t {
+    if let Some(r) = super::driver::route() {
+        // SAFETY: the driver's cuStreamSynchronize form, with the caller's stream.
+        return super::driver::call_via(|| unsafe { (r.stream_sync[1])(stream.cast()) });
+    }
     entry(|| synchronize(stream, true))
 }
 

@@ -1,0 +1,156 @@
+//! `dlsym`, interposed: a lookup of a driver function that syncspy wraps gets the wrapper.
+//!
+//! Programs that load the driver themselves (the CUDA runtime, static or shared; XLA's stubs;
+//! cudarc) call `dlsym(handle, "cuGetProcAddress_v2")` or
+//! `dlsym(handle, "cuStreamSynchronize")` with the handle `dlopen("libcuda.so.1")` gave them.
+//! A lookup with a handle never sees LD_PRELOAD definitions, so the library defines `dlsym`
+//! itself.
+//!
+//! The exported `dlsym` is a few instructions (x86-64 only): it asks `route` which function
+//! should answer, then jumps there with the caller's arguments and return address intact.
+//! Every name but the wrapped driver functions goes to the real `dlsym` by that jump, so the
+//! loader still sees the caller's own return address, and `RTLD_NEXT` keeps meaning "after
+//! the caller". The wrapped names are answered by `intercepted`, which calls the real `dlsym`
+//! and hands out a wrapper for what it found; for those names an `RTLD_NEXT` lookup is made
+//! from libsyncspy's place in the search order, which is right after the program.
+//!
+//! The real `dlsym` is found with `dlvsym(RTLD_NEXT, "dlsym", <glibc version>)`, which is not
+//! interposed; the library's own lookups call it directly (`real`), never the exported one.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The versions glibc has defined `dlsym` under: 2.34 (merged into libc), 2.2.5 (x86-64's
+/// first), 2.17 (aarch64's first).
+const VERSIONS: [&CStr; 3] = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"];
+
+/// The real `dlsym`, resolved once.
+pub fn real_fn() -> Option<DlsymFn> {
+    let mut p = REAL.load(Ordering::Acquire);
+    if p.is_null() {
+        for v in VERSIONS {
+            // SAFETY: NUL-terminated literals and the RTLD_NEXT pseudo-handle; dlvsym only
+            // reads them and is not interposed by this library.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's `dlsym`, whose C signature `DlsymFn` is.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// Looks `name` up with the real `dlsym` (libsyncspy is the caller, for `RTLD_NEXT`); NULL
+/// when not found or when the real `dlsym` cannot be found.
+///
+/// # Safety
+/// `handle` is a pseudo-handle (`RTLD_NEXT`, `RTLD_DEFAULT`) or a handle `dlopen` returned
+/// that is still open.
+pub unsafe fn real(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    match real_fn() {
+        // SAFETY: `real` is glibc's dlsym; `handle` is valid (this function's `# Safety`) and
+        // `name` a C string; dlsym only reads them.
+        Some(real) => unsafe { real(handle, name.as_ptr()) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Answers `dlsym` when the real one cannot be found (no known glibc version): not found.
+unsafe extern "C" fn unavailable(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+/// Which function answers `dlsym(handle, name)`: the real `dlsym` for every name but the
+/// wrapped driver functions, `intercepted` for those. Called by the exported `dlsym` with
+/// its arguments; allocates nothing and takes no lock of its own.
+extern "C" fn route(_handle: *mut c_void, name: *const c_char) -> DlsymFn {
+    let Some(real) = real_fn() else {
+        return unavailable;
+    };
+    if name.is_null() {
+        return real;
+    }
+    // SAFETY: `name` is the C string the program passed to dlsym (non-null), which dlsym
+    // itself would read.
+    let name = unsafe { CStr::from_ptr(name) };
+    if super::wants(name.to_bytes()) {
+        intercepted
+    } else {
+        real
+    }
+}
+
+/// `dlsym` for a wrapped driver function: the real lookup, then the wrapper for what it found.
+unsafe extern "C" fn intercepted(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: `route` sends only non-null names here, the caller's C string.
+    let name = unsafe { CStr::from_ptr(name) };
+    // SAFETY: the program's own handle, which it passed to dlsym.
+    let p = unsafe { real(handle, name) };
+    if p.is_null() {
+        return p;
+    }
+    super::wrap_symbol(name.to_bytes(), p).unwrap_or(p)
+}
+
+/// The exported `dlsym`. It saves the two argument registers, calls `route` (the stack is
+/// 16-byte aligned at the call: return address + two pushes + 8), restores them and jumps to
+/// the function `route` returned, so that function returns straight to our caller.
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+#[cfg(all(target_arch = "x86_64", not(test)))]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {route}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "jmp rax",
+        route = sym route,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_dlsym_is_found_and_routing_sends_other_names_to_it() {
+        let real_dlsym = real_fn().expect("glibc's dlsym");
+        // SAFETY: RTLD_DEFAULT and a C string literal.
+        let getpid = unsafe { real_dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert!(!getpid.is_null());
+        // SAFETY: a pseudo-handle.
+        assert_eq!(unsafe { real(libc::RTLD_DEFAULT, c"getpid") }, getpid);
+        assert_eq!(
+            route(std::ptr::null_mut(), c"getpid".as_ptr()) as usize,
+            real_dlsym as usize
+        );
+        assert_eq!(
+            route(std::ptr::null_mut(), std::ptr::null()) as usize,
+            real_dlsym as usize
+        );
+        assert_eq!(
+            route(std::ptr::null_mut(), c"cuStreamSynchronize".as_ptr()) as usize,
+            intercepted as *const () as usize
+        );
+        // A wrapped name that nothing defines: NULL, as the real dlsym answers.
+        // SAFETY: the caller's contract: a handle and a C string.
+        let none = unsafe { intercepted(libc::RTLD_DEFAULT, c"cuMemcpyDtoH_v2".as_ptr()) };
+        assert!(none.is_null());
+    }
+}

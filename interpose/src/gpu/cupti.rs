@@ -1,0 +1,409 @@
+//! The CUPTI activity source: finds the process's libcupti (or the simulated runtime's stand-in),
+//! registers buffer callbacks, enables kernel, memcpy and memset records, and hands each record
+//! to the tracker. Every CUPTI function is looked up with `dlsym` and called through a pointer
+//! whose signature takes its types from `cudarc::cupti::sys` and returns the raw `CUptiResult`
+//! integer (a newer CUPTI may return codes the Rust enum does not list).
+//!
+//! Record layouts are cudarc's CUDA 13.0 ones (`CUpti_ActivityKernel10`, `CUpti_ActivityMemcpy6`,
+//! `CUpti_ActivityMemset4`); fields are read at their `offset_of!` with unaligned reads, after
+//! the record's kind (its first `u32`) was checked, so no Rust enum is ever built from CUPTI's
+//! bytes.
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use cudarc::cupti::sys::{
+    CUpti_ActivityKernel10, CUpti_ActivityKind, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+    CUpti_BuffersCallbackCompleteFunc, CUpti_BuffersCallbackRequestFunc, CUpti_CallbackFunc,
+    CUpti_SubscriberHandle, CUpti_TimestampCallbackFunc,
+};
+
+use super::track::Activity;
+
+/// `CUPTI_SUCCESS`.
+pub const OK: u32 = 0;
+
+const KIND_MEMCPY: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY as u32;
+const KIND_MEMSET: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET as u32;
+const KIND_KERNEL: u32 = CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_KERNEL as u32;
+const KIND_CONCURRENT_KERNEL: u32 =
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32;
+
+/// The kinds traced: every piece of work that occupies a device.
+pub const KINDS: [CUpti_ActivityKind; 3] = [
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET,
+];
+
+type RegisterCallbacks = unsafe extern "C" fn(
+    CUpti_BuffersCallbackRequestFunc,
+    CUpti_BuffersCallbackCompleteFunc,
+) -> u32;
+type Enable = unsafe extern "C" fn(CUpti_ActivityKind) -> u32;
+type FlushAll = unsafe extern "C" fn(u32) -> u32;
+type GetNextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> u32;
+type GetTimestamp = unsafe extern "C" fn(*mut u64) -> u32;
+type RegisterTimestamp = unsafe extern "C" fn(CUpti_TimestampCallbackFunc) -> u32;
+type Subscribe =
+    unsafe extern "C" fn(*mut CUpti_SubscriberHandle, CUpti_CallbackFunc, *mut c_void) -> u32;
+type Unsubscribe = unsafe extern "C" fn(CUpti_SubscriberHandle) -> u32;
+type NumDropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32;
+
+/// The CUPTI functions syncspy uses, from one loaded library.
+pub struct Api {
+    pub register_callbacks: RegisterCallbacks,
+    pub enable: Enable,
+    pub disable: Enable,
+    pub flush_all: FlushAll,
+    pub get_next_record: GetNextRecord,
+    pub get_timestamp: GetTimestamp,
+    pub register_timestamp: Option<RegisterTimestamp>,
+    pub subscribe: Subscribe,
+    pub unsubscribe: Unsubscribe,
+    pub num_dropped: Option<NumDropped>,
+    /// The library is the simulated runtime's stand-in (it exports `simcudaCuptiSimulated`).
+    pub simulated: bool,
+}
+
+fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: `handle` is a live handle from dlopen (never closed) and `name` a C string.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
+}
+
+/// `name` in `handle` as `F`, a function pointer type matching its C signature.
+fn func<F: Copy>(handle: *mut c_void, name: &CStr) -> Option<F> {
+    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    let p = sym(handle, name);
+    // SAFETY: `F` is a function pointer type of pointer size (asserted) and every caller names
+    // the CUPTI function whose C signature `F` is.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+impl Api {
+    /// The functions of the library `handle`; `None` when one that is needed is missing.
+    pub fn load(handle: *mut c_void) -> Option<Api> {
+        Some(Api {
+            register_callbacks: func(handle, c"cuptiActivityRegisterCallbacks")?,
+            enable: func(handle, c"cuptiActivityEnable")?,
+            disable: func(handle, c"cuptiActivityDisable")?,
+            flush_all: func(handle, c"cuptiActivityFlushAll")?,
+            get_next_record: func(handle, c"cuptiActivityGetNextRecord")?,
+            get_timestamp: func(handle, c"cuptiGetTimestamp")?,
+            register_timestamp: func(handle, c"cuptiActivityRegisterTimestampCallback"),
+            subscribe: func(handle, c"cuptiSubscribe")?,
+            unsubscribe: func(handle, c"cuptiUnsubscribe")?,
+            num_dropped: func(handle, c"cuptiActivityGetNumDroppedRecords"),
+            simulated: !sym(handle, c"simcudaCuptiSimulated").is_null(),
+        })
+    }
+}
+
+/// The loaded libcupti: the process's own copy when it has one (torch ships one, and the
+/// simulated runtime answers to the name under `--sim`), else one from the usual CUDA places.
+/// Opened `RTLD_LOCAL` (the program's symbol resolution is unchanged) and never closed.
+pub fn open_library() -> Option<*mut c_void> {
+    const SONAMES: [&CStr; 3] = [c"libcupti.so.13", c"libcupti.so.12", c"libcupti.so"];
+    let open = |path: &CStr, flags: i32| {
+        // SAFETY: a C string path; dlopen runs the library's constructors (CUPTI's are benign,
+        // and this runs on syncspy's own thread, never inside a hook).
+        let h = unsafe { libc::dlopen(path.as_ptr(), flags) };
+        (!h.is_null()).then_some(h)
+    };
+    // 1. Already loaded, by soname.
+    for s in SONAMES {
+        if let Some(h) = open(s, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
+            return Some(h);
+        }
+    }
+    // 2. Already loaded under another file name (a vendored copy): by path.
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    if let Some(p) = crate::real::loaded_path_with(b"libcupti", &mut buf) {
+        if let Some(h) = open(p, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
+            return Some(h);
+        }
+    }
+    // 3. Next to the loaded CUDA runtime (torch's nvidia/cu13/lib, the CUDA toolkit's lib
+    //    folder, the simulated runtime's private folder).
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    if let Some(rt) = crate::real::loaded_path_with(b"libcudart", &mut buf) {
+        let rt = rt.to_bytes();
+        if let Some(slash) = rt.iter().rposition(|b| *b == b'/') {
+            for s in SONAMES {
+                let mut p = rt[..=slash].to_vec();
+                p.extend_from_slice(s.to_bytes_with_nul());
+                if let Ok(c) = CStr::from_bytes_with_nul(&p) {
+                    if let Some(h) = open(c, libc::RTLD_NOW | libc::RTLD_LOCAL) {
+                        return Some(h);
+                    }
+                }
+            }
+        }
+    }
+    // 4. The usual CUDA places, then the loader's search path.
+    for p in [
+        c"/usr/local/cuda/lib64/libcupti.so.13",
+        c"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+        c"/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13",
+        c"/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcupti.so.13",
+        c"/usr/local/cuda/lib64/libcupti.so",
+    ]
+    .into_iter()
+    .chain(SONAMES)
+    {
+        if let Some(h) = open(p, libc::RTLD_NOW | libc::RTLD_LOCAL) {
+            return Some(h);
+        }
+    }
+    None
+}
+
+/// Bytes of one activity buffer.
+pub const BUFFER_SIZE: usize = 1 << 20;
+
+/// Where completed buffers' records go: set once by the GPU thread before it registers the
+/// callbacks (a `fn(&[Activity])`).
+pub static SINK: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+/// Records seen (of the traced kinds) and buffers with dropped records.
+pub static RECORDS: AtomicU64 = AtomicU64::new(0);
+/// The `cuptiActivityGetNextRecord` of the registered library (for the completion callback).
+pub static NEXT_RECORD: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// CUPTI asks for a buffer. `malloc`-compatible memory: should another tool take CUPTI over
+/// while one is outstanding, its own completion callback would `free` it.
+///
+/// # Safety
+/// Called by CUPTI with valid out-pointers.
+pub unsafe extern "C" fn buffer_requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+) {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: posix_memalign writes `p` only on success; 8 is a power of two multiple of the
+    // pointer size, the alignment CUPTI requires.
+    let ok = unsafe { libc::posix_memalign(&mut p, 8, BUFFER_SIZE) } == 0;
+    // SAFETY: CUPTI passes valid out-pointers. A null buffer (no memory) makes CUPTI drop
+    // records, which it counts.
+    unsafe {
+        *buffer = if ok { p.cast() } else { std::ptr::null_mut() };
+        *size = if ok { BUFFER_SIZE } else { 0 };
+        *max_records = 0;
+    }
+}
+
+/// CUPTI hands a buffer back: its records go to the sink, then the buffer is freed.
+///
+/// # Safety
+/// Called by CUPTI with a buffer from [`buffer_requested`] holding `valid` bytes of records.
+pub unsafe extern "C" fn buffer_completed(
+    _ctx: cudarc::driver::sys::CUcontext,
+    _stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    if buffer.is_null() {
+        return;
+    }
+    // Never unwind into CUPTI.
+    let _ = std::panic::catch_unwind(|| {
+        let next = NEXT_RECORD.load(Ordering::Acquire);
+        let sink = SINK.load(Ordering::Acquire);
+        if next.is_null() || sink.is_null() {
+            return;
+        }
+        // SAFETY: both were stored from values of exactly these types.
+        let next: GetNextRecord = unsafe { std::mem::transmute::<*mut (), GetNextRecord>(next) };
+        // SAFETY: as above.
+        let sink: fn(&[Activity]) =
+            unsafe { std::mem::transmute::<*mut (), fn(&[Activity])>(sink) };
+        let mut out = Vec::with_capacity(256);
+        let mut rec: *mut c_void = std::ptr::null_mut();
+        loop {
+            // SAFETY: `buffer` holds `valid` bytes of records CUPTI wrote; `rec` is the cursor
+            // CUPTI advances (null to start).
+            let rc = unsafe { next(buffer, valid, &mut rec) };
+            // CUPTI_ERROR_MAX_LIMIT_REACHED at the end; another error (a corrupt buffer):
+            // keep what was read.
+            if rc != OK || rec.is_null() {
+                break;
+            }
+            // SAFETY: CUPTI returned a pointer to a complete record inside the buffer.
+            if let Some(a) = unsafe { activity_of(rec.cast()) } {
+                out.push(a);
+            }
+            if out.len() == out.capacity() {
+                sink(&out);
+                out.clear();
+            }
+        }
+        sink(&out);
+    });
+    // SAFETY: the buffer came from `buffer_requested` (posix_memalign) and CUPTI is done
+    // with it.
+    unsafe { libc::free(buffer.cast()) };
+}
+
+/// Reads a `T`'s field at `off` of record `rec`.
+///
+/// # Safety
+/// `rec` points to a complete record of a type at least `off + size_of::<V>()` bytes long.
+unsafe fn field<V: Copy>(rec: *const u8, off: usize) -> V {
+    // SAFETY: the caller's contract; unaligned because CUPTI packs some record types.
+    unsafe { std::ptr::read_unaligned(rec.add(off).cast::<V>()) }
+}
+
+/// The activity of one record of a traced kind; `None` for other kinds.
+///
+/// # Safety
+/// `rec` points to a complete CUPTI activity record.
+pub unsafe fn activity_of(rec: *const u8) -> Option<Activity> {
+    use std::mem::offset_of;
+    // SAFETY: every record starts with its kind, a u32.
+    let kind: u32 = unsafe { field(rec, 0) };
+    let (start, end, device) = match kind {
+        // SAFETY: a complete record of this kind has the layout of the struct read.
+        KIND_KERNEL | KIND_CONCURRENT_KERNEL => unsafe {
+            (
+                field::<u64>(rec, offset_of!(CUpti_ActivityKernel10, start)),
+                field::<u64>(rec, offset_of!(CUpti_ActivityKernel10, end)),
+                field::<u32>(rec, offset_of!(CUpti_ActivityKernel10, deviceId)),
+            )
+        },
+        // SAFETY: a complete record of this kind has the layout of the struct read.
+        KIND_MEMCPY => unsafe {
+            (
+                field::<u64>(rec, offset_of!(CUpti_ActivityMemcpy6, start)),
+                field::<u64>(rec, offset_of!(CUpti_ActivityMemcpy6, end)),
+                field::<u32>(rec, offset_of!(CUpti_ActivityMemcpy6, deviceId)),
+            )
+        },
+        // SAFETY: a complete record of this kind has the layout of the struct read.
+        KIND_MEMSET => unsafe {
+            (
+                field::<u64>(rec, offset_of!(CUpti_ActivityMemset4, start)),
+                field::<u64>(rec, offset_of!(CUpti_ActivityMemset4, end)),
+                field::<u32>(rec, offset_of!(CUpti_ActivityMemset4, deviceId)),
+            )
+        },
+        _ => return None,
+    };
+    RECORDS.fetch_add(1, Ordering::Relaxed);
+    // A record whose end CUPTI could not take has end 0 (or before start): no interval.
+    (end > start).then_some(Activity {
+        device,
+        start_ns: start,
+        end_ns: end,
+    })
+}
+
+/// The host clock, for CUPTI's timestamps (`cuptiActivityRegisterTimestampCallback`): every
+/// activity timestamp is then CLOCK_MONOTONIC ns, the segment's clock.
+///
+/// # Safety
+/// None: it only reads the clock (`unsafe` is the callback type's).
+pub unsafe extern "C" fn monotonic_timestamp() -> u64 {
+    syncspy_abi::clock::monotonic_ns()
+}
+
+/// Host clock minus CUPTI's clock, measured: the reading bracketed most tightly of a few.
+pub fn measure_offset(get: GetTimestamp) -> Option<i64> {
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..7 {
+        let mut c = 0u64;
+        let t0 = syncspy_abi::clock::monotonic_ns();
+        // SAFETY: `get` is cuptiGetTimestamp; `c` a valid out-pointer.
+        let rc = unsafe { get(&mut c) };
+        let t1 = syncspy_abi::clock::monotonic_ns();
+        if rc != OK {
+            return None;
+        }
+        let mid = t0 / 2 + t1 / 2;
+        let off = mid as i64 - c as i64;
+        if best.is_none_or(|(w, _)| t1 - t0 < w) {
+            best = Some((t1 - t0, off));
+        }
+    }
+    best.map(|b| b.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn records_of_the_traced_kinds_are_read_at_cudarcs_offsets() {
+        // A kernel record as CUPTI 13.0 lays it out, built in a zeroed buffer of its size.
+        let mut k = vec![0u8; size_of::<CUpti_ActivityKernel10>()];
+        let put = |b: &mut [u8], off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        put(&mut k, 0, &KIND_CONCURRENT_KERNEL.to_ne_bytes());
+        put(
+            &mut k,
+            offset_of!(CUpti_ActivityKernel10, start),
+            &1000u64.to_ne_bytes(),
+        );
+        put(
+            &mut k,
+            offset_of!(CUpti_ActivityKernel10, end),
+            &2500u64.to_ne_bytes(),
+        );
+        put(
+            &mut k,
+            offset_of!(CUpti_ActivityKernel10, deviceId),
+            &3u32.to_ne_bytes(),
+        );
+        // SAFETY: a complete record of its kind.
+        let a = unsafe { activity_of(k.as_ptr()) };
+        assert_eq!(
+            a,
+            Some(Activity {
+                device: 3,
+                start_ns: 1000,
+                end_ns: 2500
+            })
+        );
+        let mut m = vec![0u8; size_of::<CUpti_ActivityMemset4>()];
+        put(&mut m, 0, &KIND_MEMSET.to_ne_bytes());
+        put(
+            &mut m,
+            offset_of!(CUpti_ActivityMemset4, start),
+            &7u64.to_ne_bytes(),
+        );
+        put(
+            &mut m,
+            offset_of!(CUpti_ActivityMemset4, end),
+            &9u64.to_ne_bytes(),
+        );
+        // SAFETY: as above.
+        let a = unsafe { activity_of(m.as_ptr()) };
+        assert_eq!(a.map(|a| a.end_ns), Some(9));
+        // An unfinished record (end 0) and another kind are no activity.
+        put(
+            &mut m,
+            offset_of!(CUpti_ActivityMemset4, end),
+            &0u64.to_ne_bytes(),
+        );
+        // SAFETY: as above.
+        assert_eq!(unsafe { activity_of(m.as_ptr()) }, None);
+        put(&mut m, 0, &5u32.to_ne_bytes());
+        // SAFETY: as above (a short record of an untraced kind is not read past its kind).
+        assert_eq!(unsafe { activity_of(m.as_ptr()) }, None);
+    }
+
+    #[test]
+    fn an_offset_is_measured_against_a_clock_running_behind() {
+        unsafe extern "C" fn behind(t: *mut u64) -> u32 {
+            // SAFETY: the caller passes a valid out-pointer.
+            unsafe { *t = syncspy_abi::clock::monotonic_ns() - 5_000_000 };
+            OK
+        }
+        let off = measure_offset(behind).unwrap();
+        assert!((off - 5_000_000).abs() < 1_000_000, "{off}");
+        unsafe extern "C" fn failing(_: *mut u64) -> u32 {
+            1
+        }
+        assert_eq!(measure_offset(failing), None);
+    }
+}

@@ -1,0 +1,544 @@
+//! GPU idle gaps: when the GPU ran nothing, measured from its own activity records.
+//!
+//! - [`track`]: the pure core, from activity records to busy time, gaps and samples;
+//! - [`cupti`]: the activity source (CUPTI, or the simulated runtime's stand-in under `--sim`);
+//! - this module: the library's one GPU thread, which owns the source, feeds the tracker and
+//!   publishes what it reports into the segment (the GPU part of the header, `gpu_idle`
+//!   records in the ring; `syncspy_abi::gpu`).
+//!
+//! Nothing here runs on the application's hot path: the thread is started (once per process)
+//! right after the segment is created at the first hooked call, and everything CUPTI-related,
+//! `dlopen` included, happens on it. Each 100 ms it flushes CUPTI's buffers and accounts time
+//! up to a watermark 500 ms in the past (activity arrives late and out of order; work that
+//! started before the watermark must have completed and been delivered by then: a piece of
+//! work longer than that, running across a gap of another stream, can make a gap look longer
+//! than it was).
+//!
+//! `SYNCSPY_GPU_IDLE` (docs/contracts.md, section 4): `off`; `on` (trace all the time); `duty`
+//! (the default: trace 1 s in every 10 s, which keeps CUPTI's per-launch cost off 90% of the
+//! run and still gives a live idle share). Another CUPTI client wins: when one registers its
+//! own activity callbacks or subscribes (`torch.profiler`'s Kineto does both) through the
+//! exported `cuptiActivityRegisterCallbacks` / `cuptiSubscribe` below, syncspy first disables
+//! its kinds and flushes its buffers back to itself, marks the GPU part `yielded`, and then
+//! passes the call on unchanged; it does not trace again in that process. If another client
+//! was there first (its subscription makes `cuptiSubscribe` fail), syncspy does not start.
+
+pub mod cupti;
+pub mod track;
+
+use std::cell::Cell;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use syncspy_abi::gpu::{
+    GPU_OFF, GPU_PAUSED, GPU_TRACING, GPU_UNAVAILABLE, GPU_YIELDED, MODE_DUTY, MODE_OFF, MODE_ON,
+    SOURCE_CUPTI, SOURCE_SIMULATED,
+};
+use syncspy_abi::SegmentWriter;
+
+use crate::clock::now_ns;
+use track::{Activity, Event, Tracker};
+
+/// Settings from the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// `MODE_*` (`SYNCSPY_GPU_IDLE`: `off`, `on`, `duty`; default `duty`).
+    pub mode: u32,
+    /// Shortest gap written to the ring (`SYNCSPY_GPU_IDLE_MIN_US`, default 10 µs).
+    pub min_gap_ns: u64,
+}
+
+/// Length of the busy-fraction windows.
+pub const WINDOW_NS: u64 = 1_000_000_000;
+/// How often buffers are flushed and time accounted.
+pub const FLUSH_NS: u64 = 100_000_000;
+/// How far behind the last flush time is final.
+pub const HOLD_NS: u64 = 500_000_000;
+/// Duty mode: traced `DUTY_ON_NS` of every `DUTY_PERIOD_NS`.
+pub const DUTY_ON_NS: u64 = 1_000_000_000;
+pub const DUTY_PERIOD_NS: u64 = 10_000_000_000;
+
+impl GpuConfig {
+    pub fn from_env() -> GpuConfig {
+        GpuConfig::parse(
+            std::env::var("SYNCSPY_GPU_IDLE").ok().as_deref(),
+            std::env::var("SYNCSPY_GPU_IDLE_MIN_US").ok().as_deref(),
+        )
+    }
+
+    /// A value that does not parse gives the default.
+    pub fn parse(mode: Option<&str>, min_us: Option<&str>) -> GpuConfig {
+        let mode = match mode.map(str::trim) {
+            Some("off" | "0") => MODE_OFF,
+            Some("on" | "1") => MODE_ON,
+            _ => MODE_DUTY,
+        };
+        let min_us: u64 = min_us.and_then(|v| v.trim().parse().ok()).unwrap_or(10);
+        GpuConfig {
+            mode,
+            min_gap_ns: min_us.saturating_mul(1000),
+        }
+    }
+}
+
+/// The tracker, shared by the GPU thread and CUPTI's buffer callbacks (which may run on
+/// CUPTI's own thread).
+static TRACKER: Mutex<Option<Tracker>> = Mutex::new(None);
+/// The segment the GPU thread writes into (a leaked `&'static SegmentWriter`).
+static SEGMENT: AtomicPtr<SegmentWriter> = AtomicPtr::new(std::ptr::null_mut());
+/// The CUPTI functions in use (a leaked `&'static cupti::Api`), once the source started.
+static API: AtomicPtr<cupti::Api> = AtomicPtr::new(std::ptr::null_mut());
+/// Set when another client registered activity callbacks or subscribed: syncspy is out.
+static FOREIGN: AtomicBool = AtomicBool::new(false);
+/// Serializes enabling, disabling and flushing between the GPU thread and a foreign client's
+/// takeover.
+static CONTROL: Mutex<bool> = Mutex::new(false);
+/// 0 not started, 1 started in this process image (a fork child does not trace).
+static STARTED: AtomicU8 = AtomicU8::new(0);
+/// The exit handler asks for a last pass (1) and waits for it (2).
+static EXIT: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    /// Set on the GPU thread: CUPTI calls it makes through the exported names are its own.
+    static ON_GPU_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+fn segment() -> Option<&'static SegmentWriter> {
+    let p = SEGMENT.load(Ordering::Acquire);
+    // SAFETY: stored once from a leaked `&'static SegmentWriter` (the runtime is never freed).
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn api() -> Option<&'static cupti::Api> {
+    let p = API.load(Ordering::Acquire);
+    // SAFETY: stored once from a leaked Box, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// The records of a completed buffer (CUPTI's callback).
+fn sink(acts: &[Activity]) {
+    if let Ok(mut t) = TRACKER.lock() {
+        if let Some(t) = t.as_mut() {
+            for a in acts {
+                t.add(*a);
+            }
+        }
+    }
+}
+
+/// Starts GPU tracing for the process whose segment is `seg` (at its first hooked call,
+/// once per process image): a thread of its own does the rest. Never blocks the caller
+/// beyond spawning it.
+pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
+    if STARTED.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
+    let g = seg.gpu();
+    g.mode.store(cfg.mode, Ordering::Relaxed);
+    g.min_gap_ns.store(cfg.min_gap_ns, Ordering::Relaxed);
+    g.window_ns.store(WINDOW_NS, Ordering::Relaxed);
+    if cfg.mode == MODE_OFF {
+        g.state.store(GPU_OFF, Ordering::Release);
+        return;
+    }
+    SEGMENT.store(seg as *const _ as *mut _, Ordering::Release);
+    let spawned = std::thread::Builder::new()
+        .name("syncspy-gpu".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            ON_GPU_THREAD.with(|c| c.set(true));
+            let _ = std::panic::catch_unwind(|| run(seg, cfg));
+            EXIT.store(2, Ordering::Release);
+        });
+    if spawned.is_err() {
+        g.state.store(GPU_UNAVAILABLE, Ordering::Release);
+    }
+}
+
+/// The GPU thread.
+fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
+    let g = seg.gpu();
+    let unavailable = || g.state.store(GPU_UNAVAILABLE, Ordering::Release);
+    let Some(handle) = cupti::open_library() else {
+        return unavailable();
+    };
+    let Some(api) = cupti::Api::load(handle) else {
+        return unavailable();
+    };
+    if FOREIGN.load(Ordering::Acquire) || !sole_client(&api) {
+        g.yields.fetch_add(1, Ordering::Relaxed);
+        g.state.store(GPU_YIELDED, Ordering::Release);
+        return;
+    }
+    g.source.store(
+        if api.simulated {
+            SOURCE_SIMULATED
+        } else {
+            SOURCE_CUPTI
+        },
+        Ordering::Relaxed,
+    );
+    let mut tracker = Tracker::new(cfg.min_gap_ns, WINDOW_NS);
+    // Timestamps on the host clock: CUPTI calls ours, or the offset is measured.
+    let on_host_clock = api.register_timestamp.is_some_and(|f| {
+        // SAFETY: cuptiActivityRegisterTimestampCallback with a function that only reads
+        // CLOCK_MONOTONIC; called before any activity kind is enabled, as CUPTI requires.
+        unsafe { f(Some(cupti::monotonic_timestamp)) == cupti::OK }
+    });
+    if !on_host_clock {
+        match cupti::measure_offset(api.get_timestamp) {
+            Some(off) => tracker.set_offset(off),
+            None => return unavailable(),
+        }
+    }
+    if let Ok(mut t) = TRACKER.lock() {
+        *t = Some(tracker);
+    }
+    let api: &'static cupti::Api = Box::leak(Box::new(api));
+    cupti::NEXT_RECORD.store(api.get_next_record as *mut (), Ordering::Release);
+    cupti::SINK.store(sink as fn(&[Activity]) as *mut (), Ordering::Release);
+    // SAFETY: CUPTI's registration with two `extern "C"` functions of this library, which
+    // stays loaded (preloaded) for the life of the process.
+    let rc = unsafe {
+        (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
+    };
+    if rc != cupti::OK {
+        return unavailable();
+    }
+    API.store(api as *const _ as *mut _, Ordering::Release);
+    let t0 = now_ns();
+    if !set_enabled(api, true) {
+        return unavailable();
+    }
+    g.state.store(GPU_TRACING, Ordering::Release);
+    let mut tracing = true;
+    let mut traced_since = t0;
+    let mut next_flush = t0 + FLUSH_NS;
+    loop {
+        if FOREIGN.load(Ordering::Acquire) {
+            // `step_back` disabled and flushed already; account what arrived and stop.
+            finish(now_ns());
+            g.traced_ns
+                .fetch_add(now_ns().saturating_sub(traced_since), Ordering::Relaxed);
+            return;
+        }
+        if EXIT.load(Ordering::Acquire) == 1 {
+            if tracing {
+                flush(api);
+            }
+            finish(now_ns());
+            return;
+        }
+        let now = now_ns();
+        if now < next_flush {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        next_flush = now + FLUSH_NS;
+        if cfg.mode == MODE_DUTY {
+            let in_on = (now - t0) % DUTY_PERIOD_NS < DUTY_ON_NS;
+            if tracing && !in_on {
+                if !pause(api) {
+                    return;
+                }
+                g.traced_ns
+                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
+                g.state.store(GPU_PAUSED, Ordering::Release);
+                tracing = false;
+                continue;
+            }
+            if !tracing && in_on {
+                if !set_enabled(api, true) {
+                    return unavailable();
+                }
+                traced_since = now;
+                g.state.store(GPU_TRACING, Ordering::Release);
+                tracing = true;
+            }
+        }
+        if tracing {
+            flush(api);
+            if !on_host_clock {
+                if let Some(off) = cupti::measure_offset(api.get_timestamp) {
+                    if let Ok(mut t) = TRACKER.lock() {
+                        if let Some(t) = t.as_mut() {
+                            t.set_offset(off);
+                        }
+                    }
+                }
+            }
+            advance(now.saturating_sub(HOLD_NS));
+            g.traced_ns
+                .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
+            traced_since = now;
+        }
+    }
+}
+
+/// Whether no other client holds CUPTI: a subscription fails when one has subscribed.
+fn sole_client(api: &cupti::Api) -> bool {
+    let mut sub: cudarc::cupti::sys::CUpti_SubscriberHandle = std::ptr::null_mut();
+    // SAFETY: cuptiSubscribe with a valid out-pointer, no callback and no user data; the
+    // subscription is released at once.
+    unsafe {
+        if (api.subscribe)(&mut sub, None, std::ptr::null_mut()) != cupti::OK {
+            return false;
+        }
+        (api.unsubscribe)(sub);
+    }
+    true
+}
+
+/// Enables (or disables) the traced kinds; on a failure to enable, disables those enabled.
+fn set_enabled(api: &cupti::Api, on: bool) -> bool {
+    let Ok(_c) = CONTROL.lock() else {
+        return false;
+    };
+    if FOREIGN.load(Ordering::Acquire) {
+        return false;
+    }
+    for (i, k) in cupti::KINDS.iter().enumerate() {
+        // SAFETY: cuptiActivityEnable/Disable with a kind CUPTI defines.
+        let rc = unsafe {
+            if on {
+                (api.enable)(*k)
+            } else {
+                (api.disable)(*k)
+            }
+        };
+        if on && rc != cupti::OK {
+            for k in &cupti::KINDS[..i] {
+                // SAFETY: as above.
+                unsafe { (api.disable)(*k) };
+            }
+            return false;
+        }
+    }
+    true
+}
+
+/// Duty mode's off phase: kinds disabled, buffers flushed, everything accounted.
+fn pause(api: &cupti::Api) -> bool {
+    if !set_enabled(api, false) {
+        return false;
+    }
+    flush(api);
+    let now = now_ns();
+    publish(|t, out| t.stop(now, out));
+    true
+}
+
+fn flush(api: &cupti::Api) {
+    if let Ok(_c) = CONTROL.lock() {
+        // SAFETY: cuptiActivityFlushAll(0): delivers completed buffers to the callbacks.
+        unsafe { (api.flush_all)(0) };
+    }
+    if let (Some(seg), Some(n)) = (segment(), api.num_dropped) {
+        let mut dropped = 0usize;
+        // SAFETY: cuptiActivityGetNumDroppedRecords for all contexts (NULL) and streams (0)
+        // with a valid out-pointer.
+        if unsafe { n(std::ptr::null_mut(), 0, &mut dropped) } == cupti::OK && dropped > 0 {
+            seg.gpu()
+                .dropped
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+fn advance(watermark: u64) {
+    publish(|t, out| t.advance(watermark, out));
+}
+
+/// The last pass: everything delivered is final.
+fn finish(at: u64) {
+    publish(|t, out| t.stop(at, out));
+}
+
+/// Runs `f` on the tracker and writes what it reports, and the counters, into the segment.
+fn publish(f: impl FnOnce(&mut Tracker, &mut dyn FnMut(Event))) {
+    let Some(seg) = segment() else { return };
+    let Ok(mut guard) = TRACKER.lock() else {
+        return;
+    };
+    let Some(t) = guard.as_mut() else { return };
+    let mut gaps = Vec::new();
+    f(t, &mut |e| {
+        if let Event::Gap {
+            device,
+            start_ns,
+            len_ns,
+        } = e
+        {
+            gaps.push((device, start_ns, len_ns));
+        }
+    });
+    let g = seg.gpu();
+    let r = Ordering::Relaxed;
+    let mut late = 0;
+    for (id, tot) in t.totals() {
+        late += tot.late_ns;
+        let Some(d) = seg.gpu_device(id as i32) else {
+            continue;
+        };
+        d.span_ns.store(tot.span_ns, r);
+        d.busy_ns.store(tot.busy_ns, r);
+        d.short_gaps.store(tot.short_gaps, r);
+        d.short_gap_ns.store(tot.short_gap_ns, r);
+        d.final_ns.store(tot.final_ns, r);
+        if let Some(p) = tot.last_sample_ppm {
+            d.sample_ppm.store(p, r);
+        }
+    }
+    g.late_ns.store(late, r);
+    g.records.store(cupti::RECORDS.load(Ordering::Relaxed), r);
+    drop(guard);
+    for (device, start, len) in gaps {
+        seg.record_gpu_idle(device as i32, start, len);
+    }
+}
+
+/// From the exit handler: asks the GPU thread for a last pass (flush, everything delivered
+/// accounted) and waits for it at most 300 ms.
+pub fn at_exit() {
+    if STARTED.load(Ordering::Acquire) == 0 || segment().is_none() {
+        return;
+    }
+    if EXIT
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let deadline = now_ns() + 300_000_000;
+    while EXIT.load(Ordering::Acquire) != 2 && now_ns() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// In a fork child: the parent's GPU thread is not there, so nothing waits for it at exit or
+/// writes into the parent's segment from here (the child does not trace its GPU).
+pub fn after_fork_in_child() {
+    SEGMENT.store(std::ptr::null_mut(), Ordering::Release);
+    API.store(std::ptr::null_mut(), Ordering::Release);
+    EXIT.store(2, Ordering::Release);
+}
+
+/// Another client takes CUPTI over: syncspy's kinds off, its buffers back to it, counted.
+fn step_back() {
+    if ON_GPU_THREAD.with(|c| c.get()) {
+        return;
+    }
+    if FOREIGN.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(seg) = segment() else { return };
+    if let Some(api) = api() {
+        if let Ok(_c) = CONTROL.lock() {
+            for k in cupti::KINDS {
+                // SAFETY: cuptiActivityDisable with a kind CUPTI defines.
+                unsafe { (api.disable)(k) };
+            }
+            // SAFETY: as in `flush`: syncspy's outstanding buffers come back to syncspy's
+            // callback before the other client registers its own.
+            unsafe { (api.flush_all)(0) };
+        }
+    }
+    let g = seg.gpu();
+    g.yields.fetch_add(1, Ordering::Relaxed);
+    g.state.store(GPU_YIELDED, Ordering::Release);
+}
+
+/// The real CUPTI function `name`: the next definition after this library, or the one in the
+/// loaded libcupti when it was loaded `RTLD_LOCAL`.
+fn real_cupti(name: &CStr) -> *mut c_void {
+    // SAFETY: RTLD_NEXT and a C string.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if !p.is_null() {
+        return p;
+    }
+    for soname in [c"libcupti.so.13", c"libcupti.so.12", c"libcupti.so"] {
+        let p = crate::real::sym_in(soname.as_ptr(), name);
+        if !p.is_null() {
+            return p;
+        }
+    }
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    match crate::real::loaded_path_with(b"libcupti", &mut buf) {
+        Some(path) => crate::real::sym_in(path.as_ptr(), name),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// `CUPTI_ERROR_NOT_INITIALIZED`: what the exported CUPTI entry points return when no
+/// libcupti defines the real function (nobody could have called them then).
+const CUPTI_NOT_INITIALIZED: u32 = 15;
+
+#[allow(non_snake_case)] // CUPTI's name
+/// Another client (torch.profiler's Kineto, a user's CUPTI code) registers its activity
+/// callbacks: syncspy steps back first, then the call goes through unchanged.
+///
+/// # Safety
+/// Same contract as CUPTI's `cuptiActivityRegisterCallbacks`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
+    requested: cudarc::cupti::sys::CUpti_BuffersCallbackRequestFunc,
+    completed: cudarc::cupti::sys::CUpti_BuffersCallbackCompleteFunc,
+) -> u32 {
+    let _ = std::panic::catch_unwind(step_back);
+    let p = real_cupti(c"cuptiActivityRegisterCallbacks");
+    if p.is_null() {
+        return CUPTI_NOT_INITIALIZED;
+    }
+    // SAFETY: `p` is CUPTI's function of this name and signature; the arguments are the
+    // caller's.
+    unsafe {
+        let f: unsafe extern "C" fn(
+            cudarc::cupti::sys::CUpti_BuffersCallbackRequestFunc,
+            cudarc::cupti::sys::CUpti_BuffersCallbackCompleteFunc,
+        ) -> u32 = std::mem::transmute::<*mut c_void, _>(p);
+        f(requested, completed)
+    }
+}
+
+#[allow(non_snake_case)] // CUPTI's name
+/// Another client subscribes to CUPTI callbacks: syncspy steps back first (see above).
+///
+/// # Safety
+/// Same contract as CUPTI's `cuptiSubscribe`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cuptiSubscribe(
+    subscriber: *mut cudarc::cupti::sys::CUpti_SubscriberHandle,
+    callback: cudarc::cupti::sys::CUpti_CallbackFunc,
+    userdata: *mut c_void,
+) -> u32 {
+    let _ = std::panic::catch_unwind(step_back);
+    let p = real_cupti(c"cuptiSubscribe");
+    if p.is_null() {
+        return CUPTI_NOT_INITIALIZED;
+    }
+    // SAFETY: as above.
+    unsafe {
+        let f: unsafe extern "C" fn(
+            *mut cudarc::cupti::sys::CUpti_SubscriberHandle,
+            cudarc::cupti::sys::CUpti_CallbackFunc,
+            *mut c_void,
+        ) -> u32 = std::mem::transmute::<*mut c_void, _>(p);
+        f(subscriber, callback, userdata)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mode_defaults_to_duty_and_parses_off_and_on() {
+        let c = GpuConfig::parse(None, None);
+        assert_eq!((c.mode, c.min_gap_ns), (MODE_DUTY, 10_000));
+        assert_eq!(GpuConfig::parse(Some("off"), None).mode, MODE_OFF);
+        assert_eq!(GpuConfig::parse(Some(" on "), Some("50")).mode, MODE_ON);
+        assert_eq!(GpuConfig::parse(Some("on"), Some("50")).min_gap_ns, 50_000);
+        assert_eq!(GpuConfig::parse(Some("sometimes"), Some("x")), c);
+    }
+}
