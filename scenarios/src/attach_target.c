@@ -8,6 +8,7 @@
  *   memcpy N      N x cudaMemcpy 4 KiB device to host     -> "done memcpy N"
  *   dlopen PATH   dlopen(PATH, RTLD_NOW|RTLD_LOCAL)       -> "done dlopen"
  *   lib N         N x caller_work(1, 10) of that library  -> "done lib N"
+ *   fork N        a child makes N x cudaStreamSynchronize(0) and exits 0 -> "done fork N STATUS"
  *   storm on|off  a thread sends SIGUSR1 to the process and SIGRTMIN to the main thread
  *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function, then "done slots"
  *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N stack N" and exits
@@ -32,6 +33,7 @@
 #include <errno.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -291,6 +293,15 @@ int main(void) {
         } else if (sscanf(line, "lib %ld", &n) == 1) {
             for (long i = 0; i < n && caller_work; i++) caller_work(1, 10);
             printf("done lib %ld\n", n);
+        } else if (sscanf(line, "fork %ld", &n) == 1) {
+            pid_t child = fork();
+            if (child == 0) {
+                for (long i = 0; i < n; i++) cudaStreamSynchronize(NULL);
+                _exit(0);
+            }
+            int st = -1;
+            waitpid(child, &st, 0);
+            printf("done fork %ld %d\n", n, st);
         } else if (strcmp(line, "storm on") == 0) {
             storm = 1;
             printf("done storm\n");

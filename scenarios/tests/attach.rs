@@ -335,6 +335,34 @@ fn a_thread_in_epoll_wait_sees_no_eintr() {
 }
 
 #[test]
+fn a_child_forked_while_attached_is_recorded_and_one_forked_after_is_not() {
+    let dir = TempDir::new("attach-fork");
+    let mut t = Target::start(NOW, &[]);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert_eq!(t.cmd("fork 4"), "done fork 4 0");
+    assert_eq!(t.cmd("sync 1"), "done sync 1");
+    let r = a.finish();
+    let procs = r["processes"].as_array().unwrap();
+    let calls = |me: bool| -> u64 {
+        procs
+            .iter()
+            .filter(|p| (p["pid"].as_i64() == Some(t.pid as i64)) == me)
+            .map(|p| {
+                p["apis"]["cudaStreamSynchronize"]["count"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!((calls(true), calls(false)), (1, 4), "{r:#}");
+    // Detached: a new child inherits the restored GOT and records nothing.
+    assert_eq!(t.cmd("fork 2"), "done fork 2 0");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(segments_in(dir.path()), 0);
+    assert_eq!(t.exit(0).0.code(), Some(0));
+}
+
+#[test]
 fn the_thread_attach_chooses_itself() {
     let dir = TempDir::new("attach-auto");
     let mut t = Target::start(NOW, &[]);
