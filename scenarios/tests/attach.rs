@@ -218,9 +218,26 @@ fn start_attach(
 
 impl Attach {
     /// Ctrl-C: detach, report. Returns the report.
-    fn finish(mut self) -> Value {
+    fn finish(self) -> Value {
         // SAFETY: kill of our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.report()
+    }
+
+    /// `syncspy detach PID` from another process; this attach ends and reports.
+    fn detach_from_outside(self, pid: i32, dir: &TempDir) -> Value {
+        let out = Command::new(artifact("syncspy"))
+            .args(["detach", &pid.to_string()])
+            .env("SYNCSPY_DIR", dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("detached from process"), "{err}");
+        self.report()
+    }
+
+    fn report(mut self) -> Value {
         let st = self.child.wait().unwrap();
         self.log.extend(self.stderr.iter().map(|l| l + "\n"));
         assert!(st.success(), "syncspy attach: {st}\n{}", self.log);
@@ -363,12 +380,22 @@ fn a_child_forked_while_attached_is_recorded_and_one_forked_after_is_not() {
 }
 
 #[test]
-fn the_thread_attach_chooses_itself() {
+fn the_thread_attach_chooses_itself_and_syncspy_detach_ends_it() {
     let dir = TempDir::new("attach-auto");
     let mut t = Target::start(NOW, &[]);
     let a = start_attach(&t, &dir, &[], &[]).unwrap();
     assert_eq!(t.cmd("sync 3"), "done sync 3");
-    assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 3);
+    let r = a.detach_from_outside(t.pid, &dir);
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 3);
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    // Nothing to detach any more.
+    let out = Command::new(artifact("syncspy"))
+        .args(["detach", &t.pid.to_string()])
+        .env("SYNCSPY_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not attached"));
     assert_eq!(t.exit(0).0.code(), Some(0));
 }
 

@@ -469,11 +469,16 @@ pub fn detach(pid: i32) -> Result<(), RunError> {
     if std::fs::remove_file(&control).is_err() {
         return Err(setup(format!("process {pid} is not attached")));
     }
+    // Confirmed by the library's "detached" line, or by the attaching syncspy, which removes
+    // the report once it has seen that line (or no report: it was not armed yet).
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline && alive(pid) {
-        if std::fs::read_to_string(&report).is_ok_and(|r| r.contains("detached\n")) {
-            eprintln!("syncspy: detached from process {pid}");
-            return Ok(());
+        match std::fs::read_to_string(&report) {
+            Ok(r) if !r.contains("detached\n") => {}
+            _ => {
+                eprintln!("syncspy: detached from process {pid}");
+                return Ok(());
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
