@@ -116,7 +116,23 @@ fn dormant_by_env_cached() -> bool {
     *V.get_or_init(dormant_by_env)
 }
 
+/// Whether the control file may configure this process: a regular file (not a link) owned
+/// by this process's user or by root. /dev/shm is shared: another user must not be able to
+/// arm a dormant process or choose where it writes.
+fn trusted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    m.file_type().is_file() && (m.uid() == me || m.uid() == 0)
+}
+
 fn read_settings(path: &Path) -> Option<Vec<(String, String)>> {
+    if !trusted(path) {
+        return None;
+    }
     let text = std::fs::read_to_string(path).ok()?;
     Some(
         text.lines()
@@ -347,6 +363,15 @@ mod tests {
             ]
         );
         assert_eq!(read_settings(&d.path().join("missing")), None);
+        // A link is not followed, whoever owns it.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).expect("symlink");
+        assert_eq!(read_settings(&link), None);
+        // Another user's file is refused (this part needs the right to chown: root, as CI).
+        let other = d.file("other", "SYNCSPY_DIR=/x\n");
+        if std::os::unix::fs::chown(&other, Some(54321), None).is_ok() {
+            assert_eq!(read_settings(&other), None);
+        }
         assert_eq!(report_path(&p), d.path().join("ctl.report"));
     }
 }
