@@ -120,6 +120,9 @@ enum Cmd {
         /// instead of the one attach chooses
         #[arg(long, value_name = "TID")]
         thread: Option<i32>,
+        /// Show the live monitor (syncspy-top) while attached; quitting it (q) detaches
+        #[arg(long)]
+        tui: bool,
     },
     /// End an attach (of any `syncspy attach`): the process stops recording and runs on
     Detach {
@@ -291,6 +294,7 @@ fn main() -> ExitCode {
             duration,
             report,
             thread,
+            tui,
         } => {
             let mut opts = syncspy_agent::attach::AttachOptions::new(pid);
             opts.duration = duration
@@ -298,6 +302,7 @@ fn main() -> ExitCode {
                 .map(std::time::Duration::from_secs_f64);
             opts.report = report;
             opts.thread = thread;
+            opts.tui = tui;
             if let Some(ms) = std::env::var("SYNCSPY_ATTACH_LEASE_MS")
                 .ok()
                 .and_then(|v| v.trim().parse().ok())

@@ -506,7 +506,8 @@ fn the_attacher_killed_after_any_step_leaves_the_target_unharmed() {
 fn the_process_ending_while_attached_keeps_its_exit_code() {
     let dir = TempDir::new("attach-exit");
     let mut t = Target::start(NOW, &[]);
-    let mut a = start_attach(&t, &dir, &[], &[]).unwrap();
+    // Without a terminal, --tui says so and attaches without the monitor.
+    let mut a = start_attach(&t, &dir, &["--tui"], &[]).unwrap();
     assert_eq!(t.cmd("sync 2"), "done sync 2");
     let (st, _) = t.exit(42);
     assert_eq!(st.code(), Some(42));
@@ -514,6 +515,7 @@ fn the_process_ending_while_attached_keeps_its_exit_code() {
     a.log.extend(a.stderr.iter().map(|l| l + "\n"));
     assert!(ast.success(), "{}", a.log);
     assert!(a.log.contains("it ended"), "{}", a.log);
+    assert!(a.log.contains("--tui needs a terminal"), "{}", a.log);
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&a.report).unwrap()).unwrap();
     assert_eq!(count(&r, "cudaStreamSynchronize"), 2);
 }

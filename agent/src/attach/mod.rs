@@ -21,7 +21,7 @@ use syncspy_read::symbolize::Symbolizer;
 
 use crate::run::{
     check_output_path, find_library, library_dirs, new_session, segment_dir, RunError, DIR_ENV,
-    LIB_ENV, LIB_NAME,
+    LIB_ENV, LIB_NAME, TOP_NAME,
 };
 use crate::summary;
 
@@ -36,6 +36,8 @@ pub struct AttachOptions {
     /// Inject through this thread instead of the idlest one.
     pub thread: Option<i32>,
     pub print_summary: bool,
+    /// Show the live monitor (syncspy-top) while attached; quitting it detaches.
+    pub tui: bool,
     pub poll_interval: Duration,
     pub lease_ms: u64,
 }
@@ -48,6 +50,7 @@ impl AttachOptions {
             report: None,
             thread: None,
             print_summary: true,
+            tui: false,
             poll_interval: Duration::from_millis(100),
             lease_ms: DEFAULT_LEASE_MS,
         }
@@ -341,6 +344,14 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         );
     }
 
+    // The monitor, on the terminal, follows this attach's session; quitting it ends the
+    // attach.
+    let mut monitor = if opts.tui {
+        start_monitor(session, &seg_dir)
+    } else {
+        None
+    };
+
     // Follow until the end.
     let mut follower: Follower = Follower::new(&seg_dir, Some(session));
     let mut last_touch = Instant::now();
@@ -350,6 +361,12 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         follower.poll();
         if STOP.load(Ordering::Relaxed) {
             break;
+        }
+        if let Some(m) = &mut monitor {
+            if !matches!(m.try_wait(), Ok(None)) {
+                monitor = None;
+                break;
+            }
         }
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -385,6 +402,10 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
                 t.pid, opts.lease_ms
             );
         }
+    }
+    // Detached (or the process ended): the monitor shows it until the user quits it.
+    if let Some(mut m) = monitor {
+        let _ = m.wait();
     }
     let coverage: Vec<String> = std::fs::read_to_string(&report_out)
         .unwrap_or_default()
@@ -457,6 +478,45 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         coverage,
         detached,
     })
+}
+
+/// Starts `syncspy-top --session S --dir DIR` on this terminal; None (with a notice) without
+/// a terminal or without the monitor's binary.
+fn start_monitor(session: u64, seg_dir: &Path) -> Option<std::process::Child> {
+    use std::io::IsTerminal;
+    if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+        eprintln!(
+            "syncspy: --tui needs a terminal on stdin and stdout; attached without the monitor"
+        );
+        return None;
+    }
+    let Some(top) = library_dirs()
+        .iter()
+        .map(|d| d.join(TOP_NAME))
+        .find(|p| p.is_file())
+    else {
+        eprintln!(
+            "syncspy: --tui: {TOP_NAME} not found next to syncspy (build it with `cargo build \
+             -p syncspy-tui`); attached without the monitor"
+        );
+        return None;
+    };
+    match std::process::Command::new(&top)
+        .arg("--session")
+        .arg(session.to_string())
+        .arg("--dir")
+        .arg(seg_dir)
+        .spawn()
+    {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "syncspy: cannot start {}: {e}; attached without the monitor",
+                top.display()
+            );
+            None
+        }
+    }
 }
 
 /// `syncspy detach PID`: ends an attach (of this or another `syncspy attach`) by removing
