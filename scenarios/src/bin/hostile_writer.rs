@@ -51,7 +51,7 @@ fn main() {
         for (w, seg) in writers.iter().enumerate() {
             for _ in 0..256 {
                 n += 1;
-                let site = if n % 4 == 0 {
+                let site = if n.is_multiple_of(4) {
                     // A new distinct stack each time, until the table is full.
                     seg.intern_site(&[n, n ^ 0x5555, w as u64]).unwrap_or(0)
                 } else {
