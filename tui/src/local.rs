@@ -158,6 +158,7 @@ impl Extra {
         let mut fresh = ProcessAgg::new(f.reader.ident());
         fresh.live = f.agg.live.clone();
         fresh.gone_ns = f.agg.gone_ns;
+        fresh.job = f.agg.job.clone();
         f.state.baseline = Some(f.agg.live.clone());
         f.agg = fresh;
         f.state.window.clear();
