@@ -27,6 +27,34 @@ pub enum ProcSort {
     Stall,
     Events,
     Pid,
+    /// Ranks grouped by job, the job whose straggler stands out most first, each job's
+    /// ranks by stall time (the straggler on top); processes outside a job after, by stall
+    /// time.
+    Job,
+}
+
+/// Per job among `procs`: the straggler score, how far its ranks' largest stall time (since
+/// start) stands above the median of the others' (the measure of the report's `jobs`, on
+/// host stall time).
+pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, u64> {
+    let mut by_job: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    for p in procs {
+        if let Some(j) = &p.job {
+            by_job
+                .entry(j.job.clone())
+                .or_default()
+                .push(p.all.stall_ns);
+        }
+    }
+    by_job
+        .into_iter()
+        .map(|(job, mut v)| {
+            v.sort_unstable();
+            let max = v.pop().unwrap_or(0);
+            let median = if v.is_empty() { max } else { v[v.len() / 2] };
+            (job, max.saturating_sub(median))
+        })
+        .collect()
 }
 
 /// Order of the call sites.
@@ -43,6 +71,7 @@ impl ProcSort {
             ProcSort::Stall => "stall/s",
             ProcSort::Events => "events/s",
             ProcSort::Pid => "pid",
+            ProcSort::Job => "job straggler",
         }
     }
 }
@@ -254,6 +283,18 @@ impl App {
                 r(b).total_cmp(&r(a)).then(a.pid.cmp(&b.pid))
             }),
             ProcSort::Pid => v.sort_by_key(|p| (p.pid, p.start_ticks)),
+            ProcSort::Job => {
+                let score = job_scores(&v);
+                v.sort_by(|a, b| {
+                    let job = |p: &Proc| p.job.as_ref().map(|j| j.job.clone());
+                    let s = |p: &Proc| job(p).and_then(|j| score.get(&j).copied());
+                    // Jobs first (highest straggler score first), then the rest.
+                    s(b).cmp(&s(a))
+                        .then(job(a).cmp(&job(b)))
+                        .then(b.all.stall_ns.cmp(&a.all.stall_ns))
+                        .then(a.pid.cmp(&b.pid))
+                })
+            }
         }
         v
     }
@@ -412,7 +453,8 @@ impl App {
                     self.proc_sort = match self.proc_sort {
                         ProcSort::Stall => ProcSort::Events,
                         ProcSort::Events => ProcSort::Pid,
-                        ProcSort::Pid => ProcSort::Stall,
+                        ProcSort::Pid => ProcSort::Job,
+                        ProcSort::Job => ProcSort::Stall,
                     }
                 }
                 _ => {

@@ -436,6 +436,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             sites: recent_sites,
             stall_ns: recent_stall,
         }),
+        job: a.job.as_ref().map(|j| crate::model::RankOf {
+            job: j.id.clone(),
+            rank: j.rank,
+        }),
     };
     // Ask for the stacks not symbolized yet.
     if !want.is_empty() {

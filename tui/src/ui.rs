@@ -193,7 +193,10 @@ impl App {
                     Cell::from(stall_rate(p.stall_per_s, self.ascii)),
                     Cell::from(gpu),
                     dropped,
-                    Cell::from(p.command.clone()),
+                    Cell::from(match &p.job {
+                        Some(j) => format!("[{}] {}", j.label(), p.command),
+                        None => p.command.clone(),
+                    }),
                 ]);
                 if Some(p.key()) == cur {
                     row = row.style(selected());
@@ -565,7 +568,7 @@ impl App {
             ("Tab, Shift-Tab", "next / previous pane"),
             (
                 "s",
-                "sort: processes by stall/s, events/s, pid; sites by total, count, p99",
+                "sort: processes by stall/s, events/s, pid, job straggler; sites by total, count, p99",
             ),
             ("w", "window: last N seconds / since start (or reset)"),
             ("p, Space", "pause (keep showing this refresh)"),
