@@ -33,10 +33,35 @@ pub enum ProcSort {
     Job,
 }
 
-/// Per job among `procs`: the straggler score, how far its ranks' largest stall time (since
-/// start) stands above the median of the others' (the measure of the report's `jobs`, on
-/// host stall time).
-pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, u64> {
+/// A job's ranks among the listed processes, on host stall time since start (the measure of
+/// the report's `jobs` without GPU activity).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobScore {
+    pub ranks: usize,
+    /// The largest stall time of a rank.
+    pub max_ns: u64,
+    /// The median of the other ranks' stall times (`max_ns` for a job of one rank).
+    pub others_median_ns: u64,
+}
+
+impl JobScore {
+    /// The straggler score: how far the slowest rank stands above the others' median.
+    pub fn score(&self) -> u64 {
+        self.max_ns.saturating_sub(self.others_median_ns)
+    }
+
+    /// Whether the slowest rank is named the straggler, by the report's rule: at least 1.25
+    /// times the others' median and 1 ms above it.
+    pub fn straggler(&self) -> bool {
+        self.ranks >= 2
+            && self.score() >= syncspy_read::jobs::MIN_EXCESS_NS
+            && self.max_ns as f64
+                >= self.others_median_ns as f64 * syncspy_read::jobs::STRAGGLER_FACTOR
+    }
+}
+
+/// Per job among `procs`, its [`JobScore`].
+pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore> {
     let mut by_job: std::collections::HashMap<String, Vec<u64>> = Default::default();
     for p in procs {
         if let Some(j) = &p.job {
@@ -50,9 +75,17 @@ pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, u64> {
         .into_iter()
         .map(|(job, mut v)| {
             v.sort_unstable();
-            let max = v.pop().unwrap_or(0);
-            let median = if v.is_empty() { max } else { v[v.len() / 2] };
-            (job, max.saturating_sub(median))
+            let ranks = v.len();
+            let max_ns = v.pop().unwrap_or(0);
+            let others_median_ns = if v.is_empty() { max_ns } else { v[v.len() / 2] };
+            (
+                job,
+                JobScore {
+                    ranks,
+                    max_ns,
+                    others_median_ns,
+                },
+            )
         })
         .collect()
 }
@@ -287,7 +320,7 @@ impl App {
                 let score = job_scores(&v);
                 v.sort_by(|a, b| {
                     let job = |p: &Proc| p.job.as_ref().map(|j| j.job.clone());
-                    let s = |p: &Proc| job(p).and_then(|j| score.get(&j).copied());
+                    let s = |p: &Proc| job(p).and_then(|j| score.get(&j).map(JobScore::score));
                     // Jobs first (highest straggler score first), then the rest.
                     s(b).cmp(&s(a))
                         .then(job(a).cmp(&job(b)))

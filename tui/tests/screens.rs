@@ -642,10 +642,31 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
     assert_eq!(app.proc_sort, ProcSort::Job);
     let pids: Vec<u32> = app.processes().iter().map(|p| p.pid).collect();
     assert_eq!(pids, [23, 21, 20, 11, 10, 700]);
-    let text = screen(&app, 120, 30);
+    let text = screen(&app, 160, 60);
     assert!(text.contains("by job straggler"), "{text}");
     assert!(line_with(&text, "[exp-7 r3]").contains("23"), "{text}");
-    assert!(line_with(&text, "[even r0]").contains("10"), "{text}");
+    assert!(line_with(&text, "[even r1]").contains("11"), "{text}");
+    // A row per job above its ranks, saying whether one straggles.
+    let exp7 = text
+        .find("exp-7: straggler exp-7 r3: 400 ms stalled, 378 ms above")
+        .unwrap();
+    let r3 = text.find("[exp-7 r3]").unwrap();
+    let even = text.find("even: no straggler").unwrap();
+    assert!(exp7 < r3 && r3 < even, "{text}");
+    assert!(
+        line_with(&text, "exp-7: straggler").contains("3 ranks"),
+        "{text}"
+    );
+    // The selection moves over processes only; the job rows are not selectable.
+    let pids: Vec<u32> = (0..6)
+        .map(|i| {
+            if i > 0 {
+                app.update(Action::Down);
+            }
+            app.current().unwrap().pid
+        })
+        .collect();
+    assert_eq!(pids, [23, 21, 20, 11, 10, 700]);
     // Back to the first order.
     app.update(Action::Sort);
     assert_eq!(app.proc_sort, ProcSort::Stall);
