@@ -6,6 +6,13 @@
 //! seven event kinds) and `state` (running, exited, gone, unknown). No pid, command line or
 //! call site becomes a label; those are in `/api/v1/snapshot`. Counters stay monotonic
 //! across processes that end and are forgotten: their totals are kept per program.
+//!
+//! Distributed jobs (the job part of the segments, ABI 1.3) add `job_id` and `rank` labels to
+//! the `syncspy_job_*` series, from the live processes: at most [`MAX_JOBS`] job ids (those
+//! with the most host stall time; the rest fold into `job_id="other"`) and at most
+//! [`MAX_RANKS`] ranks per job (the rest fold into `rank="other"`; unknown ranks are
+//! `rank="unknown"`). Each node's agent exports its own ranks; Prometheus joins the nodes of a
+//! job by `job_id` (docs/cluster.md).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -40,6 +47,22 @@ struct StateLabels {
     program: String,
     state: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RankLabels {
+    job_id: String,
+    rank: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    job_id: String,
+}
+
+/// Job ids with series of their own per agent; the rest are `job_id="other"`.
+pub const MAX_JOBS: usize = 8;
+/// Ranks with series of their own per job and agent; the rest are `rank="other"`.
+pub const MAX_RANKS: usize = 64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
@@ -265,6 +288,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
         add_sat(&forgotten.get_or_create(&pl), f.processes);
     }
+    render_jobs(&mut reg, s);
     skipped.set(s.segments_skipped as i64);
     info.get_or_create(&VersionLabels {
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -274,6 +298,87 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)
+}
+
+/// The `syncspy_job_*` series of the live processes that are ranks of a job.
+fn render_jobs(reg: &mut Registry, s: &Snapshot) {
+    let stall = Family::<RankLabels, FloatCounter>::default();
+    let behind = Family::<RankLabels, FloatCounter>::default();
+    let ranks = Family::<JobLabels, Gauge>::default();
+    let straggler = Family::<JobLabels, Gauge>::default();
+    let excess = Family::<JobLabels, Gauge<f64, AtomicU64>>::default();
+    reg.register_with_unit(
+        "job_rank_stall",
+        "Time the host of a rank of a distributed job waited in CUDA calls (live processes; \
+         the rank's process on this node)",
+        Unit::Seconds,
+        stall.clone(),
+    );
+    reg.register_with_unit(
+        "job_rank_gpu_idle_behind_stalls",
+        "GPU idle time of a rank blamed on its own host stalls: its GPU sat still while its \
+         host waited (present when the rank's GPU is measured)",
+        Unit::Seconds,
+        behind.clone(),
+    );
+    reg.register(
+        "job_ranks",
+        "Ranks of a job followed by this agent",
+        ranks.clone(),
+    );
+    reg.register(
+        "job_straggler_rank",
+        "The rank named the straggler among this agent's ranks of a job (largest score, at \
+         least 1.25 times the others' median; absent when none stands out)",
+        straggler.clone(),
+    );
+    reg.register_with_unit(
+        "job_straggler_excess",
+        "How much longer the straggler's score is than the other ranks' median on this node",
+        Unit::Seconds,
+        excess.clone(),
+    );
+    let reports: Vec<_> = s.processes.iter().map(|p| p.report.clone()).collect();
+    let mut jobs = syncspy_read::jobs::jobs_of(&reports);
+    if jobs.is_empty() {
+        return;
+    }
+    // The jobs with the most stall time keep their id.
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns), j.id.clone()));
+    for (i, j) in jobs.iter().enumerate() {
+        let job_id = if i < MAX_JOBS {
+            j.id.clone()
+        } else {
+            "other".to_string()
+        };
+        let jl = JobLabels {
+            job_id: job_id.clone(),
+        };
+        ranks.get_or_create(&jl).inc_by(j.ranks.len() as i64);
+        if i < MAX_JOBS {
+            if let Some(st) = &j.straggler {
+                if let Some(r) = st.rank {
+                    straggler.get_or_create(&jl).set(i64::from(r));
+                }
+                excess.get_or_create(&jl).set(st.excess_ns as f64 / 1e9);
+            }
+        }
+        for (k, r) in j.ranks.iter().enumerate() {
+            let rank = match r.rank {
+                _ if i >= MAX_JOBS || k >= MAX_RANKS => "other".to_string(),
+                Some(r) => r.to_string(),
+                None => "unknown".to_string(),
+            };
+            let rl = RankLabels {
+                job_id: job_id.clone(),
+                rank,
+            };
+            stall.get_or_create(&rl).inc_by(r.stall_ns as f64 / 1e9);
+            if let Some(b) = r.gpu_idle_behind_stalls_ns {
+                behind.get_or_create(&rl).inc_by(b as f64 / 1e9);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -346,6 +451,84 @@ mod tests {
         ] {
             assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
         }
+    }
+
+    /// A live process that is rank `rank` of job `job`, stalled `stall_ms`.
+    fn rank_proc(job: &str, rank: Option<u32>, stall_ms: u64) -> SnapshotProcess {
+        SnapshotProcess {
+            program: "train.py".into(),
+            report: ProcessReport {
+                state: "running".into(),
+                stall_ns: stall_ms * 1_000_000,
+                job: Some(syncspy_read::jobs::JobRef {
+                    id: job.into(),
+                    launcher: "torchelastic".into(),
+                    rank,
+                    ..Default::default()
+                }),
+                ..ProcessReport::default()
+            },
+            latency: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn jobs_get_per_rank_series_and_their_cardinality_is_bounded() {
+        let mut processes = vec![
+            rank_proc("exp-7", Some(0), 20),
+            rank_proc("exp-7", Some(1), 22),
+            rank_proc("exp-7", Some(2), 250),
+            rank_proc("exp-7", None, 18),
+        ];
+        // Many small jobs: those past MAX_JOBS fold into "other".
+        for j in 0..MAX_JOBS + 3 {
+            processes.push(rank_proc(&format!("small-{j:02}"), Some(0), 1));
+        }
+        // One job with more ranks than MAX_RANKS on this node.
+        for r in 0..MAX_RANKS as u32 + 6 {
+            processes.push(rank_proc("wide", Some(r), 100));
+        }
+        let s = Snapshot {
+            processes,
+            ..Snapshot::default()
+        };
+        let m = render(&s).unwrap();
+        for line in [
+            r#"syncspy_job_rank_stall_seconds_total{job_id="exp-7",rank="0"} 0.02"#,
+            r#"syncspy_job_rank_stall_seconds_total{job_id="exp-7",rank="2"} 0.25"#,
+            r#"syncspy_job_rank_stall_seconds_total{job_id="exp-7",rank="unknown"} 0.018"#,
+            r#"syncspy_job_ranks{job_id="exp-7"} 4"#,
+            r#"syncspy_job_straggler_rank{job_id="exp-7"} 2"#,
+            r#"syncspy_job_straggler_excess_seconds{job_id="exp-7"} 0.23"#,
+            r#"syncspy_job_ranks{job_id="wide"} 70"#,
+            r#"syncspy_job_rank_stall_seconds_total{job_id="wide",rank="63"} 0.1"#,
+            // The six ranks past the limit, summed.
+            r#"syncspy_job_rank_stall_seconds_total{job_id="wide",rank="other"} 0.6"#,
+            // Jobs sorted by stall time: exp-7, wide and six of the small ones keep their
+            // id; the other five small jobs fold.
+            r#"syncspy_job_ranks{job_id="other"} 5"#,
+            r#"syncspy_job_rank_stall_seconds_total{job_id="other",rank="other"} 0.005"#,
+        ] {
+            assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
+        }
+        // Ranks that stall alike: no straggler series.
+        assert!(
+            !m.contains(r#"syncspy_job_straggler_rank{job_id="wide"}"#),
+            "{m}"
+        );
+        let job_ids: std::collections::BTreeSet<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("syncspy_job_ranks{"))
+            .collect();
+        assert_eq!(job_ids.len(), MAX_JOBS + 1, "{m}");
+        let wide_ranks = m
+            .lines()
+            .filter(|l| l.starts_with(r#"syncspy_job_rank_stall_seconds_total{job_id="wide""#))
+            .count();
+        assert_eq!(wide_ranks, MAX_RANKS + 1);
+        // No job: no job series at all.
+        let m = render(&Snapshot::default()).unwrap();
+        assert!(!m.contains("syncspy_job_rank_stall_seconds_total{"), "{m}");
     }
 
     #[test]

@@ -159,10 +159,58 @@ pub fn render(r: &Report) -> String {
             list.join(", ")
         );
     }
+    for j in &r.jobs {
+        render_job(&mut out, j);
+    }
     for w in &r.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
     out
+}
+
+/// A job's line (its straggler) and its ranks side by side.
+fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", j.summary());
+    let score = if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+        "GPU idle*"
+    } else {
+        "score"
+    };
+    let _ = writeln!(
+        out,
+        "  {:>6} {:>8} {:>6} {:>12} {:>12}  top call site",
+        "rank", "pid", "node", "host stalls", score
+    );
+    let straggler = j.straggler.as_ref().map(|s| s.pid);
+    for r in &j.ranks {
+        let opt = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>8} {:>6} {:>12} {:>12}  {}{}",
+            opt(r.rank),
+            r.pid,
+            opt(r.group_rank),
+            fmt_ns(r.stall_ns),
+            fmt_ns(r.score_ns),
+            r.top_site
+                .as_ref()
+                .map(|t| t.describe())
+                .unwrap_or_else(|| "-".into()),
+            if straggler == Some(r.pid) {
+                "  <- straggler"
+            } else {
+                ""
+            }
+        );
+    }
+    if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+        let _ = writeln!(
+            out,
+            "  * GPU idle time behind the rank's own host stalls: the time its GPU sat still \
+             while its host waited"
+        );
+    }
 }
 
 /// The command as one would type it: arguments with spaces or shell characters quoted.
@@ -206,6 +254,11 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         fmt_ns(p.stall_ns),
         pct(p.stall_ns, p.wall_ns)
     );
+    if let Some(j) = &p.job {
+        let rank = j.rank.map_or("?".to_string(), |r| r.to_string());
+        let of = j.world_size.map(|w| format!(" of {w}")).unwrap_or_default();
+        let _ = writeln!(out, "  rank {rank}{of} of job {} ({})", j.id, j.launcher);
+    }
     let _ = writeln!(
         out,
         "  {:<16} {:>9} {:>12} {:>10} {:>10} {:>10} {:>10} {:>7}",

@@ -215,21 +215,45 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
         ..ProcessReport::default()
     };
     r.kinds.insert("stream_sync".into(), Stats::default());
-    let s = Snapshot {
-        processes: vec![SnapshotProcess {
+    // Two ranks of a job, one stalling far longer (a straggler), with GPU idle data.
+    let rank = |rank: u32, stall_ns: u64| {
+        let mut p = ProcessReport {
+            state: "running".into(),
+            stall_ns,
+            job: Some(syncspy_read::jobs::JobRef {
+                id: "j".into(),
+                launcher: "torchelastic".into(),
+                rank: Some(rank),
+                ..Default::default()
+            }),
+            ..ProcessReport::default()
+        };
+        p.gpu.measured = true;
+        SnapshotProcess {
             program: "p".into(),
-            report: r,
-            latency: [(
-                "stream_sync".to_string(),
-                syncspy_agent::daemon::Latency {
-                    count: 1,
-                    sum_ns: 1_000,
-                    buckets: vec![1],
-                },
-            )]
-            .into_iter()
-            .collect(),
-        }],
+            report: p,
+            latency: Default::default(),
+        }
+    };
+    let s = Snapshot {
+        processes: vec![
+            rank(0, 1_000_000),
+            rank(1, 900_000_000),
+            SnapshotProcess {
+                program: "p".into(),
+                report: r,
+                latency: [(
+                    "stream_sync".to_string(),
+                    syncspy_agent::daemon::Latency {
+                        count: 1,
+                        sum_ns: 1_000,
+                        buckets: vec![1],
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            },
+        ],
         forgotten: [("p".to_string(), ForgottenProgram::default())]
             .into_iter()
             .collect(),
@@ -248,12 +272,14 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
         .flat_map(|p| p["targets"].as_array().unwrap().iter())
         .map(|t| t["expr"].as_str().unwrap().to_string())
         .collect();
-    queries.push(
-        dash["templating"]["list"][1]["definition"]
-            .as_str()
-            .unwrap()
-            .into(),
-    );
+    for var in [1, 2] {
+        queries.push(
+            dash["templating"]["list"][var]["definition"]
+                .as_str()
+                .unwrap()
+                .into(),
+        );
+    }
     let mut used = 0;
     for q in &queries {
         for (i, _) in q.match_indices("syncspy_") {

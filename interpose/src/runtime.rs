@@ -331,6 +331,10 @@ impl Runtime {
         params.site_capacity = cfg.sites;
         params.session = cfg.session;
         params.cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+        // The launcher's environment (torchrun, Slurm, MPI): which job this process is a
+        // rank of. Read like the settings above, once; nothing in it can fail.
+        params.job =
+            syncspy_abi::job::JobIdent::from_lookup(&|name| std::env::var(name).ok(), cfg.session);
         if cfg.python {
             params.python_code_capacity = crate::python::probe();
         }

@@ -420,6 +420,9 @@ pub struct ProcessAgg {
     copies: BTreeMap<(Kind, Direction), (u64, u64, u64)>,
     /// GPU idle gaps received, blamed on host stalls.
     pub gap_causes: GapCauses,
+    /// The distributed job the process is a rank of (ABI 1.3); set by whoever opened the
+    /// segment (`SegmentReader::job`), `None` by `new`.
+    pub job: Option<syncspy_abi::job::JobInfo>,
 }
 
 impl ProcessAgg {
@@ -444,6 +447,7 @@ impl ProcessAgg {
             sites: SiteMap::default(),
             copies: BTreeMap::new(),
             gap_causes: GapCauses::default(),
+            job: None,
         }
     }
 

@@ -262,7 +262,8 @@ impl<S> Follower<S> {
                     if self.session.is_some_and(|s| s != reader.ident().session) {
                         Seen::Ignored
                     } else {
-                        let agg = ProcessAgg::new(reader.ident());
+                        let mut agg = ProcessAgg::new(reader.ident());
+                        agg.job = reader.job();
                         let state = (self.make_state)(reader.ident());
                         self.followed.push(Followed {
                             key: SegmentKey::of(reader.ident()),

@@ -8,6 +8,8 @@
 //! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
 //! - [`report`]: the JSON report (version 1), how it is built from followed segments, read
 //!   and written; [`verdict`]: its `budget` section.
+//! - [`jobs`]: processes grouped by distributed job (ABI 1.3), ranks side by side, the
+//!   straggler.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
@@ -15,6 +17,7 @@
 pub mod advice;
 pub mod aggregate;
 pub mod follow;
+pub mod jobs;
 pub mod python;
 pub mod report;
 pub mod snapshot;

@@ -34,6 +34,10 @@ pub struct Report {
     /// Segments that could not be read, symbol files that could not be used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Processes grouped by distributed job (`processes[].job.id`), by job id; left out
+    /// when no process is a rank of a job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<crate::jobs::JobReport>,
     /// The verdict of `syncspy check`: each rule's result per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::verdict::BudgetReport>,
@@ -274,6 +278,10 @@ pub struct ProcessReport {
     /// The process's Python interpreter, as the library saw it (absent without Python).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonReport>,
+    /// The distributed job the process is a rank of (launcher's environment, ABI 1.3); left
+    /// out when it is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<crate::jobs::JobRef>,
 }
 
 fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
@@ -414,6 +422,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         copies,
         segment: f.reader.path().display().to_string(),
         python: PythonReport::of(&f.reader.python_status()),
+        job: a.job.as_ref().map(crate::jobs::JobRef::of),
     }
 }
 
@@ -606,10 +615,11 @@ pub fn build<S>(
 ) -> Report {
     let mut order: Vec<&Followed<S>> = processes.iter().collect();
     order.sort_by_key(|f| (f.agg.created_ns, f.agg.pid));
-    let processes = order
+    let processes: Vec<ProcessReport> = order
         .into_iter()
         .map(|f| process_report(f, sym, now_ns))
         .collect();
+    let jobs = crate::jobs::jobs_of(&processes);
     let mut warnings: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
     warnings.extend(sym.notes().iter().cloned());
     Report {
@@ -618,6 +628,7 @@ pub fn build<S>(
         exit_code: run.exit_code,
         wall_ns: run.wall_ns,
         processes,
+        jobs,
         warnings,
         budget: None,
     }

@@ -208,6 +208,10 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
             stall_ns,
         },
         recent: None,
+        job: r.job.as_ref().map(|j| crate::model::RankOf {
+            job: j.id.clone(),
+            rank: j.rank,
+        }),
     }
 }
 

@@ -27,6 +27,67 @@ pub enum ProcSort {
     Stall,
     Events,
     Pid,
+    /// Ranks grouped by job, the job whose straggler stands out most first, each job's
+    /// ranks by stall time (the straggler on top); processes outside a job after, by stall
+    /// time.
+    Job,
+}
+
+/// A job's ranks among the listed processes, on host stall time since start (the measure of
+/// the report's `jobs` without GPU activity).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobScore {
+    pub ranks: usize,
+    /// The largest stall time of a rank.
+    pub max_ns: u64,
+    /// The median of the other ranks' stall times (`max_ns` for a job of one rank).
+    pub others_median_ns: u64,
+}
+
+impl JobScore {
+    /// The straggler score: how far the slowest rank stands above the others' median.
+    pub fn score(&self) -> u64 {
+        self.max_ns.saturating_sub(self.others_median_ns)
+    }
+
+    /// Whether the slowest rank is named the straggler, by the report's rule: at least 1.25
+    /// times the others' median and 1 ms above it.
+    pub fn straggler(&self) -> bool {
+        self.ranks >= 2
+            && self.score() >= syncspy_read::jobs::MIN_EXCESS_NS
+            && self.max_ns as f64
+                >= self.others_median_ns as f64 * syncspy_read::jobs::STRAGGLER_FACTOR
+    }
+}
+
+/// Per job among `procs`, its [`JobScore`].
+pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore> {
+    let mut by_job: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    for p in procs {
+        if let Some(j) = &p.job {
+            by_job
+                .entry(j.job.clone())
+                .or_default()
+                .push(p.all.stall_ns);
+        }
+    }
+    by_job
+        .into_iter()
+        .map(|(job, mut v)| {
+            v.sort_unstable();
+            let ranks = v.len();
+            let max_ns = v.pop().unwrap_or(0);
+            let others_median_ns = if v.is_empty() { max_ns } else { v[v.len() / 2] };
+            (
+                job,
+                JobScore {
+                    ranks,
+                    max_ns,
+                    others_median_ns,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Order of the call sites.
@@ -43,6 +104,7 @@ impl ProcSort {
             ProcSort::Stall => "stall/s",
             ProcSort::Events => "events/s",
             ProcSort::Pid => "pid",
+            ProcSort::Job => "job straggler",
         }
     }
 }
@@ -254,6 +316,18 @@ impl App {
                 r(b).total_cmp(&r(a)).then(a.pid.cmp(&b.pid))
             }),
             ProcSort::Pid => v.sort_by_key(|p| (p.pid, p.start_ticks)),
+            ProcSort::Job => {
+                let score = job_scores(&v);
+                v.sort_by(|a, b| {
+                    let job = |p: &Proc| p.job.as_ref().map(|j| j.job.clone());
+                    let s = |p: &Proc| job(p).and_then(|j| score.get(&j).map(JobScore::score));
+                    // Jobs first (highest straggler score first), then the rest.
+                    s(b).cmp(&s(a))
+                        .then(job(a).cmp(&job(b)))
+                        .then(b.all.stall_ns.cmp(&a.all.stall_ns))
+                        .then(a.pid.cmp(&b.pid))
+                })
+            }
         }
         v
     }
@@ -412,7 +486,8 @@ impl App {
                     self.proc_sort = match self.proc_sort {
                         ProcSort::Stall => ProcSort::Events,
                         ProcSort::Events => ProcSort::Pid,
-                        ProcSort::Pid => ProcSort::Stall,
+                        ProcSort::Pid => ProcSort::Job,
+                        ProcSort::Job => ProcSort::Stall,
                     }
                 }
                 _ => {

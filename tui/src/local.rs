@@ -158,6 +158,7 @@ impl Extra {
         let mut fresh = ProcessAgg::new(f.reader.ident());
         fresh.live = f.agg.live.clone();
         fresh.gone_ns = f.agg.gone_ns;
+        fresh.job = f.agg.job.clone();
         f.state.baseline = Some(f.agg.live.clone());
         f.agg = fresh;
         f.state.window.clear();
@@ -434,6 +435,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             kinds: recent_kinds,
             sites: recent_sites,
             stall_ns: recent_stall,
+        }),
+        job: a.job.as_ref().map(|j| crate::model::RankOf {
+            job: j.id.clone(),
+            rank: j.rank,
         }),
     };
     // Ask for the stacks not symbolized yet.

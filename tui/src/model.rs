@@ -78,6 +78,25 @@ pub struct Proc {
     pub all: Scope,
     /// The last `window_secs` seconds; `None` when the source cannot tell.
     pub recent: Option<Scope>,
+    /// The distributed job the process is a rank of (ABI 1.3); `None` outside one.
+    pub job: Option<RankOf>,
+}
+
+/// A process's place in a distributed job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankOf {
+    pub job: String,
+    pub rank: Option<u32>,
+}
+
+impl RankOf {
+    /// `exp-7 r3` (`exp-7 r?` when the launcher gave no rank).
+    pub fn label(&self) -> String {
+        match self.rank {
+            Some(r) => format!("{} r{r}", self.job),
+            None => format!("{} r?", self.job),
+        }
+    }
 }
 
 impl Proc {

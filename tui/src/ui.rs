@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
 use unicode_width::UnicodeWidthStr;
 
-use crate::app::{App, Pane};
+use crate::app::{App, Pane, ProcSort};
 use crate::loghist::BAR_CELLS;
 use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
 
@@ -169,9 +169,45 @@ impl App {
             "PID", "STATE", "EV/S", "STALL/S", "GPU IDLE", "DROPPED", "COMMAND",
         ])
         .style(bold());
-        let rows: Vec<Row> = procs
-            .iter()
-            .map(|p| {
+        // In the job order, a row per job above its ranks; `keys` says which rows are
+        // processes.
+        let jobs = (self.proc_sort == ProcSort::Job).then(|| crate::app::job_scores(&procs));
+        let mut keys: Vec<Option<crate::model::ProcessKey>> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
+        let mut last_job: Option<&str> = None;
+        for p in &procs {
+            let job = p.job.as_ref().map(|j| j.job.as_str());
+            if let (Some(scores), Some(id)) = (&jobs, job) {
+                if last_job != Some(id) {
+                    let s = scores.get(id).copied().unwrap_or_default();
+                    let verdict = if s.straggler() {
+                        format!(
+                            "straggler {}: {} stalled, {} above the others' median",
+                            p.job.as_ref().map(|j| j.label()).unwrap_or_default(),
+                            dur(s.max_ns, self.ascii),
+                            dur(s.score(), self.ascii)
+                        )
+                    } else {
+                        "no straggler".to_string()
+                    };
+                    rows.push(
+                        Row::new(vec![
+                            Cell::from("JOB"),
+                            Cell::from(format!("{} ranks", s.ranks)),
+                            Cell::from(""),
+                            Cell::from(""),
+                            Cell::from(""),
+                            Cell::from(""),
+                            Cell::from(format!("{id}: {verdict}")),
+                        ])
+                        .style(bold()),
+                    );
+                    keys.push(None);
+                }
+            }
+            last_job = job;
+            keys.push(Some(p.key()));
+            rows.push({
                 let state_style = if p.state.ended() {
                     dim()
                 } else {
@@ -193,14 +229,17 @@ impl App {
                     Cell::from(stall_rate(p.stall_per_s, self.ascii)),
                     Cell::from(gpu),
                     dropped,
-                    Cell::from(p.command.clone()),
+                    Cell::from(match &p.job {
+                        Some(j) => format!("[{}] {}", j.label(), p.command),
+                        None => p.command.clone(),
+                    }),
                 ]);
                 if Some(p.key()) == cur {
                     row = row.style(selected());
                 }
                 row
-            })
-            .collect();
+            });
+        }
         let title = Line::from(format!(
             " Processes ({}, by {}) {} ",
             procs.len(),
@@ -229,7 +268,10 @@ impl App {
         }
         // Keep the selected row visible.
         let visible = area.height.saturating_sub(3) as usize;
-        let at = procs.iter().position(|p| Some(p.key()) == cur).unwrap_or(0);
+        let at = keys
+            .iter()
+            .position(|k| k.is_some() && *k == cur)
+            .unwrap_or(0);
         let skip = (at + 1).saturating_sub(visible.max(1));
         Table::new(rows.into_iter().skip(skip), widths)
             .header(header)
@@ -565,7 +607,7 @@ impl App {
             ("Tab, Shift-Tab", "next / previous pane"),
             (
                 "s",
-                "sort: processes by stall/s, events/s, pid; sites by total, count, p99",
+                "sort: processes by stall/s, events/s, pid, job straggler; sites by total, count, p99",
             ),
             ("w", "window: last N seconds / since start (or reset)"),
             ("p, Space", "pause (keep showing this refresh)"),

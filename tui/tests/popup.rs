@@ -56,6 +56,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
             wall_ns: 1_000_000_000,
             all: scope.clone(),
             recent: Some(scope),
+            job: None,
         }],
         problems: vec![],
         window_secs: 10,

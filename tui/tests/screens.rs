@@ -114,6 +114,7 @@ fn trainer() -> Proc {
         wall_ns: 465_200_000,
         all,
         recent: Some(recent),
+        job: None,
     }
 }
 
@@ -150,6 +151,7 @@ fn loader() -> Proc {
             stall_ns: 5_000,
         },
         recent: Some(Scope::default()),
+        job: None,
     }
 }
 
@@ -601,4 +603,71 @@ fn print_text_counts_wide_characters_once() {
 
 fn proc_key(pid: u32, start_ticks: u64) -> syncspy_tui::model::ProcessKey {
     syncspy_tui::model::ProcessKey { pid, start_ticks }
+}
+
+#[test]
+fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
+    use syncspy_tui::app::ProcSort;
+    use syncspy_tui::model::RankOf;
+    // Job "even": two ranks that stall alike. Job "exp-7": rank 3 stalls far longer than
+    // ranks 0 and 1. A process outside any job stalls the most of all.
+    let rank = |pid: u32, job: &str, rank: u32, stall_ms: u64| {
+        let mut p = trainer();
+        p.pid = pid;
+        p.start_ticks = u64::from(pid);
+        p.all.stall_ns = stall_ms * 1_000_000;
+        p.job = Some(RankOf {
+            job: job.into(),
+            rank: Some(rank),
+        });
+        p
+    };
+    let mut outsider = loader();
+    outsider.all.stall_ns = 10_000_000_000;
+    let s = Snapshot {
+        processes: vec![
+            outsider,
+            rank(10, "even", 0, 50),
+            rank(11, "even", 1, 52),
+            rank(20, "exp-7", 0, 20),
+            rank(23, "exp-7", 3, 400),
+            rank(21, "exp-7", 1, 22),
+        ],
+        ..snapshot()
+    };
+    let mut app = app_with(s);
+    for _ in 0..3 {
+        app.update(Action::Sort);
+    }
+    assert_eq!(app.proc_sort, ProcSort::Job);
+    let pids: Vec<u32> = app.processes().iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [23, 21, 20, 11, 10, 700]);
+    let text = screen(&app, 160, 60);
+    assert!(text.contains("by job straggler"), "{text}");
+    assert!(line_with(&text, "[exp-7 r3]").contains("23"), "{text}");
+    assert!(line_with(&text, "[even r1]").contains("11"), "{text}");
+    // A row per job above its ranks, saying whether one straggles.
+    let exp7 = text
+        .find("exp-7: straggler exp-7 r3: 400 ms stalled, 378 ms above")
+        .unwrap();
+    let r3 = text.find("[exp-7 r3]").unwrap();
+    let even = text.find("even: no straggler").unwrap();
+    assert!(exp7 < r3 && r3 < even, "{text}");
+    assert!(
+        line_with(&text, "exp-7: straggler").contains("3 ranks"),
+        "{text}"
+    );
+    // The selection moves over processes only; the job rows are not selectable.
+    let pids: Vec<u32> = (0..6)
+        .map(|i| {
+            if i > 0 {
+                app.update(Action::Down);
+            }
+            app.current().unwrap().pid
+        })
+        .collect();
+    assert_eq!(pids, [23, 21, 20, 11, 10, 700]);
+    // Back to the first order.
+    app.update(Action::Sort);
+    assert_eq!(app.proc_sort, ProcSort::Stall);
 }

@@ -8,12 +8,14 @@
 //! [ Header (ident: written once, live: atomics) | ring of Slots | site table | module map
 //!   | Python site table | code table ]   (the last two only for a process with Python)
 //! ```
-//! The header ends with the Python part (ABI 1.1) and the GPU part (ABI 1.2, `gpu`).
+//! The header ends with the Python part (ABI 1.1), the GPU part (ABI 1.2, `gpu`) and the
+//! job part (ABI 1.3, `job`).
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
 
 pub mod clock;
 pub mod gpu;
+pub mod job;
 pub mod kinds;
 pub mod layout;
 pub mod modules;

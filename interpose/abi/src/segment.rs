@@ -91,6 +91,8 @@ pub struct SegmentParams {
     /// Entries of the Python code table; 0 (the default) makes a segment without Python
     /// tables. Rounded up to a power of two, at least 16.
     pub python_code_capacity: u32,
+    /// The job part of the header (ABI 1.3); the default is no job.
+    pub job: crate::job::JobIdent,
 }
 
 impl SegmentParams {
@@ -111,6 +113,7 @@ impl SegmentParams {
             cmdline: Vec::new(),
             mode: 0o600,
             python_code_capacity: 0,
+            job: crate::job::JobIdent::default(),
         }
     }
 }
@@ -435,6 +438,7 @@ impl SegmentWriter {
                 cmdline,
             };
             std::ptr::addr_of_mut!((*hdr).python.ident).write(g.python);
+            std::ptr::addr_of_mut!((*hdr).job).write(p.job);
             (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
             if libc::rename(ctmp.as_ptr(), cfinal.as_ptr()) != 0 {
                 let e = io("publish", &path);

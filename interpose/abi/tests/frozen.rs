@@ -2,7 +2,8 @@
 //!
 //! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer,
 //! `tests/data/segment-v1.1.bin` one written by ABI 1.1's, with Python tables, and
-//! `tests/data/segment-v1.2.bin` one written by ABI 1.2's, with GPU counters and idle gaps; all
+//! `tests/data/segment-v1.2.bin` one written by ABI 1.2's, with GPU counters and idle gaps,
+//! `tests/data/segment-v1.3.bin` one written by ABI 1.3's, a rank of a torchrun job; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -18,6 +19,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use syncspy_abi::gpu::{
     GpuDevice, GpuDeviceStatus, GpuLive, GpuStatus, GPU_END, GPU_TRACING, MODE_DUTY, SOURCE_CUPTI,
 };
+use syncspy_abi::job::{JobIdent, JobInfo, JOB_END, JOB_ID_MAX, NO_RANK};
 use syncspy_abi::layout::{
     Header, Ident, Live, Totals, TotalsSnapshot, ABI_MAJOR, ABI_MINOR, CLOCK_MONOTONIC,
     HEADER_RESERVED, HEADER_SIZE_1_0, MAGIC,
@@ -41,6 +43,9 @@ const V1_0: &str = "segment-v1.0.bin";
 const V1_1: &str = "segment-v1.1.bin";
 /// The frozen ABI 1.2 segment: the v1.1 contents, GPU counters and three idle gaps.
 const V1_2: &str = "segment-v1.2.bin";
+/// The frozen ABI 1.3 segment: the v1.2 contents in a process that is rank 3 of a torchrun
+/// job.
+const V1_3: &str = "segment-v1.3.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -233,7 +238,18 @@ fn write_v1_1(dir: &Path) -> PathBuf {
 
 /// The v1.1 contents with `records` in the ring, and whatever `more` writes before the records.
 fn write_v1_1_with(dir: &Path, records: &[Record], more: impl FnOnce(&SegmentWriter)) -> PathBuf {
+    write_v1_1_with_job(dir, JobIdent::default(), records, more)
+}
+
+/// `write_v1_1_with` in a process that is the rank `job` says.
+fn write_v1_1_with_job(
+    dir: &Path,
+    job: JobIdent,
+    records: &[Record],
+    more: impl FnOnce(&SegmentWriter),
+) -> PathBuf {
     let mut p = params();
+    p.job = job;
     // The smallest code table the writer allows.
     p.python_code_capacity = 16;
     let w = SegmentWriter::create(dir, &p).unwrap();
@@ -336,7 +352,45 @@ fn gpu_v1_2() -> GpuStatus {
 
 /// Writes the v1.2 segment's contents with the current writer; returns the file's path.
 fn write_v1_2(dir: &Path) -> PathBuf {
-    let path = write_v1_1_with(dir, &records_v1_2(), |w| {
+    write_v1_2_with_job(dir, JobIdent::default())
+}
+
+/// The environment of the v1.3 file's process: rank 3 of 8 of a torchrun job on its first
+/// node, with Slurm variables that torchrun's take precedence over.
+fn job_env_v1_3(name: &str) -> Option<String> {
+    let v = match name {
+        "TORCHELASTIC_RUN_ID" => "exp-7",
+        "RANK" => "3",
+        "LOCAL_RANK" => "3",
+        "WORLD_SIZE" => "8",
+        "GROUP_RANK" => "0",
+        "SLURM_JOB_ID" => "1234",
+        "SLURM_PROCID" => "0",
+        _ => return None,
+    };
+    Some(v.to_string())
+}
+
+/// The job of the v1.3 file, as a reader reports it.
+fn job_v1_3() -> JobInfo {
+    JobInfo {
+        id: "exp-7".into(),
+        launcher: "torchelastic",
+        rank: Some(3),
+        local_rank: Some(3),
+        world_size: Some(8),
+        group_rank: Some(0),
+    }
+}
+
+/// Writes the v1.3 segment's contents with the current writer; returns the file's path.
+fn write_v1_3(dir: &Path) -> PathBuf {
+    write_v1_2_with_job(dir, JobIdent::from_lookup(&job_env_v1_3, SESSION))
+}
+
+/// The v1.2 contents in a process that is the rank `job` says.
+fn write_v1_2_with_job(dir: &Path, job: JobIdent) -> PathBuf {
+    let path = write_v1_1_with_job(dir, job, &records_v1_2(), |w| {
         let want = gpu_v1_2();
         let g = w.gpu();
         g.mode.store(want.mode, Relaxed);
@@ -473,6 +527,8 @@ fn assert_common_contents(r: &SegmentReader, records: &[Record], sites_used: u32
 
 /// Everything a reader finds in the v1.0 contents, wherever the regions are placed.
 fn assert_v1_0_contents(r: &SegmentReader) {
+    // No job part (or, edited into a newer minor, a zero one): no job.
+    assert_eq!(r.job(), None);
     assert_common_contents(r, &records(), 2);
     let mc = r.live().apis[Api::CudaMemcpyAsync as usize].snapshot();
     assert_eq!((mc.count, mc.bytes, mc.total_ns), (2, 4096 + 512, 159_000));
@@ -498,6 +554,8 @@ fn py_frame(file: &str, function: &str, line: u32) -> PyFrameInfo {
 
 /// Everything a reader finds in the v1.1 contents, wherever the regions are placed.
 fn assert_v1_1_contents(r: &SegmentReader) {
+    // No job part (or, edited into a newer minor, a zero one): no job.
+    assert_eq!(r.job(), None);
     assert_python_contents(r, &records_v1_1());
     // No GPU part (or, edited into a newer minor, a zero one): nothing was traced.
     assert_eq!(r.gpu_status().unwrap_or_default(), GpuStatus::default());
@@ -505,6 +563,13 @@ fn assert_v1_1_contents(r: &SegmentReader) {
 
 /// Everything a reader finds in the v1.2 contents, wherever the regions are placed.
 fn assert_v1_2_contents(r: &SegmentReader) {
+    assert_v1_2_gpu_contents(r);
+    // No job part (or, edited into a newer minor, a zero one): no job.
+    assert_eq!(r.job(), None);
+}
+
+/// The v1.2 contents, the job part aside.
+fn assert_v1_2_gpu_contents(r: &SegmentReader) {
     assert_python_contents(r, &records_v1_2());
     let gpu = r.gpu_status().expect("a v1.2 segment has a GPU part");
     assert_eq!(gpu, gpu_v1_2());
@@ -515,6 +580,12 @@ fn assert_v1_2_contents(r: &SegmentReader) {
         (idle.count, idle.total_ns, idle.max_ns),
         (3, 1_965_000, 1_900_000)
     );
+}
+
+/// Everything a reader finds in the v1.3 contents, wherever the regions are placed.
+fn assert_v1_3_contents(r: &SegmentReader) {
+    assert_v1_2_gpu_contents(r);
+    assert_eq!(r.job(), Some(job_v1_3()));
 }
 
 /// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
@@ -734,6 +805,62 @@ fn the_v1_2_file_reads_back_exactly() {
 }
 
 #[test]
+fn the_v1_3_file_reads_back_exactly() {
+    let path = data(V1_3);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables: only the header grew");
+    let r = SegmentReader::open(&path).unwrap();
+    let id = r.ident();
+    assert_eq!((id.abi_major, id.abi_minor), (1, 3));
+    assert_eq!(id.header_size, 6912);
+    assert_eq!(id.header_size as usize, JOB_END);
+    // The job part, as docs/contracts.md describes it.
+    let job = |f: usize| offset_of!(Header, job) + f;
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, launcher))), 1);
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, id_len))), 5);
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, rank))), 3);
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, local_rank))), 3);
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, world_size))), 8);
+    assert_eq!(get_u32(&bytes, job(offset_of!(JobIdent, group_rank))), 0);
+    let at = job(offset_of!(JobIdent, id));
+    assert_eq!(&bytes[at..at + 5], b"exp-7");
+    assert!(bytes[at + 5..at + JOB_ID_MAX].iter().all(|b| *b == 0));
+    assert_v1_3_contents(&r);
+}
+
+#[test]
+fn a_v1_3_file_read_as_v1_2_has_no_job_and_the_same_contents() {
+    // A 1.2 reader ignores the header past 6760 bytes. Edited to say minor 2 with v1.2's
+    // header size, today's reader shows the v1.2 contents without a job.
+    let mut bytes = std::fs::read(data(V1_3)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &2u16.to_ne_bytes(),
+    );
+    put(
+        &mut bytes,
+        offset_of!(Ident, header_size),
+        &(GPU_END as u32).to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-2");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_v1_2_contents(&r);
+    // A rank unknown to the writer reads as unknown, not as rank 4294967295.
+    let mut bytes = std::fs::read(data(V1_3)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Header, job.rank),
+        &NO_RANK.to_ne_bytes(),
+    );
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_eq!(r.job().unwrap().rank, None);
+}
+
+#[test]
 fn a_v1_2_file_read_as_v1_1_has_no_gpu_part_and_the_same_records() {
     // A 1.1 reader ignores the header past 5928 bytes and does not know API 34: it reads the
     // v1.1 contents and counts the three gaps as corrupt records. Edited to say minor 1 with
@@ -827,14 +954,14 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_2_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_3_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_2(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_2, &fresh);
+    let fresh = std::fs::read(write_v1_3(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_3, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.2 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.3 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
@@ -867,10 +994,25 @@ fn assert_only_the_version_fields_differ(name: &str, fresh: &[u8], frozen_minor:
         size_of::<Header>(),
         "the writer's header_size"
     );
-    let gpu = offset_of!(Header, gpu);
-    assert!(fresh[gpu..gpu + size_of::<GpuLive>()]
+    let job = offset_of!(Header, job);
+    assert!(fresh[job..job + size_of::<JobIdent>()]
         .iter()
         .all(|b| *b == 0));
+    if frozen_minor < 2 {
+        let gpu = offset_of!(Header, gpu);
+        assert!(fresh[gpu..gpu + size_of::<GpuLive>()]
+            .iter()
+            .all(|b| *b == 0));
+    }
+}
+
+#[test]
+fn outside_a_job_the_current_writer_changes_only_the_version_fields_of_v1_2() {
+    // A process that is no rank of a job has a zero job part: every byte of the v1.2 file
+    // but `abi_minor` and `header_size` is what the writer still writes.
+    let dir = TempDir::new("rewrite-1-2");
+    let fresh = std::fs::read(write_v1_2(&dir.0)).unwrap();
+    assert_only_the_version_fields_differ(V1_2, &fresh, 2);
 }
 
 #[test]
@@ -895,15 +1037,15 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 3 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 4 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_3(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_4(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &3u16.to_ne_bytes(),
+        &4u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -936,16 +1078,17 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 3] = [
+    let check: [(&str, AssertContents); 4] = [
         (V1_0, assert_v1_0_contents),
         (V1_1, assert_v1_1_contents),
         (V1_2, assert_v1_2_contents),
+        (V1_3, assert_v1_3_contents),
     ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_3(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_4(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 3), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 4), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -1011,7 +1154,7 @@ fn header_size_is_accepted_from_the_v1_0_size_up() {
 fn an_unknown_major_is_refused_with_a_clear_error() {
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for name in [V1_0, V1_1, V1_2] {
+    for name in [V1_0, V1_1, V1_2, V1_3] {
         let frozen = std::fs::read(data(name)).unwrap();
         for major in [0u16, 2, 0xffff] {
             let mut bytes = frozen.clone();
@@ -1052,11 +1195,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_2_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 2));
+fn this_build_writes_abi_1_3_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 3));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 6760);
+    assert_eq!(size_of::<Header>(), 6912);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -1082,7 +1225,7 @@ fn this_build_writes_abi_1_2_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3)]);
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
@@ -1122,6 +1265,8 @@ fn layout() -> Vec<(String, usize, usize)> {
         python.live.codes_used,
         gpu.state, gpu.mode, gpu.source, gpu.yields, gpu.min_gap_ns, gpu.window_ns, gpu.records,
         gpu.dropped, gpu.late_ns, gpu.traced_ns, gpu.devices,
+        job.launcher, job.id_len, job.rank, job.local_rank, job.world_size, job.group_rank,
+        job.id,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
@@ -1200,7 +1345,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(offset_of!(Header, gpu), 5928);
     assert_eq!(size_of::<GpuDevice>(), 48);
     assert_eq!(size_of::<GpuLive>(), 832);
-    assert_eq!(size_of::<Header>(), 6760);
+    assert_eq!(offset_of!(Header, job), 6760);
+    assert_eq!(size_of::<JobIdent>(), 152);
+    assert_eq!(size_of::<Header>(), 6912);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);

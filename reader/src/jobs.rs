@@ -1,0 +1,446 @@
+//! Distributed jobs: processes grouped by the job part of their segments (ABI 1.3), their
+//! ranks side by side, and the straggler.
+//!
+//! In data-parallel training every rank meets the others at each collective: a rank whose
+//! host waits (an `.item()`, a pageable copy) launches its share of the collective late, and
+//! every other rank's GPU then waits inside it. The straggler is found from what the
+//! segments hold, per rank:
+//! - **with GPU activity** (`gpu.measured` on every rank that has a score): the rank's GPU
+//!   idle time blamed on its own host stalls (`gpu.causes`, not `host_busy_elsewhere`). That
+//!   is the time its GPU sat still because its host waited, during which it could not reach
+//!   the next collective. (The other ranks' wait is GPU time inside NCCL kernels, busy time
+//!   to the GPU tracer: it shows as their GPU being busy, not idle, and is not measured.)
+//! - **otherwise**: the rank's host stall time (`stall_ns`).
+//!
+//! The score's `basis` says which. The straggler is the rank with the largest score, named
+//! only when it exceeds the median of the other ranks' scores by at least a quarter and by at
+//! least 1 ms (`excess_ns`): ranks that stall alike have none. Its top call site is the one it
+//! stalled longest at (or, on the GPU basis, the host stall its GPU idled behind longest),
+//! with the Python line where there is one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{ProcessReport, HOST_BUSY_ELSEWHERE};
+
+/// The job of one process, as the report shows it (`processes[].job`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobRef {
+    pub id: String,
+    /// `torchelastic`, `mpi`, `slurm`, `env`, or `unknown`.
+    pub launcher: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// The node's index in the job (torchrun's `GROUP_RANK`, Slurm's `SLURM_NODEID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_rank: Option<u32>,
+}
+
+impl JobRef {
+    pub fn of(j: &syncspy_abi::job::JobInfo) -> JobRef {
+        JobRef {
+            id: j.id.clone(),
+            launcher: j.launcher.to_string(),
+            rank: j.rank,
+            local_rank: j.local_rank,
+            world_size: j.world_size,
+            group_rank: j.group_rank,
+        }
+    }
+}
+
+/// `JobReport::basis`: GPU idle time blamed on the rank's own host stalls.
+pub const BASIS_GPU_IDLE: &str = "gpu_idle_behind_host_stalls";
+/// `JobReport::basis`: the rank's host stall time.
+pub const BASIS_HOST_STALL: &str = "host_stall";
+
+/// A score must exceed the others' median by this factor, and by `MIN_EXCESS_NS`.
+pub const STRAGGLER_FACTOR: f64 = 1.25;
+pub const MIN_EXCESS_NS: u64 = 1_000_000;
+
+/// One rank of a job (one process; a rank restarted by an elastic agent is one entry per
+/// process, each with its pid).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RankReport {
+    /// `None` when the launcher did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_rank: Option<u32>,
+    pub pid: u32,
+    pub state: String,
+    pub stall_ns: u64,
+    pub wall_ns: u64,
+    /// GPU idle time blamed on this rank's host stalls; `None` when its GPU was not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_idle_behind_stalls_ns: Option<u64>,
+    /// The straggler score (see `JobReport::basis`).
+    pub score_ns: u64,
+    /// Where this rank stalled longest: `kind at location` (or `kind (api)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_site: Option<TopSite>,
+}
+
+/// A rank's top call site.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TopSite {
+    pub kind: String,
+    pub api: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Its stall time (host basis) or the GPU idle time behind it (GPU basis).
+    pub total_ns: u64,
+}
+
+impl TopSite {
+    /// `stream_sync at train.py:88 in step` (or `stream_sync (cudaStreamSynchronize)`).
+    pub fn describe(&self) -> String {
+        match &self.location {
+            Some(l) => format!("{} at {l}", self.kind),
+            None => format!("{} ({})", self.kind, self.api),
+        }
+    }
+}
+
+/// The rank named the straggler.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Straggler {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub score_ns: u64,
+    /// The median of the other ranks' scores.
+    pub others_median_ns: u64,
+    /// `score_ns - others_median_ns`: about how long each other rank waited for this one at
+    /// its collectives, over the run.
+    pub excess_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_site: Option<TopSite>,
+}
+
+/// One job: the processes of a report with the same job id.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct JobReport {
+    pub id: String,
+    pub launcher: String,
+    /// The largest world size a rank reported; `None` when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// Ranks seen, by rank (unknown ranks last, by pid).
+    pub ranks: Vec<RankReport>,
+    /// Host stall time over all ranks.
+    pub stall_ns: u64,
+    /// What `score_ns` measures: `gpu_idle_behind_host_stalls` or `host_stall`.
+    pub basis: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub straggler: Option<Straggler>,
+}
+
+impl JobReport {
+    /// One line: `job exp-7 (torchelastic, 4 of 8 ranks): straggler rank 3, stream_sync at
+    /// train.py:88, 120 ms (others' median 20 ms)`.
+    pub fn summary(&self) -> String {
+        let seen = self.ranks.len();
+        let of = match self.world_size {
+            Some(w) => format!("{seen} of {w} ranks"),
+            None => format!("{seen} ranks"),
+        };
+        let what = if self.basis == BASIS_GPU_IDLE {
+            "GPU idle behind host stalls"
+        } else {
+            "host stalls"
+        };
+        let tail = match &self.straggler {
+            Some(s) => {
+                let rank = s
+                    .rank
+                    .map_or(format!("pid {}", s.pid), |r| format!("rank {r}"));
+                let site = s
+                    .top_site
+                    .as_ref()
+                    .map(|t| format!(" {}", t.describe()))
+                    .unwrap_or_default();
+                format!(
+                    "straggler {rank}{site}: {} of {what}, {} more than the other ranks' median",
+                    ms(s.score_ns),
+                    ms(s.excess_ns)
+                )
+            }
+            None => format!("no straggler ({what} within {STRAGGLER_FACTOR}x of the median)"),
+        };
+        format!("job {} ({}, {of}): {tail}", self.id, self.launcher)
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        v[n / 2 - 1] / 2 + v[n / 2] / 2 + (v[n / 2 - 1] % 2 + v[n / 2] % 2) / 2
+    }
+}
+
+/// The GPU idle time blamed on the host stalls of `p`, and the largest such cause.
+fn gpu_behind(p: &ProcessReport) -> Option<(u64, Option<TopSite>)> {
+    if !p.gpu.measured {
+        return None;
+    }
+    let mut causes: Vec<_> = p
+        .gpu
+        .causes
+        .iter()
+        .filter(|c| c.cause != HOST_BUSY_ELSEWHERE)
+        .collect();
+    let total = causes.iter().map(|c| c.total_ns).sum();
+    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+    let top = causes.first().map(|c| TopSite {
+        kind: c.cause.clone(),
+        api: c.api.clone(),
+        location: c.location.clone(),
+        total_ns: c.total_ns,
+    });
+    Some((total, top))
+}
+
+fn top_host_site(p: &ProcessReport) -> Option<TopSite> {
+    p.sites
+        .iter()
+        .filter(|s| s.total_ns > 0)
+        .max_by_key(|s| s.total_ns)
+        .map(|s| TopSite {
+            kind: s.kind.clone(),
+            api: s.api.clone(),
+            location: s.location.clone(),
+            total_ns: s.total_ns,
+        })
+}
+
+/// The jobs of `processes`, by job id; processes without a job are in none.
+pub fn jobs_of(processes: &[ProcessReport]) -> Vec<JobReport> {
+    let mut by_id: BTreeMap<&str, Vec<&ProcessReport>> = BTreeMap::new();
+    for p in processes {
+        if let Some(j) = &p.job {
+            by_id.entry(j.id.as_str()).or_default().push(p);
+        }
+    }
+    by_id
+        .into_iter()
+        .map(|(id, ps)| job_report(id, &ps))
+        .collect()
+}
+
+fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
+    // The GPU basis only when every rank's GPU was measured: a rank without a measurement
+    // would otherwise score 0 and hide a straggler.
+    let gpu: Vec<Option<(u64, Option<TopSite>)>> = ps.iter().map(|p| gpu_behind(p)).collect();
+    let on_gpu = gpu.iter().all(Option::is_some) && gpu.iter().flatten().any(|(t, _)| *t > 0);
+    let mut ranks: Vec<RankReport> = ps
+        .iter()
+        .zip(&gpu)
+        .map(|(p, g)| {
+            let j = p.job.as_ref();
+            let (score_ns, top_site) = match g {
+                Some((t, top)) if on_gpu => (*t, top.clone()),
+                _ => (p.stall_ns, top_host_site(p)),
+            };
+            RankReport {
+                rank: j.and_then(|j| j.rank),
+                local_rank: j.and_then(|j| j.local_rank),
+                group_rank: j.and_then(|j| j.group_rank),
+                pid: p.pid,
+                state: p.state.clone(),
+                stall_ns: p.stall_ns,
+                wall_ns: p.wall_ns,
+                gpu_idle_behind_stalls_ns: g.as_ref().map(|(t, _)| *t),
+                score_ns,
+                top_site,
+            }
+        })
+        .collect();
+    ranks.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
+    let straggler = ranks
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, r)| r.score_ns)
+        .filter(|_| ranks.len() >= 2)
+        .and_then(|(i, r)| {
+            let others = median(
+                ranks
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| *k != i)
+                    .map(|(_, o)| o.score_ns)
+                    .collect(),
+            );
+            let excess = r.score_ns.saturating_sub(others);
+            let named =
+                excess >= MIN_EXCESS_NS && r.score_ns as f64 >= others as f64 * STRAGGLER_FACTOR;
+            named.then(|| Straggler {
+                rank: r.rank,
+                pid: r.pid,
+                score_ns: r.score_ns,
+                others_median_ns: others,
+                excess_ns: excess,
+                top_site: r.top_site.clone(),
+            })
+        });
+    let first = ps.first().and_then(|p| p.job.as_ref());
+    JobReport {
+        id: id.to_string(),
+        launcher: first.map(|j| j.launcher.clone()).unwrap_or_default(),
+        world_size: ps.iter().filter_map(|p| p.job.as_ref()?.world_size).max(),
+        stall_ns: ranks.iter().map(|r| r.stall_ns).sum(),
+        ranks,
+        basis: if on_gpu {
+            BASIS_GPU_IDLE
+        } else {
+            BASIS_HOST_STALL
+        }
+        .to_string(),
+        straggler,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{GapCauseReport, Site};
+
+    fn proc(pid: u32, job: Option<(&str, u32)>, stall_ms: u64, site: &str) -> ProcessReport {
+        ProcessReport {
+            pid,
+            state: "exited".into(),
+            stall_ns: stall_ms * 1_000_000,
+            job: job.map(|(id, rank)| JobRef {
+                id: id.into(),
+                launcher: "torchelastic".into(),
+                rank: Some(rank),
+                local_rank: Some(rank),
+                world_size: Some(4),
+                group_rank: Some(0),
+            }),
+            sites: vec![Site {
+                kind: "stream_sync".into(),
+                api: "cudaStreamSynchronize".into(),
+                total_ns: stall_ms * 1_000_000,
+                location: Some(site.into()),
+                ..Site::default()
+            }],
+            ..ProcessReport::default()
+        }
+    }
+
+    #[test]
+    fn ranks_are_grouped_by_job_and_the_straggler_named_with_its_site() {
+        let ps = vec![
+            proc(10, Some(("a", 2)), 20, "train.py:10"),
+            proc(11, Some(("a", 0)), 22, "train.py:10"),
+            proc(12, Some(("a", 3)), 120, "train.py:88"),
+            proc(13, Some(("a", 1)), 18, "train.py:10"),
+            proc(14, Some(("b", 0)), 500, "other.py:1"),
+            proc(15, None, 900, "x.py:1"),
+        ];
+        let jobs = jobs_of(&ps);
+        assert_eq!(jobs.len(), 2);
+        let a = &jobs[0];
+        assert_eq!(a.id, "a");
+        assert_eq!(a.basis, BASIS_HOST_STALL);
+        let ranks: Vec<_> = a.ranks.iter().map(|r| r.rank.unwrap()).collect();
+        assert_eq!(ranks, [0, 1, 2, 3]);
+        assert_eq!(a.stall_ns, 180_000_000);
+        let s = a.straggler.as_ref().unwrap();
+        assert_eq!((s.rank, s.pid), (Some(3), 12));
+        assert_eq!(s.others_median_ns, 20_000_000);
+        assert_eq!(s.excess_ns, 100_000_000);
+        assert_eq!(
+            s.top_site.as_ref().unwrap().location.as_deref(),
+            Some("train.py:88")
+        );
+        let line = a.summary();
+        assert!(
+            line.contains("straggler rank 3 stream_sync at train.py:88: 120.0 ms"),
+            "{line}"
+        );
+        // One rank alone, or ranks that stall alike, have no straggler.
+        assert_eq!(jobs[1].straggler, None);
+        let even = jobs_of(&[
+            proc(1, Some(("c", 0)), 20, "t.py:1"),
+            proc(2, Some(("c", 1)), 24, "t.py:1"),
+        ]);
+        assert_eq!(even[0].straggler, None);
+        assert!(
+            even[0].summary().contains("no straggler"),
+            "{}",
+            even[0].summary()
+        );
+        // Tiny stalls are not worth a name, however uneven.
+        let tiny = jobs_of(&[
+            proc(1, Some(("d", 0)), 0, "t.py:1"),
+            proc(2, Some(("d", 1)), 0, "t.py:1"),
+        ]);
+        assert_eq!(tiny[0].straggler, None);
+    }
+
+    #[test]
+    fn with_gpu_activity_the_score_is_gpu_idle_behind_host_stalls() {
+        // Rank 0 stalls longest on the host (it waits at the end of each step for the
+        // others), but rank 1's GPU idles behind its `.item()`: rank 1 is the straggler.
+        let mut r0 = proc(1, Some(("g", 0)), 300, "train.py:50");
+        let mut r1 = proc(2, Some(("g", 1)), 200, "train.py:50");
+        for (p, behind, line) in [(&mut r0, 5, "train.py:50"), (&mut r1, 80, "train.py:88")] {
+            p.gpu.measured = true;
+            p.gpu.causes = vec![
+                GapCauseReport {
+                    cause: "stream_sync".into(),
+                    api: "cudaStreamSynchronize".into(),
+                    location: Some(line.into()),
+                    total_ns: behind * 1_000_000,
+                    ..GapCauseReport::default()
+                },
+                GapCauseReport {
+                    cause: HOST_BUSY_ELSEWHERE.into(),
+                    total_ns: 900_000_000,
+                    ..GapCauseReport::default()
+                },
+            ];
+        }
+        let jobs = jobs_of(&[r0.clone(), r1.clone()]);
+        assert_eq!(jobs[0].basis, BASIS_GPU_IDLE);
+        let s = jobs[0].straggler.as_ref().unwrap();
+        assert_eq!((s.rank, s.score_ns), (Some(1), 80_000_000));
+        assert_eq!(
+            s.top_site.as_ref().unwrap().location.as_deref(),
+            Some("train.py:88")
+        );
+        // A rank whose GPU was not measured: back to host stalls for the whole job.
+        r1.gpu.measured = false;
+        let jobs = jobs_of(&[r0, r1]);
+        assert_eq!(jobs[0].basis, BASIS_HOST_STALL);
+        assert_eq!(jobs[0].straggler.as_ref().unwrap().rank, Some(0));
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(vec![]), 0);
+        assert_eq!(median(vec![3, 1, 2]), 2);
+        assert_eq!(median(vec![1, 4]), 2);
+        assert_eq!(median(vec![3, 5]), 4);
+        assert_eq!(median(vec![u64::MAX, u64::MAX]), u64::MAX);
+    }
+}
