@@ -16,6 +16,7 @@ pub mod clock;
 pub mod gpu;
 pub mod kinds;
 pub mod layout;
+pub mod lifecycle;
 pub mod modules;
 pub mod objects;
 pub mod python;
