@@ -135,7 +135,7 @@ pub fn unrecorded_message(reasons: &[String]) -> Option<String> {
             None => counts.push((1, r.as_str())),
         }
     }
-    counts.sort_by(|a, b| b.0.cmp(&a.0));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.0));
     let n = reasons.len();
     let list: Vec<&str> = counts.iter().map(|(_, s)| *s).collect();
     Some(format!(

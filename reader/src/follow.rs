@@ -755,6 +755,35 @@ mod tests {
     }
 
     #[test]
+    fn leases_are_taken_and_released_and_an_unlinked_file_is_noticed() {
+        let dir = TempDir::new("follow-lease");
+        let w = SegmentWriter::create(dir.path(), &params(41, 7, 16)).unwrap();
+        w.mark_exited(0);
+        let mut f: Follower = Follower::new(dir.path(), None).with_leases();
+        f.watch().unwrap();
+        f.scan().unwrap();
+        let me = Owner::me();
+        let lease = lifecycle::lease_path(w.path(), me).unwrap();
+        assert!(f.processes()[0].leased() && lease.exists());
+        assert!(!f.processes()[0].unlinked());
+        // A new segment wakes `wait` at once (inotify), long before its timeout.
+        let t0 = std::time::Instant::now();
+        let w2 = SegmentWriter::create(dir.path(), &params(42, 7, 16)).unwrap();
+        assert!(f.wait(std::time::Duration::from_secs(600)));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(300));
+        assert_eq!(f.scan().unwrap(), 1);
+        // Removed under the reader: noticed.
+        std::fs::remove_file(w2.path()).unwrap();
+        assert!(f.processes()[1].unlinked());
+        // Releasing the lease of an ended segment nobody else wants removes it.
+        f.final_drain();
+        let (removed, failed) = f.remove_ended_segments();
+        assert!(failed.is_empty());
+        assert_eq!(removed, vec![w.path().to_path_buf()]);
+        assert!(!lease.exists());
+    }
+
+    #[test]
     fn missing_folder_is_an_error_not_a_panic() {
         let mut f: Follower = Follower::new("/nonexistent/syncspy-test-dir", None);
         assert!(f.scan().is_err());

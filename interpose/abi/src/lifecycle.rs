@@ -340,3 +340,140 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
     }
     Ok(out)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{SegmentParams, SegmentWriter};
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "syncspy-lifecycle-{name}-{}-{}",
+            std::process::id(),
+            crate::clock::monotonic_ns()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn seg(dir: &Path, pid: u32, session: u64) -> SegmentWriter {
+        let mut p = SegmentParams::new(pid, 7);
+        p.session = session;
+        p.ring_capacity = 16;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        SegmentWriter::create(dir, &p).unwrap()
+    }
+
+    fn init() -> Owner {
+        Owner {
+            pid: 1,
+            start_ticks: process_start_ticks(1).unwrap(),
+        }
+    }
+
+    #[test]
+    fn leases_and_runs_keep_a_segment_void_files_do_not() {
+        let d = tempdir("wanted");
+        let me = Owner::me();
+        let s = seg(&d, 900_001, 5);
+        let name = "syncspy-900001-7";
+        let reg = register(&d, Scope::All).unwrap();
+        let lease = take_lease(s.path()).unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert_eq!(r.registered, vec![(me, Scope::All)]);
+        // One's own lease and registration never hold one back.
+        assert!(!r.wanted_by_others(name, 5, me));
+        assert!(!r.folder_reader_besides(me));
+        // Another live reader's lease does; so does the live run of the session.
+        let other = init();
+        let other_lease = lease_path(s.path(), other).unwrap();
+        create_private(&other_lease, "").unwrap();
+        assert!(Readers::survey(&d).unwrap().wanted_by_others(name, 5, me));
+        std::fs::remove_file(&other_lease).unwrap();
+        let run = d.join(format!(".syncspy-reader-1-{}", other.start_ticks));
+        std::fs::write(&run, "session 5\n").unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert!(r.wanted_by_others(name, 5, me));
+        assert!(!r.wanted_by_others(name, 6, me), "another session's run");
+        std::fs::remove_file(&run).unwrap();
+        // Files of dead readers are void, and removed by the survey.
+        let dead = Owner {
+            pid: other.pid,
+            start_ticks: other.start_ticks + 1,
+        };
+        let void_lease = lease_path(s.path(), dead).unwrap();
+        create_private(&void_lease, "").unwrap();
+        let void_reg = d.join(format!(".syncspy-reader-1-{}", dead.start_ticks));
+        std::fs::write(&void_reg, "all\n").unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert!(!r.wanted_by_others(name, 5, me));
+        assert!(!r.folder_reader_besides(me));
+        assert!(!void_lease.exists() && !void_reg.exists());
+        // Owned files go with their owner.
+        let (lp, rp) = (lease.path().to_path_buf(), reg.path().to_path_buf());
+        drop((lease, reg));
+        assert!(!lp.exists() && !rp.exists());
+        drop(s);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn reclaim_waits_for_the_linger_and_holds_the_cap_oldest_first() {
+        let d = tempdir("reclaim");
+        // Pids that do not run with these start ticks: ended.
+        let ws: Vec<SegmentWriter> = (0..3).map(|i| seg(&d, 900_010 + i, 0)).collect();
+        for w in &ws {
+            w.mark_exited(0);
+        }
+        let size = std::fs::metadata(ws[0].path()).unwrap().len();
+        let long = Policy {
+            linger_ns: u64::MAX,
+            cap_bytes: u64::MAX,
+        };
+        let r = reclaim(&d, long, &|_| false).unwrap();
+        assert!(r.removed.is_empty());
+        assert_eq!(r.bytes_left, 3 * size);
+        // Over a cap of two segments: the oldest goes.
+        let capped = Policy {
+            linger_ns: u64::MAX,
+            cap_bytes: 2 * size,
+        };
+        let r = reclaim(&d, capped, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![ws[0].path().to_path_buf()]);
+        // A leased one stays past its linger; `skip` holds one back too.
+        let other = init();
+        create_private(&lease_path(ws[1].path(), other).unwrap(), "").unwrap();
+        let now = Policy {
+            linger_ns: 0,
+            cap_bytes: u64::MAX,
+        };
+        let keep = ws[2].path().to_path_buf();
+        let r = reclaim(&d, now, &|p| p == keep).unwrap();
+        assert!(r.removed.is_empty(), "{:?}", r.removed);
+        let r = reclaim(&d, now, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![ws[2].path().to_path_buf()]);
+        assert!(ws[1].path().exists());
+        // A running process's segment is never reclaimed.
+        let me = Owner::me();
+        let mut p = SegmentParams::new(me.pid, me.start_ticks);
+        p.ring_capacity = 16;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        let mine = SegmentWriter::create(&d, &p).unwrap();
+        reclaim(&d, now, &|_| false).unwrap();
+        assert!(mine.path().exists());
+        drop((ws, mine));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn policy_from_env_values() {
+        let p = Policy::from_lookup(&|_| None);
+        assert_eq!(p.linger_ns, 5_000_000_000);
+        assert_eq!(p.cap_bytes, 256 << 20);
+        let p = Policy::from_lookup(&|k| Some(if k == LINGER_ENV { "0" } else { "1" }.to_string()));
+        assert_eq!((p.linger_ns, p.cap_bytes), (0, 1 << 20));
+    }
+}
