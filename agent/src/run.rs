@@ -746,6 +746,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     // Ended segments are removed, or handed over to a reader that still wants them (an
     // agent); then what nobody reads any more is reclaimed (this run's kept ones aside).
     let removed_segments = if opts.keep_segments {
+        // Marked, so that no agent or reclaimer removes them either.
+        for f in follower.processes() {
+            if let Err(e) = syncspy_abi::lifecycle::keep(f.reader.path()) {
+                eprintln!(
+                    "syncspy: warning: cannot mark {} as kept: {e}",
+                    f.reader.path().display()
+                );
+            }
+        }
         Vec::new()
     } else {
         let (removed, failed) = follower.remove_ended_segments();
@@ -759,7 +768,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         .iter()
         .map(|f| f.reader.path().to_path_buf())
         .collect();
-    let skip = |p: &Path| opts.keep_segments && mine.contains(p);
+    let skip = |p: &Path| mine.contains(p) && opts.keep_segments;
     let _ = syncspy_abi::lifecycle::reclaim(
         &seg_dir,
         syncspy_abi::lifecycle::Policy::from_env(),

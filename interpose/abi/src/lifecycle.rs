@@ -9,6 +9,10 @@
 //! - a *lease* `.syncspy-<seg pid>-<seg start>.lease-<pid>-<start>`: that reader has the
 //!   segment `syncspy-<seg pid>-<seg start>` open and has not finished draining it.
 //!
+//! - a *keep mark* `.syncspy-<seg pid>-<seg start>.keep`: the user asked to keep the segment
+//!   (`syncspy run --keep-segments`); nothing removes it (the mark is removed once its segment
+//!   is gone).
+//!
 //! A registration or lease whose owner no longer runs (pid gone, or reused: start ticks
 //! differ) is void, and removed by whoever finds it.
 //!
@@ -38,6 +42,7 @@ pub const DEFAULT_CAP_MB: u64 = 256;
 
 const REG_PREFIX: &str = ".syncspy-reader-";
 const LEASE_MARK: &str = ".lease-";
+const KEEP_MARK: &str = ".keep";
 
 /// A process: pid and start time in clock ticks since boot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -138,12 +143,26 @@ pub fn take_lease(segment: &Path) -> io::Result<OwnedFile> {
     Ok(OwnedFile(path))
 }
 
+/// Marks the segment at `segment` as kept: no reader or reclaimer removes it.
+pub fn keep(segment: &Path) -> io::Result<()> {
+    let name = segment
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a segment path"))?;
+    match create_private(&segment.with_file_name(format!(".{name}{KEEP_MARK}")), "") {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// The live registrations and leases of a folder, as of one listing.
 #[derive(Debug, Default)]
 pub struct Readers {
     pub registered: Vec<(Owner, Scope)>,
     /// Segment name -> the live readers that hold a lease on it.
     pub leases: HashMap<String, Vec<Owner>>,
+    /// Names of the segments marked to be kept.
+    pub kept: std::collections::HashSet<String>,
 }
 
 impl Readers {
@@ -174,6 +193,16 @@ impl Readers {
                     Err(_) => continue,
                 };
                 r.registered.push((o, scope));
+            } else if let Some(seg) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(KEEP_MARK))
+                .filter(|n| parse_segment_name(n).is_some())
+            {
+                if dir.join(seg).exists() {
+                    r.kept.insert(seg.to_string());
+                } else {
+                    let _ = std::fs::remove_file(entry.path());
+                }
             } else if let Some((seg, owner)) = name
                 .strip_prefix('.')
                 .and_then(|n| n.split_once(LEASE_MARK))
@@ -195,8 +224,12 @@ impl Readers {
     }
 
     /// Whether a reader other than `me` still wants the ended segment `name` of `session`:
-    /// it holds a lease on it, or it is the live `syncspy run` of that session.
+    /// it holds a lease on it, or it is the live `syncspy run` of that session; or the
+    /// segment is marked to be kept.
     pub fn wanted_by_others(&self, name: &str, session: u64, me: Owner) -> bool {
+        if self.kept.contains(name) {
+            return true;
+        }
         let leased = self
             .leases
             .get(name)
@@ -411,10 +444,19 @@ mod tests {
         assert!(!r.wanted_by_others(name, 5, me));
         assert!(!r.folder_reader_besides(me));
         assert!(!void_lease.exists() && !void_reg.exists());
+        // A kept segment is wanted; its mark goes once the segment is gone.
+        keep(s.path()).unwrap();
+        keep(s.path()).unwrap();
+        assert!(Readers::survey(&d).unwrap().wanted_by_others(name, 5, me));
         // Owned files go with their owner.
         let (lp, rp) = (lease.path().to_path_buf(), reg.path().to_path_buf());
         drop((lease, reg));
         assert!(!lp.exists() && !rp.exists());
+        let mark = d.join(format!(".{name}.keep"));
+        assert!(mark.exists());
+        std::fs::remove_file(s.path()).unwrap();
+        Readers::survey(&d).unwrap();
+        assert!(!mark.exists());
         drop(s);
         std::fs::remove_dir_all(&d).unwrap();
     }
