@@ -799,6 +799,38 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_removed_under_the_agent_is_let_go_at_the_next_step() {
+        let dir = TempDir::new("daemon-unlinked");
+        // This test's own process: running, so neither retain nor reclaim would drop it.
+        let me = std::process::id();
+        let mut p = SegmentParams::new(me, syncspy_abi::process_start_ticks(me).unwrap());
+        p.ring_capacity = 64;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        p.cmdline = b"/opt/live\0".to_vec();
+        let w = SegmentWriter::create(dir.path(), &p).unwrap();
+        w.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 10, 0, 0));
+        let mut c = Collector::new(dir.path().to_path_buf(), Duration::from_secs(3600), false);
+        c.step();
+        assert_eq!(c.snapshot().processes.len(), 1);
+        c.step();
+        assert_eq!(
+            c.snapshot().processes.len(),
+            1,
+            "kept while its file is there"
+        );
+        std::fs::remove_file(w.path()).unwrap();
+        c.step();
+        let s = c.snapshot();
+        assert!(
+            s.processes.is_empty(),
+            "the mapping of a removed file is dropped"
+        );
+        assert_eq!(s.forgotten["live"].processes, 1);
+        assert_eq!(s.forgotten["live"].kinds["device_sync"].count, 1);
+    }
+
+    #[test]
     fn program_labels_are_bounded() {
         let dir = TempDir::new("daemon-labels");
         let mut c = Collector::new(dir.path().to_path_buf(), Duration::ZERO, true);

@@ -775,8 +775,17 @@ mod tests {
         // Removed under the reader: noticed.
         std::fs::remove_file(w2.path()).unwrap();
         assert!(f.processes()[1].unlinked());
-        // Releasing the lease of an ended segment nobody else wants removes it.
+        // While another reader of the whole folder runs (pid 1 stands in for an agent), an
+        // ended segment is handed over, not removed.
+        let init = syncspy_abi::process_start_ticks(1).unwrap();
+        let agent = dir.path().join(format!(".syncspy-reader-1-{init}"));
+        std::fs::write(&agent, "all\n").unwrap();
         f.final_drain();
+        let (removed, failed) = f.remove_ended_segments();
+        assert!(removed.is_empty() && failed.is_empty());
+        assert!(w.path().exists() && !lease.exists());
+        std::fs::remove_file(&agent).unwrap();
+        // Releasing the lease of an ended segment nobody else wants removes it.
         let (removed, failed) = f.remove_ended_segments();
         assert!(failed.is_empty());
         assert_eq!(removed, vec![w.path().to_path_buf()]);
