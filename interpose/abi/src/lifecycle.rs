@@ -155,6 +155,21 @@ pub fn keep(segment: &Path) -> io::Result<()> {
     }
 }
 
+/// The first bytes of a small regular file, opened without following a link or blocking.
+fn read_small(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    f.take(64).read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// The live registrations and leases of a folder, as of one listing.
 #[derive(Debug, Default)]
 pub struct Readers {
@@ -166,22 +181,35 @@ pub struct Readers {
 }
 
 impl Readers {
-    /// Lists `dir`'s registrations and leases; void ones (owner gone) are removed.
+    /// Lists `dir`'s registrations, leases and keep marks; void ones (owner gone, or
+    /// segment gone) are removed. Only regular files owned by this user or root count:
+    /// another user's files cannot hold this user's segments, and nothing here blocks (a
+    /// FIFO is never opened).
     pub fn survey(dir: &Path) -> io::Result<Readers> {
         let mut r = Readers::default();
         let mut alive: HashMap<Owner, bool> = HashMap::new();
         let mut live = |o: Owner| *alive.entry(o).or_insert_with(|| o.running());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
         for entry in std::fs::read_dir(dir)? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            if !name.starts_with('.') {
+                continue;
+            }
+            // lstat: a link is not followed.
+            match entry.metadata() {
+                Ok(m) if m.file_type().is_file() && (m.uid() == uid || m.uid() == 0) => {}
+                _ => continue,
+            }
             if let Some(rest) = name.strip_prefix(REG_PREFIX) {
                 let Some(o) = parse_owner(rest) else { continue };
                 if !live(o) {
                     let _ = std::fs::remove_file(entry.path());
                     continue;
                 }
-                let scope = match std::fs::read_to_string(entry.path()) {
+                let scope = match read_small(&entry.path()) {
                     Ok(s) => match s.trim().strip_prefix("session ") {
                         Some(n) => match n.trim().parse() {
                             Ok(n) => Scope::Session(n),
@@ -444,6 +472,13 @@ mod tests {
         assert!(!r.wanted_by_others(name, 5, me));
         assert!(!r.folder_reader_besides(me));
         assert!(!void_lease.exists() && !void_reg.exists());
+        // A FIFO under a registration's name is skipped, never opened (it would block).
+        let fifo = d.join(format!(".syncspy-reader-1-{}", other.start_ticks));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(!Readers::survey(&d).unwrap().folder_reader_besides(me));
+        std::fs::remove_file(&fifo).unwrap();
         // A kept segment is wanted; its mark goes once the segment is gone.
         keep(s.path()).unwrap();
         keep(s.path()).unwrap();
