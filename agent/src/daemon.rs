@@ -5,11 +5,19 @@
 //! A [`Collector`] scans and drains the segments every `interval` and keeps a [`Snapshot`];
 //! HTTP requests are answered from the latest snapshot, so a scrape never waits for a scan.
 //!
-//! Ended processes stay in the snapshot for `retain`, then are forgotten: their totals move
-//! into per-program counters (so Prometheus counters never go down), and their segment file
-//! is removed when no `syncspy run` owns it (session 0: a program started with
-//! `LD_PRELOAD=libsyncspy.so` by hand or by a launcher). Segments of a `syncspy run` session
-//! are left to that run, which removes them itself (or keeps them with `--keep-segments`).
+//! The agent registers as a reader of the whole folder and takes a lease on every segment it
+//! follows (`syncspy_abi::lifecycle`), so that `syncspy run` hands its ended segments over
+//! instead of removing them before the agent has read them; it watches the folder with
+//! inotify, so a new segment is opened at once, not at the next interval.
+//!
+//! Ended processes stay in the snapshot for `retain` (and while the `syncspy run` of their
+//! session still runs, so that the run hands them over), then are forgotten: their totals move
+//! into per-program counters (so Prometheus counters never go down), the lease is given up,
+//! and the segment file is removed unless another reader still wants it (a lease of its own,
+//! or the live `syncspy run` of its session, which then removes it itself). A segment whose
+//! file was removed under it is forgotten as soon as it is drained, so its memory is freed.
+//! Each step also reclaims what nobody reads (`syncspy_abi::lifecycle::reclaim`: ended
+//! processes' segments after their linger, and the folder's size cap).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +28,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
 
+use syncspy_abi::lifecycle::{self, OwnedFile, Policy, Scope};
 use syncspy_abi::Kind;
 
 use crate::metrics;
@@ -77,12 +86,15 @@ pub struct Collector {
     forgotten: BTreeMap<String, ForgottenProgram>,
     warnings: Vec<String>,
     host: String,
+    /// This agent's registration as a reader of the folder (removed when dropped).
+    registration: Option<OwnedFile>,
+    policy: Policy,
 }
 
 impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
-        Collector {
-            follower: Follower::new(dir, None),
+        let mut c = Collector {
+            follower: Follower::new(dir, None).with_leases(),
             sym: Symbolizer::new(),
             retain,
             keep_segments,
@@ -90,7 +102,42 @@ impl Collector {
             forgotten: BTreeMap::new(),
             warnings: Vec::new(),
             host: hostname(),
+            registration: None,
+            policy: Policy::from_env(),
+        };
+        c.register();
+        if let Err(e) = c.follower.watch() {
+            c.warn(format!(
+                "cannot watch {} with inotify ({e}): new segments are found at each interval",
+                c.follower.dir().display()
+            ));
         }
+        c
+    }
+
+    /// Registers as a reader of the folder (again, if the folder was missing before).
+    fn register(&mut self) {
+        if self.registration.is_some() {
+            return;
+        }
+        match lifecycle::register(self.follower.dir(), Scope::All) {
+            Ok(r) => self.registration = Some(r),
+            Err(e) => {
+                let w = format!(
+                    "cannot register as a reader of {} ({e}): `syncspy run` jobs that end \
+                     before the next scan may be missed",
+                    self.follower.dir().display()
+                );
+                if !self.warnings.contains(&w) {
+                    self.warn(w);
+                }
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a new segment (returns at once when one appears).
+    pub fn wait(&mut self, timeout: Duration) {
+        self.follower.wait(timeout);
     }
 
     fn warn(&mut self, w: String) {
@@ -133,26 +180,60 @@ impl Collector {
         for p in problems {
             self.warn(p);
         }
+        self.register();
         self.follower.poll();
 
         let now = monotonic_ns();
         let retain = u64::try_from(self.retain.as_nanos()).unwrap_or(u64::MAX);
+        // The live `syncspy run`s: their ended segments are kept (and leased) until the run
+        // ends, so that the run hands them over rather than removes them.
+        let me = lifecycle::Owner::me();
+        let runs: Vec<u64> = lifecycle::Readers::survey(self.follower.dir())
+            .map(|r| {
+                r.registered
+                    .iter()
+                    .filter(|(o, _)| *o != me)
+                    .filter_map(|(_, s)| match s {
+                        Scope::Session(n) => Some(*n),
+                        Scope::All => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // A segment removed under us is drained (just now) and let go: nobody else can find
+        // it, and its mapping alone keeps its memory in use.
         let stale = |f: &Followed| {
-            f.ended() && {
-                let end = match f.agg.live.ended_ns {
-                    0 => f.agg.gone_ns.unwrap_or(now),
-                    e => e,
-                };
-                now.saturating_sub(end) >= retain
-            }
+            f.unlinked()
+                || f.ended() && !(f.agg.session != 0 && runs.contains(&f.agg.session)) && {
+                    let end = match f.agg.live.ended_ns {
+                        0 => f.agg.gone_ns.unwrap_or(now),
+                        e => e,
+                    };
+                    now.saturating_sub(end) >= retain
+                }
         };
         let gone = self.follower.forget(stale);
-        for f in gone {
-            self.retire(&f);
+        for mut f in gone {
+            self.retire(&mut f);
+        }
+        if !self.keep_segments {
+            let followed: std::collections::HashSet<PathBuf> = self
+                .follower
+                .processes()
+                .iter()
+                .map(|f| f.reader.path().to_path_buf())
+                .collect();
+            let skip = |p: &std::path::Path| followed.contains(p);
+            if let Err(e) = lifecycle::reclaim(self.follower.dir(), self.policy, &skip) {
+                let w = format!("cannot reclaim in {}: {e}", self.follower.dir().display());
+                if !self.warnings.contains(&w) {
+                    self.warn(w);
+                }
+            }
         }
     }
 
-    fn retire(&mut self, f: &Followed) {
+    fn retire(&mut self, f: &mut Followed) {
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
@@ -176,10 +257,10 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
-        if a.session == 0 && !self.keep_segments {
-            if let Err(e) = f.remove_file() {
-                self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
-            }
+        if self.keep_segments {
+            drop(f.take_lease());
+        } else if let Err(e) = f.release(false) {
+            self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
         }
     }
 
@@ -516,7 +597,7 @@ pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeErro
         .spawn(move || rt.block_on(accept_loop(listener, for_http, token.into(), token_file)))
         .map_err(ServeError::Thread)?;
     loop {
-        std::thread::sleep(opts.interval);
+        collector.wait(opts.interval);
         collector.step();
         let served = Served::new(collector.snapshot());
         if let Ok(mut s) = latest.lock() {
@@ -608,6 +689,13 @@ mod tests {
             ));
         }
         manual.mark_exited(0);
+        // The `syncspy run` of session 77, alive (pid 1 stands in for it).
+        let init = syncspy_abi::process_start_ticks(1).unwrap();
+        std::fs::write(
+            dir.path().join(format!(".syncspy-reader-1-{init}")),
+            "session 77\n",
+        )
+        .unwrap();
 
         let mut c = Collector::new(dir.path().to_path_buf(), Duration::from_secs(3600), false);
         c.step();
@@ -617,8 +705,42 @@ mod tests {
         assert_eq!(s.processes[0].report.kinds["stream_sync"].count, 1);
         assert!(s.forgotten.is_empty());
 
-        // With no retention, both are forgotten; only the unowned file goes.
+        let names = |d: &std::path::Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // With no retention, the unowned one is forgotten and its file removed; the one of a
+        // live `syncspy run` stays followed and leased until that run ends.
         c.retain = Duration::ZERO;
+        c.step();
+        let s = c.snapshot();
+        assert_eq!(s.processes.len(), 1);
+        assert_eq!(s.processes[0].report.pid, 42);
+        assert_eq!(s.forgotten["train"].processes, 1);
+        assert!(!manual.path().exists(), "session 0: nobody else removes it");
+        assert!(
+            owned.path().exists(),
+            "a live syncspy run's file is left to the run"
+        );
+        let me = syncspy_abi::lifecycle::Owner::me();
+        let lease = format!(".syncspy-42-142.lease-{}-{}", me.pid, me.start_ticks);
+        assert!(
+            names(dir.path()).contains(&lease),
+            "{:?}",
+            names(dir.path())
+        );
+        // Not picked up again while the file exists.
+        c.step();
+        assert_eq!(c.snapshot().processes.len(), 1);
+        assert_eq!(c.snapshot().forgotten["train"].processes, 1);
+        // The run ends (its registration gone; a void one of a dead process is cleared
+        // away): the segment is forgotten and, wanted by nobody, removed.
+        std::fs::write(dir.path().join(".syncspy-reader-11-1"), "session 77\n").unwrap();
+        std::fs::remove_file(dir.path().join(format!(".syncspy-reader-1-{init}"))).unwrap();
         c.step();
         let s = c.snapshot();
         assert!(s.processes.is_empty());
@@ -626,15 +748,11 @@ mod tests {
         assert_eq!(f.processes, 2);
         assert_eq!(f.kinds["stream_sync"].count, 2);
         assert_eq!(f.kinds["stream_sync"].total_ns, 2_000);
-        assert!(!manual.path().exists(), "session 0: nobody else removes it");
-        assert!(
-            owned.path().exists(),
-            "a syncspy run session's file is left to the run"
+        assert!(!owned.path().exists());
+        assert_eq!(
+            names(dir.path()),
+            vec![format!(".syncspy-reader-{}-{}", me.pid, me.start_ticks)]
         );
-        // Not picked up again while the file exists.
-        c.step();
-        assert!(c.snapshot().processes.is_empty());
-        assert_eq!(c.snapshot().forgotten["train"].processes, 2);
         // The counters did not go down.
         let m = metrics::render(&c.snapshot()).unwrap();
         assert!(
@@ -678,6 +796,38 @@ mod tests {
             )),
             "{m}"
         );
+    }
+
+    #[test]
+    fn a_segment_removed_under_the_agent_is_let_go_at_the_next_step() {
+        let dir = TempDir::new("daemon-unlinked");
+        // This test's own process: running, so neither retain nor reclaim would drop it.
+        let me = std::process::id();
+        let mut p = SegmentParams::new(me, syncspy_abi::process_start_ticks(me).unwrap());
+        p.ring_capacity = 64;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        p.cmdline = b"/opt/live\0".to_vec();
+        let w = SegmentWriter::create(dir.path(), &p).unwrap();
+        w.record(&rec(Kind::DeviceSync, Api::CudaDeviceSynchronize, 10, 0, 0));
+        let mut c = Collector::new(dir.path().to_path_buf(), Duration::from_secs(3600), false);
+        c.step();
+        assert_eq!(c.snapshot().processes.len(), 1);
+        c.step();
+        assert_eq!(
+            c.snapshot().processes.len(),
+            1,
+            "kept while its file is there"
+        );
+        std::fs::remove_file(w.path()).unwrap();
+        c.step();
+        let s = c.snapshot();
+        assert!(
+            s.processes.is_empty(),
+            "the mapping of a removed file is dropped"
+        );
+        assert_eq!(s.forgotten["live"].processes, 1);
+        assert_eq!(s.forgotten["live"].kinds["device_sync"].count, 1);
     }
 
     #[test]

@@ -282,7 +282,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => {
             let opts = a.options();
             match run::run(&opts) {
-                Ok(outcome) => outcome.exit_code,
+                Ok(outcome) => outcome.final_exit_code(),
                 Err(e) => {
                     eprintln!("syncspy: {e}");
                     e.exit_code()

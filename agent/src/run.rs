@@ -40,6 +40,11 @@ pub const SIM_LINK_NAMES: [&str; 3] = ["libcudart.so.13", "libcudart.so", "libcu
 pub const DIR_ENV: &str = "SYNCSPY_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
 pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
+/// A folder, private to one `syncspy run`, where the library leaves one file per process
+/// whose segment could not be created (named `<pid>-<start ticks>`, holding the reason).
+pub const FAILED_DIR_ENV: &str = "SYNCSPY_FAILED_DIR";
+/// How the run reports such processes: "N processes could not record: <reason>".
+pub const COULD_NOT_RECORD: &str = "could not record: ";
 /// The live monitor `syncspy run --tui` starts, found next to syncspy like the library.
 pub const TOP_NAME: &str = "syncspy-top";
 
@@ -101,6 +106,64 @@ pub struct RunOutcome {
     pub removed_segments: Vec<PathBuf>,
     /// The command's standard output, when `capture_stdout` was asked for.
     pub stdout: Option<Vec<u8>>,
+    /// Why each process that could not create its segment could not (empty when all could).
+    pub unrecorded: Vec<String>,
+}
+
+impl RunOutcome {
+    /// The exit code `syncspy run` ends with: the command's, or `EXIT_SETUP` when some of
+    /// its processes could not record (the report would be silently incomplete).
+    pub fn final_exit_code(&self) -> i32 {
+        if self.unrecorded.is_empty() {
+            self.exit_code
+        } else {
+            EXIT_SETUP
+        }
+    }
+}
+
+/// "N processes could not record: <reason>" for the reasons the library left; `None` when
+/// there are none. The distinct reasons are listed, the most frequent first.
+pub fn unrecorded_message(reasons: &[String]) -> Option<String> {
+    if reasons.is_empty() {
+        return None;
+    }
+    let mut counts: Vec<(usize, &str)> = Vec::new();
+    for r in reasons {
+        match counts.iter_mut().find(|(_, s)| *s == r.as_str()) {
+            Some((n, _)) => *n += 1,
+            None => counts.push((1, r.as_str())),
+        }
+    }
+    counts.sort_by_key(|c| std::cmp::Reverse(c.0));
+    let n = reasons.len();
+    let list: Vec<&str> = counts.iter().map(|(_, s)| *s).collect();
+    Some(format!(
+        "{n} process{} {COULD_NOT_RECORD}{}",
+        if n == 1 { "" } else { "es" },
+        list.join("; ")
+    ))
+}
+
+/// The reasons left in the failure folder, one per process.
+fn read_failures(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let line = text.lines().next().unwrap_or("").trim();
+        out.push(if line.is_empty() {
+            "unknown reason".to_string()
+        } else {
+            line.to_string()
+        });
+    }
+    out.sort();
+    out
 }
 
 /// Why `syncspy run` could not do its job; the message says what to do.
@@ -261,6 +324,34 @@ pub fn prepend_list(first: &OsStr, existing: Option<&OsStr>, sep: &str) -> OsStr
     v
 }
 
+/// A private folder (mode 0700) in the temporary folder; removed with its files on drop.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn create(what: &str, session: u64) -> Result<PrivateDir, RunError> {
+        let dir = std::env::temp_dir().join(format!(
+            "syncspy-{what}-{}-{session:016x}",
+            std::process::id()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                RunError::Setup(format!(
+                    "cannot create {}: {e}: set TMPDIR to a writable folder",
+                    dir.display()
+                ))
+            })?;
+        Ok(PrivateDir(dir))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A private folder holding `libcudart.so.13 -> libsimcudart.so`; removed on drop.
 struct SimDir(PathBuf);
 
@@ -398,6 +489,22 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         check_output_path("--trace", "a JSON trace file", t)?;
     }
     let session = new_session();
+    let failed_dir = PrivateDir::create("failed", session)?;
+    // Registered for this session: an agent leaves this run's ended segments to it.
+    let registration = match syncspy_abi::lifecycle::register(
+        &seg_dir,
+        syncspy_abi::lifecycle::Scope::Session(session),
+    ) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!(
+                "syncspy: warning: cannot register as a reader of {} ({e}): an agent may \
+                     remove this run's segments before they are read",
+                seg_dir.display()
+            );
+            None
+        }
+    };
     let sim_dir = if opts.sim {
         let sim_lib = find_library(
             SIM_LIB_NAME,
@@ -444,6 +551,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         ),
     );
     cmd.env(SESSION_ENV, session.to_string());
+    cmd.env(FAILED_DIR_ENV, &failed_dir.0);
     if std::env::var_os(DIR_ENV).is_some_and(|v| !v.is_empty()) {
         cmd.env(DIR_ENV, &seg_dir);
     }
@@ -518,7 +626,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         let _ = tx.send((r, Instant::now()));
     });
 
-    let mut follower: Follower = Follower::new(&seg_dir, Some(session));
+    let mut follower: Follower = Follower::new(&seg_dir, Some(session)).with_leases();
     let mut trace = opts
         .trace
         .as_ref()
@@ -619,6 +727,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         &mut sym,
         monotonic_ns(),
     );
+    let unrecorded = read_failures(&failed_dir.0);
+    drop(failed_dir);
+    if let Some(m) = unrecorded_message(&unrecorded) {
+        report.warnings.push(m);
+    }
     if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
         if sink.cut() > 0 {
             report.warnings.push(format!(
@@ -630,7 +743,18 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             ));
         }
     }
+    // Ended segments are removed, or handed over to a reader that still wants them (an
+    // agent); then what nobody reads any more is reclaimed (this run's kept ones aside).
     let removed_segments = if opts.keep_segments {
+        // Marked, so that no agent or reclaimer removes them either.
+        for f in follower.processes() {
+            if let Err(e) = syncspy_abi::lifecycle::keep(f.reader.path()) {
+                eprintln!(
+                    "syncspy: warning: cannot mark {} as kept: {e}",
+                    f.reader.path().display()
+                );
+            }
+        }
         Vec::new()
     } else {
         let (removed, failed) = follower.remove_ended_segments();
@@ -639,9 +763,23 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         }
         removed
     };
+    let mine: std::collections::HashSet<PathBuf> = follower
+        .processes()
+        .iter()
+        .map(|f| f.reader.path().to_path_buf())
+        .collect();
+    let skip = |p: &Path| mine.contains(p) && opts.keep_segments;
+    let _ = syncspy_abi::lifecycle::reclaim(
+        &seg_dir,
+        syncspy_abi::lifecycle::Policy::from_env(),
+        &skip,
+    );
+    drop(registration);
     drop(sim_dir);
     if opts.print_summary {
         eprint!("{}", summary::render(&report));
+    } else if let Some(m) = unrecorded_message(&unrecorded) {
+        eprintln!("syncspy: warning: {m}");
     }
     if let Some(path) = &opts.report {
         report::write(&report, path).map_err(|e| {
@@ -678,6 +816,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         report,
         removed_segments,
         stdout,
+        unrecorded,
     })
 }
 

@@ -134,7 +134,12 @@ pub fn render(r: &Report) -> String {
         r.exit_code,
         fmt_ns(r.wall_ns)
     );
-    if r.processes.is_empty() {
+    // When processes said why they could not record, that reason is given instead of a guess.
+    let failed = r
+        .warnings
+        .iter()
+        .any(|w| w.contains(crate::run::COULD_NOT_RECORD));
+    if r.processes.is_empty() && !failed {
         let _ = writeln!(
             out,
             "syncspy: no instrumented process reported: either the command never called the \

@@ -612,4 +612,24 @@ fn keep_segments_keeps_them() {
         .count();
     assert_eq!(n, 1);
     assert!(text(&o.stderr).contains("memcpy_sync"));
+    // Marked as kept: the next run, reclaiming with no linger and a cap of 0, leaves it.
+    let o = syncspy(&d, &["run", "--", "true"])
+        .env("SYNCSPY_LINGER_MS", "0")
+        .env("SYNCSPY_DIR_CAP_MB", "0")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let names: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| syncspy_abi::parse_segment_name(n).is_some())
+            .count(),
+        1,
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n.ends_with(".keep")), "{names:?}");
 }

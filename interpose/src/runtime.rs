@@ -230,6 +230,26 @@ fn off_by_env() -> bool {
     off
 }
 
+/// Leaves the reason a segment could not be created where `syncspy run` looks for it
+/// (`SYNCSPY_FAILED_DIR`, set by the run): one file per process, best effort.
+fn note_failure(pid: u32, start: u64, reason: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(dir) = std::env::var_os("SYNCSPY_FAILED_DIR").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let path = PathBuf::from(dir).join(format!("{pid}-{start}"));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        let _ = writeln!(f, "{}", reason.replace('\n', " "));
+    }
+}
+
 impl Runtime {
     /// The runtime if recording is active; initialises on first use.
     #[inline(always)]
@@ -338,6 +358,13 @@ impl Runtime {
         if cfg.python {
             params.python_code_capacity = crate::python::probe();
         }
+        // Make room first: segments of ended processes that nobody reads any more (after
+        // their linger), and the folder's size cap. Errors only mean nothing was reclaimed.
+        let _ = syncspy_abi::lifecycle::reclaim(
+            &cfg.dir,
+            syncspy_abi::lifecycle::Policy::from_env(),
+            &|_| false,
+        );
         let seg = match SegmentWriter::create(&cfg.dir, &params) {
             Ok(s) => s,
             Err(e) => {
@@ -347,6 +374,7 @@ impl Runtime {
                      about {} MiB; SYNCSPY_RING sets most of it)",
                     (cfg.ring as u64 * 64 + cfg.sites as u64 * 512 + (1 << 20)) >> 20
                 );
+                note_failure(pid, start, &e.to_string());
                 return None;
             }
         };

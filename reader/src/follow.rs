@@ -16,6 +16,7 @@ use std::io;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use syncspy_abi::lifecycle::{self, OwnedFile, Owner, Readers};
 use syncspy_abi::process_running;
 use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
@@ -84,6 +85,9 @@ pub struct Followed<S = ()> {
     truncated: Option<(u64, bool)>,
     /// The caller's own state for this segment, created with `S::default()`.
     pub state: S,
+    /// This reader's lease on the segment (`Follower::with_leases`), held until dropped or
+    /// released.
+    lease: Option<OwnedFile>,
 }
 
 impl<S> Followed<S> {
@@ -143,15 +147,56 @@ impl<S> Followed<S> {
     /// Removes this segment's file, unless a newer segment replaced it under the same name.
     /// `Ok(false)` when there was nothing to remove.
     pub fn remove_file(&self) -> io::Result<bool> {
-        let path = self.reader.path();
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.ino() == self.ino => match std::fs::remove_file(path) {
-                Ok(()) => Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(e),
-            },
-            _ => Ok(false),
+        lifecycle::remove_if_same(self.reader.path(), self.ino)
+    }
+
+    /// Whether the file this segment was opened from is no longer under its name (removed,
+    /// or replaced by a newer segment): nobody new can find it, so once drained its mapping
+    /// only keeps memory in use.
+    pub fn unlinked(&self) -> bool {
+        match std::fs::symlink_metadata(self.reader.path()) {
+            Ok(m) => m.ino() != self.ino || m.nlink() == 0,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
         }
+    }
+
+    /// Gives up this reader's lease, if any, and nothing else.
+    pub fn take_lease(&mut self) -> Option<OwnedFile> {
+        self.lease.take()
+    }
+
+    /// Whether this reader holds a lease on the segment.
+    pub fn leased(&self) -> bool {
+        self.lease.is_some()
+    }
+
+    /// Gives up this reader's lease (if any), then removes the file if the process has ended
+    /// and no other reader wants it: no other live lease, no live `syncspy run` of its
+    /// session and, when `hand_over` is set, no live reader of the whole folder (an agent,
+    /// which will pick it up). `Ok(true)` when the file was removed.
+    pub fn release(&mut self, hand_over: bool) -> io::Result<bool> {
+        self.lease = None;
+        if !self.ended() {
+            return Ok(false);
+        }
+        let dir = match self.reader.path().parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let readers = Readers::survey(dir)?;
+        let me = Owner::me();
+        let name = self
+            .reader
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if readers.wanted_by_others(name, self.agg.session, me)
+            || (hand_over && readers.folder_reader_besides(me))
+        {
+            return Ok(false);
+        }
+        self.remove_file()
     }
 }
 
@@ -191,6 +236,10 @@ pub struct Follower<S = ()> {
     followed: Vec<Followed<S>>,
     problems: Vec<SegmentProblem>,
     problems_taken: usize,
+    /// Take a lease on each segment followed.
+    leases: bool,
+    /// Wakes `wait` when a file appears in the folder.
+    watch: Option<inotify::Inotify>,
 }
 
 impl<S: Default> Follower<S> {
@@ -217,7 +266,63 @@ impl<S> Follower<S> {
             followed: Vec::new(),
             problems: Vec::new(),
             problems_taken: 0,
+            leases: false,
+            watch: None,
         }
+    }
+
+    /// Takes a lease (see `syncspy_abi::lifecycle`) on every segment followed from now on,
+    /// so that no other reader removes it before this one has drained it.
+    pub fn with_leases(mut self) -> Follower<S> {
+        self.leases = true;
+        self
+    }
+
+    /// Watches the folder with inotify, so that `wait` returns as soon as a segment
+    /// appears. Without it (inotify unavailable: out of watches, say) `wait` sleeps its
+    /// whole timeout and the periodic scan finds new segments.
+    pub fn watch(&mut self) -> io::Result<()> {
+        use inotify::{Inotify, WatchMask};
+        let ino = Inotify::init()?;
+        // A segment is published by a rename; a lease or registration is created in place.
+        ino.watches()
+            .add(&self.dir, WatchMask::MOVED_TO | WatchMask::CREATE)?;
+        self.watch = Some(ino);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for something new in the folder (at once with `watch`; the
+    /// whole timeout otherwise). Returns whether something appeared.
+    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(ino) = &mut self.watch else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        let mut pfd = libc::pollfd {
+            fd: ino.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `pfd` is one valid pollfd on the stack, and the count passed is 1; the fd
+        // stays open for the call (owned by `ino`, borrowed here).
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n <= 0 {
+            return false;
+        }
+        let mut buf = [0u8; 4096];
+        // Drain what is queued (the fd is non-blocking); what appeared is found by `scan`.
+        loop {
+            let more = match ino.read_events(&mut buf) {
+                Ok(events) => events.count() > 0,
+                Err(_) => false,
+            };
+            if !more {
+                break;
+            }
+        }
+        true
     }
 
     /// Follows only the segments of process `pid` (`None`: every process).
@@ -265,6 +370,12 @@ impl<S> Follower<S> {
                         let mut agg = ProcessAgg::new(reader.ident());
                         agg.job = reader.job();
                         let state = (self.make_state)(reader.ident());
+                        // Without a lease the segment is still followed, as before leases.
+                        let lease = if self.leases {
+                            lifecycle::take_lease(&path).ok()
+                        } else {
+                            None
+                        };
                         self.followed.push(Followed {
                             key: SegmentKey::of(reader.ident()),
                             reader,
@@ -273,6 +384,7 @@ impl<S> Follower<S> {
                             ino: entry.ino(),
                             truncated: None,
                             state,
+                            lease,
                         });
                         new += 1;
                         Seen::Followed
@@ -400,12 +512,13 @@ impl<S> Follower<S> {
     }
 
     /// Removes the files of followed segments whose process has ended (after the last
-    /// drain). A file replaced under the same name by a newer segment is left alone.
-    /// Returns the removed paths and the failures.
-    pub fn remove_ended_segments(&self) -> (Vec<PathBuf>, Vec<(PathBuf, io::Error)>) {
+    /// drain), releasing this reader's leases first: a file another reader still wants (see
+    /// `Followed::release`) is handed over to it instead, and a file replaced under the same
+    /// name by a newer segment is left alone. Returns the removed paths and the failures.
+    pub fn remove_ended_segments(&mut self) -> (Vec<PathBuf>, Vec<(PathBuf, io::Error)>) {
         let (mut removed, mut failed) = (Vec::new(), Vec::new());
-        for f in self.followed.iter().filter(|f| f.ended()) {
-            match f.remove_file() {
+        for f in self.followed.iter_mut().filter(|f| f.ended()) {
+            match f.release(true) {
                 Ok(true) => removed.push(f.reader.path().to_path_buf()),
                 Ok(false) => {}
                 Err(e) => failed.push((f.reader.path().to_path_buf(), e)),
@@ -640,6 +753,44 @@ mod tests {
             assert!(p.contains("a symbolic link, not a regular file"), "{p}");
             assert!(!p.contains("passwd") && !p.contains("bytes"), "{p}");
         }
+    }
+
+    #[test]
+    fn leases_are_taken_and_released_and_an_unlinked_file_is_noticed() {
+        let dir = TempDir::new("follow-lease");
+        let w = SegmentWriter::create(dir.path(), &params(41, 7, 16)).unwrap();
+        w.mark_exited(0);
+        let mut f: Follower = Follower::new(dir.path(), None).with_leases();
+        f.watch().unwrap();
+        f.scan().unwrap();
+        let me = Owner::me();
+        let lease = lifecycle::lease_path(w.path(), me).unwrap();
+        assert!(f.processes()[0].leased() && lease.exists());
+        assert!(!f.processes()[0].unlinked());
+        // A new segment wakes `wait` at once (inotify), long before its timeout.
+        let t0 = std::time::Instant::now();
+        let w2 = SegmentWriter::create(dir.path(), &params(42, 7, 16)).unwrap();
+        assert!(f.wait(std::time::Duration::from_secs(600)));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(300));
+        assert_eq!(f.scan().unwrap(), 1);
+        // Removed under the reader: noticed.
+        std::fs::remove_file(w2.path()).unwrap();
+        assert!(f.processes()[1].unlinked());
+        // While another reader of the whole folder runs (pid 1 stands in for an agent), an
+        // ended segment is handed over, not removed.
+        let init = syncspy_abi::process_start_ticks(1).unwrap();
+        let agent = dir.path().join(format!(".syncspy-reader-1-{init}"));
+        std::fs::write(&agent, "all\n").unwrap();
+        f.final_drain();
+        let (removed, failed) = f.remove_ended_segments();
+        assert!(removed.is_empty() && failed.is_empty());
+        assert!(w.path().exists() && !lease.exists());
+        std::fs::remove_file(&agent).unwrap();
+        // Releasing the lease of an ended segment nobody else wants removes it.
+        let (removed, failed) = f.remove_ended_segments();
+        assert!(failed.is_empty());
+        assert_eq!(removed, vec![w.path().to_path_buf()]);
+        assert!(!lease.exists());
     }
 
     #[test]

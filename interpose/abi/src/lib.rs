@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod job;
 pub mod kinds;
 pub mod layout;
+pub mod lifecycle;
 pub mod modules;
 pub mod objects;
 pub mod python;

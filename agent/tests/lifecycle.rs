@@ -1,0 +1,301 @@
+//! The life of a segment (docs/architecture.md, "Segment lifecycle"): short `syncspy run`
+//! jobs are never lost to a running agent, processes that cannot record say so, and ended
+//! processes' segments are reclaimed without any reader.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{artifact, cudacalls, run_sim, Running, TempDir, SYNCSPY};
+
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn metrics(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+fn metric(body: &str, line_start: &str) -> Option<u64> {
+    body.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l[line_start.len()..].trim().parse().ok())
+}
+
+/// Names of the segment files in `dir` (not leases, registrations or temporaries).
+fn segments(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| syncspy_abi::parse_segment_name(n).is_some())
+        .collect();
+    v.sort();
+    v
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn ten_short_runs_in_a_row_are_all_counted_by_a_running_agent() {
+    let d = TempDir::new("lifecycle-agent");
+    // A slow interval: the agent must not depend on scanning between a job's start and
+    // its end (inotify wakes it; the run hands its segments over).
+    let mut agent = Running(
+        Command::new(SYNCSPY)
+            .args([
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--interval-ms",
+                "2000",
+                "--retain-secs",
+                "0",
+                "--token-file",
+            ])
+            .arg(d.path().join("agent.token"))
+            .env("SYNCSPY_DIR", d.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
+    let addr = eventually("the agent's address", || {
+        let l = lines.next()?.ok()?;
+        let rest = l.split("serving http://").nth(1)?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    std::thread::spawn(move || for _ in lines {});
+
+    let c = cudacalls();
+    for i in 0..10 {
+        let o = run_sim(&d, &[], &[&c, "--iters", "2", "busy=s1:200", "sync=s1"]);
+        assert_eq!(o.status.code(), Some(0), "run {i}: {}", text(&o.stderr));
+    }
+    let forgotten = r#"syncspy_forgotten_processes_total{program="cudacalls"}"#;
+    let events = r#"syncspy_stall_events_total{program="cudacalls",kind="stream_sync"}"#;
+    // Every job's segment is read, forgotten (retain 0) and then removed by the agent.
+    let m = eventually("ten jobs counted and their segments gone", || {
+        let m = metrics(&addr);
+        (metric(&m, forgotten) >= Some(10) && segments(d.path()).is_empty()).then_some(m)
+    });
+    assert_eq!(metric(&m, forgotten), Some(10), "{m}");
+    assert_eq!(metric(&m, events), Some(20), "{m}");
+    let leases: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".lease-"))
+        .collect();
+    assert!(leases.is_empty(), "{leases:?}");
+}
+
+/// A folder whose path is so long that no file name fits under it (`ENAMETOOLONG`): it
+/// exists and is writable, even to root, yet no segment can be created in it.
+fn folder_with_no_room_for_names(d: &TempDir) -> std::path::PathBuf {
+    let mut p = d.path().to_path_buf();
+    while p.as_os_str().len() < 4000 {
+        p.push("x".repeat(200));
+    }
+    let need = 4080 - p.as_os_str().len();
+    p.push("y".repeat(need));
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+#[test]
+fn processes_that_cannot_record_say_so_and_the_run_exits_2() {
+    let d = TempDir::new("lifecycle-full");
+    let dir = folder_with_no_room_for_names(&d);
+    let c = cudacalls();
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{c} --iters 1 sync=s1 && {c} --iters 1 sync=s1 && echo both-ran"
+        ))
+        .env("SYNCSPY_DIR", &dir)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    // The command ran on, unchanged.
+    assert!(text(&o.stdout).contains("both-ran"), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // One line from each process, naming the folder and the reason.
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("syncspy: not recording this process"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    for l in &lines {
+        assert!(l.contains(dir.to_str().unwrap()), "{l}");
+        assert!(l.contains("File name too long"), "{l}");
+    }
+    assert!(
+        err.contains("2 processes could not record: ") && err.contains("File name too long"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("never called"),
+        "no guess when the reason is known: {err}"
+    );
+}
+
+#[test]
+fn a_preloaded_program_whose_segment_cannot_be_created_runs_on_and_says_why_once() {
+    let d = TempDir::new("lifecycle-file");
+    let lib = d.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join("libcudart.so.13")).unwrap();
+    // SYNCSPY_DIR names a regular file: nothing can be created "in" it.
+    let not_a_dir = d.path().join("not-a-folder");
+    std::fs::write(&not_a_dir, b"").unwrap();
+    let plain = |preload: bool| {
+        let mut cmd = Command::new(cudacalls());
+        cmd.args(["--iters", "3", "busy=s1:100", "sync=s1"])
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("SYNCSPY_DIR", &not_a_dir)
+            .env_remove("SYNCSPY_SESSION")
+            .env_remove("SYNCSPY_FAILED_DIR");
+        if preload {
+            cmd.env("LD_PRELOAD", artifact("libsyncspy.so"));
+        }
+        cmd.output().unwrap()
+    };
+    let (with, without) = (plain(true), plain(false));
+    assert_eq!(with.status.code(), without.status.code());
+    // The same calls, made the same number of times (pid and timings differ).
+    let calls = |out: &[u8]| -> Vec<(String, u64)> {
+        let v: serde_json::Value = serde_json::from_slice(out).unwrap();
+        v["calls"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, c)| (k.clone(), c["count"].as_u64().unwrap()))
+            .collect()
+    };
+    assert_eq!(calls(&with.stdout), calls(&without.stdout));
+    assert_eq!(calls(&with.stdout).len(), 13);
+    let err = text(&with.stderr);
+    let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("syncspy:")).collect();
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(ours[0].contains(not_a_dir.to_str().unwrap()), "{err}");
+    assert!(ours[0].contains("Not a directory"), "{err}");
+}
+
+#[test]
+fn a_killed_runs_segments_are_reclaimed_by_the_next_run() {
+    let d = TempDir::new("lifecycle-killed");
+    let marker = d.path().join("marker");
+    let c = cudacalls();
+    let mut run = Running(
+        Command::new(SYNCSPY)
+            .args(["run", "--sim", "--", "sh", "-c"])
+            .arg(format!(
+                "{c} --iters 1 sync=s1 >/dev/null; echo $$ > {m}.tmp; mv {m}.tmp {m}; exec sleep 60",
+                m = marker.display()
+            ))
+            .env("SYNCSPY_DIR", d.path())
+            .env_remove("SYNCSPY_LIB")
+            .env_remove("SYNCSPY_SIM_LIB")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // cudacalls has exited (its segment says so) when the marker appears.
+    let sleeper: i32 = eventually("the marker", || {
+        std::fs::read_to_string(&marker).ok()?.trim().parse().ok()
+    });
+    let left = segments(d.path());
+    assert_eq!(left.len(), 1, "{left:?}");
+    run.0.kill().unwrap();
+    run.0.wait().unwrap();
+    // SAFETY: kill has no memory-safety preconditions; `sleeper` is the shell's pid that
+    // exec'd sleep, a child of the killed run that this test started.
+    unsafe { libc::kill(sleeper, libc::SIGKILL) };
+    // The killed run left its segment (and its void registration and lease) behind.
+    assert_eq!(segments(d.path()), left);
+
+    // The next run, on its way out, reclaims it (no linger, to keep the test short).
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--", "true"])
+        .env("SYNCSPY_DIR", d.path())
+        .env("SYNCSPY_LINGER_MS", "0")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(segments(d.path()).is_empty(), "{:?}", segments(d.path()));
+    let rest: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "marker")
+        .collect();
+    assert!(
+        rest.is_empty(),
+        "void leases and registrations go too: {rest:?}"
+    );
+}
+
+#[test]
+fn many_preloaded_processes_with_no_reader_keep_the_folder_under_its_cap() {
+    let d = TempDir::new("lifecycle-cap");
+    let lib = d.path().join("lib");
+    let seg = d.path().join("seg");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(&seg).unwrap();
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join("libcudart.so.13")).unwrap();
+    let cap_mb = 8;
+    let mut biggest = 0;
+    for _ in 0..40 {
+        let o = Command::new(cudacalls())
+            .args(["--iters", "1", "sync=s1"])
+            .env("LD_PRELOAD", artifact("libsyncspy.so"))
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SYNCSPY_RING", "4096")
+            .env("SYNCSPY_DIR_CAP_MB", cap_mb.to_string())
+            .env_remove("SYNCSPY_SESSION")
+            .env("SYNCSPY_LINGER_MS", "600000")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("syncspy:"), "{}", text(&o.stderr));
+        let sizes: Vec<u64> = std::fs::read_dir(&seg)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .collect();
+        biggest = biggest.max(sizes.iter().copied().max().unwrap_or(0));
+        // The cap is applied before each new segment is created: at most the cap plus
+        // the one just created.
+        let total: u64 = sizes.iter().sum();
+        assert!(
+            total <= (cap_mb << 20) + biggest,
+            "{total} bytes in the folder"
+        );
+    }
+    assert!(biggest > 0);
+    // The folder holds more than one segment (the cap, not the linger, removed them).
+    assert!(segments(&seg).len() > 1, "{:?}", segments(&seg));
+}

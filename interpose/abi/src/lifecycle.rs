@@ -1,0 +1,556 @@
+//! The life of a segment file after its process: who may delete it, and when.
+//!
+//! Nothing here is written into a segment. Readers say what they want with small files next
+//! to the segments (mode 0600, created with `O_EXCL | O_NOFOLLOW`, removed by their owner):
+//!
+//! - a *registration* `.syncspy-reader-<pid>-<start>`: the reader `<pid>` (started at
+//!   `<start>` clock ticks) follows the folder; its content is `all` (every segment: the
+//!   agent) or `session <n>` (the segments of one `syncspy run` session);
+//! - a *lease* `.syncspy-<seg pid>-<seg start>.lease-<pid>-<start>`: that reader has the
+//!   segment `syncspy-<seg pid>-<seg start>` open and has not finished draining it.
+//!
+//! - a *keep mark* `.syncspy-<seg pid>-<seg start>.keep`: the user asked to keep the segment
+//!   (`syncspy run --keep-segments`); nothing removes it (the mark is removed once its segment
+//!   is gone).
+//!
+//! A registration or lease whose owner no longer runs (pid gone, or reused: start ticks
+//! differ) is void, and removed by whoever finds it.
+//!
+//! A segment whose process has ended is *wanted* while another reader holds a live lease on
+//! it, or while a live `session <n>` reader of its session exists (the run that owns it). An
+//! unwanted ended segment is removed by the reader that drained it last, or, once it has
+//! lingered `SYNCSPY_LINGER_MS` (default [`DEFAULT_LINGER_MS`]), by any reclaimer
+//! ([`reclaim`]: the library before it creates a segment, the agent, `syncspy run` on its
+//! way out). [`reclaim`] also keeps the folder's segments under `SYNCSPY_DIR_CAP_MB`
+//! (default [`DEFAULT_CAP_MB`]) by removing the oldest ended, unleased segments first.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::segment::{parse_segment_name, process_running, process_start_ticks};
+use crate::{ProcState, SegmentReader};
+
+/// How long an ended segment nobody wants stays before a reclaimer may remove it.
+pub const LINGER_ENV: &str = "SYNCSPY_LINGER_MS";
+pub const DEFAULT_LINGER_MS: u64 = 5_000;
+/// The most the folder's segments may take together, in MiB.
+pub const CAP_ENV: &str = "SYNCSPY_DIR_CAP_MB";
+pub const DEFAULT_CAP_MB: u64 = 256;
+
+const REG_PREFIX: &str = ".syncspy-reader-";
+const LEASE_MARK: &str = ".lease-";
+const KEEP_MARK: &str = ".keep";
+
+/// A process: pid and start time in clock ticks since boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn me() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            pid,
+            start_ticks: process_start_ticks(pid).unwrap_or(0),
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        process_running(self.pid, self.start_ticks)
+    }
+}
+
+fn parse_owner(s: &str) -> Option<Owner> {
+    let (pid, start) = s.split_once('-')?;
+    Some(Owner {
+        pid: pid.parse().ok()?,
+        start_ticks: start.parse().ok()?,
+    })
+}
+
+/// What a registered reader follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every segment of the folder (the agent).
+    All,
+    /// The segments of one session (`syncspy run`).
+    Session(u64),
+}
+
+/// Creates `path` with `content`, mode 0600, never through a link or over another file.
+fn create_private(path: &Path, content: &str) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(content.as_bytes())
+}
+
+/// A file this process owns and removes when dropped.
+#[derive(Debug)]
+pub struct OwnedFile(PathBuf);
+
+impl OwnedFile {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for OwnedFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Registers this process as a reader of `dir` (see the module's documentation).
+pub fn register(dir: &Path, scope: Scope) -> io::Result<OwnedFile> {
+    let me = Owner::me();
+    let path = dir.join(format!("{REG_PREFIX}{}-{}", me.pid, me.start_ticks));
+    let content = match scope {
+        Scope::All => "all\n".to_string(),
+        Scope::Session(s) => format!("session {s}\n"),
+    };
+    // A file left by a dead process that had our pid and start time cannot exist; one of
+    // ours from before (registered twice) is replaced.
+    let _ = std::fs::remove_file(&path);
+    create_private(&path, &content)?;
+    Ok(OwnedFile(path))
+}
+
+/// The lease file of reader `owner` on the segment at `segment`.
+pub fn lease_path(segment: &Path, owner: Owner) -> Option<PathBuf> {
+    let name = segment.file_name()?.to_str()?;
+    Some(segment.with_file_name(format!(
+        ".{name}{LEASE_MARK}{}-{}",
+        owner.pid, owner.start_ticks
+    )))
+}
+
+/// Takes this process's lease on the segment at `segment`.
+pub fn take_lease(segment: &Path) -> io::Result<OwnedFile> {
+    let path = lease_path(segment, Owner::me())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a segment path"))?;
+    let _ = std::fs::remove_file(&path);
+    create_private(&path, "")?;
+    Ok(OwnedFile(path))
+}
+
+/// Marks the segment at `segment` as kept: no reader or reclaimer removes it.
+pub fn keep(segment: &Path) -> io::Result<()> {
+    let name = segment
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a segment path"))?;
+    match create_private(&segment.with_file_name(format!(".{name}{KEEP_MARK}")), "") {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The first bytes of a small regular file, opened without following a link or blocking.
+fn read_small(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    f.take(64).read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The live registrations and leases of a folder, as of one listing.
+#[derive(Debug, Default)]
+pub struct Readers {
+    pub registered: Vec<(Owner, Scope)>,
+    /// Segment name -> the live readers that hold a lease on it.
+    pub leases: HashMap<String, Vec<Owner>>,
+    /// Names of the segments marked to be kept.
+    pub kept: std::collections::HashSet<String>,
+}
+
+impl Readers {
+    /// Lists `dir`'s registrations, leases and keep marks; void ones (owner gone, or
+    /// segment gone) are removed. Only regular files owned by this user or root count:
+    /// another user's files cannot hold this user's segments, and nothing here blocks (a
+    /// FIFO is never opened).
+    pub fn survey(dir: &Path) -> io::Result<Readers> {
+        let mut r = Readers::default();
+        let mut alive: HashMap<Owner, bool> = HashMap::new();
+        let mut live = |o: Owner| *alive.entry(o).or_insert_with(|| o.running());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        for entry in std::fs::read_dir(dir)? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with('.') {
+                continue;
+            }
+            // lstat: a link is not followed.
+            match entry.metadata() {
+                Ok(m) if m.file_type().is_file() && (m.uid() == uid || m.uid() == 0) => {}
+                _ => continue,
+            }
+            if let Some(rest) = name.strip_prefix(REG_PREFIX) {
+                let Some(o) = parse_owner(rest) else { continue };
+                if !live(o) {
+                    let _ = std::fs::remove_file(entry.path());
+                    continue;
+                }
+                let scope = match read_small(&entry.path()) {
+                    Ok(s) => match s.trim().strip_prefix("session ") {
+                        Some(n) => match n.trim().parse() {
+                            Ok(n) => Scope::Session(n),
+                            Err(_) => continue,
+                        },
+                        None if s.trim() == "all" => Scope::All,
+                        None => continue,
+                    },
+                    Err(_) => continue,
+                };
+                r.registered.push((o, scope));
+            } else if let Some(seg) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(KEEP_MARK))
+                .filter(|n| parse_segment_name(n).is_some())
+            {
+                if dir.join(seg).exists() {
+                    r.kept.insert(seg.to_string());
+                } else {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            } else if let Some((seg, owner)) = name
+                .strip_prefix('.')
+                .and_then(|n| n.split_once(LEASE_MARK))
+            {
+                if parse_segment_name(seg).is_none() {
+                    continue;
+                }
+                let Some(o) = parse_owner(owner) else {
+                    continue;
+                };
+                if !live(o) {
+                    let _ = std::fs::remove_file(entry.path());
+                    continue;
+                }
+                r.leases.entry(seg.to_string()).or_default().push(o);
+            }
+        }
+        Ok(r)
+    }
+
+    /// Whether a reader other than `me` still wants the ended segment `name` of `session`:
+    /// it holds a lease on it, or it is the live `syncspy run` of that session; or the
+    /// segment is marked to be kept.
+    pub fn wanted_by_others(&self, name: &str, session: u64, me: Owner) -> bool {
+        if self.kept.contains(name) {
+            return true;
+        }
+        let leased = self
+            .leases
+            .get(name)
+            .is_some_and(|v| v.iter().any(|o| *o != me));
+        let owned = session != 0
+            && self
+                .registered
+                .iter()
+                .any(|(o, s)| *o != me && *s == Scope::Session(session));
+        leased || owned
+    }
+
+    /// Whether a live reader other than `me` follows every segment (an agent): such a reader
+    /// picks up an ended segment it has not seen yet, so it can be handed over.
+    pub fn folder_reader_besides(&self, me: Owner) -> bool {
+        self.registered
+            .iter()
+            .any(|(o, s)| *o != me && *s == Scope::All)
+    }
+}
+
+/// Lifecycle settings read from the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub linger_ns: u64,
+    pub cap_bytes: u64,
+}
+
+impl Policy {
+    pub fn from_env() -> Policy {
+        Policy::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Policy {
+        let num = |k: &str, d: u64| {
+            get(k)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(d)
+        };
+        Policy {
+            linger_ns: num(LINGER_ENV, DEFAULT_LINGER_MS).saturating_mul(1_000_000),
+            cap_bytes: num(CAP_ENV, DEFAULT_CAP_MB).saturating_mul(1 << 20),
+        }
+    }
+}
+
+/// What [`reclaim`] did.
+#[derive(Debug, Default)]
+pub struct Reclaimed {
+    pub removed: Vec<PathBuf>,
+    /// Bytes of segments left in the folder.
+    pub bytes_left: u64,
+}
+
+/// Removes `path` if it is still the file with inode `ino`.
+pub fn remove_if_same(path: &Path, ino: u64) -> io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.ino() == ino => match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        },
+        _ => Ok(false),
+    }
+}
+
+/// Removes the segments of `dir` whose process has ended, that this user owns, that no other
+/// reader wants (see the module's documentation) and that `skip` does not hold back (the
+/// caller's own, still being read): those that lingered `policy.linger_ns` since their end,
+/// then, while the folder's segments take more than `policy.cap_bytes`, the oldest others.
+///
+/// The end of a process that ran its exit handler is in its header; for one killed before,
+/// the file's last change stands in for it. Never blocks on a file (see
+/// [`SegmentReader::open`]); errors on single files are skipped.
+pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::Result<Reclaimed> {
+    let me = Owner::me();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let readers = Readers::survey(dir)?;
+    let now_mono = crate::clock::monotonic_ns();
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut out = Reclaimed::default();
+    // (created_unix_ns, path, ino, size) of ended segments not removed for their linger.
+    let mut ended = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((pid, start)) = parse_segment_name(name) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.file_type().is_file() {
+            continue;
+        }
+        out.bytes_left += meta.len();
+        let path = entry.path();
+        if meta.uid() != uid || process_running(pid, start) || skip(&path) {
+            continue;
+        }
+        let Ok(r) = SegmentReader::open(&path) else {
+            continue;
+        };
+        let ident = r.ident();
+        if readers.wanted_by_others(name, ident.session, me) {
+            continue;
+        }
+        let ended_ns = r.live().ended_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let since_end = match r.state() {
+            ProcState::Exited(_) if ended_ns != 0 => now_mono.saturating_sub(ended_ns),
+            _ => {
+                let mtime = (meta.mtime().max(0) as u64)
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(meta.mtime_nsec().max(0) as u64);
+                now_unix.saturating_sub(mtime)
+            }
+        };
+        let created = ident.created_unix_ns;
+        drop(r);
+        if since_end >= policy.linger_ns {
+            if let Ok(true) = remove_if_same(&path, meta.ino()) {
+                out.bytes_left = out.bytes_left.saturating_sub(meta.len());
+                out.removed.push(path);
+            }
+        } else {
+            ended.push((created, path, meta.ino(), meta.len()));
+        }
+    }
+    ended.sort();
+    for (_, path, ino, len) in ended {
+        if out.bytes_left <= policy.cap_bytes {
+            break;
+        }
+        if let Ok(true) = remove_if_same(&path, ino) {
+            out.bytes_left = out.bytes_left.saturating_sub(len);
+            out.removed.push(path);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{SegmentParams, SegmentWriter};
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "syncspy-lifecycle-{name}-{}-{}",
+            std::process::id(),
+            crate::clock::monotonic_ns()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn seg(dir: &Path, pid: u32, session: u64) -> SegmentWriter {
+        let mut p = SegmentParams::new(pid, 7);
+        p.session = session;
+        p.ring_capacity = 16;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        SegmentWriter::create(dir, &p).unwrap()
+    }
+
+    fn init() -> Owner {
+        Owner {
+            pid: 1,
+            start_ticks: process_start_ticks(1).unwrap(),
+        }
+    }
+
+    #[test]
+    fn leases_and_runs_keep_a_segment_void_files_do_not() {
+        let d = tempdir("wanted");
+        let me = Owner::me();
+        let s = seg(&d, 900_001, 5);
+        let name = "syncspy-900001-7";
+        let reg = register(&d, Scope::All).unwrap();
+        let lease = take_lease(s.path()).unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert_eq!(r.registered, vec![(me, Scope::All)]);
+        // One's own lease and registration never hold one back.
+        assert!(!r.wanted_by_others(name, 5, me));
+        assert!(!r.folder_reader_besides(me));
+        // Another live reader's lease does; so does the live run of the session.
+        let other = init();
+        let other_lease = lease_path(s.path(), other).unwrap();
+        create_private(&other_lease, "").unwrap();
+        assert!(Readers::survey(&d).unwrap().wanted_by_others(name, 5, me));
+        std::fs::remove_file(&other_lease).unwrap();
+        let run = d.join(format!(".syncspy-reader-1-{}", other.start_ticks));
+        std::fs::write(&run, "session 5\n").unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert!(r.wanted_by_others(name, 5, me));
+        assert!(!r.wanted_by_others(name, 6, me), "another session's run");
+        std::fs::remove_file(&run).unwrap();
+        // Files of dead readers are void, and removed by the survey.
+        let dead = Owner {
+            pid: other.pid,
+            start_ticks: other.start_ticks + 1,
+        };
+        let void_lease = lease_path(s.path(), dead).unwrap();
+        create_private(&void_lease, "").unwrap();
+        let void_reg = d.join(format!(".syncspy-reader-1-{}", dead.start_ticks));
+        std::fs::write(&void_reg, "all\n").unwrap();
+        let r = Readers::survey(&d).unwrap();
+        assert!(!r.wanted_by_others(name, 5, me));
+        assert!(!r.folder_reader_besides(me));
+        assert!(!void_lease.exists() && !void_reg.exists());
+        // A FIFO under a registration's name is skipped, never opened (it would block).
+        let fifo = d.join(format!(".syncspy-reader-1-{}", other.start_ticks));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(!Readers::survey(&d).unwrap().folder_reader_besides(me));
+        std::fs::remove_file(&fifo).unwrap();
+        // A kept segment is wanted; its mark goes once the segment is gone.
+        keep(s.path()).unwrap();
+        keep(s.path()).unwrap();
+        assert!(Readers::survey(&d).unwrap().wanted_by_others(name, 5, me));
+        // Owned files go with their owner.
+        let (lp, rp) = (lease.path().to_path_buf(), reg.path().to_path_buf());
+        drop((lease, reg));
+        assert!(!lp.exists() && !rp.exists());
+        let mark = d.join(format!(".{name}.keep"));
+        assert!(mark.exists());
+        std::fs::remove_file(s.path()).unwrap();
+        Readers::survey(&d).unwrap();
+        assert!(!mark.exists());
+        drop(s);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn reclaim_waits_for_the_linger_and_holds_the_cap_oldest_first() {
+        let d = tempdir("reclaim");
+        // Pids that do not run with these start ticks: ended.
+        let ws: Vec<SegmentWriter> = (0..3).map(|i| seg(&d, 900_010 + i, 0)).collect();
+        for w in &ws {
+            w.mark_exited(0);
+        }
+        let size = std::fs::metadata(ws[0].path()).unwrap().len();
+        let long = Policy {
+            linger_ns: u64::MAX,
+            cap_bytes: u64::MAX,
+        };
+        let r = reclaim(&d, long, &|_| false).unwrap();
+        assert!(r.removed.is_empty());
+        assert_eq!(r.bytes_left, 3 * size);
+        // Over a cap of two segments: the oldest goes.
+        let capped = Policy {
+            linger_ns: u64::MAX,
+            cap_bytes: 2 * size,
+        };
+        let r = reclaim(&d, capped, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![ws[0].path().to_path_buf()]);
+        // A leased one stays past its linger; `skip` holds one back too.
+        let other = init();
+        create_private(&lease_path(ws[1].path(), other).unwrap(), "").unwrap();
+        let now = Policy {
+            linger_ns: 0,
+            cap_bytes: u64::MAX,
+        };
+        let keep = ws[2].path().to_path_buf();
+        let r = reclaim(&d, now, &|p| p == keep).unwrap();
+        assert!(r.removed.is_empty(), "{:?}", r.removed);
+        let r = reclaim(&d, now, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![ws[2].path().to_path_buf()]);
+        assert!(ws[1].path().exists());
+        // A running process's segment is never reclaimed.
+        let me = Owner::me();
+        let mut p = SegmentParams::new(me.pid, me.start_ticks);
+        p.ring_capacity = 16;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        let mine = SegmentWriter::create(&d, &p).unwrap();
+        reclaim(&d, now, &|_| false).unwrap();
+        assert!(mine.path().exists());
+        drop((ws, mine));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn policy_from_env_values() {
+        let p = Policy::from_lookup(&|_| None);
+        assert_eq!(p.linger_ns, 5_000_000_000);
+        assert_eq!(p.cap_bytes, 256 << 20);
+        let p = Policy::from_lookup(&|k| Some(if k == LINGER_ENV { "0" } else { "1" }.to_string()));
+        assert_eq!((p.linger_ns, p.cap_bytes), (0, 1 << 20));
+    }
+}
