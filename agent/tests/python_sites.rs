@@ -17,39 +17,10 @@ use serde_json::Value;
 mod common;
 use common::{artifact, TempDir, SYNCSPY};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../interpose/tests/python")
-        .join(name)
-}
+use syncspy_test_support::pycaller::{self, fixture};
 
-/// Builds pycaller.c into `dir`, linked against the simulated `libcudart.so.13`.
 fn build_caller(dir: &Path) -> PathBuf {
-    std::os::unix::fs::symlink(artifact("libsimcudart.so"), dir.join("libcudart.so.13")).unwrap();
-    let lib = dir.join("libpycaller.so");
-    let status = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
-        .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
-        .arg(&lib)
-        .arg(fixture("pycaller.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcudart.so.13")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("run the C compiler (cc) for the test library");
-    assert!(status.success(), "building libpycaller.so failed");
-    lib
-}
-
-/// Line numbers of the `# L:<name>` markers of frames.py.
-fn markers() -> BTreeMap<String, u32> {
-    let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
-    src.lines()
-        .enumerate()
-        .filter_map(|(i, l)| {
-            let name = l.split("# L:").nth(1)?;
-            Some((name.trim().to_string(), i as u32 + 1))
-        })
-        .collect()
+    pycaller::build(dir, &artifact("libsimcudart.so"))
 }
 
 fn syncspy(dir: &TempDir, args: &[&str], lib: &Path) -> std::process::Output {
@@ -71,7 +42,7 @@ fn syncspy(dir: &TempDir, args: &[&str], lib: &Path) -> std::process::Output {
 fn report_summary_and_budget_name_the_scripts_lines() {
     let d = TempDir::new("py-sites");
     let lib = build_caller(d.path());
-    let m = markers();
+    let m = pycaller::markers();
     // The interpreter names the file as it was given on the command line.
     let script = fixture("frames.py");
     let script = script.to_str().unwrap();

@@ -10,14 +10,13 @@
 //! libsimcudart.so) and a C compiler (`cc`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use syncspy_abi::python::{PyFrameInfo, PythonState};
 use syncspy_abi::{Cursor, SegmentReader};
-use syncspy_test_support::{Running, TempDir};
+use syncspy_test_support::{pycaller, Running, TempDir};
 
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -48,38 +47,11 @@ fn preload_library() -> PathBuf {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(name)
+    pycaller::fixture(name)
 }
 
-/// Builds pycaller.c into `dir`, linked against `dir/libcudart.so.13` (the simulator).
 fn build_caller(dir: &Path) -> PathBuf {
-    std::os::unix::fs::symlink(artifact("libsimcudart.so"), dir.join("libcudart.so.13")).unwrap();
-    let lib = dir.join("libpycaller.so");
-    let status = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
-        .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
-        .arg(&lib)
-        .arg(fixture("pycaller.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcudart.so.13")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("run the C compiler (cc) for the test library");
-    assert!(status.success(), "building libpycaller.so failed");
-    lib
-}
-
-/// Line numbers of the `# L:<name>` markers of frames.py.
-fn markers() -> BTreeMap<String, u32> {
-    let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
-    src.lines()
-        .enumerate()
-        .filter_map(|(i, l)| {
-            let name = l.split("# L:").nth(1)?;
-            Some((name.trim().to_string(), i as u32 + 1))
-        })
-        .collect()
+    pycaller::build(dir, &artifact("libsimcudart.so"))
 }
 
 struct Run {
@@ -173,7 +145,7 @@ fn lines(frames: &[PyFrameInfo]) -> Vec<(String, u32)> {
 
 fn check(python: &str) {
     let r = run(python);
-    let m = markers();
+    let m = pycaller::markers();
     let at = |name: &str| m[name];
     let status = r.reader.python_status();
     assert_eq!(status.state, PythonState::Supported, "{python}: {status}");

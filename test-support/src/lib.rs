@@ -161,3 +161,50 @@ pub fn full_device(dir: &Path) -> PathBuf {
         PathBuf::from("/dev/full")
     }
 }
+
+/// The Python-call-site fixtures of the preload library's tests (interpose/tests/python):
+/// `frames.py` calls the simulated runtime through `pycaller.c`, a C library it loads with
+/// ctypes, from lines marked `# L:<name>`.
+pub mod pycaller {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// A fixture file of interpose/tests/python.
+    pub fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../interpose/tests/python")
+            .join(name)
+    }
+
+    /// Builds pycaller.c into `dir`, linked against `dir/libcudart.so.13`, a link to
+    /// `simcudart` (the simulated runtime), so it calls the runtime through its own PLT as
+    /// libtorch does.
+    pub fn build(dir: &Path, simcudart: &Path) -> PathBuf {
+        std::os::unix::fs::symlink(simcudart, dir.join("libcudart.so.13")).unwrap();
+        let lib = dir.join("libpycaller.so");
+        let status = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+            .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
+            .arg(&lib)
+            .arg(fixture("pycaller.c"))
+            .arg(format!("-L{}", dir.display()))
+            .arg("-l:libcudart.so.13")
+            .arg(format!("-Wl,-rpath,{}", dir.display()))
+            .status()
+            .expect("run the C compiler (cc) for the test library");
+        assert!(status.success(), "building libpycaller.so failed");
+        lib
+    }
+
+    /// Line numbers of the `# L:<name>` markers of frames.py.
+    pub fn markers() -> BTreeMap<String, u32> {
+        let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
+        src.lines()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let name = l.split("# L:").nth(1)?;
+                Some((name.trim().to_string(), i as u32 + 1))
+            })
+            .collect()
+    }
+}
