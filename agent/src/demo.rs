@@ -17,6 +17,10 @@ use syncspy_read::report::Report;
 pub use syncspy_manifest::BUNDLED as MANIFEST;
 use syncspy_manifest::{Manifest, Pair};
 
+/// How much slower the simulated GPU runs under `demo --tui`, so each scenario is live on
+/// the monitor for a few seconds instead of ending before it draws.
+pub const TUI_SLOWDOWN: f64 = 20.0;
+
 /// The environment variable the simulated runtime reads its time scale from.
 pub const SIM_TIME_SCALE_ENV: &str = "SIMCUDA_TIME_SCALE";
 
@@ -290,7 +294,12 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 command.push(i.to_string().into());
             }
             if sim {
-                let scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
+                let mut scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
+                if tui {
+                    // A simulated run lasts a fraction of a second: slowed down, it is still
+                    // running while the monitor shows it. Its ratios do not change.
+                    scale *= TUI_SLOWDOWN;
+                }
                 // Read by the simulated runtime in the child; syncspy's own threads of the
                 // previous run have ended and none reads the environment.
                 std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
