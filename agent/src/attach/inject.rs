@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 /// Why an injection did not happen (nothing was changed) or did not finish.
@@ -316,13 +316,52 @@ pub fn idle_threads(pid: i32) -> Vec<(i32, i64)> {
     v.into_iter().map(|(_, t, n)| (t, n)).collect()
 }
 
-fn wait_stop(tid: Pid, timeout: Duration) -> Result<WaitStatus, InjectError> {
+/// What a wait found: nix's decoding of the status, or a signal-delivery stop by a signal
+/// nix has no name for (the real-time ones, SIGRTMIN..SIGRTMAX), which it cannot decode.
+#[derive(Debug)]
+enum Waited {
+    Status(WaitStatus),
+    RtSignal(i32),
+}
+
+/// Detaches from `tid` and delivers signal `signo` to it (nix's detach takes named signals
+/// only).
+fn detach_with_raw_signal(tid: Pid, signo: i32) {
+    // SAFETY: PTRACE_DETACH takes no memory argument; `data` is the signal to deliver.
+    unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            tid.as_raw(),
+            std::ptr::null_mut::<libc::c_void>(),
+            signo as libc::c_long as *mut libc::c_void,
+        )
+    };
+}
+
+fn wait_stop(tid: Pid, timeout: Duration) -> Result<Waited, InjectError> {
     let deadline = Instant::now() + timeout;
     loop {
-        match waitpid(tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(s) => return Ok(s),
-            Err(e) => return err(format!("waiting for thread {tid}: {e}")),
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid out-pointer; waitpid has no other memory argument.
+        let r = unsafe { libc::waitpid(tid.as_raw(), &mut status, libc::__WALL | libc::WNOHANG) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            return err(format!("waiting for thread {tid}: {e}"));
+        }
+        if r > 0 {
+            // A plain signal-delivery stop (no ptrace event in the high bits) by a real-time
+            // signal: nix would fail to decode it (EINVAL). Everything else goes to nix.
+            let sig = libc::WSTOPSIG(status);
+            if libc::WIFSTOPPED(status)
+                && status >> 16 == 0
+                && sig != libc::SIGTRAP | 0x80
+                && Signal::try_from(sig).is_err()
+            {
+                return Ok(Waited::RtSignal(sig));
+            }
+            return WaitStatus::from_raw(tid, status)
+                .map(Waited::Status)
+                .or_else(|e| err(format!("waiting for thread {tid}: {e}")));
         }
         if Instant::now() >= deadline {
             return err(format!(
@@ -596,16 +635,22 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
     ptrace::interrupt(t).map_err(|e| InjectError(format!("cannot stop thread {tid}: {e}")))?;
     let started = Instant::now();
     match wait_stop(t, Duration::from_secs(2))? {
-        WaitStatus::PtraceEvent(_, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP) => {}
-        WaitStatus::PtraceEvent(_, sig, libc::PTRACE_EVENT_STOP) => {
+        Waited::Status(WaitStatus::PtraceEvent(_, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP)) => {}
+        Waited::Status(WaitStatus::PtraceEvent(_, sig, libc::PTRACE_EVENT_STOP)) => {
             // A group stop (SIGSTOP and the like): leave it be.
             return err(format!(
                 "process {pid} is stopped ({sig}); attach to it once it runs"
             ));
         }
-        WaitStatus::Stopped(_, sig) => {
+        Waited::Status(WaitStatus::Stopped(_, sig)) => {
             // A signal arrived first: hand it back untouched and try again later.
             let _ = ptrace::detach(t, Some(sig));
+            std::mem::forget(s);
+            return Ok(None);
+        }
+        Waited::RtSignal(signo) => {
+            // The same for a real-time signal.
+            detach_with_raw_signal(t, signo);
             std::mem::forget(s);
             return Ok(None);
         }
@@ -777,7 +822,15 @@ fn call(
             ))
         })?;
         match st {
-            WaitStatus::PtraceSyscall(_) => {
+            Waited::RtSignal(signo) => {
+                // As for any signal that reaches a thread during the call (below).
+                detach_with_raw_signal(t, signo);
+                return err(format!(
+                    "thread {t} got signal {signo} during the call; detached, it restores \
+                     itself when the call ends"
+                ));
+            }
+            Waited::Status(WaitStatus::PtraceSyscall(_)) => {
                 if first {
                     step("in-call");
                     first = false;
@@ -799,7 +852,7 @@ fn call(
                     ptrace::cont(t, None)
                         .map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
                     match wait_stop(t, Duration::from_secs(2))? {
-                        WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_STOP) => {
+                        Waited::Status(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_STOP)) => {
                             return Ok(());
                         }
                         other => {
@@ -813,7 +866,7 @@ fn call(
                 ptrace::syscall(t, None)
                     .map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
             }
-            WaitStatus::Stopped(_, sig) => {
+            Waited::Status(WaitStatus::Stopped(_, sig)) => {
                 // Only unblockable or synchronous signals get here (all others are blocked):
                 // hand it over and let the thread finish and restore itself. A SIGTRAP is
                 // ptrace's own (never the program's while it runs our call): dropped.
@@ -823,14 +876,14 @@ fn call(
                      when the call ends"
                 ));
             }
-            WaitStatus::PtraceEvent(_, sig, _) => {
+            Waited::Status(WaitStatus::PtraceEvent(_, sig, _)) => {
                 let _ = ptrace::detach(t, None);
                 return err(format!(
                     "process stopped ({sig}) during the call; detached, the thread restores \
                      itself when the call ends"
                 ));
             }
-            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+            Waited::Status(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => {
                 return err("the process ended during the call");
             }
             other => return err(format!("unexpected state of thread {t}: {other:?}")),
