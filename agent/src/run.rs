@@ -43,7 +43,7 @@ pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
 /// A folder, private to one `syncspy run`, where the library leaves one file per process
 /// whose segment could not be created (named `<pid>-<start ticks>`, holding the reason).
 pub const FAILED_DIR_ENV: &str = "SYNCSPY_FAILED_DIR";
-/// How the run reports such processes: "N processes could not record: <reason>".
+/// How the run reports such processes: `N processes could not record: <reason>`.
 pub const COULD_NOT_RECORD: &str = "could not record: ";
 /// The live monitor `syncspy run --tui` starts, found next to syncspy like the library.
 pub const TOP_NAME: &str = "syncspy-top";
@@ -122,7 +122,7 @@ impl RunOutcome {
     }
 }
 
-/// "N processes could not record: <reason>" for the reasons the library left; `None` when
+/// `N processes could not record: <reason>` for the reasons the library left; `None` when
 /// there are none. The distinct reasons are listed, the most frequent first.
 pub fn unrecorded_message(reasons: &[String]) -> Option<String> {
     if reasons.is_empty() {

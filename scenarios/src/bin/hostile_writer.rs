@@ -1,7 +1,9 @@
 //! A hostile segment writer, for the soak test (scripts/soak-hostile.sh): what a local user
 //! could put in the segment folder to bloat or stall syncspy's readers.
 //!
-//!   hostile-writer DIR SECS [RATE]
+//! ```text
+//! hostile-writer DIR SECS [RATE]
+//! ```
 //!
 //! For SECS seconds, at about RATE records a second (default 200000), it writes valid
 //! segments whose records each carry a call-site id of their own (most outside the site
