@@ -72,6 +72,8 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
             "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
             "unavailable" => "no activity source (CUPTI not found or refused)",
             "yielded" => "another tool took the GPU activity source over",
+            "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
+            "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
             s => s,
         };
         let _ = writeln!(out, "  GPU: not measured: {why}");
