@@ -353,40 +353,28 @@ impl Drop for PrivateDir {
 }
 
 /// A private folder holding `libcudart.so.13 -> libsimcudart.so`; removed on drop.
-struct SimDir(PathBuf);
+struct SimDir(PrivateDir);
 
 impl SimDir {
     fn create(sim_lib: &Path, session: u64) -> Result<SimDir, RunError> {
-        let dir =
-            std::env::temp_dir().join(format!("syncspy-sim-{}-{session:016x}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| {
-                RunError::Setup(format!(
-                    "cannot create {}: {e}: set TMPDIR to a writable folder",
-                    dir.display()
-                ))
-            })?;
-        let guard = SimDir(dir);
+        let guard = SimDir(PrivateDir::create("sim", session)?);
+        let dir = &guard.0 .0;
         for name in SIM_LINK_NAMES {
-            std::os::unix::fs::symlink(sim_lib, guard.0.join(name)).map_err(|e| {
-                RunError::Setup(format!("cannot link {name} in {}: {e}", guard.0.display()))
+            std::os::unix::fs::symlink(sim_lib, dir.join(name)).map_err(|e| {
+                RunError::Setup(format!("cannot link {name} in {}: {e}", dir.display()))
             })?;
         }
-        if guard.0.as_os_str().as_bytes().contains(&b':') {
+        if dir.as_os_str().as_bytes().contains(&b':') {
             return Err(RunError::Setup(format!(
                 "{} contains ':', which LD_LIBRARY_PATH cannot express: set TMPDIR to a plain path",
-                guard.0.display()
+                dir.display()
             )));
         }
         Ok(guard)
     }
-}
 
-impl Drop for SimDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn path(&self) -> &Path {
+        &self.0 .0
     }
 }
 
@@ -559,7 +547,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         cmd.env(
             "LD_LIBRARY_PATH",
             prepend_list(
-                d.0.as_os_str(),
+                d.path().as_os_str(),
                 std::env::var_os("LD_LIBRARY_PATH").as_deref(),
                 ":",
             ),

@@ -16,22 +16,7 @@ use std::time::{Duration, Instant};
 
 use syncspy_abi::python::{PyFrameInfo, PythonState};
 use syncspy_abi::{Cursor, SegmentReader};
-use syncspy_test_support::{pycaller, Running, TempDir};
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn artifact(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
+use syncspy_test_support::{artifact, pycaller, target_dir, Running, TempDir};
 
 /// This crate's libsyncspy.so: `cargo test` rebuilds it under deps/ without copying it up to
 /// the target folder (`cargo build` does), so the newer of the two is the current one.

@@ -6,28 +6,11 @@
 //! `libsyncspy.so` and `libsimcudart.so` from the same target folder as themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn target_dir() -> PathBuf {
-    // target/<profile>/deps/run_e2e-<hash> → target/<profile>
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn artifact(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
-use syncspy_test_support::TempDir;
+use syncspy_test_support::{artifact, TempDir};
 
 struct Run {
     out: Output,

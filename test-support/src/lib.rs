@@ -51,6 +51,25 @@ impl Drop for TempDir {
     }
 }
 
+/// The target folder of the running test binary: target/<profile>, from
+/// target/<profile>/deps/<test>-<hash>. The workspace's programs and libraries are there.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A built artifact of the workspace (a program or library in [`target_dir`]); fails the test
+/// with what to do when it is missing.
+pub fn artifact(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
 /// A child killed and reaped when the test ends, whatever happens (py-spy's `ScriptRunner`).
 pub struct Running(pub Child);
 

@@ -15,13 +15,12 @@ use cudarc::driver::sys::{
     CUcontext, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUmemorytype, CUstream,
     CUDA_MEMCPY2D, CUDA_MEMCPY3D,
 };
-use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Direction, Kind};
 
 use super::{slot_fn, Family, INSTANCES, PTDS_BASE};
 use crate::classify;
 use crate::guard;
-use crate::hooks::STREAM_PER_THREAD;
+use crate::hooks::memcpy::{per_thread, sync_stream};
 use crate::pinned;
 use crate::real::{Real, DRIVER_MISSING};
 use crate::runtime::{self, hook, Call};
@@ -56,27 +55,6 @@ type GetProcV2Fn = unsafe extern "C" fn(
     u64,
     *mut CUdriverProcAddressQueryResult,
 ) -> RawResult;
-
-fn per_thread(call: Call, ptds: bool) -> Call {
-    if ptds {
-        Call {
-            flags: call.flags | FLAG_PER_THREAD,
-            ..call
-        }
-    } else {
-        call
-    }
-}
-
-/// The stream a synchronous copy is ordered in: the legacy default stream, or the per-thread
-/// one for `_ptds` forms (recorded as the runtime hooks record them).
-fn sync_stream(ptds: bool) -> u64 {
-    if ptds {
-        STREAM_PER_THREAD
-    } else {
-        0
-    }
-}
 
 /// One side of a copy: host memory at an address, or device memory.
 #[derive(Clone, Copy)]

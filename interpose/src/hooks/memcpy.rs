@@ -58,7 +58,8 @@ type FromSymbolAsyncFn = unsafe extern "C" fn(
 ) -> RawError;
 type PeerFn = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, c_int, usize) -> RawError;
 
-fn per_thread(call: Call, ptds: bool) -> Call {
+/// `call` marked as made on the per-thread default stream (`_ptds`/`_ptsz` forms).
+pub(crate) fn per_thread(call: Call, ptds: bool) -> Call {
     if ptds {
         Call {
             flags: call.flags | FLAG_PER_THREAD,
@@ -69,7 +70,9 @@ fn per_thread(call: Call, ptds: bool) -> Call {
     }
 }
 
-fn sync_stream(ptds: bool) -> u64 {
+/// The stream a synchronous copy is ordered in: the legacy default stream, or the per-thread
+/// one for `_ptds` forms.
+pub(crate) fn sync_stream(ptds: bool) -> u64 {
     if ptds {
         STREAM_PER_THREAD
     } else {
