@@ -51,8 +51,8 @@ impl Drop for TempDir {
     }
 }
 
-/// The target folder of the running test binary: target/<profile>, from
-/// target/<profile>/deps/<test>-<hash>. The workspace's programs and libraries are there.
+/// The target folder of the running test binary: `target/<profile>`, from
+/// `target/<profile>/deps/<test>-<hash>`. The workspace's programs and libraries are there.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().to_path_buf()
