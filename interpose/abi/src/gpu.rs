@@ -216,7 +216,7 @@ impl GpuStatus {
 }
 
 impl SegmentReader {
-    fn gpu_live(&self) -> Option<&GpuLive> {
+    pub(crate) fn gpu_live(&self) -> Option<&GpuLive> {
         let id = self.ident();
         if self.frozen() || id.abi_minor < 2 || (id.header_size as usize) < GPU_END {
             return None;

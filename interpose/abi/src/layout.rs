@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 3;
+pub const ABI_MINOR: u16 = 4;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -189,6 +189,8 @@ pub struct Header {
     /// ABI 1.3: the distributed job the process is a rank of (`job` module); written once,
     /// before the segment is visible.
     pub job: crate::job::JobIdent,
+    /// ABI 1.4: readers' tracing requests and collective-kernel time (`control` module).
+    pub control: crate::control::Control,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.

@@ -14,6 +14,7 @@
 //! larger header.
 
 pub mod clock;
+pub mod control;
 pub mod gpu;
 pub mod job;
 pub mod kinds;

@@ -700,6 +700,11 @@ impl SegmentReader {
         &self.path
     }
 
+    /// Device and inode of the file when it was opened.
+    pub fn file_id(&self) -> (u64, u64) {
+        self.file_id
+    }
+
     /// The validated copy of the header's identity part.
     pub fn ident(&self) -> &Ident {
         &self.ident

@@ -3,7 +3,9 @@
 //! `tests/data/segment-v1.0.bin` is a segment written once by ABI 1.0's writer,
 //! `tests/data/segment-v1.1.bin` one written by ABI 1.1's, with Python tables, and
 //! `tests/data/segment-v1.2.bin` one written by ABI 1.2's, with GPU counters and idle gaps,
-//! `tests/data/segment-v1.3.bin` one written by ABI 1.3's, a rank of a torchrun job; all
+//! `tests/data/segment-v1.3.bin` one written by ABI 1.3's, a rank of a torchrun job,
+//! `tests/data/segment-v1.4.bin` one written by ABI 1.4's, with a tracing request and
+//! collective-kernel time; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -16,6 +18,9 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
+use syncspy_abi::control::{
+    CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
+};
 use syncspy_abi::gpu::{
     GpuDevice, GpuDeviceStatus, GpuLive, GpuStatus, GPU_END, GPU_TRACING, MODE_DUTY, SOURCE_CUPTI,
 };
@@ -46,6 +51,9 @@ const V1_2: &str = "segment-v1.2.bin";
 /// The frozen ABI 1.3 segment: the v1.2 contents in a process that is rank 3 of a torchrun
 /// job.
 const V1_3: &str = "segment-v1.3.bin";
+/// The frozen ABI 1.4 segment: the v1.3 contents with a tracing request and collective-kernel
+/// time on both devices.
+const V1_4: &str = "segment-v1.4.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -390,6 +398,50 @@ fn write_v1_3(dir: &Path) -> PathBuf {
 
 /// The v1.2 contents in a process that is the rank `job` says.
 fn write_v1_2_with_job(dir: &Path, job: JobIdent) -> PathBuf {
+    write_v1_2_with(dir, job, |_| {})
+}
+
+/// The control part of the v1.4 file.
+fn control_v1_4() -> ControlStatus {
+    ControlStatus {
+        trace_until_ns: 12_000_000,
+        trace_granted_ns: 11_000_000,
+        collectives: vec![
+            CollectiveStatus {
+                device: 0,
+                count: 5,
+                busy_ns: 2_500_000,
+            },
+            CollectiveStatus {
+                device: 1,
+                count: 5,
+                busy_ns: 9_000_000,
+            },
+        ],
+    }
+}
+
+/// Writes the v1.4 segment's contents with the current writer: the v1.3 contents and the
+/// control part of `control_v1_4`.
+fn write_v1_4(dir: &Path) -> PathBuf {
+    let job = JobIdent::from_lookup(&job_env_v1_3, SESSION);
+    write_v1_2_with(dir, job, |w| {
+        let want = control_v1_4();
+        let c = w.control();
+        c.trace_until_ns.store(want.trace_until_ns, Relaxed);
+        c.trace_granted_ns.store(want.trace_granted_ns, Relaxed);
+        for d in &want.collectives {
+            // One call with the sum and the rest with zero: the count and total are exact.
+            w.record_collective(d.device, d.busy_ns);
+            for _ in 1..d.count {
+                w.record_collective(d.device, 0);
+            }
+        }
+    })
+}
+
+/// The v1.2 contents in a process that is the rank `job` says, then `more`.
+fn write_v1_2_with(dir: &Path, job: JobIdent, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     let path = write_v1_1_with_job(dir, job, &records_v1_2(), |w| {
         let want = gpu_v1_2();
         let g = w.gpu();
@@ -415,6 +467,7 @@ fn write_v1_2_with_job(dir: &Path, job: JobIdent) -> PathBuf {
                 e.sample_ppm.store(p, Relaxed);
             }
         }
+        more(w);
     });
     path
 }
@@ -586,6 +639,12 @@ fn assert_v1_2_gpu_contents(r: &SegmentReader) {
 fn assert_v1_3_contents(r: &SegmentReader) {
     assert_v1_2_gpu_contents(r);
     assert_eq!(r.job(), Some(job_v1_3()));
+}
+
+/// Everything a reader finds in the v1.4 contents, wherever the regions are placed.
+fn assert_v1_4_contents(r: &SegmentReader) {
+    assert_v1_3_contents(r);
+    assert_eq!(r.control_status(), Some(control_v1_4()));
 }
 
 /// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
@@ -805,6 +864,70 @@ fn the_v1_2_file_reads_back_exactly() {
 }
 
 #[test]
+fn the_v1_4_file_reads_back_exactly() {
+    let path = data(V1_4);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables: only the header grew");
+    let r = SegmentReader::open(&path).unwrap();
+    let id = r.ident();
+    assert_eq!((id.abi_major, id.abi_minor), (1, 4));
+    assert_eq!(id.header_size, 7184);
+    assert_eq!(id.header_size as usize, CONTROL_END);
+    // The control part, as docs/contracts.md describes it.
+    let ctl = |f: usize| offset_of!(Header, control) + f;
+    assert_eq!(TRACE_UNTIL_OFFSET as usize, 6912);
+    assert_eq!(
+        get_u64(&bytes, ctl(offset_of!(Control, trace_until_ns))),
+        12_000_000
+    );
+    assert_eq!(
+        get_u64(&bytes, ctl(offset_of!(Control, trace_granted_ns))),
+        11_000_000
+    );
+    let coll = |i: usize, f: usize| ctl(offset_of!(Control, collectives)) + i * 16 + f;
+    assert_eq!(
+        get_u64(&bytes, coll(0, offset_of!(GpuCollective, count))),
+        5
+    );
+    assert_eq!(
+        get_u64(&bytes, coll(0, offset_of!(GpuCollective, busy_ns))),
+        2_500_000
+    );
+    assert_eq!(
+        get_u64(&bytes, coll(1, offset_of!(GpuCollective, busy_ns))),
+        9_000_000
+    );
+    assert!(bytes[coll(2, 0)..CONTROL_END].iter().all(|b| *b == 0));
+    assert_v1_4_contents(&r);
+}
+
+#[test]
+fn a_v1_4_file_read_as_v1_3_has_no_control_part_and_the_same_contents() {
+    // A 1.3 reader ignores the header past 6912 bytes. Edited to say minor 3 with v1.3's
+    // header size, today's reader shows the v1.3 contents, no control part, and writes no
+    // request into it.
+    let mut bytes = std::fs::read(data(V1_4)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &3u16.to_ne_bytes(),
+    );
+    put(
+        &mut bytes,
+        offset_of!(Ident, header_size),
+        &(JOB_END as u32).to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-3");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_v1_3_contents(&r);
+    assert_eq!(r.control_status(), None);
+    assert!(r.request_gpu_trace(99_000_000).is_err());
+    assert_eq!(std::fs::read(&f).unwrap(), bytes);
+}
+
+#[test]
 fn the_v1_3_file_reads_back_exactly() {
     let path = data(V1_3);
     let bytes = std::fs::read(&path).unwrap();
@@ -954,14 +1077,14 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_3_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_4_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_3(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_3, &fresh);
+    let fresh = std::fs::read(write_v1_4(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_4, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.3 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.4 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
@@ -994,16 +1117,32 @@ fn assert_only_the_version_fields_differ(name: &str, fresh: &[u8], frozen_minor:
         size_of::<Header>(),
         "the writer's header_size"
     );
-    let job = offset_of!(Header, job);
-    assert!(fresh[job..job + size_of::<JobIdent>()]
+    let control = offset_of!(Header, control);
+    assert!(fresh[control..control + size_of::<Control>()]
         .iter()
         .all(|b| *b == 0));
+    if frozen_minor < 3 {
+        let job = offset_of!(Header, job);
+        assert!(fresh[job..job + size_of::<JobIdent>()]
+            .iter()
+            .all(|b| *b == 0));
+    }
     if frozen_minor < 2 {
         let gpu = offset_of!(Header, gpu);
         assert!(fresh[gpu..gpu + size_of::<GpuLive>()]
             .iter()
             .all(|b| *b == 0));
     }
+}
+
+#[test]
+fn without_collectives_or_requests_the_current_writer_changes_only_the_version_fields_of_v1_3() {
+    // A process no reader asked to trace and without collective kernels has a zero control
+    // part: every byte of the v1.3 file but `abi_minor` and `header_size` is what the writer
+    // still writes.
+    let dir = TempDir::new("rewrite-1-3");
+    let fresh = std::fs::read(write_v1_3(&dir.0)).unwrap();
+    assert_only_the_version_fields_differ(V1_3, &fresh, 3);
 }
 
 #[test]
@@ -1037,15 +1176,15 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 4 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 5 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_4(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_5(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &4u16.to_ne_bytes(),
+        &5u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -1078,17 +1217,18 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 4] = [
+    let check: [(&str, AssertContents); 5] = [
         (V1_0, assert_v1_0_contents),
         (V1_1, assert_v1_1_contents),
         (V1_2, assert_v1_2_contents),
         (V1_3, assert_v1_3_contents),
+        (V1_4, assert_v1_4_contents),
     ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_4(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_5(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 4), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 5), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -1154,7 +1294,7 @@ fn header_size_is_accepted_from_the_v1_0_size_up() {
 fn an_unknown_major_is_refused_with_a_clear_error() {
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for name in [V1_0, V1_1, V1_2, V1_3] {
+    for name in [V1_0, V1_1, V1_2, V1_3, V1_4] {
         let frozen = std::fs::read(data(name)).unwrap();
         for major in [0u16, 2, 0xffff] {
             let mut bytes = frozen.clone();
@@ -1195,11 +1335,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_3_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 3));
+fn this_build_writes_abi_1_4_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 4));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 6912);
+    assert_eq!(size_of::<Header>(), 7184);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -1225,7 +1365,7 @@ fn this_build_writes_abi_1_3_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3)]);
+    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4)]);
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
@@ -1267,12 +1407,14 @@ fn layout() -> Vec<(String, usize, usize)> {
         gpu.dropped, gpu.late_ns, gpu.traced_ns, gpu.devices,
         job.launcher, job.id_len, job.rank, job.local_rank, job.world_size, job.group_rank,
         job.id,
+        control.trace_until_ns, control.trace_granted_ns, control.collectives,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
     v.extend(fields!(GpuDevice, "gpu_device.":
         device, sample_ppm, span_ns, busy_ns, short_gaps, short_gap_ns, final_ns,
     ));
+    v.extend(fields!(GpuCollective, "collective.": count, busy_ns));
     v.extend(fields!(SiteEntry, "site.": hash, state, nframes, frames));
     v.extend(fields!(ModuleEntry, "module.":
         state, path_len, build_id_len, _pad, bias, start, end, build_id, path, _reserved,
@@ -1347,7 +1489,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<GpuLive>(), 832);
     assert_eq!(offset_of!(Header, job), 6760);
     assert_eq!(size_of::<JobIdent>(), 152);
-    assert_eq!(size_of::<Header>(), 6912);
+    assert_eq!(offset_of!(Header, control), 6912);
+    assert_eq!(size_of::<Control>(), 272);
+    assert_eq!(size_of::<Header>(), 7184);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);
