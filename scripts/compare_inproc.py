@@ -3,8 +3,10 @@ and writes what that tool found at the script's marked lines (`# syncspy-site`).
 
     python3 scripts/compare_inproc.py --tool profiler|syncdebug --detect OUT.json -- SCRIPT ARGS...
 
-- profiler: torch.profiler with CPU and CUDA activity and Python stacks (with_stack=True). A
-  sync counts as found at a mark when a CUDA runtime sync or copy event, or an op above it,
+- profiler: torch.profiler with CPU and CUDA activity and Python stacks (with_stack=True, and
+  `experimental_config=_ExperimentalConfig(verbose=True)`: without it the events' stacks are
+  empty in torch 2.x, pytorch/pytorch#100253, which is what a user following the docs gets).
+  A sync counts as found at a mark when a CUDA runtime sync or copy event, or an op above it,
   carries a stack frame at the marked line.
 - syncdebug: torch.cuda.set_sync_debug_mode("warn"). A sync counts as found at a mark when the
   warning torch raises names the marked line.
@@ -62,7 +64,10 @@ def at_mark(frames):
 if opts.tool == "profiler":
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+    from torch._C._profiler import _ExperimentalConfig
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
+                 experimental_config=_ExperimentalConfig(verbose=True)) as prof:
         run()
     events = list(prof.events())
     # Ops that carry a Python stack, to find the one around each runtime call by time (a

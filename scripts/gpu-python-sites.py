@@ -4,10 +4,13 @@
 
 RESULTS_DIR holds py-<script>.json, the report of `syncspy run` on scenarios/python/<script>.py
 (scripts/gpu-python-sites.sh makes them). For each script, the marked line's file, line and
-function (found with `ast`) must be the location of the top call site; for a script with
-several marks, the top site must be at one of them and each mark must be the location of its
-own site that waited in every step (count >= ITERS, default 50). Writes
-python-sites.md there and exits 1 when a check fails.
+function (found with `ast`) must be the location of the top call site of those that waited
+in every step (a one-off wait of the warm-up, such as the first allocation, may take longer
+in all than a short loop's); for a script with several marks, that site must be at one of them and each mark must be the location of its
+own site that waited in every step (count >= ITERS, default 50). Where the pattern of a
+script is one syncspy gives advice for (`ADVICE`: `.item()`, `print`, `nonzero` and boolean
+masks, pageable copies, `torch.cuda.synchronize()`), the top site must carry that advice
+(`sites[].advice`). Writes python-sites.md there and exits 1 when a check fails.
 """
 import ast
 import json
@@ -18,6 +21,18 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "scenarios" / "python"
 LOC = re.compile(r"^(.*):(\d+) in (.+)$")
 ITERS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+# A phrase of the advice (reader/src/advice.rs) each script's marked pattern must get.
+ADVICE = {
+    "item_in_loop.py": "`.item()`",
+    "two_items.py": "`.item()`",
+    "launch_heavy.py": "`.item()`",
+    "compute_heavy.py": "`.item()`",
+    "print_tensor.py": "printing a CUDA tensor",
+    "nonzero.py": "`nonzero`",
+    "boolean_mask.py": "`nonzero`",
+    "h2d_pageable.py": "pageable",
+    "synchronize.py": "`torch.cuda.synchronize()`",
+}
 
 
 def marks(script):
@@ -71,28 +86,32 @@ def main():
             at = [s for s in sites if parse(s.get("location")) == e and s["count"] >= ITERS]
             if at:
                 top.append(at[0])
+        advice = ADVICE.get(script.name)
+        steady = [s for s in sites if s["count"] >= ITERS]
         ok = (
-            bool(sites)
-            and parse(sites[0].get("location")) in expected
+            bool(steady)
+            and parse(steady[0].get("location")) in expected
             and len(top) == len(expected)
             and all(s.get("python") for s in top)
+            and (advice is None or all(advice in (s.get("advice") or "") for s in top))
         )
         failed += not ok
         for i, s in enumerate(top):
             rows.append(
-                "| {} | {} | `{}` | {} {} x{} | {} |".format(
+                "| {} | {} | `{}` | {} {} x{} | {} | {} |".format(
                     script.name if i == 0 else "",
                     ", ".join(f"{l} in {f}" for l, f in want) if i == 0 else "",
                     s.get("location"),
                     s["kind"],
                     s["api"],
                     s["count"],
+                    (s.get("advice") or "none")[:60],
                     ("ok" if ok else "FAIL") if i == 0 else "",
                 )
             )
     table = [
-        "| script | marked line(s) | call site(s) found: location | kind, count | check |",
-        "| --- | --- | --- | --- | --- |",
+        "| script | marked line(s) | call site(s) found: location | kind, count | advice (start) | check |",
+        "| --- | --- | --- | --- | --- | --- |",
     ] + rows
     (res / "python-sites.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
