@@ -106,6 +106,7 @@ def run(tool, name, script, args):
         t = json.loads(truth[-1])
         loop, iters = t.get("wall_ms", {}).get("loop"), t.get("args", {}).get("iters")
         rec["ops"] = sum(t.get("ops", {}).values())
+        rec["gpu_ms"] = sum(t.get("gpu_ms", {}).values())
         if loop and iters:
             rec["ms_per_step"] = loop / iters
     rec.update(findings(tool, script, found))
@@ -130,7 +131,7 @@ def findings(tool, script, path):
     if not tool.startswith("syncspy"):
         return {"at_marks": data["at_marks"], "tool_events": data["events"]}
     m = marks(script)
-    at, stalls = 0, 0
+    at, stalls, at_ns = 0, 0, 0
     for p in data.get("processes", []):
         for s in p.get("sites", []):
             stalls += s["count"]
@@ -140,7 +141,8 @@ def findings(tool, script, path):
                 f, _, line = file_line.rpartition(":")
                 if line.isdigit() and (os.path.basename(f), int(line)) in m:
                     at += s["count"]
-    return {"at_marks": at, "tool_events": stalls}
+                    at_ns += s.get("total_ns", 0)
+    return {"at_marks": at, "tool_events": stalls, "stall_ms_at_marks": at_ns / 1e6}
 
 
 def nsys_note():
@@ -203,6 +205,15 @@ for name in DETECT:
             at, ops = x.get("at_marks", 0), x.get("ops") or 0
             got = f"{min(at, ops)} / {ops}" + (f" ({at} events)" if at > ops else "")
         lines.append(f"| {name} | {tool} | {got} | {slow} | {answer[tool]} |")
+lines += ["", "syncspy's stall time at the marked lines against the GPU time the script measured with "
+          "CUDA events around the work it waits for (`gpu_ms` of its ground-truth line; the host "
+          "waits for that work less what it queued meanwhile, so the stall is at most about it):", "",
+          "| workload | tool | stall ms at the marks | GPU ms (CUDA events) |", "| --- | --- | ---: | ---: |"]
+for name in DETECT:
+    for tool in ("syncspy+python",):
+        x = [y for y in runs if y["workload"] == name and y["tool"] == tool and y["rc"] == 0]
+        if x and x[0].get("gpu_ms"):
+            lines.append(f"| {name} | {tool} | {x[0].get('stall_ms_at_marks', 0):.2f} | {x[0]['gpu_ms']:.2f} |")
 lines += ["", nsys_note()]
 (OUT / "compare.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
