@@ -304,6 +304,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
 fn render_jobs(reg: &mut Registry, s: &Snapshot) {
     let stall = Family::<RankLabels, FloatCounter>::default();
     let behind = Family::<RankLabels, FloatCounter>::default();
+    let collective = Family::<RankLabels, FloatCounter>::default();
+    let collective_wait = Family::<RankLabels, FloatCounter>::default();
     let ranks = Family::<JobLabels, Gauge>::default();
     let straggler = Family::<JobLabels, Gauge>::default();
     let excess = Family::<JobLabels, Gauge<f64, AtomicU64>>::default();
@@ -321,6 +323,20 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
         Unit::Seconds,
         behind.clone(),
     );
+    reg.register_with_unit(
+        "job_rank_collective",
+        "Time a rank's GPU spent in collective-communication (NCCL) kernels, in traced time \
+         (present when the rank's GPU is traced and its library is ABI 1.4 or newer)",
+        Unit::Seconds,
+        collective.clone(),
+    );
+    reg.register_with_unit(
+        "job_rank_collective_wait",
+        "How long a rank waited in collective kernels for the job's slowest rank on this node: \
+         its collective time beyond the straggler's share of traced time",
+        Unit::Seconds,
+        collective_wait.clone(),
+    );
     reg.register(
         "job_ranks",
         "Ranks of a job followed by this agent",
@@ -328,7 +344,8 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
     );
     reg.register(
         "job_straggler_rank",
-        "The rank named the straggler among this agent's ranks of a job (largest score, at \
+        "The rank named the straggler among this agent's ranks of a job (the rank the others \
+         waited for in collective kernels when those are traced, else the largest score, at \
          least 1.25 times the others' median; absent when none stands out)",
         straggler.clone(),
     );
@@ -376,6 +393,12 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
             stall.get_or_create(&rl).inc_by(r.stall_ns as f64 / 1e9);
             if let Some(b) = r.gpu_idle_behind_stalls_ns {
                 behind.get_or_create(&rl).inc_by(b as f64 / 1e9);
+            }
+            if let Some(c) = r.collective_ns {
+                collective.get_or_create(&rl).inc_by(c as f64 / 1e9);
+            }
+            if let Some(w) = r.collective_wait_ns {
+                collective_wait.get_or_create(&rl).inc_by(w as f64 / 1e9);
             }
         }
     }
@@ -469,6 +492,34 @@ mod tests {
                 ..ProcessReport::default()
             },
             latency: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn collective_time_and_wait_are_exported_per_rank() {
+        // Two ranks traced 10 s: rank 1 spent 20 ms in NCCL kernels, rank 0 320 ms.
+        let mut processes = vec![
+            rank_proc("nccl", Some(0), 30),
+            rank_proc("nccl", Some(1), 30),
+        ];
+        for (p, coll_ms) in processes.iter_mut().zip([320u64, 20]) {
+            p.report.gpu.measured = true;
+            p.report.gpu.traced_ns = 10_000_000_000;
+            p.report.gpu.collective_ns = Some(coll_ms * 1_000_000);
+        }
+        let m = render(&Snapshot {
+            processes,
+            ..Snapshot::default()
+        })
+        .unwrap();
+        for line in [
+            r#"syncspy_job_rank_collective_seconds_total{job_id="nccl",rank="0"} 0.32"#,
+            r#"syncspy_job_rank_collective_seconds_total{job_id="nccl",rank="1"} 0.02"#,
+            r#"syncspy_job_rank_collective_wait_seconds_total{job_id="nccl",rank="0"} 0.3"#,
+            r#"syncspy_job_rank_collective_wait_seconds_total{job_id="nccl",rank="1"} 0.0"#,
+            r#"syncspy_job_straggler_rank{job_id="nccl"} 1"#,
+        ] {
+            assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
         }
     }
 

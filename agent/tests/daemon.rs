@@ -234,6 +234,14 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
             ..ProcessReport::default()
         };
         p.gpu.measured = true;
+        p.gpu.devices = vec![syncspy_read::report::GpuDevice {
+            busy_fraction: Some(0.5),
+            ..Default::default()
+        }];
+        p.gpu.traced_ns = 10_000_000_000;
+        // The stalling rank's collectives are short: the other waited for it in NCCL.
+        p.gpu.collective_ns = Some(if stall_ns > 1_000_000 { 10 } else { 300 } * 1_000_000);
+        p.kinds.insert("gpu_idle".into(), Stats::default());
         SnapshotProcess {
             program: "p".into(),
             report: p,

@@ -165,6 +165,9 @@ pub struct LiveSnapshot {
     pub calls: [TotalsSnapshot; API_SLOTS],
     /// The GPU part of the header (ABI 1.2); `None` for older segments.
     pub gpu: Option<GpuStatus>,
+    /// The control part of the header (ABI 1.4: tracing request, collective kernels);
+    /// `None` for older segments.
+    pub control: Option<syncspy_abi::control::ControlStatus>,
 }
 
 impl Default for LiveSnapshot {
@@ -187,6 +190,7 @@ impl Default for LiveSnapshot {
             apis: [TotalsSnapshot::default(); API_SLOTS],
             calls: [TotalsSnapshot::default(); API_SLOTS],
             gpu: None,
+            control: None,
         }
     }
 }
@@ -213,6 +217,7 @@ impl LiveSnapshot {
             apis: std::array::from_fn(|i| live.apis[i].snapshot()),
             calls: std::array::from_fn(|i| live.calls[i].snapshot()),
             gpu: r.gpu_status(),
+            control: r.control_status(),
         }
     }
 

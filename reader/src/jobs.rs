@@ -4,15 +4,24 @@
 //! In data-parallel training every rank meets the others at each collective: a rank whose
 //! host waits (an `.item()`, a pageable copy) launches its share of the collective late, and
 //! every other rank's GPU then waits inside it. The straggler is found from what the
-//! segments hold, per rank:
-//! - **with GPU activity** (`gpu.measured` on every rank that has a score): the rank's GPU
+//! segments hold, per rank, with the first evidence every rank has:
+//! - **collective kernels** (ABI 1.4, GPU activity traced and NCCL kernels seen on some
+//!   rank): a collective kernel runs from when its rank reaches it until the last rank does,
+//!   so the rank the others waited for has the least time in them. Per rank, the share of
+//!   its traced time spent in collective kernels (`collective_ns / traced_ns`: ranks traced
+//!   over different windows compare); the rank with the smallest share is the straggler when
+//!   the median of the other ranks' *wait* (their share less its share, times their traced
+//!   time) is at least 1 ms and at least a quarter of the straggler's own collective time.
+//!   The straggler's top call site is its longest host stall: what made it late.
+//! - **GPU idle behind host stalls** (`gpu.measured` on every rank): the rank's GPU
 //!   idle time blamed on its own host stalls (`gpu.causes`, not `host_busy_elsewhere`). That
 //!   is the time its GPU sat still because its host waited, during which it could not reach
 //!   the next collective. (The other ranks' wait is GPU time inside NCCL kernels, busy time
 //!   to the GPU tracer: it shows as their GPU being busy, not idle, and is not measured.)
 //! - **otherwise**: the rank's host stall time (`stall_ns`).
 //!
-//! The score's `basis` says which. The straggler is the rank with the largest score, named
+//! The score's `basis` says which. Without collective kernels the straggler is the rank with
+//! the largest score, named
 //! only when it exceeds the median of the other ranks' scores by at least a quarter and by at
 //! least 1 ms (`excess_ns`): ranks that stall alike have none. Its top call site is the one it
 //! stalled longest at (or, on the GPU basis, the host stall its GPU idled behind longest),
@@ -54,6 +63,8 @@ impl JobRef {
     }
 }
 
+/// `JobReport::basis`: the other ranks' wait in collective kernels.
+pub const BASIS_COLLECTIVE: &str = "collective_wait";
 /// `JobReport::basis`: GPU idle time blamed on the rank's own host stalls.
 pub const BASIS_GPU_IDLE: &str = "gpu_idle_behind_host_stalls";
 /// `JobReport::basis`: the rank's host stall time.
@@ -81,8 +92,16 @@ pub struct RankReport {
     /// GPU idle time blamed on this rank's host stalls; `None` when its GPU was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_idle_behind_stalls_ns: Option<u64>,
-    /// The straggler score (see `JobReport::basis`).
+    /// The straggler score (see `JobReport::basis`; on the collective basis, the rank's
+    /// collective-kernel time).
     pub score_ns: u64,
+    /// Time in collective kernels (traced time only); `None` when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_ns: Option<u64>,
+    /// On the collective basis: how long this rank waited in collectives for the slowest
+    /// rank (its collective time beyond the straggler's share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_wait_ns: Option<u64>,
     /// Where this rank stalled longest: `kind at location` (or `kind (api)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_site: Option<TopSite>,
@@ -119,8 +138,14 @@ pub struct Straggler {
     /// The median of the other ranks' scores.
     pub others_median_ns: u64,
     /// `score_ns - others_median_ns`: about how long each other rank waited for this one at
-    /// its collectives, over the run.
+    /// its collectives, over the run (collective basis: the median of the others' waits).
     pub excess_ns: u64,
+    /// Collective basis: the other ranks that waited for it (at least 1 ms each), and their
+    /// waits summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_ranks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_site: Option<TopSite>,
 }
@@ -152,12 +177,30 @@ impl JobReport {
             Some(w) => format!("{seen} of {w} ranks"),
             None => format!("{seen} ranks"),
         };
-        let what = if self.basis == BASIS_GPU_IDLE {
-            "GPU idle behind host stalls"
-        } else {
-            "host stalls"
+        let what = match self.basis.as_str() {
+            BASIS_COLLECTIVE => "collective-kernel time",
+            BASIS_GPU_IDLE => "GPU idle behind host stalls",
+            _ => "host stalls",
         };
         let tail = match &self.straggler {
+            Some(s) if self.basis == BASIS_COLLECTIVE => {
+                let rank = s
+                    .rank
+                    .map_or(format!("pid {}", s.pid), |r| format!("rank {r}"));
+                let site = s
+                    .top_site
+                    .as_ref()
+                    .map(|t| format!(" {}", t.describe()))
+                    .unwrap_or_default();
+                let n = s.waited_ranks.unwrap_or(0);
+                format!(
+                    "straggler {rank}{site} -> {n} rank{} waited {} in collectives (its own \
+                     collective time {})",
+                    if n == 1 { "" } else { "s" },
+                    ms(s.waited_ns.unwrap_or(0)),
+                    ms(s.score_ns)
+                )
+            }
             Some(s) => {
                 let rank = s
                     .rank
@@ -172,6 +215,9 @@ impl JobReport {
                     ms(s.score_ns),
                     ms(s.excess_ns)
                 )
+            }
+            None if self.basis == BASIS_COLLECTIVE => {
+                "no straggler (the ranks' collective-kernel times agree)".to_string()
             }
             None => format!("no straggler ({what} within {STRAGGLER_FACTOR}x of the median)"),
         };
@@ -245,6 +291,55 @@ pub fn jobs_of(processes: &[ProcessReport]) -> Vec<JobReport> {
         .collect()
 }
 
+/// The straggler on the collective basis, and each rank's wait (by index in `ranks`); `None`
+/// when some rank has no collective measurement or no rank ran a collective kernel.
+fn collective_straggler(
+    ranks: &[RankReport],
+    traced: &[u64],
+) -> Option<(Option<Straggler>, Vec<u64>)> {
+    let coll: Vec<u64> = ranks
+        .iter()
+        .map(|r| r.collective_ns)
+        .collect::<Option<_>>()?;
+    if ranks.len() < 2 || coll.iter().all(|c| *c == 0) || traced.contains(&0) {
+        return None;
+    }
+    let share = |i: usize| coll[i] as f64 / traced[i] as f64;
+    let s = (0..ranks.len()).min_by(|a, b| share(*a).total_cmp(&share(*b)))?;
+    let waits: Vec<u64> = (0..ranks.len())
+        .map(|i| ((share(i) - share(s)).max(0.0) * traced[i] as f64) as u64)
+        .collect();
+    let others: Vec<u64> = (0..ranks.len())
+        .filter(|i| *i != s)
+        .map(|i| waits[i])
+        .collect();
+    let med = median(others.clone());
+    let named = med >= MIN_EXCESS_NS && med as f64 >= coll[s] as f64 * 0.25;
+    let straggler = named.then(|| {
+        let waited: Vec<u64> = others
+            .iter()
+            .copied()
+            .filter(|w| *w >= MIN_EXCESS_NS)
+            .collect();
+        Straggler {
+            rank: ranks[s].rank,
+            pid: ranks[s].pid,
+            score_ns: coll[s],
+            others_median_ns: median(
+                (0..ranks.len())
+                    .filter(|i| *i != s)
+                    .map(|i| coll[i])
+                    .collect(),
+            ),
+            excess_ns: med,
+            top_site: ranks[s].top_site.clone(),
+            waited_ranks: Some(waited.len() as u32),
+            waited_ns: Some(waited.iter().sum()),
+        }
+    });
+    Some((straggler, waits))
+}
+
 fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
     // The GPU basis only when every rank's GPU was measured: a rank without a measurement
     // would otherwise score 0 and hide a straggler.
@@ -269,11 +364,40 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 wall_ns: p.wall_ns,
                 gpu_idle_behind_stalls_ns: g.as_ref().map(|(t, _)| *t),
                 score_ns,
+                collective_ns: p.gpu.collective_ns.filter(|_| p.gpu.measured),
+                collective_wait_ns: None,
                 top_site,
             }
         })
         .collect();
     ranks.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
+    let traced: Vec<u64> = ranks
+        .iter()
+        .map(|r| {
+            ps.iter()
+                .find(|p| p.pid == r.pid)
+                .map_or(0, |p| p.gpu.traced_ns)
+        })
+        .collect();
+    if let Some((straggler, waits)) = collective_straggler(&ranks, &traced) {
+        for (r, w) in ranks.iter_mut().zip(waits) {
+            r.collective_wait_ns = Some(w);
+            // The collective basis scores the time in collectives; the host site stays the
+            // rank's longest host stall (what made a straggler late).
+            r.score_ns = r.collective_ns.unwrap_or(0);
+            if let Some(p) = ps.iter().find(|p| p.pid == r.pid) {
+                r.top_site = top_host_site(p);
+            }
+        }
+        let straggler = straggler.map(|mut s| {
+            s.top_site = ranks
+                .iter()
+                .find(|r| r.pid == s.pid)
+                .and_then(|r| r.top_site.clone());
+            s
+        });
+        return finish(id, ps, ranks, BASIS_COLLECTIVE, straggler);
+    }
     let straggler = ranks
         .iter()
         .enumerate()
@@ -298,8 +422,25 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 others_median_ns: others,
                 excess_ns: excess,
                 top_site: r.top_site.clone(),
+                waited_ranks: None,
+                waited_ns: None,
             })
         });
+    let basis = if on_gpu {
+        BASIS_GPU_IDLE
+    } else {
+        BASIS_HOST_STALL
+    };
+    finish(id, ps, ranks, basis, straggler)
+}
+
+fn finish(
+    id: &str,
+    ps: &[&ProcessReport],
+    ranks: Vec<RankReport>,
+    basis: &str,
+    straggler: Option<Straggler>,
+) -> JobReport {
     let first = ps.first().and_then(|p| p.job.as_ref());
     JobReport {
         id: id.to_string(),
@@ -307,12 +448,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
         world_size: ps.iter().filter_map(|p| p.job.as_ref()?.world_size).max(),
         stall_ns: ranks.iter().map(|r| r.stall_ns).sum(),
         ranks,
-        basis: if on_gpu {
-            BASIS_GPU_IDLE
-        } else {
-            BASIS_HOST_STALL
-        }
-        .to_string(),
+        basis: basis.to_string(),
         straggler,
     }
 }
@@ -344,6 +480,80 @@ mod tests {
             }],
             ..ProcessReport::default()
         }
+    }
+
+    /// `proc` with GPU activity traced for `traced_ms` and `coll_ms` in collective kernels.
+    fn traced(mut p: ProcessReport, traced_ms: u64, coll_ms: u64) -> ProcessReport {
+        p.gpu.measured = true;
+        p.gpu.traced_ns = traced_ms * 1_000_000;
+        p.gpu.collective_ns = Some(coll_ms * 1_000_000);
+        p.gpu.collectives = 100;
+        p
+    }
+
+    #[test]
+    fn with_collective_kernels_the_rank_the_others_waited_for_is_named() {
+        // Rank 1 stalls at train.py:45 every step; ranks 0, 2 and 3 then wait for it inside
+        // their all-reduce kernels: about 300 ms more in collectives than its own 20 ms. Its
+        // host stall is no larger than the others' (they wait in `.item()` too, after the
+        // all-reduce): host stalls alone would not name it.
+        let ps = vec![
+            traced(proc(20, Some(("j", 0)), 40, "train.py:50"), 10_000, 330),
+            traced(proc(21, Some(("j", 1)), 35, "train.py:45"), 10_000, 20),
+            traced(proc(22, Some(("j", 2)), 40, "train.py:50"), 10_000, 310),
+            // Traced half as long (another duty window): compared by share of traced time.
+            traced(proc(23, Some(("j", 3)), 40, "train.py:50"), 5_000, 160),
+        ];
+        let j = &jobs_of(&ps)[0];
+        assert_eq!(j.basis, BASIS_COLLECTIVE);
+        let s = j.straggler.as_ref().expect("a straggler");
+        assert_eq!((s.rank, s.pid, s.score_ns), (Some(1), 21, 20_000_000));
+        assert_eq!(s.waited_ranks, Some(3));
+        // Waits: 330 - 20, 310 - 20, (160/5000 - 20/10000) * 5000 = 150 ms.
+        assert_eq!(s.waited_ns, Some(310_000_000 + 290_000_000 + 150_000_000));
+        assert_eq!(s.excess_ns, 290_000_000);
+        assert_eq!(
+            s.top_site.as_ref().unwrap().location.as_deref(),
+            Some("train.py:45")
+        );
+        let waits: Vec<_> = j
+            .ranks
+            .iter()
+            .map(|r| r.collective_wait_ns.unwrap())
+            .collect();
+        assert_eq!(waits, [310_000_000, 0, 290_000_000, 150_000_000]);
+        let line = j.summary();
+        assert!(
+            line.contains(
+                "straggler rank 1 stream_sync at train.py:45 -> 3 ranks waited 750.0 ms in \
+                 collectives (its own collective time 20.0 ms)"
+            ),
+            "{line}"
+        );
+
+        // Ranks that reach their collectives together: nobody is named.
+        let even = jobs_of(&[
+            traced(proc(1, Some(("e", 0)), 40, "t.py:1"), 10_000, 100),
+            traced(proc(2, Some(("e", 1)), 40, "t.py:1"), 10_000, 103),
+        ]);
+        assert_eq!(even[0].basis, BASIS_COLLECTIVE);
+        assert_eq!(even[0].straggler, None);
+        assert!(even[0].summary().contains("collective-kernel times agree"));
+
+        // One rank without a collective measurement (an older library): the host basis.
+        let mut mixed = ps.clone();
+        mixed[2].gpu.collective_ns = None;
+        assert_ne!(jobs_of(&mixed)[0].basis, BASIS_COLLECTIVE);
+        // No rank ran a collective kernel (gloo): not the collective basis either.
+        let none: Vec<_> = ps
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.gpu.collective_ns = Some(0);
+                p
+            })
+            .collect();
+        assert_ne!(jobs_of(&none)[0].basis, BASIS_COLLECTIVE);
     }
 
     #[test]

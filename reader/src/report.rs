@@ -150,6 +150,16 @@ pub struct Gpu {
     /// What the gaps received are blamed on, most idle time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<GapCauseReport>,
+    /// Host time during which GPU activity was traced (duty mode: the traced windows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub traced_ns: u64,
+    /// Time in collective-communication (NCCL) kernels, all devices, in traced time (ABI
+    /// 1.4); `None` for older segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_ns: Option<u64>,
+    /// How many collective kernels that was.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub collectives: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -497,6 +507,17 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             })
             .unwrap_or_default(),
         causes,
+        traced_ns: g.map_or(0, |g| g.traced_ns),
+        collective_ns: a
+            .live
+            .control
+            .as_ref()
+            .map(|c| c.collectives.iter().map(|d| d.busy_ns).sum()),
+        collectives: a
+            .live
+            .control
+            .as_ref()
+            .map_or(0, |c| c.collectives.iter().map(|d| d.count).sum()),
     }
 }
 

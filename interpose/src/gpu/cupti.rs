@@ -262,9 +262,14 @@ pub unsafe fn activity_of(rec: *const u8) -> Option<Activity> {
     use std::mem::offset_of;
     // SAFETY: every record starts with its kind, a u32.
     let kind: u32 = unsafe { field(rec, 0) };
+    let mut collective = false;
     let (start, end, device) = match kind {
         // SAFETY: a complete record of this kind has the layout of the struct read.
         KIND_KERNEL | KIND_CONCURRENT_KERNEL => unsafe {
+            let name = field::<*const u8>(rec, offset_of!(CUpti_ActivityKernel10, name));
+            // SAFETY: CUPTI's name is a C string it owns while the buffer is processed (or
+            // null); `starts_with_nccl` reads at most up to its NUL.
+            collective = starts_with_nccl(name);
             (
                 field::<u64>(rec, offset_of!(CUpti_ActivityKernel10, start)),
                 field::<u64>(rec, offset_of!(CUpti_ActivityKernel10, end)),
@@ -295,7 +300,27 @@ pub unsafe fn activity_of(rec: *const u8) -> Option<Activity> {
         device,
         start_ns: start,
         end_ns: end,
+        collective,
     })
+}
+
+/// Whether the C string `name` begins with `nccl` (NCCL's kernels: `ncclDevKernel_*`,
+/// `ncclKernel_*`); false for null.
+///
+/// # Safety
+/// `name` is null or points to a NUL-terminated string.
+unsafe fn starts_with_nccl(name: *const u8) -> bool {
+    if name.is_null() {
+        return false;
+    }
+    for (i, want) in b"nccl".iter().enumerate() {
+        // SAFETY: every byte before the first NUL is readable, and the loop stops at a
+        // mismatch, which the NUL is.
+        if unsafe { *name.add(i) } != *want {
+            return false;
+        }
+    }
+    true
 }
 
 /// The host clock, for CUPTI's timestamps (`cuptiActivityRegisterTimestampCallback`): every
@@ -361,9 +386,26 @@ mod tests {
             Some(Activity {
                 device: 3,
                 start_ns: 1000,
-                end_ns: 2500
+                end_ns: 2500,
+                collective: false,
             })
         );
+        // The same record named like an NCCL kernel is a collective; a near miss is not.
+        for (name, want) in [
+            (&b"ncclDevKernel_AllReduce_Sum_f32_RING_LL\0"[..], true),
+            (b"nccl\0", true),
+            (b"ncc\0", false),
+            (b"gemm_nccl\0", false),
+        ] {
+            put(
+                &mut k,
+                offset_of!(CUpti_ActivityKernel10, name),
+                &(name.as_ptr() as usize).to_ne_bytes(),
+            );
+            // SAFETY: a complete record whose name points to a C string that outlives it.
+            let a = unsafe { activity_of(k.as_ptr()) }.unwrap();
+            assert_eq!(a.collective, want, "{:?}", std::str::from_utf8(name));
+        }
         let mut m = vec![0u8; size_of::<CUpti_ActivityMemset4>()];
         put(&mut m, 0, &KIND_MEMSET.to_ne_bytes());
         put(

@@ -125,6 +125,14 @@ fn sink(acts: &[Activity]) {
             }
         }
     }
+    if let Some(seg) = segment() {
+        for a in acts.iter().filter(|a| a.collective) {
+            seg.record_collective(
+                i32::try_from(a.device).unwrap_or(i32::MAX),
+                a.end_ns - a.start_ns,
+            );
+        }
+    }
 }
 
 /// Starts GPU tracing for the process whose segment is `seg` (at its first hooked call,

@@ -26,6 +26,9 @@ pub struct Activity {
     pub device: u32,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// A kernel of a collective-communication library (its name begins with `nccl`): busy
+    /// time like any other, and also added to the device's collective counters.
+    pub collective: bool,
 }
 
 /// What [`Tracker::advance`] reports, on the host clock.
@@ -316,6 +319,7 @@ mod tests {
             device,
             start_ns,
             end_ns,
+            collective: false,
         }
     }
 
