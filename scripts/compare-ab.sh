@@ -6,7 +6,7 @@
 # (scripts/gpu-stage.sh). Results in RESULTS_DIR (default ./gpu-results/compare-ab): one JSON
 # per row and ab.md, the table of docs/performance.md. PYTHON: see gpu-host.sh.
 #
-#   bash scripts/compare-ab.sh [CYCLES] [BLOCK_SECONDS] [ROWS]
+#   [CPUS=2,3] bash scripts/compare-ab.sh [CYCLES] [BLOCK_SECONDS] [ROWS]
 #     ROWS: comma-separated workload:mode (default: launch-heavy:stalls,launch-heavy:python,
 #           launch-heavy:gpu-on,compute-heavy:python,compute-heavy:gpu-on)
 set -uo pipefail
@@ -25,6 +25,7 @@ for row in ${ROWS//,/ }; do
   w=${row%%:*} m=${row##*:}
   LD_PRELOAD="$G/libsyncspy.so" SYNCSPY_DORMANT=1 "$PY" scripts/compare_ab.py --syncspy "$G/syncspy" \
     --workload "$w" --mode "$m" --cycles "$CYCLES" --block "$BLOCK" --out "$R/$w-$m.json" \
+    ${CPUS:+--cpus "$CPUS"} \
     >"$R/$w-$m.log" 2>&1
   rc=$?
   tail -1 "$R/$w-$m.log"

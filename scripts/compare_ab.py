@@ -36,7 +36,13 @@ ap.add_argument("--mode", choices=["stalls", "python", "gpu-on"], default="pytho
 ap.add_argument("--cycles", type=int, default=12)
 ap.add_argument("--block", type=float, default=2.0, help="seconds of steps per block")
 ap.add_argument("--out", required=True)
+ap.add_argument("--cpus", default="", help="pin the job to these CPUs (e.g. 2,3): less "
+                "scheduler noise in a launch-bound loop; the attacher is left unpinned")
 opts = ap.parse_args()
+ALL_CPUS = os.sched_getaffinity(0)
+JOB_CPUS = {int(c) for c in opts.cpus.split(",")} if opts.cpus else set()
+if JOB_CPUS:
+    os.sched_setaffinity(0, JOB_CPUS)
 
 import torch  # noqa: E402
 
@@ -60,13 +66,13 @@ if opts.workload == "launch-heavy":
         return loss.item()
 else:
     # The compute-heavy step of scenarios/python/compute_heavy.py: bf16 matrix products.
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) * 1e-2
+    ma = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    mb = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) * 1e-2
 
     def step():
-        v = a
+        v = ma
         for _ in range(8):
-            v = torch.tanh(v @ b)
+            v = torch.tanh(v @ mb)
         return v.float().mean().item()
 
 SETTINGS = {
@@ -89,6 +95,12 @@ def block(seconds):
             return times
 
 
+def unpin():
+    """The attacher runs on the other CPUs, not on the job's."""
+    if JOB_CPUS:
+        os.sched_setaffinity(0, (ALL_CPUS - JOB_CPUS) or ALL_CPUS)
+
+
 SEGMENT = re.compile(rf"^syncspy-{os.getpid()}-[0-9]+$")
 
 
@@ -105,7 +117,8 @@ class Attached:
         env.pop("LD_PRELOAD", None)
         self.log = open(opts.out + f".attach{len(attaches)}.log", "w+")
         self.p = subprocess.Popen([opts.syncspy, "attach", str(os.getpid()), "--duration", "3600"],
-                                  env=env, stdout=self.log, stderr=subprocess.STDOUT)
+                                  env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                  preexec_fn=unpin)
         t0 = time.perf_counter()
         # Dormant hooks look for the attach at most once a second, from inside a CUDA call:
         # keep calling until the library is armed, which is when its segment appears (the
@@ -136,10 +149,10 @@ for c in range(opts.cycles):
     on, off = [], []
     for kind in ("on", "off", "off", "on"):
         if kind == "on":
-            a = Attached()
-            attaches.append(a)
+            att = Attached()
+            attaches.append(att)
             on.append(statistics.median(block(opts.block)))
-            rc = a.stop()
+            rc = att.stop()
             if rc != 0:
                 sys.exit(f"syncspy attach exited {rc}")
         else:
@@ -168,7 +181,7 @@ result = {
     "on_over_off": summary(ratios(lambda c: c["on"], lambda c: c["off"])),
     # No tool in either half: the first off block of each cycle against the second.
     "noise_floor": summary(ratios(lambda c: c["off"][:1], lambda c: c["off"][1:])),
-    "attach_ready_s": statistics.median(a.ready_s for a in attaches),
+    "attach_ready_s": statistics.median(x.ready_s for x in attaches),
     "blocks": cycles,
 }
 with open(opts.out, "w") as f:

@@ -304,8 +304,11 @@ pub unsafe fn activity_of(rec: *const u8) -> Option<Activity> {
     })
 }
 
-/// Whether the C string `name` begins with `nccl` (NCCL's kernels: `ncclDevKernel_*`,
-/// `ncclKernel_*`); false for null.
+/// Whether the kernel name `name` (a C string) is an NCCL kernel's: its function name
+/// begins with `nccl` (`ncclDevKernel_*`, `ncclKernel_*`). CUPTI gives kernel names
+/// mangled, so `_Z38ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorage...`
+/// is one too (the Itanium prefix `_Z`, an optional `N` for a nested name, the identifier's
+/// length); a plain `ncclDevKernel_...` (a demangled name) also counts. False for null.
 ///
 /// # Safety
 /// `name` is null or points to a NUL-terminated string.
@@ -313,10 +316,25 @@ unsafe fn starts_with_nccl(name: *const u8) -> bool {
     if name.is_null() {
         return false;
     }
-    for (i, want) in b"nccl".iter().enumerate() {
-        // SAFETY: every byte before the first NUL is readable, and the loop stops at a
-        // mismatch, which the NUL is.
-        if unsafe { *name.add(i) } != *want {
+    // SAFETY: every byte up to the first NUL is readable, and `at` never moves past a NUL:
+    // each step compares the byte first, and NUL matches none of the bytes looked for.
+    let at = |i: usize| unsafe { *name.add(i) };
+    let mut i = 0;
+    if at(0) == b'_' && at(1) == b'Z' {
+        i = 2;
+        if at(i) == b'N' {
+            i += 1;
+        }
+        let digits = i;
+        while at(i).is_ascii_digit() {
+            i += 1;
+        }
+        if i == digits {
+            return false;
+        }
+    }
+    for (k, want) in b"nccl".iter().enumerate() {
+        if at(i + k) != *want {
             return false;
         }
     }
@@ -396,6 +414,14 @@ mod tests {
             (b"nccl\0", true),
             (b"ncc\0", false),
             (b"gemm_nccl\0", false),
+            (
+                b"_Z38ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE\0",
+                true,
+            ),
+            (b"_ZN4nccl6kernelEv\0", true),
+            (b"_Z4gemmPfS_\0", false),
+            (b"_Z\0", false),
+            (b"_Znccl\0", false),
         ] {
             put(
                 &mut k,
