@@ -6,7 +6,10 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Bumped in the fork child, so cached thread ids from the parent are refreshed.
+/// Bumped whenever the process's segment changes: in a fork child (cached thread ids are the
+/// parent's) and when a segment is created (a re-attach makes a new one, whose call-site and
+/// Python-site ids start over). The per-thread caches of thread ids, stacks and Python sites
+/// compare it and start empty when it moved.
 pub static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {

@@ -381,6 +381,8 @@ impl Runtime {
         if cfg.python {
             crate::python::publish(&seg);
         }
+        // Site ids cached by threads belong to the previous segment, if any (a re-attach).
+        guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
         let own = stack::own_range();
         let rt = Runtime {
             seg,

@@ -247,6 +247,15 @@ impl Attach {
     }
 }
 
+/// Whether some call site of `api` in the report has a stack (frames).
+fn has_stack(report: &Value, api: &str) -> bool {
+    report["processes"][0]["sites"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["api"] == api && s["frames"].as_array().is_some_and(|f| !f.is_empty()))
+}
+
 fn count(report: &Value, api: &str) -> u64 {
     let procs = report["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 1, "{report:#}");
@@ -288,6 +297,12 @@ fn attach_cycle(exe: &str, victim: fn(&Target) -> i32) {
         assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
         assert_eq!(count(&r, "cudaMemcpy"), 3, "round {round}");
         assert_eq!(count(&r, "cudaDeviceSynchronize"), 2, "round {round}");
+        // Each attach's segment has the call sites' stacks, the second too (the threads'
+        // stack caches must not hand out ids of the first attach's segment).
+        assert!(
+            has_stack(&r, "cudaStreamSynchronize"),
+            "round {round}: {r:#}"
+        );
         // Detached: the GOT is as it was (lazy slots still unresolved), and calls go on.
         assert_eq!(t.got(&slots), before, "round {round}");
         assert_eq!(t.cmd("sync 4"), "done sync 4");
@@ -581,6 +596,10 @@ fn a_dormant_preload_arms_without_ptrace_and_disarms() {
         assert_eq!(t.cmd("sync 7"), "done sync 7");
         let r = a.finish();
         assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
+        assert!(
+            has_stack(&r, "cudaStreamSynchronize"),
+            "round {round}: {r:#}"
+        );
         // Preloaded: nothing to patch, the GOT was never touched.
         assert_eq!(t.got(&slots), before);
         std::thread::sleep(Duration::from_millis(1100));
