@@ -35,6 +35,9 @@ ap.add_argument("--workload", choices=["launch-heavy", "compute-heavy"], default
 ap.add_argument("--mode", choices=["stalls", "python", "gpu-on"], default="python")
 ap.add_argument("--cycles", type=int, default=12)
 ap.add_argument("--block", type=float, default=2.0, help="seconds of steps per block")
+ap.add_argument("--settle", type=float, default=0.5,
+                help="seconds of untimed steps before each block: a pause (attach, detach) lets "
+                     "a GPU-bound loop's clocks rise, which shows as a faster first second")
 ap.add_argument("--out", required=True)
 ap.add_argument("--cpus", default="", help="pin the job to these CPUs (e.g. 2,3): less "
                 "scheduler noise in a launch-bound loop; the attacher is left unpinned")
@@ -151,11 +154,13 @@ for c in range(opts.cycles):
         if kind == "on":
             att = Attached()
             attaches.append(att)
+            block(opts.settle)
             on.append(statistics.median(block(opts.block)))
             rc = att.stop()
             if rc != 0:
                 sys.exit(f"syncspy attach exited {rc}")
         else:
+            block(opts.settle)
             off.append(statistics.median(block(opts.block)))
     cycles.append({"on": on, "off": off})
     print(f"cycle {c}: on {on[0]:.4f} {on[1]:.4f} off {off[0]:.4f} {off[1]:.4f} ms", flush=True)
@@ -175,6 +180,7 @@ result = {
     "workload": opts.workload,
     "mode": opts.mode,
     "block_s": opts.block,
+    "settle_s": opts.settle,
     "cycles": len(cycles),
     "ms_per_step_off": statistics.median(x for c in cycles for x in c["off"]),
     "ms_per_step_on": statistics.median(x for c in cycles for x in c["on"]),

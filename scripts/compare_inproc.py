@@ -37,7 +37,9 @@ import torch  # noqa: E402
 
 SYNC = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
         "cudaMemcpyAsync", "cudaMemcpy"}
-found = {"tool": opts.tool, "marks": marks, "at_marks": 0, "events": 0, "lines": {}}
+# at_file: events placed in the script's file at all (any line): torch.profiler's Python
+# stacks give module-level frames as `script.py(0): <module>`, the file without the line.
+found = {"tool": opts.tool, "marks": marks, "at_marks": 0, "at_file": 0, "events": 0, "lines": {}}
 
 
 def run():
@@ -46,6 +48,10 @@ def run():
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
+
+
+def in_file(frames):
+    return any(base in s for s in frames or [])
 
 
 def at_mark(frames):
@@ -77,6 +83,8 @@ if opts.tool == "profiler":
         if e.name not in SYNC:
             continue
         found["events"] += 1
+        if in_file(getattr(e, "stack", None)):
+            found["at_file"] += 1
         line, p = None, e
         while p is not None and line is None:
             line = at_mark(getattr(p, "stack", None))

@@ -129,7 +129,8 @@ def findings(tool, script, path):
         return {}
     data = json.loads(pathlib.Path(path).read_text())
     if not tool.startswith("syncspy"):
-        return {"at_marks": data["at_marks"], "tool_events": data["events"]}
+        return {"at_marks": data["at_marks"], "tool_events": data["events"],
+                "at_file": data.get("at_file")}
     m = marks(script)
     at, stalls, at_ns = 0, 0, 0
     for p in data.get("processes", []):
@@ -204,6 +205,8 @@ for name in DETECT:
             # Each marked line counts once per execution, however many events it made.
             at, ops = x.get("at_marks", 0), x.get("ops") or 0
             got = f"{min(at, ops)} / {ops}" + (f" ({at} events)" if at > ops else "")
+            if x.get("at_file"):
+                got += f"; {x['at_file']} sync events in the script's file, without the line"
         lines.append(f"| {name} | {tool} | {got} | {slow} | {answer[tool]} |")
 lines += ["", "syncspy's stall time at the marked lines against the GPU time the script measured with "
           "CUDA events around the work it waits for (`gpu_ms` of its ground-truth line; the host "
