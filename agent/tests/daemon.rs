@@ -21,9 +21,18 @@ fn get(addr: &str, path: &str) -> (u16, String) {
 
 /// (status, body) of `GET path` with extra header lines (each ending in CRLF).
 fn get_with(addr: &str, path: &str, headers: &str) -> (u16, String) {
+    request(addr, "GET", path, headers)
+}
+
+/// (status, body) of `METHOD path` with extra header lines (each ending in CRLF), no body.
+fn request(addr: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n").unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n{headers}\r\n"
+    )
+    .unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
@@ -108,6 +117,20 @@ fn the_agent_follows_a_preloaded_program_and_forgets_it_after_it_ends() {
     let pid = prog.0.id() as u64;
     let token = syncspy_read::snapshot::read_token(&d.path().join("agent.token")).unwrap();
     let auth = format!("Authorization: Bearer {token}\r\n");
+    // Tracing requests: POST only, with the token, for a process the agent follows.
+    let trace = "/api/v1/gpu-trace?pid=1&seconds=5";
+    assert_eq!(request(&addr, "GET", trace, &auth).0, 405);
+    assert_eq!(request(&addr, "POST", trace, "").0, 401);
+    let (status, body) = request(&addr, "POST", trace, &auth);
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("not a running process this agent follows"),
+        "{body}"
+    );
+    assert_eq!(
+        request(&addr, "POST", "/api/v1/gpu-trace?seconds=5", &auth).0,
+        400
+    );
     let snapshot = || -> Value {
         serde_json::from_str(&get_with(&addr, "/api/v1/snapshot", &auth).1).unwrap()
     };

@@ -280,6 +280,7 @@ impl Source for AgentSource {
             processes: self.last.clone(),
             problems,
             window_secs: self.window_secs,
+            ..Snapshot::default()
         }
     }
 

@@ -175,6 +175,8 @@ pub enum Action {
     Help,
     /// `d`: stop showing the selected process (ended ones only).
     Dismiss,
+    /// `g`: trace the selected process's GPU activity while the monitor runs (again: stop).
+    GpuTrace,
     Data(Box<Snapshot>),
     /// The screen is now this many columns and rows. The event loop sends it before the first
     /// drawing and on every resize: the stack popup's page, which the scroll keys move by,
@@ -187,6 +189,8 @@ pub enum Action {
 pub enum Command {
     Reset,
     Forget(ProcessKey),
+    /// Keep asking for this process's GPU activity to be traced (`None`: stop).
+    TraceGpu(Option<ProcessKey>),
 }
 
 /// The monitor's state.
@@ -196,6 +200,8 @@ pub struct App {
     pub focus: Pane,
     /// Selected process (pid, start ticks); follows the process when the order changes.
     pub selected: Option<ProcessKey>,
+    /// The process whose GPU activity the monitor keeps traced (the `g` key).
+    pub gpu_trace: Option<ProcessKey>,
     pub kind_sel: usize,
     pub site_sel: usize,
     pub proc_sort: ProcSort,
@@ -234,6 +240,7 @@ impl App {
             snapshot: Snapshot::default(),
             focus: Pane::Processes,
             selected: None,
+            gpu_trace: None,
             kind_sel: 0,
             site_sel: 0,
             proc_sort: ProcSort::Stall,
@@ -564,6 +571,15 @@ impl App {
                 }
                 Mode::Browse | Mode::Filter => self.mode = Mode::Help { stack: None },
             },
+            Action::GpuTrace => {
+                let k = self.current().filter(|p| !p.state.ended()).map(|p| p.key());
+                self.gpu_trace = match (self.gpu_trace, k) {
+                    (Some(on), Some(k)) if on == k => None,
+                    (on, None) => on,
+                    (_, k) => k,
+                };
+                self.commands.push(Command::TraceGpu(self.gpu_trace));
+            }
             Action::Dismiss => {
                 if let Some(p) = self.current().filter(|p| p.state.ended()) {
                     let k = p.key();
@@ -635,6 +651,7 @@ impl App {
             KeyCode::Esc => Action::Back,
             KeyCode::Char('?') | KeyCode::F(1) => Action::Help,
             KeyCode::Char('d') | KeyCode::Delete => Action::Dismiss,
+            KeyCode::Char('g') => Action::GpuTrace,
             _ => return None,
         })
     }

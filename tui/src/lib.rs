@@ -35,4 +35,11 @@ pub trait Source: Send {
     fn busy(&self) -> bool {
         false
     }
+    /// Asks the library of `process` to trace GPU activity for the next `secs` seconds
+    /// (the `g` key; repeated at each refresh while it is on). Returns a short status for
+    /// the GPU line, or why it could not.
+    fn request_gpu_trace(&mut self, process: ProcessKey, secs: u64) -> Result<String, String> {
+        let _ = (process, secs);
+        Err("not from this source".into())
+    }
 }

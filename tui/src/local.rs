@@ -530,6 +530,28 @@ impl Source for LocalSource {
             processes,
             problems: self.problems.clone(),
             window_secs: self.window_secs,
+            ..Snapshot::default()
+        }
+    }
+
+    fn request_gpu_trace(&mut self, process: ProcessKey, secs: u64) -> Result<String, String> {
+        use syncspy_abi::control::RequestError;
+        let f = self
+            .follower
+            .processes()
+            .iter()
+            .find(|f| f.key().process == process && !f.ended())
+            .ok_or("the process is not running")?;
+        let until = monotonic_ns().saturating_add(secs.saturating_mul(1_000_000_000));
+        match f.reader.request_gpu_trace(until) {
+            Ok(_) => Ok(f
+                .reader
+                .gpu_status()
+                .map_or("unknown", |g| g.state_name())
+                .to_string()),
+            Err(RequestError::TooOld) => Err("its syncspy library is too old (ABI < 1.4)".into()),
+            Err(RequestError::Replaced) => Err("its segment is gone".into()),
+            Err(RequestError::Io(e)) => Err(format!("cannot write the request: {e}")),
         }
     }
 

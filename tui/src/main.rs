@@ -19,7 +19,8 @@ use syncspy_tui::Source;
     version,
     after_help = "Keys: Tab pane, arrows or j/k move, Enter stack (scrolls; Esc closes), s sort, \
 w window (last N s / since start), p pause, r reset, / filter sites, d dismiss an ended \
-process, ? help, q quit.\n\
+process, g trace the selected process's GPU activity while the monitor runs (again: stop), \
+? help, q quit.\n\
 Environment: SYNCSPY_DIR (where segments are, default /dev/shm), NO_COLOR (no colors).\n\
 Start a job with `syncspy run --tui -- CMD`, or LD_PRELOAD=libsyncspy.so CMD and then \
 syncspy-top."

@@ -26,6 +26,9 @@ pub struct Snapshot {
     pub problems: Vec<String>,
     /// Length of the "recent" window, seconds.
     pub window_secs: u64,
+    /// The GPU tracing request the monitor keeps up (the `g` key): the process and what the
+    /// last request gave (`Ok`: the process's tracing state; `Err`: why not).
+    pub gpu_request: Option<(ProcessKey, Result<String, String>)>,
 }
 
 /// How a process stands.

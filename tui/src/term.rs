@@ -17,7 +17,12 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 use crate::app::{Action, App, Command};
+use crate::model::ProcessKey;
 use crate::Source;
+
+/// Each request made while the monitor keeps GPU tracing on for a process lasts this long
+/// (renewed at every refresh): tracing stops a few seconds after the monitor stops asking.
+const GPU_REQUEST_SECS: u64 = 3;
 
 /// What the loop waits for.
 pub enum Event {
@@ -74,9 +79,14 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
     std::thread::Builder::new()
         .name("syncspy-top-data".into())
         .spawn(move || {
+            // The process whose GPU tracing the monitor keeps asking for (the `g` key).
+            let mut gpu: Option<ProcessKey> = None;
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
                 let started = Instant::now();
-                let snap = source.step();
+                let mut snap = source.step();
+                if let Some(k) = gpu {
+                    snap.gpu_request = Some((k, source.request_gpu_trace(k, GPU_REQUEST_SECS)));
+                }
                 if data_tx.send(Event::Data(Box::new(snap))).is_err() {
                     return;
                 }
@@ -85,6 +95,12 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
                     match cmd_rx.recv_timeout(left) {
                         Ok(Command::Reset) => source.reset(),
                         Ok(Command::Forget(k)) => source.forget(k),
+                        Ok(Command::TraceGpu(k)) => {
+                            gpu = k;
+                            if let Some(k) = k {
+                                let _ = source.request_gpu_trace(k, GPU_REQUEST_SECS);
+                            }
+                        }
                         Err(mpsc::RecvTimeoutError::Timeout) => break,
                         Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }

@@ -371,7 +371,9 @@ impl App {
 
     fn gpu_line(&self) -> Line<'_> {
         let label = Span::styled("GPU idle: ", bold());
-        match self.current().and_then(|p| p.gpu_idle_share) {
+        let shown = self.current().map(|p| p.key());
+        let requested = self.gpu_trace.is_some() && self.gpu_trace == shown;
+        let mut line = match self.current().and_then(|p| p.gpu_idle_share) {
             Some(s) => Line::from(vec![
                 label,
                 Span::raw(format!(
@@ -379,14 +381,27 @@ impl App {
                     percent(s)
                 )),
             ]),
+            None if requested => Line::from(vec![label, Span::styled("not measured yet", dim())]),
             None => Line::from(vec![
                 label,
                 Span::styled(
-                    "not measured (SYNCSPY_GPU_IDLE=off, no CUPTI, or no GPU work yet)",
+                    "not measured (SYNCSPY_GPU_IDLE=off, no CUPTI, or no GPU work yet; g: trace it)",
                     dim(),
                 ),
             ]),
+        };
+        // The `g` request, for the process shown.
+        if let Some(k) = self.gpu_trace.filter(|_| requested) {
+            let what = match &self.snapshot.gpu_request {
+                Some((rk, Ok(state))) if *rk == k => {
+                    format!("  [traced on request, was {state}; g: stop]")
+                }
+                Some((rk, Err(e))) if *rk == k => format!("  [request failed: {e}; g: stop]"),
+                _ => "  [asking for tracing; g: stop]".to_string(),
+            };
+            line.spans.push(Span::styled(what, bold()));
         }
+        line
     }
 
     fn render_sites(&self, area: Rect, buf: &mut Buffer) {
@@ -485,7 +500,7 @@ impl App {
             ]);
         }
         let arrows = if self.ascii { "up/dn" } else { "↑↓" };
-        let keys: [(&str, &str); 11] = [
+        let keys: [(&str, &str); 12] = [
             ("q", "quit"),
             ("?", "help"),
             ("Tab", "pane"),
@@ -497,6 +512,7 @@ impl App {
             ("/", "filter"),
             ("Enter", "stack"),
             ("d", "dismiss"),
+            ("g", "trace GPU"),
         ];
         let mut spans = Vec::new();
         for (k, v) in keys {
@@ -623,6 +639,10 @@ impl App {
             ),
             ("Esc", "close / clear filter"),
             ("d", "dismiss an exited process"),
+            (
+                "g",
+                "trace the selected process's GPU activity while the monitor runs (again: stop)",
+            ),
             ("q, Ctrl-C", "quit"),
         ];
         let mut lines: Vec<Line> = rows

@@ -60,6 +60,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
         }],
         problems: vec![],
         window_secs: 10,
+        ..Snapshot::default()
     }
 }
 

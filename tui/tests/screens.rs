@@ -161,6 +161,7 @@ fn snapshot() -> Snapshot {
         processes: vec![loader(), trainer()],
         problems: vec![],
         window_secs: 10,
+        ..Snapshot::default()
     }
 }
 
@@ -670,4 +671,45 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
     // Back to the first order.
     app.update(Action::Sort);
     assert_eq!(app.proc_sort, ProcSort::Stall);
+}
+
+#[test]
+fn g_keeps_the_selected_processs_gpu_traced_and_the_gpu_line_says_how_it_went() {
+    let mut app = app_with(snapshot());
+    app.focus = Pane::Processes;
+    let running = app.current().unwrap().key();
+    assert!(matches!(
+        app.action_for(key(KeyCode::Char('g'))),
+        Some(Action::GpuTrace)
+    ));
+    app.update(Action::GpuTrace);
+    assert_eq!(app.commands, vec![Command::TraceGpu(Some(running))]);
+    assert!(
+        line_with(&screen(&app, 120, 30), "GPU idle").contains("[asking for tracing; g: stop]"),
+        "{}",
+        screen(&app, 120, 30)
+    );
+    // The data thread's answer, for this process.
+    let mut s = snapshot();
+    s.gpu_request = Some((running, Ok("paused".into())));
+    app.update(Action::Data(Box::new(s.clone())));
+    let screen_now = screen(&app, 120, 30);
+    assert!(
+        line_with(&screen_now, "GPU idle").contains("[traced on request, was paused; g: stop]"),
+        "{screen_now}"
+    );
+    s.gpu_request = Some((running, Err("its segment is gone".into())));
+    app.update(Action::Data(Box::new(s)));
+    assert!(line_with(&screen(&app, 120, 30), "GPU idle")
+        .contains("request failed: its segment is gone"));
+    // Again: stop.
+    app.commands.clear();
+    app.update(Action::GpuTrace);
+    assert_eq!(app.commands, vec![Command::TraceGpu(None)]);
+    assert!(!screen(&app, 120, 30).contains("g: stop]"));
+    // An ended process is not traced: the request stays as it was.
+    app.commands.clear();
+    app.selected = Some(proc_key(700, 5));
+    app.update(Action::GpuTrace);
+    assert_eq!(app.commands, vec![Command::TraceGpu(None)]);
 }

@@ -163,6 +163,11 @@ fn injected(settings: &[(String, String)]) -> bool {
     }
 }
 
+/// Whether the process is attached (armed by `syncspy attach`) now.
+pub(crate) fn attached() -> bool {
+    CONTROL.lock().map(|c| c.is_some()).unwrap_or(false)
+}
+
 fn arm(control: &Path, preloaded: bool) -> i32 {
     let Ok(_g) = ARMING.lock() else {
         return ERR_PANIC;

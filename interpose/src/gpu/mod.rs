@@ -98,6 +98,8 @@ static CONTROL: Mutex<bool> = Mutex::new(false);
 static STARTED: AtomicU8 = AtomicU8::new(0);
 /// The exit handler asks for a last pass (1) and waits for it (2).
 static EXIT: AtomicU8 = AtomicU8::new(0);
+/// Mode `off`: the GPU thread waits for a reader's request, with nothing to flush at exit.
+static WAITING: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Set on the GPU thread: CUPTI calls it makes through the exported names are its own.
@@ -147,8 +149,13 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     g.min_gap_ns.store(cfg.min_gap_ns, Ordering::Relaxed);
     g.window_ns.store(WINDOW_NS, Ordering::Relaxed);
     if cfg.mode == MODE_OFF {
+        // Nothing is traced, and CUPTI is not loaded, unless a reader asks (the thread
+        // below waits for a request in the segment's control part). Attached processes get
+        // no thread at all: detach leaves nothing running in them (docs/attach.md).
         g.state.store(GPU_OFF, Ordering::Release);
-        return;
+        if crate::attach::attached() {
+            return;
+        }
     }
     SEGMENT.store(seg as *const _ as *mut _, Ordering::Release);
     let spawned = std::thread::Builder::new()
@@ -164,9 +171,40 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     }
 }
 
+/// Whether to trace now: always in mode `on`, in duty mode during the on phase of each
+/// period (from `t0`), and in any mode while a reader's request (`until`, CLOCK_MONOTONIC
+/// ns; 0 for none) lasts.
+pub fn want_tracing(mode: u32, t0: u64, now: u64, until: u64) -> bool {
+    now < until
+        || match mode {
+            MODE_ON => true,
+            MODE_DUTY => now.saturating_sub(t0) % DUTY_PERIOD_NS < DUTY_ON_NS,
+            _ => false,
+        }
+}
+
+/// The reader's request in the segment's control part (0: none).
+fn requested(seg: &SegmentWriter) -> u64 {
+    seg.control().trace_until_ns.load(Ordering::Relaxed)
+}
+
 /// The GPU thread.
 fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     let g = seg.gpu();
+    if cfg.mode == MODE_OFF {
+        // Off: wait, cheaply, for a reader to ask; CUPTI is not touched before.
+        WAITING.store(true, Ordering::Release);
+        loop {
+            if EXIT.load(Ordering::Acquire) != 0 {
+                return;
+            }
+            if now_ns() < requested(seg) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        WAITING.store(false, Ordering::Release);
+    }
     let unavailable = || g.state.store(GPU_UNAVAILABLE, Ordering::Release);
     let Some(handle) = cupti::open_library() else {
         return unavailable();
@@ -220,6 +258,12 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         return unavailable();
     }
     g.state.store(GPU_TRACING, Ordering::Release);
+    let until = requested(seg);
+    if t0 < until {
+        seg.control()
+            .trace_granted_ns
+            .store(until, Ordering::Relaxed);
+    }
     let mut tracing = true;
     let mut traced_since = t0;
     let mut next_flush = t0 + FLUSH_NS;
@@ -244,15 +288,26 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
             continue;
         }
         next_flush = now + FLUSH_NS;
-        if cfg.mode == MODE_DUTY {
-            let in_on = (now - t0) % DUTY_PERIOD_NS < DUTY_ON_NS;
+        let until = requested(seg);
+        if now < until {
+            seg.control()
+                .trace_granted_ns
+                .store(until, Ordering::Relaxed);
+        }
+        {
+            let in_on = want_tracing(cfg.mode, t0, now, until);
             if tracing && !in_on {
                 if !pause(api) {
                     return;
                 }
                 g.traced_ns
                     .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
-                g.state.store(GPU_PAUSED, Ordering::Release);
+                let idle = if cfg.mode == MODE_OFF {
+                    GPU_OFF
+                } else {
+                    GPU_PAUSED
+                };
+                g.state.store(idle, Ordering::Release);
                 tracing = false;
                 continue;
             }
@@ -418,6 +473,10 @@ pub fn at_exit() {
     {
         return;
     }
+    if WAITING.load(Ordering::Acquire) {
+        // Nothing was traced: the exit need not wait for the thread.
+        return;
+    }
     let deadline = now_ns() + 300_000_000;
     while EXIT.load(Ordering::Acquire) != 2 && now_ns() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -538,6 +597,23 @@ pub unsafe extern "C" fn cuptiSubscribe(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tracing_follows_the_mode_and_a_readers_request() {
+        let s = 1_000_000_000u64;
+        // On: always. Duty: 1 s in every 10, from the start.
+        assert!(want_tracing(MODE_ON, 0, 5 * s, 0));
+        assert!(want_tracing(MODE_DUTY, 100, 100 + s / 2, 0));
+        assert!(!want_tracing(MODE_DUTY, 100, 100 + 2 * s, 0));
+        assert!(want_tracing(MODE_DUTY, 100, 100 + 10 * s + 1, 0));
+        // Off: never, unless asked.
+        assert!(!want_tracing(MODE_OFF, 0, 5 * s, 0));
+        // A request turns it on until its time, in the off phase of duty mode and in off.
+        assert!(want_tracing(MODE_DUTY, 0, 2 * s, 3 * s));
+        assert!(want_tracing(MODE_OFF, 0, 2 * s, 3 * s));
+        assert!(!want_tracing(MODE_OFF, 0, 3 * s, 3 * s));
+        assert!(!want_tracing(MODE_DUTY, 0, 4 * s, 3 * s));
+    }
+
     use super::*;
 
     #[test]
