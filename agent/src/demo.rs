@@ -49,6 +49,8 @@ pub fn gpu_present() -> bool {
 /// The stall kind of set-up and teardown allocations (cudaMallocHost, cudaFree, ...),
 /// left out of the table: it is no part of the timed loop.
 pub const SETUP_KIND: &str = "implicit_sync";
+/// The GPU's idle gaps: not a host wait (the GPU busy column shows them).
+pub const GPU_IDLE_KIND: &str = "gpu_idle";
 
 /// One run's numbers for the table: the timed loop from the scenario's own ground-truth
 /// line, the stalls from syncspy's report.
@@ -58,7 +60,7 @@ pub struct Measured {
     pub loop_ns: Option<u64>,
     /// The scenario's steps (`args.iters`), if it printed them.
     pub iters: Option<u64>,
-    /// Stalls syncspy saw, of every kind but `implicit_sync`.
+    /// Stalls syncspy saw, of every host-stall kind but `implicit_sync`.
     pub stalls: u64,
     /// Their host time.
     pub stall_ns: u64,
@@ -75,7 +77,7 @@ impl Measured {
             .processes
             .iter()
             .flat_map(|p| &p.kinds)
-            .filter(|(k, _)| k.as_str() != SETUP_KIND)
+            .filter(|(k, _)| k.as_str() != SETUP_KIND && k.as_str() != GPU_IDLE_KIND)
         {
             stalls += st.count;
             stall_ns += st.total_ns;
@@ -186,7 +188,7 @@ pub fn render_table(
     );
     let _ = writeln!(
         out,
-        "GPU busy: the share of the loop the GPU had work (n/m: not measured by this run)"
+        "GPU busy: the share of the traced run (set-up included) the GPU had work, from its activity records (n/m: not measured by this run)"
     );
     let _ = writeln!(
         out,
@@ -420,9 +422,13 @@ mod tests {
     }
 
     #[test]
-    fn the_ground_truth_line_gives_the_loop_and_implicit_syncs_are_left_out() {
+    fn the_ground_truth_line_gives_the_loop_and_implicit_syncs_and_gpu_gaps_are_left_out() {
         let mut p = syncspy_read::report::ProcessReport::default();
-        for (kind, count, total_ns) in [("device_sync", 3, 300), (SETUP_KIND, 4, 9000)] {
+        for (kind, count, total_ns) in [
+            ("device_sync", 3, 300),
+            (SETUP_KIND, 4, 9000),
+            (GPU_IDLE_KIND, 7, 5000),
+        ] {
             let st = syncspy_read::report::Stats {
                 count,
                 total_ns,

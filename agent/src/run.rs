@@ -34,9 +34,15 @@ pub const LIB_ENV: &str = "SYNCSPY_LIB";
 pub const SIM_LIB_NAME: &str = "libsimcudart.so";
 pub const SIM_LIB_ENV: &str = "SYNCSPY_SIM_LIB";
 /// Names the simulated runtime is linked under in the private folder: the soname programs
-/// link against, the unversioned name that dlopen-based loaders (cudarc) try first, and the
-/// driver's soname: the simulator is the driver too (`scenarios/simcuda/src/api/driver.rs`).
-pub const SIM_LINK_NAMES: [&str; 3] = ["libcudart.so.13", "libcudart.so", "libcuda.so.1"];
+/// link against, the unversioned name that dlopen-based loaders (cudarc) try first, the
+/// driver's soname: the simulator is the driver too (`scenarios/simcuda/src/api/driver.rs`),
+/// and CUPTI's: its activity records of the simulated timeline (`api/cupti.rs`).
+pub const SIM_LINK_NAMES: [&str; 4] = [
+    "libcudart.so.13",
+    "libcudart.so",
+    "libcuda.so.1",
+    "libcupti.so.13",
+];
 pub const DIR_ENV: &str = "SYNCSPY_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
 pub const SESSION_ENV: &str = "SYNCSPY_SESSION";

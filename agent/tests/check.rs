@@ -121,10 +121,37 @@ max_gpu_idle_share = 0.05
 "#;
 
 #[test]
+fn a_gpu_idle_budget_is_evaluated_where_the_gpu_is_traced() {
+    // The simulated runtime's activity records: the workload's GPU sits idle between its
+    // steps far more than 5% of the time, so the same budget fails on that one rule.
+    let d = TempDir::new("gpu-idle");
+    let c = cudacalls();
+    let r = check(
+        &d,
+        PASSING,
+        &[("SYNCSPY_GPU_IDLE", "on")],
+        &strs(&cmd(&c, &workload())),
+    );
+    let err = r.stderr();
+    assert_eq!(r.code(), 1, "{err}");
+    assert!(err.contains("FAIL    gpu idle"), "{err}");
+    assert!(
+        err.contains("OVER BUDGET (1 failed, 0 not evaluated, 4 passed, 0 not measured)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_budget_that_holds_exits_0() {
     let d = TempDir::new("pass");
     let c = cudacalls();
-    let r = check(&d, PASSING, &[], &strs(&cmd(&c, &workload())));
+    // GPU idle not traced: its rule is reported as not measured, not failed.
+    let r = check(
+        &d,
+        PASSING,
+        &[("SYNCSPY_GPU_IDLE", "off")],
+        &strs(&cmd(&c, &workload())),
+    );
     let err = r.stderr();
     assert_eq!(r.code(), 0, "{err}");
     assert!(

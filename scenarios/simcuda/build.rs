@@ -10,7 +10,7 @@ fn main() {
     let script = out.join("libcudart.map");
     fs::write(
         &script,
-        "libcudart.so.13 {\n  global:\n    cu*;\n    __cuda*;\n    simcuda_*;\n  local:\n    *;\n};\n",
+        "libcudart.so.13 {\n  global:\n    cu*;\n    __cuda*;\n    simcuda*;\n  local:\n    *;\n};\n",
     )
     .expect("write the version script");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcudart.so.13");

@@ -42,7 +42,9 @@ impl Run {
     }
 }
 
-/// `syncspy run --sim --report R -- CMD...` with a private SYNCSPY_DIR and extra env.
+/// `syncspy run --sim --report R -- CMD...` with a private SYNCSPY_DIR and extra env. GPU
+/// idle tracing is off unless `env` says otherwise: these tests compare host stalls with the
+/// program's own account (tests/gpu_idle_sim.rs covers the GPU side).
 fn syncspy_run(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> Run {
     let dir = TempDir::new(tag);
     let report = dir.path().join("report.json");
@@ -53,6 +55,7 @@ fn syncspy_run(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> Run {
         .args(cmd)
         .env("SYNCSPY_DIR", dir.path())
         .env("SIMCUDA_TIME_SCALE", "1")
+        .env("SYNCSPY_GPU_IDLE", "off")
         .envs(env.iter().copied())
         .output()
         .expect("start syncspy");

@@ -276,10 +276,13 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
             return;
         }
         if EXIT.load(Ordering::Acquire) == 1 {
+            let now = now_ns();
             if tracing {
                 flush(api);
+                g.traced_ns
+                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
             }
-            finish(now_ns());
+            finish(now);
             return;
         }
         let now = now_ns();

@@ -172,6 +172,19 @@ pub(crate) enum Launch {
     },
 }
 
+impl Launch {
+    /// The kernel's name (its `.entry`), as activity records give it.
+    pub fn name(&self) -> &'static std::ffi::CStr {
+        match self {
+            Launch::Spin { .. } => c"spin",
+            Launch::Fill { .. } => c"fill",
+            Launch::Scale { .. } => c"scale",
+            Launch::CountPositive { .. } => c"count_positive",
+            Launch::Gemm { .. } => c"gemm",
+        }
+    }
+}
+
 /// One memory range a launch touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Access {

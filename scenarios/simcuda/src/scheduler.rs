@@ -266,6 +266,7 @@ impl Scheduler {
                 start.saturating_add(duration)
             };
             clock::sleep_until(end);
+            crate::api::cupti::record(&queued.op, device, id.0, start, end);
 
             g = self.lock();
             if let Some(e) = engine {

@@ -17,6 +17,7 @@ use cudarc::runtime::sys::cudaError_t;
 
 use crate::error::{self, CudaResult};
 
+pub(crate) mod cupti;
 mod device;
 pub mod driver;
 mod errors;
@@ -27,6 +28,7 @@ mod memory;
 mod memset;
 mod stream;
 
+pub use cupti::*;
 pub use device::*;
 pub use errors::*;
 pub use event::*;
