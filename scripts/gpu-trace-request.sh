@@ -27,9 +27,16 @@ SYNCSPY_GPU_IDLE=off "$G/syncspy" run --report "$R/report.json" -- \
 RUN=$!
 sleep "$AT"
 PID=$(pgrep -f "train_mlp.py --seconds $SECS" | grep -v "^$RUN$" | head -1)
+# The job's segment appears at its first CUDA call, after torch's start-up: ask until the
+# agent follows it (404 before), for at most 20 s.
+for _ in $(seq 40); do
+  code=$(curl -s -o "$R/answer.txt" -w '%{http_code}' -X POST \
+    -H "Authorization: Bearer $(cat "$R/agent.token")" \
+    "http://127.0.0.1:$PORT/api/v1/gpu-trace?pid=$PID&seconds=$FOR")
+  [ "$code" != 404 ] && break
+  sleep 0.5
+done
 date +%s.%N >"$R/asked-at.txt"
-curl -s -X POST -H "Authorization: Bearer $(cat "$R/agent.token")" \
-  "http://127.0.0.1:$PORT/api/v1/gpu-trace?pid=$PID&seconds=$FOR" >"$R/answer.txt" 2>&1
 wait "$RUN"
 echo "job exit $?" >>"$R/answer.txt"
 "$PY" - "$R" "$FOR" <<'PYEOF' | tee "$R/trace-request.md"
