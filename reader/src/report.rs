@@ -153,6 +153,9 @@ pub struct Gpu {
     /// Host time during which GPU activity was traced (duty mode: the traced windows).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub traced_ns: u64,
+    /// Activity records the library received (of the traced kinds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records: u64,
     /// Time in collective-communication (NCCL) kernels, all devices, in traced time (ABI
     /// 1.4); `None` for older segments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -508,6 +511,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             .unwrap_or_default(),
         causes,
         traced_ns: g.map_or(0, |g| g.traced_ns),
+        records: g.map_or(0, |g| g.records),
         collective_ns: a
             .live
             .control

@@ -278,7 +278,7 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         if EXIT.load(Ordering::Acquire) == 1 {
             let now = now_ns();
             if tracing {
-                flush(api);
+                flush_forced(api);
                 g.traced_ns
                     .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
             }
@@ -389,16 +389,31 @@ fn pause(api: &cupti::Api) -> bool {
     if !set_enabled(api, false) {
         return false;
     }
-    flush(api);
+    flush_forced(api);
     let now = now_ns();
     publish(|t, out| t.stop(now, out));
     true
 }
 
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: buffers that are not full are delivered too.
+const FLUSH_FORCED: u32 = 1;
+
 fn flush(api: &cupti::Api) {
+    flush_with(api, 0);
+}
+
+/// At the end of a traced window or of the process: every buffer, full or not, comes back
+/// now (a plain flush returns only full ones, and a window's last, partly filled buffer would
+/// otherwise arrive only after its window was closed, or never).
+fn flush_forced(api: &cupti::Api) {
+    flush_with(api, FLUSH_FORCED);
+}
+
+fn flush_with(api: &cupti::Api, flag: u32) {
     if let Ok(_c) = CONTROL.lock() {
-        // SAFETY: cuptiActivityFlushAll(0): delivers completed buffers to the callbacks.
-        unsafe { (api.flush_all)(0) };
+        // SAFETY: cuptiActivityFlushAll(flag): delivers buffers to the callbacks (0: the
+        // full ones; FLUSH_FORCED: every one).
+        unsafe { (api.flush_all)(flag) };
     }
     if let (Some(seg), Some(n)) = (segment(), api.num_dropped) {
         let mut dropped = 0usize;
