@@ -219,6 +219,9 @@ pub struct LocalSource {
     window_secs: u64,
     problems: Vec<String>,
     sym: SymWorker,
+    /// Ended processes whose segment file is gone: their last view, kept for the screen
+    /// until dismissed, while their mapping is let go (it alone kept the memory in use).
+    retired: Vec<Proc>,
 }
 
 impl LocalSource {
@@ -228,6 +231,7 @@ impl LocalSource {
             window_secs,
             problems: Vec::new(),
             sym: SymWorker::new(),
+            retired: Vec::new(),
         }
     }
 
@@ -282,6 +286,35 @@ impl LocalSource {
         for gone in self.follower.forget(drop) {
             self.sym.forget(gone.key().process);
         }
+    }
+
+    /// Ended processes whose file was removed (by `syncspy run`, the agent, a reclaimer),
+    /// drained and with every stack symbolized: keeps their view and unmaps their segment.
+    fn retire_unlinked(&mut self, now_ns: u64) {
+        if !self.sym.pending.is_empty() {
+            return;
+        }
+        let sym = &mut self.sym;
+        let mut views = Vec::new();
+        for f in self.follower.processes_mut() {
+            if f.ended() && f.unlinked() {
+                views.push(view(f, sym, now_ns));
+            }
+        }
+        if views.is_empty() {
+            return;
+        }
+        self.follower.forget(|f| f.ended() && f.unlinked());
+        self.retired.extend(views);
+        if self.retired.len() > MAX_ENDED {
+            let cut = self.retired.len() - MAX_ENDED;
+            self.retired.drain(..cut);
+        }
+    }
+
+    /// Segments this source has mapped now.
+    pub fn mapped(&self) -> usize {
+        self.follower.processes().len()
     }
 
     fn drop_oldest_ended(&mut self) {
@@ -519,12 +552,14 @@ impl Source for LocalSource {
         let now = monotonic_ns();
         self.poll(now);
         self.drop_oldest_ended();
+        self.retire_unlinked(now);
         let sym = &mut self.sym;
-        let processes = self
+        let mut processes: Vec<Proc> = self
             .follower
             .processes_mut()
             .map(|f| view(f, sym, now))
             .collect();
+        processes.extend(self.retired.iter().cloned());
         Snapshot {
             source: self.follower.dir().display().to_string(),
             processes,
@@ -567,6 +602,7 @@ impl Source for LocalSource {
 
     fn forget(&mut self, process: ProcessKey) {
         self.forget_where(|f| f.key().process == process);
+        self.retired.retain(|p| p.key() != process);
     }
 }
 

@@ -129,3 +129,38 @@ fn forgetting_one_process_keeps_the_others_numbers_and_pid_limits_what_is_follow
     let mut one = LocalSource::new(d.path().to_path_buf(), Some(4_100_003), 10);
     assert_eq!(counts(&mut one), vec![(4_100_003, 10, 10)]);
 }
+
+/// Whether this process maps a file at `path` (`/proc/self/maps`).
+fn mapped(path: &Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let p = path.to_string_lossy();
+    maps.lines().any(|l| l.contains(p.as_ref()))
+}
+
+#[test]
+fn a_removed_ended_segment_is_unmapped_and_its_process_still_shown_until_dismissed() {
+    let d = TempDir::new("retire");
+    let ended = segment(d.path(), 4_000_003, 0, "done");
+    let _running = segment(d.path(), 4_000_004, 0, "running");
+    ended.mark_exited(3);
+    let path = ended.path().to_path_buf();
+    let mut src = LocalSource::new(d.path().to_path_buf(), None, 10);
+    assert_eq!(shown(&mut src).len(), 2);
+    assert_eq!(src.mapped(), 2);
+    assert!(mapped(&path));
+
+    // Removed (by `syncspy run` on its way out, the agent, a reclaimer): let go at once, and
+    // still shown as it ended.
+    std::fs::remove_file(&path).unwrap();
+    drop(ended);
+    let snap = src.step();
+    assert_eq!(src.mapped(), 1, "only the running process stays mapped");
+    assert!(!mapped(&path), "the removed segment is still mapped");
+    let done = snap.processes.iter().find(|p| p.pid == 4_000_003).unwrap();
+    assert!(done.state.ended(), "{:?}", done.state);
+    assert_eq!(shown(&mut src).len(), 2, "shown until dismissed");
+
+    // Dismissed (`d`): gone from the screen.
+    src.forget(done.key());
+    assert_eq!(shown(&mut src), vec![(4_000_004, "running".to_string())]);
+}
