@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,9 @@ pub const DEFAULT_CAP_MB: u64 = 256;
 const REG_PREFIX: &str = ".syncspy-reader-";
 const LEASE_MARK: &str = ".lease-";
 const KEEP_MARK: &str = ".keep";
+const DEAD_MARK: &str = ".dead";
+/// Segments of dead processes a [`reclaim`] pass shrinks at most (each costs a read of it).
+const SHRINK_PER_PASS: usize = 4;
 
 /// A process: pid and start time in clock ticks since boot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -231,6 +235,15 @@ impl Readers {
                 } else {
                     let _ = std::fs::remove_file(entry.path());
                 }
+            } else if let Some(seg) = name
+                .strip_prefix('.')
+                .and_then(|n| n.strip_suffix(DEAD_MARK))
+                .filter(|n| parse_segment_name(n).is_some())
+            {
+                // A dead mark outlives its segment only until someone lists the folder.
+                if !dir.join(seg).exists() {
+                    let _ = std::fs::remove_file(entry.path());
+                }
             } else if let Some((seg, owner)) = name
                 .strip_prefix('.')
                 .and_then(|n| n.split_once(LEASE_MARK))
@@ -312,6 +325,92 @@ pub struct Reclaimed {
     pub bytes_left: u64,
 }
 
+/// When the process of the segment `name` in `dir` was first found dead (CLOCK_REALTIME ns):
+/// the mtime of its dead mark `.<name>.dead`, made now if there is none. A killed process
+/// leaves no end time in its segment, and the segment's own mtime is when it was created or
+/// last written through `write`, which a mapped segment never is.
+fn first_seen_dead(dir: &Path, name: &str, now_unix: u64) -> u64 {
+    let mark = dir.join(format!(".{name}{DEAD_MARK}"));
+    match std::fs::symlink_metadata(&mark) {
+        Ok(m) if m.file_type().is_file() => (m.mtime().max(0) as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(m.mtime_nsec().max(0) as u64),
+        _ => {
+            let _ = create_private(&mark, "");
+            now_unix
+        }
+    }
+}
+
+/// Bytes the file takes on its filesystem (tmpfs charges only the pages it holds).
+fn allocated(meta: &std::fs::Metadata) -> u64 {
+    meta.blocks().saturating_mul(512)
+}
+
+/// Gives back the pages of a dead process's segment that hold only zeros (ring slots never
+/// written, unused table entries), by punching holes: the file keeps its size and reads the
+/// same (a hole reads as zeros), so a reader that has it mapped sees no change. Only for
+/// segments whose writer is gone, which the caller checked: a live writer could write into a
+/// punched page again, and on a full tmpfs that write would fault. Skips files already
+/// smaller on disk than their size (shrunk before). Returns the bytes given back.
+pub fn shrink(path: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() || allocated(&meta) < meta.len() {
+        return Ok(0);
+    }
+    let before = allocated(&meta);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut off = 0u64;
+    // The run of zero pages being collected: (start, end).
+    let mut run: Option<(u64, u64)> = None;
+    let punch = |s: u64, e: u64| {
+        // SAFETY: fallocate on an open descriptor with a range inside the file; KEEP_SIZE
+        // leaves its size alone.
+        unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                s as libc::off_t,
+                (e - s) as libc::off_t,
+            )
+        }
+    };
+    while off < meta.len() {
+        let n = f.read_at(&mut buf, off)?;
+        if n == 0 {
+            break;
+        }
+        for (i, page) in buf[..n].chunks(PAGE as usize).enumerate() {
+            let at = off + i as u64 * PAGE;
+            if page.len() as u64 == PAGE && page.iter().all(|b| *b == 0) {
+                run = Some(match run {
+                    Some((s, _)) => (s, at + PAGE),
+                    None => (at, at + PAGE),
+                });
+            } else if let Some((s, e)) = run.take() {
+                if punch(s, e) != 0 {
+                    return Ok(0);
+                }
+            }
+        }
+        off += n as u64;
+    }
+    if let Some((s, e)) = run {
+        if punch(s, e) != 0 {
+            return Ok(0);
+        }
+    }
+    let after = f.metadata().map(|m| allocated(&m)).unwrap_or(before);
+    Ok(before.saturating_sub(after))
+}
+
 /// Removes `path` if it is still the file with inode `ino`.
 pub fn remove_if_same(path: &Path, ino: u64) -> io::Result<bool> {
     match std::fs::symlink_metadata(path) {
@@ -330,8 +429,11 @@ pub fn remove_if_same(path: &Path, ino: u64) -> io::Result<bool> {
 /// then, while the folder's segments take more than `policy.cap_bytes`, the oldest others.
 ///
 /// The end of a process that ran its exit handler is in its header; for one killed before,
-/// the file's last change stands in for it. Never blocks on a file (see
-/// [`SegmentReader::open`]); errors on single files are skipped.
+/// the time a reclaimer first found it dead (a `.<segment>.dead` mark) stands in for it.
+/// Segments of dead processes that stay are shrunk to the pages they use ([`shrink`]; a few
+/// per pass). Sizes are what the files take on disk (`st_blocks`), which is what fills a
+/// tmpfs. Never blocks on a file (see [`SegmentReader::open`]); errors on single files are
+/// skipped.
 pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::Result<Reclaimed> {
     let me = Owner::me();
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -343,8 +445,10 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let mut out = Reclaimed::default();
-    // (created_unix_ns, path, ino, size) of ended segments not removed for their linger.
+    // (created_unix_ns, path, ino, bytes on disk, name) of ended segments not removed for
+    // their linger.
     let mut ended = Vec::new();
+    let mut shrunk = 0;
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
@@ -356,7 +460,7 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
         if !meta.file_type().is_file() {
             continue;
         }
-        out.bytes_left += meta.len();
+        out.bytes_left += allocated(&meta);
         let path = entry.path();
         if meta.uid() != uid || process_running(pid, start) || skip(&path) {
             continue;
@@ -371,31 +475,35 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
         let ended_ns = r.live().ended_ns.load(std::sync::atomic::Ordering::Relaxed);
         let since_end = match r.state() {
             ProcState::Exited(_) if ended_ns != 0 => now_mono.saturating_sub(ended_ns),
-            _ => {
-                let mtime = (meta.mtime().max(0) as u64)
-                    .saturating_mul(1_000_000_000)
-                    .saturating_add(meta.mtime_nsec().max(0) as u64);
-                now_unix.saturating_sub(mtime)
-            }
+            _ => now_unix.saturating_sub(first_seen_dead(dir, name, now_unix)),
         };
         let created = ident.created_unix_ns;
         drop(r);
         if since_end >= policy.linger_ns {
             if let Ok(true) = remove_if_same(&path, meta.ino()) {
-                out.bytes_left = out.bytes_left.saturating_sub(meta.len());
+                out.bytes_left = out.bytes_left.saturating_sub(allocated(&meta));
+                let _ = std::fs::remove_file(dir.join(format!(".{name}{DEAD_MARK}")));
                 out.removed.push(path);
             }
         } else {
-            ended.push((created, path, meta.ino(), meta.len()));
+            let mut size = allocated(&meta);
+            if shrunk < SHRINK_PER_PASS && size >= meta.len() {
+                shrunk += 1;
+                let freed = shrink(&path).unwrap_or(0);
+                out.bytes_left = out.bytes_left.saturating_sub(freed);
+                size = size.saturating_sub(freed);
+            }
+            ended.push((created, path, meta.ino(), size, name.to_string()));
         }
     }
     ended.sort();
-    for (_, path, ino, len) in ended {
+    for (_, path, ino, len, name) in ended {
         if out.bytes_left <= policy.cap_bytes {
             break;
         }
         if let Ok(true) = remove_if_same(&path, ino) {
             out.bytes_left = out.bytes_left.saturating_sub(len);
+            let _ = std::fs::remove_file(dir.join(format!(".{name}{DEAD_MARK}")));
             out.removed.push(path);
         }
     }
@@ -505,17 +613,31 @@ mod tests {
             w.mark_exited(0);
         }
         let size = std::fs::metadata(ws[0].path()).unwrap().len();
+        let on_disk = |p: &Path| allocated(&std::fs::metadata(p).unwrap());
+        assert!(
+            ws.iter().all(|w| on_disk(w.path()) >= size),
+            "space reserved"
+        );
         let long = Policy {
             linger_ns: u64::MAX,
             cap_bytes: u64::MAX,
         };
         let r = reclaim(&d, long, &|_| false).unwrap();
         assert!(r.removed.is_empty());
-        assert_eq!(r.bytes_left, 3 * size);
-        // Over a cap of two segments: the oldest goes.
+        // Kept while they linger, the dead processes' segments shrink to the pages they use
+        // (their ring slots and tables are all but empty), and read the same.
+        let left: Vec<u64> = ws.iter().map(|w| on_disk(w.path())).collect();
+        assert!(left.iter().all(|l| *l < size / 2), "{left:?} of {size}");
+        assert_eq!(r.bytes_left, left.iter().sum::<u64>());
+        let again = SegmentReader::open(ws[0].path()).unwrap();
+        assert_eq!(again.state(), ProcState::Exited(0));
+        drop(again);
+        // A second pass finds nothing more to give back.
+        assert_eq!(shrink(ws[0].path()).unwrap(), 0);
+        // Over a cap one byte short of the three: the oldest goes.
         let capped = Policy {
             linger_ns: u64::MAX,
-            cap_bytes: 2 * size,
+            cap_bytes: r.bytes_left - 1,
         };
         let r = reclaim(&d, capped, &|_| false).unwrap();
         assert_eq!(r.removed, vec![ws[0].path().to_path_buf()]);
@@ -542,6 +664,40 @@ mod tests {
         reclaim(&d, now, &|_| false).unwrap();
         assert!(mine.path().exists());
         drop((ws, mine));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_killed_process_lingers_from_when_it_was_found_dead_not_from_its_files_age() {
+        let d = tempdir("killed");
+        // Killed before its exit handler: no end time; its file last changed an hour ago.
+        let w = seg(&d, 900_020, 0);
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(w.path())
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let minute = Policy {
+            linger_ns: 60_000_000_000,
+            cap_bytes: u64::MAX,
+        };
+        let r = reclaim(&d, minute, &|_| false).unwrap();
+        assert!(r.removed.is_empty(), "removed at once: {:?}", r.removed);
+        let name = w.path().file_name().unwrap().to_str().unwrap().to_string();
+        let mark = d.join(format!(".{name}{DEAD_MARK}"));
+        assert!(mark.exists(), "found dead now");
+        // Still there on the next pass within the minute; gone, with its mark, after it.
+        assert!(reclaim(&d, minute, &|_| false).unwrap().removed.is_empty());
+        let now = Policy {
+            linger_ns: 0,
+            cap_bytes: u64::MAX,
+        };
+        let r = reclaim(&d, now, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![w.path().to_path_buf()]);
+        assert!(!mark.exists());
+        drop(w);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
