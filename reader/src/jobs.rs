@@ -291,6 +291,34 @@ pub fn jobs_of(processes: &[ProcessReport]) -> Vec<JobReport> {
         .collect()
 }
 
+/// The collective rule on the ranks' collective-kernel times and traced times: the index of
+/// the rank with the smallest share of its traced time in collectives, each rank's wait (its
+/// collective time beyond that share), the median of the other ranks' waits, and whether that
+/// median names the rank the straggler (at least 1 ms and a quarter of its own collective
+/// time). `None` with fewer than two ranks, no collective kernel at all, or a rank not traced.
+pub fn collective_rule(coll: &[u64], traced: &[u64]) -> Option<(usize, Vec<u64>, u64, bool)> {
+    if coll.len() < 2
+        || coll.len() != traced.len()
+        || coll.iter().all(|c| *c == 0)
+        || traced.contains(&0)
+    {
+        return None;
+    }
+    let share = |i: usize| coll[i] as f64 / traced[i] as f64;
+    let s = (0..coll.len()).min_by(|a, b| share(*a).total_cmp(&share(*b)))?;
+    let waits: Vec<u64> = (0..coll.len())
+        .map(|i| ((share(i) - share(s)).max(0.0) * traced[i] as f64) as u64)
+        .collect();
+    let med = median(
+        (0..coll.len())
+            .filter(|i| *i != s)
+            .map(|i| waits[i])
+            .collect(),
+    );
+    let named = med >= MIN_EXCESS_NS && med as f64 >= coll[s] as f64 * 0.25;
+    Some((s, waits, med, named))
+}
+
 /// The straggler on the collective basis, and each rank's wait (by index in `ranks`); `None`
 /// when some rank has no collective measurement or no rank ran a collective kernel.
 fn collective_straggler(
@@ -301,20 +329,11 @@ fn collective_straggler(
         .iter()
         .map(|r| r.collective_ns)
         .collect::<Option<_>>()?;
-    if ranks.len() < 2 || coll.iter().all(|c| *c == 0) || traced.contains(&0) {
-        return None;
-    }
-    let share = |i: usize| coll[i] as f64 / traced[i] as f64;
-    let s = (0..ranks.len()).min_by(|a, b| share(*a).total_cmp(&share(*b)))?;
-    let waits: Vec<u64> = (0..ranks.len())
-        .map(|i| ((share(i) - share(s)).max(0.0) * traced[i] as f64) as u64)
-        .collect();
+    let (s, waits, med, named) = collective_rule(&coll, traced)?;
     let others: Vec<u64> = (0..ranks.len())
         .filter(|i| *i != s)
         .map(|i| waits[i])
         .collect();
-    let med = median(others.clone());
-    let named = med >= MIN_EXCESS_NS && med as f64 >= coll[s] as f64 * 0.25;
     let straggler = named.then(|| {
         let waited: Vec<u64> = others
             .iter()

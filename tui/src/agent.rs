@@ -211,6 +211,11 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         job: r.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
             rank: j.rank,
+            collective: r
+                .gpu
+                .collective_ns
+                .filter(|_| r.gpu.measured)
+                .map(|c| (c, r.gpu.traced_ns)),
         }),
     }
 }

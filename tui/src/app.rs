@@ -42,38 +42,58 @@ pub struct JobScore {
     pub max_ns: u64,
     /// The median of the other ranks' stall times (`max_ns` for a job of one rank).
     pub others_median_ns: u64,
+    /// With collective kernels traced on every rank (the report's `collective_wait` basis):
+    /// the rank the others waited for, the median of their waits, and whether that names it.
+    pub collective: Option<(ProcessKey, u64, bool)>,
 }
 
 impl JobScore {
-    /// The straggler score: how far the slowest rank stands above the others' median.
+    /// The straggler score: how long the others waited for the slowest rank in collectives,
+    /// or, without those, how far its stall time stands above the others' median.
     pub fn score(&self) -> u64 {
-        self.max_ns.saturating_sub(self.others_median_ns)
+        match self.collective {
+            Some((_, wait, _)) => wait,
+            None => self.max_ns.saturating_sub(self.others_median_ns),
+        }
     }
 
-    /// Whether the slowest rank is named the straggler, by the report's rule: at least 1.25
-    /// times the others' median and 1 ms above it.
+    /// Whether a rank is named the straggler, by the report's rule: on collective kernels
+    /// (`syncspy_read::jobs::collective_rule`), else at least 1.25 times the others' median
+    /// stall time and 1 ms above it.
     pub fn straggler(&self) -> bool {
-        self.ranks >= 2
-            && self.score() >= syncspy_read::jobs::MIN_EXCESS_NS
-            && self.max_ns as f64
-                >= self.others_median_ns as f64 * syncspy_read::jobs::STRAGGLER_FACTOR
+        match self.collective {
+            Some((_, _, named)) => named,
+            None => {
+                self.ranks >= 2
+                    && self.score() >= syncspy_read::jobs::MIN_EXCESS_NS
+                    && self.max_ns as f64
+                        >= self.others_median_ns as f64 * syncspy_read::jobs::STRAGGLER_FACTOR
+            }
+        }
     }
 }
 
 /// Per job among `procs`, its [`JobScore`].
 pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore> {
-    let mut by_job: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    let mut by_job: std::collections::HashMap<String, Vec<&Proc>> = Default::default();
     for p in procs {
         if let Some(j) = &p.job {
-            by_job
-                .entry(j.job.clone())
-                .or_default()
-                .push(p.all.stall_ns);
+            by_job.entry(j.job.clone()).or_default().push(p);
         }
     }
     by_job
         .into_iter()
-        .map(|(job, mut v)| {
+        .map(|(job, ranks)| {
+            let coll: Option<Vec<(u64, u64)>> = ranks
+                .iter()
+                .map(|p| p.job.as_ref().and_then(|j| j.collective))
+                .collect();
+            let collective = coll.and_then(|c| {
+                let (times, traced): (Vec<u64>, Vec<u64>) = c.into_iter().unzip();
+                let (s, _, wait, named) = syncspy_read::jobs::collective_rule(&times, &traced)?;
+                Some((ranks[s].key(), wait, named))
+            });
+            let mut v: Vec<u64> = ranks.iter().map(|p| p.all.stall_ns).collect();
             v.sort_unstable();
             let ranks = v.len();
             let max_ns = v.pop().unwrap_or(0);
@@ -84,6 +104,7 @@ pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore
                     ranks,
                     max_ns,
                     others_median_ns,
+                    collective,
                 },
             )
         })
@@ -328,9 +349,17 @@ impl App {
                 v.sort_by(|a, b| {
                     let job = |p: &Proc| p.job.as_ref().map(|j| j.job.clone());
                     let s = |p: &Proc| job(p).and_then(|j| score.get(&j).map(JobScore::score));
+                    // The rank the others waited for in collectives, if named, heads its job.
+                    let named = |p: &Proc| {
+                        job(p)
+                            .and_then(|j| score.get(&j))
+                            .and_then(|sc| sc.collective)
+                            .is_some_and(|(k, _, named)| named && k == p.key())
+                    };
                     // Jobs first (highest straggler score first), then the rest.
                     s(b).cmp(&s(a))
                         .then(job(a).cmp(&job(b)))
+                        .then(named(b).cmp(&named(a)))
                         .then(b.all.stall_ns.cmp(&a.all.stall_ns))
                         .then(a.pid.cmp(&b.pid))
                 })

@@ -472,6 +472,12 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         job: a.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
             rank: j.rank,
+            collective: a
+                .live
+                .control
+                .as_ref()
+                .zip(a.live.gpu.as_ref())
+                .map(|(c, g)| (c.collectives.iter().map(|d| d.busy_ns).sum(), g.traced_ns)),
         }),
     };
     // Ask for the stacks not symbolized yet.

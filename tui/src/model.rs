@@ -90,6 +90,10 @@ pub struct Proc {
 pub struct RankOf {
     pub job: String,
     pub rank: Option<u32>,
+    /// Time in collective (NCCL) kernels and the time the GPU was traced, when both are
+    /// known (ABI 1.4, GPU traced): the job's straggler is then the rank the others waited
+    /// for in them.
+    pub collective: Option<(u64, u64)>,
 }
 
 impl RankOf {

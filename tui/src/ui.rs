@@ -180,7 +180,18 @@ impl App {
             if let (Some(scores), Some(id)) = (&jobs, job) {
                 if last_job != Some(id) {
                     let s = scores.get(id).copied().unwrap_or_default();
-                    let verdict = if s.straggler() {
+                    let verdict = if let Some((k, wait, true)) = s.collective {
+                        let who = procs
+                            .iter()
+                            .find(|q| q.key() == k)
+                            .and_then(|q| q.job.as_ref())
+                            .map(|j| j.label())
+                            .unwrap_or_default();
+                        format!(
+                            "straggler {who}: the other ranks waited {} for it in collectives",
+                            dur(wait, self.ascii)
+                        )
+                    } else if s.straggler() {
                         format!(
                             "straggler {}: {} stalled, {} above the others' median",
                             p.job.as_ref().map(|j| j.label()).unwrap_or_default(),
@@ -840,7 +851,18 @@ fn centered(area: Rect, pct_x: u16, pct_y: u16) -> Rect {
 
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        let nprocs = self.processes().len() as u16;
+        let procs_now = self.processes();
+        // In the job order a job's row comes above its ranks: room for those rows too.
+        let job_rows = if self.proc_sort == crate::app::ProcSort::Job {
+            let jobs: std::collections::HashSet<&str> = procs_now
+                .iter()
+                .filter_map(|p| p.job.as_ref().map(|j| j.job.as_str()))
+                .collect();
+            jobs.len()
+        } else {
+            0
+        };
+        let nprocs = (procs_now.len() + job_rows) as u16;
         let all_kinds = area.height >= 30;
         let nkinds = match self.current() {
             Some(p) => self.kind_rows(p, all_kinds).len().max(1) as u16,

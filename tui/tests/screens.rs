@@ -620,6 +620,7 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
         p.job = Some(RankOf {
             job: job.into(),
             rank: Some(rank),
+            collective: None,
         });
         p
     };
@@ -712,4 +713,42 @@ fn g_keeps_the_selected_processs_gpu_traced_and_the_gpu_line_says_how_it_went() 
     app.selected = Some(proc_key(700, 5));
     app.update(Action::GpuTrace);
     assert_eq!(app.commands, vec![Command::TraceGpu(None)]);
+}
+
+#[test]
+fn with_collective_kernels_the_job_row_names_the_rank_the_others_waited_for() {
+    use syncspy_tui::app::ProcSort;
+    use syncspy_tui::model::RankOf;
+    // NCCL, two GPUs: both ranks stall about as long on the host (rank 0 waits in its
+    // `.item()` behind the all-reduce), but rank 0 spent 600 ms in collective kernels and
+    // rank 1 only 28 ms: rank 1 is the one rank 0 waited for.
+    let rank = |pid: u32, rank: u32, stall_ms: u64, coll_ms: u64| {
+        let mut p = trainer();
+        p.pid = pid;
+        p.start_ticks = u64::from(pid);
+        p.all.stall_ns = stall_ms * 1_000_000;
+        p.job = Some(RankOf {
+            job: "nccl".into(),
+            rank: Some(rank),
+            collective: Some((coll_ms * 1_000_000, 10_000_000_000)),
+        });
+        p
+    };
+    let s = Snapshot {
+        processes: vec![rank(30, 0, 564, 605), rank(31, 1, 563, 28)],
+        ..snapshot()
+    };
+    let mut app = app_with(s);
+    while app.proc_sort != ProcSort::Job {
+        app.update(Action::Sort);
+    }
+    let pids: Vec<u32> = app.processes().iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [31, 30], "the straggler heads its job");
+    let text = screen(&app, 160, 40);
+    assert!(
+        text.contains(
+            "nccl: straggler nccl r1: the other ranks waited 577 ms for it in collectives"
+        ),
+        "{text}"
+    );
 }
