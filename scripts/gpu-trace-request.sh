@@ -2,10 +2,10 @@
 # GPU tracing on a reader's request, on a real GPU (issue 11). Run it on a GPU host with
 # PyTorch, in a copy of the repository that holds the release artifacts in .gpu/
 # (scripts/gpu-stage.sh). A training job (scenarios/python/train_mlp.py) runs for SECS seconds
-# under `syncspy run` with SYNCSPY_GPU_IDLE=off, next to `syncspy agent`; AT seconds in,
-# `POST /api/v1/gpu-trace?pid=...&seconds=FOR` asks the job's library to trace its GPU for FOR
-# seconds. The report must show the GPU measured, traced for about FOR seconds (not the whole
-# run), with gaps; and the agent's answer. Results in RESULTS_DIR (default
+# under `syncspy run` with SYNCSPY_GPU_IDLE=off, next to `syncspy agent`; AT seconds after its
+# start-up is over, `POST /api/v1/gpu-trace?pid=...&seconds=FOR` asks the job's library to
+# trace its GPU for FOR seconds. The report must show the GPU measured, traced for about FOR
+# seconds (not the whole run), with gaps; and the agent's answer. Results in RESULTS_DIR (default
 # ./gpu-results/trace-request): report.json, agent.log, answer.txt, trace-request.md.
 # PYTHON: see gpu-host.sh.
 #
@@ -25,10 +25,12 @@ AGENT=$!
 SYNCSPY_GPU_IDLE=off "$G/syncspy" run --report "$R/report.json" -- \
   "$PY" scenarios/python/train_mlp.py --seconds "$SECS" >"$R/job.log" 2>&1 &
 RUN=$!
+# Ask once the job trains (it says so when its start-up is over: a window during torch's CUDA
+# initialisation has no kernel to record), AT seconds later.
+for _ in $(seq 600); do grep -q "training for" "$R/job.log" 2>/dev/null && break; sleep 0.1; done
 sleep "$AT"
 PID=$(pgrep -f "train_mlp.py --seconds $SECS" | grep -v "^$RUN$" | head -1)
-# The job's segment appears at its first CUDA call, after torch's start-up: ask until the
-# agent follows it (404 before), for at most 20 s.
+# Ask until the agent follows the job (404 before), for at most 20 s.
 for _ in $(seq 40); do
   code=$(curl -s -o "$R/answer.txt" -w '%{http_code}' -X POST \
     -H "Authorization: Bearer $(cat "$R/agent.token")" \
