@@ -358,8 +358,8 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     if p.dropped_events > 0 {
         let _ = writeln!(
             out,
-            "  !! {} events DROPPED by libsyncspy (no free ring slot): totals include them, \
-             percentiles and call sites do not",
+            "  !! {} events DROPPED by libsyncspy (no free ring slot, or made while recording \
+             was starting): percentiles and call sites do not include them",
             p.dropped_events
         );
     }

@@ -34,6 +34,15 @@ static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 /// Calls forwarded unrecorded because another thread's initialisation did not finish in
 /// time (see `wait_for_init`): added to the segment's drop counter once it exists.
 static MISSED: AtomicU64 = AtomicU64::new(0);
+/// When the current initialisation began (`now_ns`); waits for it end a fixed time later.
+static INIT_BEGAN: AtomicU64 = AtomicU64::new(0);
+/// How long, from its start, other threads wait for an initialisation. It normally takes
+/// about 2 ms (most of it reserving the segment's memory); a machine with more runnable
+/// threads than cores can deschedule the initialising thread for tens of ms, and a missed
+/// call makes the totals inexact. The wait ends at one point in time for every thread, so
+/// an initialisation that is truly stuck (on a lock a waiting thread holds) costs the
+/// process this much once, not once per call.
+const INIT_PATIENCE_NS: u64 = 1_000_000_000;
 
 /// What a hook tells the runtime about one call.
 #[derive(Clone, Copy, Debug)]
@@ -276,15 +285,19 @@ impl Runtime {
         }
     }
 
-    /// Another thread is creating the segment (tens of microseconds). Waiting for it keeps
-    /// the totals exact when many threads make their first CUDA call at once. The wait is
-    /// bounded: if the initialising thread is itself stuck (say, on a loader lock this
-    /// thread holds), the call goes on unrecorded and is counted as dropped.
+    /// Another thread is creating the segment (about 2 ms). Waiting for it keeps the totals
+    /// exact when many threads make their first CUDA call at once. The wait is bounded (see
+    /// `INIT_PATIENCE_NS`): if the initialising thread is itself stuck (say, on a loader lock
+    /// this thread holds), the call goes on unrecorded and is counted as dropped.
     #[cold]
     #[inline(never)]
     fn wait_for_init() -> Option<&'static Runtime> {
-        let deadline = now_ns() + 50_000_000;
+        let own_start = now_ns();
         loop {
+            // Zero until the initialising thread has stored its start (a moment after it won
+            // the state): until then, this thread's own start stands in.
+            let began = INIT_BEGAN.load(Ordering::Acquire);
+            let deadline = if began == 0 { own_start } else { began } + INIT_PATIENCE_NS;
             match STATE.load(Ordering::Acquire) {
                 // SAFETY: as in `active`.
                 ACTIVE => return Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
@@ -304,6 +317,7 @@ impl Runtime {
             return None;
         }
         let t0 = now_ns();
+        INIT_BEGAN.store(t0, Ordering::Release);
         let rt = catch_unwind(Runtime::create).ok().flatten();
         match rt {
             Some(rt) => {
@@ -539,6 +553,8 @@ pub(crate) fn go_dormant() {
 /// `DORMANT` (or `DISABLED` after a failed start) → `UNINIT`: the next hooked call creates a
 /// fresh segment with the current configuration. False if recording is already on.
 pub(crate) fn arm() -> bool {
+    // The next initialisation stores its own start; waiters must not use the last one's.
+    INIT_BEGAN.store(0, Ordering::Release);
     for from in [DORMANT, DISABLED] {
         if STATE
             .compare_exchange(from, UNINIT, Ordering::AcqRel, Ordering::Relaxed)
