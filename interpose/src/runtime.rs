@@ -310,11 +310,14 @@ impl Runtime {
     #[cold]
     #[inline(never)]
     fn init() -> Option<&'static Runtime> {
-        if STATE
-            .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
+        // Several threads can meet UNINIT at once (their first CUDA calls): the one that
+        // loses the race waits for the winner like any later caller, or its call is missed.
+        match STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {}
+            Err(INITIALIZING) => return Runtime::wait_for_init(),
+            // SAFETY: as in `active`.
+            Err(ACTIVE) => return Some(unsafe { &*RUNTIME.load(Ordering::Relaxed) }),
+            Err(_) => return None,
         }
         let t0 = now_ns();
         INIT_BEGAN.store(t0, Ordering::Release);

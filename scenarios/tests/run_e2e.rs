@@ -310,6 +310,26 @@ fn many_writer_threads_lose_nothing() {
 }
 
 #[test]
+fn threads_whose_first_cuda_calls_race_are_all_counted() {
+    // Eight threads released together make the process's first CUDA calls: all but one
+    // find the library initialising and must wait for it, whether they saw it start or
+    // raced it for the start. Repeated, since the race is one of timing.
+    let c = cudacalls();
+    for round in 0..6 {
+        let r = syncspy_run(
+            "first-call-race",
+            &[],
+            &[&c, "--threads", "8", "sync=s1", "device-sync"],
+        );
+        assert_eq!(r.code(), 0, "round {round}, stderr:\n{}", r.stderr());
+        let p = r.proc_of(r.truth[0]["pid"].as_u64().unwrap());
+        assert_eq!(p["dropped_events"].as_u64(), Some(0), "round {round}");
+        assert_matches_truth(p, &r.truth[0]);
+        assert_eq!(count(kind(p, "stream_sync")), 8, "round {round}");
+    }
+}
+
+#[test]
 fn a_reader_that_falls_behind_learns_how_much_it_lost_and_totals_stay_exact() {
     let c = cudacalls();
     // A 16-record ring and thousands of back-to-back events: the reader, polling every few

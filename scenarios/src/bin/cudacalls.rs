@@ -4,7 +4,7 @@
 //! cudacalls [--iters N] [--threads T] [--fork] OP...
 //! ```
 //! Each OP runs in order, the whole list `--iters` times, in each of `--threads` threads
-//! (each thread with its own streams and buffers). `--fork` forks before the first CUDA call;
+//! (each thread with its own streams and buffers; the threads start at once). `--fork` forks before the first CUDA call;
 //! parent and child both run the list. At exit each process prints one JSON line of ground
 //! truth: per CUDA function, the number of calls, bytes, and host time measured around each.
 //!
@@ -481,9 +481,17 @@ fn main() -> ExitCode {
         false
     };
     let mut total = Truth::default();
+    // The threads start together: their first CUDA calls come at the same moment, the race
+    // a library that initialises on first use must get right.
+    let start = std::sync::Barrier::new(threads);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
-            .map(|_| s.spawn(|| run_thread(&ops, iters)))
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    run_thread(&ops, iters)
+                })
+            })
             .collect();
         for h in hs {
             total.merge(&h.join().expect("worker thread panicked"));
