@@ -14,7 +14,11 @@ use syncspy_abi::Kind;
 use syncspy_read::report::ProcessReport;
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
-use crate::model::{KindRow, Proc, ProcessKey, Scope, SiteRow, Snapshot, State, STALL_KINDS};
+use crate::busy::BusyHistory;
+use crate::model::{
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, ProcessKey, Scope, SiteRow,
+    Snapshot, State, STALL_KINDS,
+};
 use crate::Source;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,6 +41,8 @@ pub struct AgentSource {
     forgotten: std::collections::HashSet<ProcessKey>,
     /// Sent as `Authorization: Bearer` (the agent serves its snapshot only with it).
     token: Option<String>,
+    /// Per process: the GPU pane's busy share per second, from the devices' counters.
+    busy: HashMap<ProcessKey, BusyHistory>,
 }
 
 #[derive(Default)]
@@ -77,6 +83,7 @@ impl AgentSource {
             reset_pending: false,
             forgotten: Default::default(),
             token: None,
+            busy: HashMap::new(),
         })
     }
 
@@ -217,7 +224,61 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 .filter(|_| r.gpu.measured)
                 .map(|c| (c, r.gpu.traced_ns)),
         }),
+        gpu: gpu_view(&r.gpu, base),
     }
+}
+
+/// The GPU pane from a report's `gpu` section (since start: the agent sends no distribution
+/// of the gaps, only their percentiles); `None` for segments without a GPU part.
+fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<GpuView> {
+    let state = g.state.as_deref()?;
+    // A reset subtracts the gaps' count and total, like the kinds'.
+    let (n0, t0) = base
+        .and_then(|b| b.kinds.get(Kind::GpuIdle.name()))
+        .copied()
+        .unwrap_or_default();
+    let mut devices: Vec<GpuDeviceView> = g
+        .devices
+        .iter()
+        .map(|d| GpuDeviceView {
+            device: d.device,
+            busy_share: d.busy_fraction,
+            per_second: Vec::new(),
+        })
+        .collect();
+    devices.sort_by_key(|d| d.device);
+    Some(GpuView {
+        tracing: format!("{state}, mode {}", g.mode.as_deref().unwrap_or("unknown")),
+        devices,
+        gaps: GapStats {
+            count: g.idle.count.saturating_sub(n0),
+            total_ns: g.idle.total_ns.saturating_sub(t0),
+            p50_ns: g.idle.p50_ns,
+            p99_ns: g.idle.p99_ns,
+            max_ns: g.idle.max_ns,
+            bars: None,
+        },
+        short_gaps: g.devices.iter().fold((0, 0), |(n, t), d| {
+            (
+                n.saturating_add(d.short_gaps),
+                t.saturating_add(d.short_gap_ns),
+            )
+        }),
+        min_gap_ns: g.min_gap_ns,
+        causes: g
+            .causes
+            .iter()
+            .take(crate::local::MAX_GAP_CAUSES)
+            .map(|c| GapCauseRow {
+                cause: c.cause.clone(),
+                api: c.api.clone(),
+                count: c.count,
+                total_ns: c.total_ns,
+                share: c.share,
+                location: c.location.clone().unwrap_or_default(),
+            })
+            .collect(),
+    })
 }
 
 impl Source for AgentSource {
@@ -273,6 +334,26 @@ impl Source for AgentSource {
                         }
                     }
                     self.prev.insert(key, (now, events, r.stall_ns));
+                    if let Some(g) = p.gpu.as_mut() {
+                        let now_s = syncspy_read::monotonic_ns() / 1_000_000_000;
+                        let h = self
+                            .busy
+                            .entry(key)
+                            .or_insert_with(|| BusyHistory::new(self.window_secs));
+                        if self.reset_pending {
+                            h.clear();
+                        }
+                        h.sample(
+                            now_s,
+                            r.gpu
+                                .devices
+                                .iter()
+                                .map(|d| (d.device, d.span_ns, d.busy_ns)),
+                        );
+                        for d in &mut g.devices {
+                            d.per_second = h.shares(d.device, now_s);
+                        }
+                    }
                     procs.push(p);
                 }
                 self.reset_pending = false;
@@ -295,6 +376,7 @@ impl Source for AgentSource {
 
     fn forget(&mut self, process: ProcessKey) {
         self.forgotten.insert(process);
+        self.busy.remove(&process);
         self.last.retain(|p| p.key() != process);
     }
 }

@@ -196,8 +196,9 @@ pub enum Action {
     Help,
     /// `d`: stop showing the selected process (ended ones only).
     Dismiss,
-    /// `g`: trace the selected process's GPU activity while the monitor runs (again: stop).
-    GpuTrace,
+    /// `g`: open the GPU pane of the selected process, which keeps its GPU activity traced
+    /// while open (again: close).
+    GpuPane,
     Data(Box<Snapshot>),
     /// The screen is now this many columns and rows. The event loop sends it before the first
     /// drawing and on every resize: the stack popup's page, which the scroll keys move by,
@@ -221,7 +222,11 @@ pub struct App {
     pub focus: Pane,
     /// Selected process (pid, start ticks); follows the process when the order changes.
     pub selected: Option<ProcessKey>,
-    /// The process whose GPU activity the monitor keeps traced (the `g` key).
+    /// The GPU pane is open (the `g` key): it shows the selected process's GPU, and the
+    /// monitor keeps that process's GPU activity traced while it runs.
+    pub gpu_pane: bool,
+    /// The process whose GPU activity the monitor keeps traced: the one the open GPU pane
+    /// shows, while it runs (kept in step by `App::update`).
     pub gpu_trace: Option<ProcessKey>,
     pub kind_sel: usize,
     pub site_sel: usize,
@@ -261,6 +266,7 @@ impl App {
             snapshot: Snapshot::default(),
             focus: Pane::Processes,
             selected: None,
+            gpu_pane: false,
             gpu_trace: None,
             kind_sel: 0,
             site_sel: 0,
@@ -280,6 +286,12 @@ impl App {
             commands: Vec::new(),
             was_reset: false,
         }
+    }
+
+    /// Starts with the GPU pane open (`--gpu`).
+    pub fn with_gpu_pane(mut self, open: bool) -> App {
+        self.gpu_pane = open;
+        self
     }
 
     /// Colors on or off (`--no-color`, `NO_COLOR`).
@@ -600,15 +612,7 @@ impl App {
                 }
                 Mode::Browse | Mode::Filter => self.mode = Mode::Help { stack: None },
             },
-            Action::GpuTrace => {
-                let k = self.current().filter(|p| !p.state.ended()).map(|p| p.key());
-                self.gpu_trace = match (self.gpu_trace, k) {
-                    (Some(on), Some(k)) if on == k => None,
-                    (on, None) => on,
-                    (_, k) => k,
-                };
-                self.commands.push(Command::TraceGpu(self.gpu_trace));
-            }
+            Action::GpuPane => self.gpu_pane = !self.gpu_pane,
             Action::Dismiss => {
                 if let Some(p) = self.current().filter(|p| p.state.ended()) {
                     let k = p.key();
@@ -619,6 +623,21 @@ impl App {
             }
         }
         self.clamp_selections();
+        self.follow_gpu_pane();
+    }
+
+    /// The tracing request follows the GPU pane: on for the process it shows while that one
+    /// runs, off when the pane closes, the selection moves or the process ends.
+    fn follow_gpu_pane(&mut self) {
+        let want = if self.gpu_pane {
+            self.current().filter(|p| !p.state.ended()).map(|p| p.key())
+        } else {
+            None
+        };
+        if want != self.gpu_trace {
+            self.gpu_trace = want;
+            self.commands.push(Command::TraceGpu(want));
+        }
     }
 
     /// Back to the stack that help was opened over, if any.
@@ -680,7 +699,7 @@ impl App {
             KeyCode::Esc => Action::Back,
             KeyCode::Char('?') | KeyCode::F(1) => Action::Help,
             KeyCode::Char('d') | KeyCode::Delete => Action::Dismiss,
-            KeyCode::Char('g') => Action::GpuTrace,
+            KeyCode::Char('g') => Action::GpuPane,
             _ => return None,
         })
     }

@@ -4,7 +4,8 @@
 //! - [`model`]: what the screen shows, as plain data (a [`model::Snapshot`] per refresh).
 //! - [`local`]: that data from the segments in `SYNCSPY_DIR`; [`agent`]: from a
 //!   `syncspy agent`'s `/api/v1/snapshot`.
-//! - [`window`] + [`loghist`]: the "last N seconds" view, per-second bins in bounded memory.
+//! - [`window`] + [`loghist`]: the "last N seconds" view, per-second bins in bounded memory;
+//!   [`busy`]: the GPU pane's busy share per second.
 //! - [`app`]: the state machine (`App`, `Action`); [`ui`]: `impl Widget for &App`.
 //! - [`term`]: the terminal, the event loop (one channel for keys, resizes and data), and the
 //!   guard that restores the terminal on exit and on panic.
@@ -13,6 +14,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod busy;
 pub mod local;
 pub mod loghist;
 pub mod model;

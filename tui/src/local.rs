@@ -9,15 +9,19 @@ use std::sync::mpsc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
-use syncspy_read::aggregate::{Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::aggregate::{GapCause, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::report::location_of;
 use syncspy_read::symbolize::Symbolizer;
 
+use crate::busy::BusyHistory;
 use crate::loghist::LogHist;
-use crate::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State, STALL_KINDS};
+use crate::model::{
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Scope, SiteRow, Snapshot, State,
+    STALL_KINDS,
+};
 use crate::window::{kind_index, Bin, Window};
 use crate::Source;
 
@@ -25,6 +29,8 @@ use crate::Source;
 pub const MAX_SITES_SHOWN: usize = 100;
 /// Ended processes kept (the oldest beyond this are forgotten).
 pub const MAX_ENDED: usize = 64;
+/// Gap causes the GPU pane lists.
+pub const MAX_GAP_CAUSES: usize = 8;
 /// Problems listed at most (the oldest beyond this are dropped).
 const MAX_PROBLEMS: usize = 20;
 /// Period over which events/s and stall/s are measured.
@@ -101,6 +107,10 @@ struct Extra {
     samples: VecDeque<(u64, u64, u64)>,
     /// (time, GPU span ns, GPU busy ns) samples over the same period, for the idle share.
     gpu_samples: VecDeque<(u64, u64, u64)>,
+    /// Per device, the busy share of each second of the window (the GPU pane's line).
+    busy: BusyHistory,
+    /// Idle gap durations since start or reset (the GPU pane's bars).
+    gaps: LogHist,
     /// When this monitor saw the process end (for dropping the oldest ended ones).
     ended_seen: Option<u64>,
 }
@@ -113,6 +123,8 @@ impl Extra {
             baseline: None,
             samples: VecDeque::new(),
             gpu_samples: VecDeque::new(),
+            busy: BusyHistory::new(window_secs),
+            gaps: LogHist::default(),
             ended_seen: None,
         }
     }
@@ -121,6 +133,8 @@ impl Extra {
         self.window.add(r, now_s);
         if let Some(i) = kind_index(r.kind) {
             self.cum[i].record(r.duration_ns);
+        } else if r.kind == Kind::GpuIdle {
+            self.gaps.record(r.duration_ns);
         }
     }
 
@@ -137,6 +151,10 @@ impl Extra {
         }
         let (span, busy) = f.agg.live.gpu_busy();
         x.gpu_samples.push_back((now_ns, span, busy));
+        if let Some(g) = &f.agg.live.gpu {
+            let devices = g.devices.iter().map(|d| (d.device, d.span_ns, d.busy_ns));
+            x.busy.sample(now_ns / 1_000_000_000, devices);
+        }
         // The GPU figures trail the host by the tracer's finality delay: a longer period.
         while x.gpu_samples.len() > 2 && x.gpu_samples[1].0 + 2 * RATE_SPAN_NS <= now_ns {
             x.gpu_samples.pop_front();
@@ -163,6 +181,8 @@ impl Extra {
         f.agg = fresh;
         f.state.window.clear();
         f.state.cum = Default::default();
+        f.state.busy.clear();
+        f.state.gaps = LogHist::default();
     }
 
     /// Exact header totals of kind `k` since start or reset.
@@ -479,6 +499,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 .zip(a.live.gpu.as_ref())
                 .map(|(c, g)| (c.collectives.iter().map(|d| d.busy_ns).sum(), g.traced_ns)),
         }),
+        gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };
     // Ask for the stacks not symbolized yet.
     if !want.is_empty() {
@@ -504,6 +525,86 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         }
     }
     proc
+}
+
+/// The GPU pane of a process; `None` for segments without a GPU part.
+fn gpu_view(
+    t: &Extra,
+    a: &ProcessAgg,
+    key: SegmentKey,
+    sym: &SymWorker,
+    now_s: u64,
+    want: &mut Vec<u32>,
+) -> Option<GpuView> {
+    let g = a.live.gpu.as_ref()?;
+    let (count, total_ns) = t.totals(a, Kind::GpuIdle);
+    let d = a.kind_dist(Kind::GpuIdle);
+    let max_ns = match &t.baseline {
+        None => a.live.kind(Kind::GpuIdle).max_ns,
+        Some(_) => d.map_or(0, |d| d.max_ns()),
+    };
+    let gaps = GapStats {
+        count,
+        total_ns,
+        p50_ns: d.map_or(0, |d| d.quantile(0.5)),
+        p99_ns: d.map_or(0, |d| d.quantile(0.99)),
+        max_ns,
+        bars: Some(t.gaps.bars()),
+    };
+    let mut devices: Vec<GpuDeviceView> = g
+        .devices
+        .iter()
+        .map(|dev| GpuDeviceView {
+            device: dev.device,
+            busy_share: (dev.span_ns > 0).then(|| dev.busy_ns as f64 / dev.span_ns as f64),
+            per_second: t.busy.shares(dev.device, now_s),
+        })
+        .collect();
+    devices.sort_by_key(|d| d.device);
+    let causes = a.gap_causes.by_total();
+    let received = causes
+        .iter()
+        .map(|c| c.2)
+        .fold(0, u64::saturating_add)
+        .max(1);
+    let causes = causes
+        .into_iter()
+        .take(MAX_GAP_CAUSES)
+        .map(|(cause, count, total_ns)| {
+            let (cause, api, location) = match cause {
+                GapCause::Stall(k) => {
+                    let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
+                    (k.kind.name().to_string(), row.api, row.location)
+                }
+                GapCause::HostBusyElsewhere => (
+                    syncspy_read::report::HOST_BUSY_ELSEWHERE.to_string(),
+                    String::new(),
+                    String::new(),
+                ),
+            };
+            GapCauseRow {
+                cause,
+                api,
+                count,
+                total_ns,
+                share: total_ns as f64 / received as f64,
+                location,
+            }
+        })
+        .collect();
+    Some(GpuView {
+        tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),
+        devices,
+        gaps,
+        short_gaps: g.devices.iter().fold((0, 0), |(n, t), d| {
+            (
+                n.saturating_add(d.short_gaps),
+                t.saturating_add(d.short_gap_ns),
+            )
+        }),
+        min_gap_ns: g.min_gap_ns,
+        causes,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -19,7 +19,8 @@ use syncspy_tui::Source;
     version,
     after_help = "Keys: Tab pane, arrows or j/k move, Enter stack (scrolls; Esc closes), s sort, \
 w window (last N s / since start), p pause, r reset, / filter sites, d dismiss an ended \
-process, g trace the selected process's GPU activity while the monitor runs (again: stop), \
+process, g GPU pane (busy share per second, idle gaps, their causes; keeps the process's GPU \
+traced while open), \
 ? help, q quit.\n\
 Environment: SYNCSPY_DIR (where segments are, default /dev/shm), NO_COLOR (no colors).\n\
 Start a job with `syncspy run --tui -- CMD`, or LD_PRELOAD=libsyncspy.so CMD and then \
@@ -59,6 +60,11 @@ struct Args {
     /// Start with the "since start" view instead of the last N seconds.
     #[arg(long)]
     all: bool,
+    /// Start with the GPU pane open (the `g` key): the selected process's busy share per
+    /// second, its idle gaps and their host causes. While open, the monitor keeps that
+    /// process's GPU activity traced (a few seconds at a time, renewed at each refresh).
+    #[arg(long)]
+    gpu: bool,
     /// Do not open the interactive screen: follow for --after seconds, print one screen as
     /// plain text to stdout and exit (for logs, bug reports, a non-interactive ssh).
     #[arg(long)]
@@ -131,7 +137,9 @@ fn monitor(args: Args) -> anyhow::Result<()> {
     let interval = Duration::from_millis(args.interval_ms);
     if args.print {
         // Plain text: no colors whatever the environment says.
-        let mut app = App::new(args.ascii).with_color(false);
+        let mut app = App::new(args.ascii)
+            .with_color(false)
+            .with_gpu_pane(args.gpu);
         app.recent = !args.all;
         // A pseudo-terminal may report 0x0: below 40x10 nothing is readable.
         let size = args
@@ -146,7 +154,9 @@ fn monitor(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mut app = App::new(args.ascii).with_color(color);
+    let mut app = App::new(args.ascii)
+        .with_color(color)
+        .with_gpu_pane(args.gpu);
     app.recent = !args.all;
     syncspy_tui::term::run(source, app, interval)
 }

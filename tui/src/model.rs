@@ -83,6 +83,70 @@ pub struct Proc {
     pub recent: Option<Scope>,
     /// The distributed job the process is a rank of (ABI 1.3); `None` outside one.
     pub job: Option<RankOf>,
+    /// What the GPU pane shows; `None` when the source has no GPU part for the process
+    /// (a segment older than ABI 1.2).
+    pub gpu: Option<GpuView>,
+}
+
+/// The GPU pane of one process: how busy each device was, second by second, the idle gaps
+/// and what the host was doing in them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuView {
+    /// The library's GPU tracing: state and mode (`tracing, mode duty`).
+    pub tracing: String,
+    pub devices: Vec<GpuDeviceView>,
+    /// Idle gaps received since start (or reset): count, total, percentiles, and bars
+    /// (`None` from an agent, which sends no distribution).
+    pub gaps: GapStats,
+    /// Gaps shorter than the library's `min_gap_ns` are only counted: how many, how long.
+    pub short_gaps: (u64, u64),
+    pub min_gap_ns: u64,
+    /// Most idle time first.
+    pub causes: Vec<GapCauseRow>,
+}
+
+impl GpuView {
+    /// Whether anything was measured (time accounted on some device, or a gap).
+    pub fn measured(&self) -> bool {
+        self.gaps.count > 0 || self.devices.iter().any(|d| d.busy_share.is_some())
+    }
+}
+
+/// Durations of the idle gaps.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GapStats {
+    pub count: u64,
+    pub total_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub bars: Option<[u64; BAR_CELLS]>,
+}
+
+/// One device of a process.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuDeviceView {
+    pub device: i32,
+    /// Busy share of the traced time since the process started.
+    pub busy_share: Option<f64>,
+    /// Busy share of each second of the window, oldest first; `None` for a second with no
+    /// traced time (tracing off, paused between duty windows, or not reported yet).
+    pub per_second: Vec<Option<f64>>,
+}
+
+/// The idle gaps blamed on one cause.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GapCauseRow {
+    /// A host stall kind (`stream_sync`) or `host_busy_elsewhere`.
+    pub cause: String,
+    /// The stalling call (`cudaStreamSynchronize`); empty for `host_busy_elsewhere`.
+    pub api: String,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Of the idle time of the gaps received.
+    pub share: f64,
+    /// Where the program made the stalling call; empty when none.
+    pub location: String,
 }
 
 /// A process's place in a distributed job.

@@ -188,9 +188,27 @@ pub fn print_screen(
 ) -> String {
     app.update(Action::Resize(width, height));
     let started = Instant::now();
+    // With the GPU pane open (`--gpu`), its process's GPU is traced while the monitor follows.
+    let mut gpu: Option<ProcessKey> = None;
     loop {
         let step = Instant::now();
-        app.update(Action::Data(Box::new(source.step())));
+        let mut snap = source.step();
+        if let Some(k) = gpu {
+            snap.gpu_request = Some((k, source.request_gpu_trace(k, GPU_REQUEST_SECS)));
+        }
+        app.update(Action::Data(Box::new(snap)));
+        for c in std::mem::take(&mut app.commands) {
+            match c {
+                Command::TraceGpu(k) => {
+                    gpu = k;
+                    if let Some(k) = k {
+                        let _ = source.request_gpu_trace(k, GPU_REQUEST_SECS);
+                    }
+                }
+                Command::Reset => source.reset(),
+                Command::Forget(k) => source.forget(k),
+            }
+        }
         let elapsed = started.elapsed();
         let settled = !source.busy() || elapsed >= after + SETTLE;
         if elapsed >= after && settled {

@@ -396,23 +396,149 @@ impl App {
             None => Line::from(vec![
                 label,
                 Span::styled(
-                    "not measured (SYNCSPY_GPU_IDLE=off, no CUPTI, or no GPU work yet; g: trace it)",
+                    "not measured (SYNCSPY_GPU_IDLE=off, no CUPTI, or no GPU work yet; g: trace it \
+                     in the GPU pane)",
                     dim(),
                 ),
             ]),
         };
-        // The `g` request, for the process shown.
-        if let Some(k) = self.gpu_trace.filter(|_| requested) {
-            let what = match &self.snapshot.gpu_request {
-                Some((rk, Ok(state))) if *rk == k => {
-                    format!("  [traced on request, was {state}; g: stop]")
-                }
-                Some((rk, Err(e))) if *rk == k => format!("  [request failed: {e}; g: stop]"),
-                _ => "  [asking for tracing; g: stop]".to_string(),
-            };
-            line.spans.push(Span::styled(what, bold()));
+        if let Some(what) = self.gpu_request_status() {
+            line.spans.push(Span::styled(format!("  {what}"), bold()));
         }
         line
+    }
+
+    /// How the GPU pane's tracing request for the process shown stands, if one is made.
+    fn gpu_request_status(&self) -> Option<String> {
+        let shown = self.current().map(|p| p.key());
+        let k = self.gpu_trace.filter(|k| Some(*k) == shown)?;
+        Some(match &self.snapshot.gpu_request {
+            Some((rk, Ok(state))) if *rk == k => {
+                format!("[traced on request, was {state}; g: close]")
+            }
+            Some((rk, Err(e))) if *rk == k => format!("[request failed: {e}; g: close]"),
+            _ => "[asking for tracing; g: close]".to_string(),
+        })
+    }
+
+    /// Rows the GPU pane wants: borders, the state line, a line per device, the gaps, the
+    /// causes' header and rows (at least one).
+    fn gpu_pane_height(&self) -> u16 {
+        let (devices, causes) = self
+            .current()
+            .and_then(|p| p.gpu.as_ref())
+            .map_or((0, 0), |g| (g.devices.len(), g.causes.len()));
+        (2 + 1 + devices.max(1) + 1 + 1 + causes.max(1)) as u16
+    }
+
+    /// The GPU pane of the process shown: per device its busy share second by second, the
+    /// idle gaps, and the host causes they are blamed on.
+    fn render_gpu(&self, area: Rect, buf: &mut Buffer) {
+        let mut title = vec![Span::raw(" GPU")];
+        if let Some(p) = self.current() {
+            title.push(Span::raw(format!(" pid {}", p.pid)));
+            if let Some(g) = &p.gpu {
+                title.push(Span::raw(format!(": {}", g.tracing)));
+            }
+        }
+        if let Some(what) = self.gpu_request_status() {
+            title.push(Span::styled(format!(" {what}"), bold()));
+        }
+        title.push(Span::raw(" "));
+        let block = self.block(Line::from(title), None);
+        let inner = block.inner(area);
+        block.render(area, buf);
+        let Some(p) = self.current() else {
+            return;
+        };
+        let Some(g) = p.gpu.as_ref() else {
+            Paragraph::new(Line::styled(
+                "no GPU part in this process's segment (a library older than ABI 1.2)",
+                dim(),
+            ))
+            .render(inner, buf);
+            return;
+        };
+        let secs = self.snapshot.window_secs;
+        let mut lines = Vec::new();
+        if g.devices.is_empty() {
+            lines.push(Line::styled(
+                "no device traced yet (tracing off or paused, no CUPTI, or no GPU work yet)",
+                dim(),
+            ));
+        }
+        for d in &g.devices {
+            let mut spans = vec![
+                Span::styled(format!("device {:<2}", d.device), bold()),
+                Span::raw(format!(
+                    " busy {:>6} since start",
+                    d.busy_share.map_or("-".into(), percent)
+                )),
+            ];
+            if !d.per_second.is_empty() {
+                let edge = if self.ascii { "|" } else { "│" };
+                spans.push(Span::raw(format!("   last {secs}s {edge}")));
+                spans.push(Span::raw(crate::busy::sparkline(&d.per_second, self.ascii)));
+                spans.push(Span::raw(edge));
+                spans.push(Span::styled(" one cell a second, blank: not traced", dim()));
+            }
+            lines.push(Line::from(spans));
+        }
+        let gp = &g.gaps;
+        let mut gaps = vec![
+            Span::styled(
+                format!("idle gaps >= {}", dur(g.min_gap_ns.max(1), self.ascii)),
+                bold(),
+            ),
+            Span::raw(format!(
+                ": {}, {}  p50 {}  p99 {}  max {}",
+                count(gp.count),
+                dur(gp.total_ns, self.ascii),
+                dur(gp.p50_ns, self.ascii),
+                dur(gp.p99_ns, self.ascii),
+                dur(gp.max_ns, self.ascii)
+            )),
+        ];
+        if let Some(b) = gp.bars.filter(|_| gp.count > 0) {
+            gaps.push(Span::raw(format!("  {}", bar_string(&b, self.ascii))));
+        }
+        if g.short_gaps.0 > 0 {
+            gaps.push(Span::styled(
+                format!(
+                    "  shorter: {}, {}",
+                    count(g.short_gaps.0),
+                    dur(g.short_gaps.1, self.ascii)
+                ),
+                dim(),
+            ));
+        }
+        lines.push(Line::from(gaps));
+        lines.push(Line::styled(
+            format!(
+                "{:>6}  {:<40} {:>6} {:>9}  WHERE",
+                "IDLE", "HOST CAUSE", "GAPS", "TOTAL"
+            ),
+            bold(),
+        ));
+        if g.causes.is_empty() {
+            lines.push(Line::styled("no gap received yet", dim()));
+        }
+        for c in &g.causes {
+            let what = if c.api.is_empty() {
+                c.cause.clone()
+            } else {
+                format!("{} {}", c.cause, c.api)
+            };
+            lines.push(Line::raw(format!(
+                "{:>6}  {:<40} {:>6} {:>9}  {}",
+                percent(c.share),
+                what,
+                count(c.count),
+                dur(c.total_ns, self.ascii),
+                short_location(&c.location)
+            )));
+        }
+        Paragraph::new(lines).render(inner, buf);
     }
 
     fn render_sites(&self, area: Rect, buf: &mut Buffer) {
@@ -523,7 +649,7 @@ impl App {
             ("/", "filter"),
             ("Enter", "stack"),
             ("d", "dismiss"),
-            ("g", "trace GPU"),
+            ("g", "GPU pane"),
         ];
         let mut spans = Vec::new();
         for (k, v) in keys {
@@ -652,7 +778,8 @@ impl App {
             ("d", "dismiss an exited process"),
             (
                 "g",
-                "trace the selected process's GPU activity while the monitor runs (again: stop)",
+                "GPU pane: busy share per second, idle gaps and their host causes; keeps the \
+                 shown process's GPU traced while open (again: close)",
             ),
             ("q, Ctrl-C", "quit"),
         ];
@@ -870,11 +997,21 @@ impl Widget for &App {
         };
         let problem = self.snapshot.problems.last();
         let proc_h = (nprocs.max(1) + 3).min(if area.height >= 30 { 10 } else { 6 });
+        // The GPU pane, when open, takes the GPU line's place and as many rows as it needs,
+        // leaving the sites at least four.
+        let gpu_h = if self.gpu_pane {
+            let left = area
+                .height
+                .saturating_sub(1 + proc_h + nkinds + 3 + 4 + 1 + u16::from(problem.is_some()));
+            self.gpu_pane_height().min(left).max(1)
+        } else {
+            1
+        };
         let [head, procs, hist, gpu, sites, prob, foot] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Length(proc_h),
             Constraint::Length(nkinds + 3),
-            Constraint::Length(1),
+            Constraint::Length(gpu_h),
             Constraint::Min(4),
             Constraint::Length(u16::from(problem.is_some())),
             Constraint::Length(1),
@@ -883,7 +1020,11 @@ impl Widget for &App {
         Paragraph::new(self.header()).render(head, buf);
         self.render_processes(procs, buf);
         self.render_histograms(hist, buf, all_kinds);
-        Paragraph::new(self.gpu_line()).render(gpu, buf);
+        if self.gpu_pane && gpu.height >= 3 {
+            self.render_gpu(gpu, buf);
+        } else {
+            Paragraph::new(self.gpu_line()).render(gpu, buf);
+        }
         self.render_sites(sites, buf);
         if let Some(p) = problem {
             let more = self.snapshot.problems.len() - 1;

@@ -49,8 +49,30 @@ fn capture(socket: &str) -> String {
 /// Starts the scenario under `syncspy run --sim` in a private segment folder: 3 ms of stream
 /// work then a wait for it, and a pageable copy, for minutes unless killed.
 fn start_scenario(tag: &str) -> (PathBuf, Child) {
+    start_under_sim(
+        tag,
+        "cudacalls",
+        &[
+            "--iters",
+            "100000",
+            "busy=s1:3000",
+            "sync=s1",
+            "async=d2h:4096:pageable:s1",
+        ],
+        &[],
+    )
+}
+
+/// Runs `program ARGS` (a binary of the workspace) under `syncspy run --sim` with `env`, in
+/// a private segment folder.
+fn start_under_sim(
+    tag: &str,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (PathBuf, Child) {
     let t = target_dir();
-    for need in ["syncspy", "cudacalls", "libsyncspy.so", "libsimcudart.so"] {
+    for need in ["syncspy", program, "libsyncspy.so", "libsimcudart.so"] {
         assert!(
             t.join(need).exists(),
             "{} missing: run `cargo build --workspace` first",
@@ -67,14 +89,9 @@ fn start_scenario(tag: &str) -> (PathBuf, Child) {
     std::fs::create_dir_all(&dir).unwrap();
     let child = Command::new(t.join("syncspy"))
         .args(["run", "--sim", "--"])
-        .arg(t.join("cudacalls"))
-        .args([
-            "--iters",
-            "100000",
-            "busy=s1:3000",
-            "sync=s1",
-            "async=d2h:4096:pageable:s1",
-        ])
+        .arg(t.join(program))
+        .args(args)
+        .envs(env.iter().copied())
         .env("SYNCSPY_DIR", &dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -131,6 +148,73 @@ fn print_mode_writes_one_screen_without_a_terminal() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("COLSxROWS"));
+}
+
+#[test]
+fn print_mode_with_the_gpu_pane_traces_a_process_on_request_and_names_the_gap_cause() {
+    // GPU tracing off in the process: only the pane's request turns it on. Each step: a
+    // 3 ms kernel, the `.item()` wait for it, then 2 ms of host work before the next launch:
+    // a 2 ms idle gap each step, begun while the host was in the wait.
+    let (dir, scenario) = start_under_sim(
+        "gpu",
+        "scn-item-in-loop",
+        &[
+            "--iters",
+            "100000",
+            "--work-us",
+            "3000",
+            "--host-us",
+            "2000",
+        ],
+        &[("SYNCSPY_GPU_IDLE", "off")],
+    );
+    let _cleanup = Cleanup {
+        scenario: Some(scenario),
+        socket: format!("syncspy-top-e2e-unused-gpu-{}", std::process::id()),
+        dir: dir.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(&dir).unwrap().count() == 0 {
+        assert!(Instant::now() < deadline, "no segment appeared in {dir:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_syncspy-top"))
+        .args(["--print", "--gpu", "--after", "4", "--size", "120x40"])
+        .env("SYNCSPY_DIR", &dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let screen = String::from_utf8(out.stdout).unwrap();
+    let line = |needle: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?}:\n{screen}"))
+            .to_string()
+    };
+    // The pane's title: the process's own mode stays off, tracing runs on the request.
+    let title = line("GPU pid");
+    assert!(title.contains("mode off"), "{title}");
+    assert!(title.contains("[traced on request"), "{title}");
+    // Device 0 was traced, busy about 3 ms in 5 (the simulator's timing on a loaded machine
+    // varies: only a broad range), with at least one second of the line drawn.
+    let dev = line("device 0");
+    let busy: f64 = dev
+        .split("busy")
+        .nth(1)
+        .and_then(|r| r.trim().split('%').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no busy share in {dev:?}"));
+    assert!((20.0..=90.0).contains(&busy), "{dev}");
+    let cells = dev.split('│').nth(2).unwrap_or("");
+    assert!(cells.chars().any(|c| c != ' '), "{dev}");
+    // Gaps arrived, about 2 ms each, blamed on the wait at the scenario's `.item()` line.
+    let gaps = line("idle gaps >=");
+    assert!(!gaps.contains(": 0,"), "{gaps}");
+    let cause = line("cudaStreamSynchronize");
+    assert!(cause.contains("stream_sync"), "{cause}");
+    assert!(cause.contains("scn_item_in_loop.rs:"), "{cause}\n{screen}");
 }
 
 #[test]

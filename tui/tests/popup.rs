@@ -51,6 +51,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
             events_per_s: Some(10.0),
             stall_per_s: Some(0.1),
             gpu_idle_share: None,
+            gpu: None,
             dropped: 0,
             lost: 0,
             wall_ns: 1_000_000_000,

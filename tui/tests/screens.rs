@@ -11,7 +11,9 @@ use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
 use syncspy_abi::Kind;
 use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
-use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
+use syncspy_tui::model::{
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Scope, SiteRow, Snapshot, State,
+};
 
 fn bars(cells: &[(usize, u64)]) -> Option<[u64; 15]> {
     let mut b = [0u64; 15];
@@ -115,6 +117,7 @@ fn trainer() -> Proc {
         all,
         recent: Some(recent),
         job: None,
+        gpu: None,
     }
 }
 
@@ -152,6 +155,7 @@ fn loader() -> Proc {
         },
         recent: Some(Scope::default()),
         job: None,
+        gpu: None,
     }
 }
 
@@ -675,44 +679,178 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
 }
 
 #[test]
-fn g_keeps_the_selected_processs_gpu_traced_and_the_gpu_line_says_how_it_went() {
+fn g_opens_the_gpu_pane_which_keeps_the_shown_processs_gpu_traced_while_open() {
     let mut app = app_with(snapshot());
     app.focus = Pane::Processes;
     let running = app.current().unwrap().key();
     assert!(matches!(
         app.action_for(key(KeyCode::Char('g'))),
-        Some(Action::GpuTrace)
+        Some(Action::GpuPane)
     ));
-    app.update(Action::GpuTrace);
+    app.update(Action::GpuPane);
+    assert!(app.gpu_pane);
     assert_eq!(app.commands, vec![Command::TraceGpu(Some(running))]);
+    // The fixture's processes have no GPU part: the pane says so, under its request status.
+    let text = screen(&app, 120, 40);
     assert!(
-        line_with(&screen(&app, 120, 30), "GPU idle").contains("[asking for tracing; g: stop]"),
-        "{}",
-        screen(&app, 120, 30)
+        line_with(&text, "GPU pid 614").contains("[asking for tracing; g: close]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no GPU part in this process's segment"),
+        "{text}"
     );
     // The data thread's answer, for this process.
     let mut s = snapshot();
     s.gpu_request = Some((running, Ok("paused".into())));
     app.update(Action::Data(Box::new(s.clone())));
-    let screen_now = screen(&app, 120, 30);
+    let text = screen(&app, 120, 40);
     assert!(
-        line_with(&screen_now, "GPU idle").contains("[traced on request, was paused; g: stop]"),
-        "{screen_now}"
+        line_with(&text, "GPU pid 614").contains("[traced on request, was paused; g: close]"),
+        "{text}"
     );
     s.gpu_request = Some((running, Err("its segment is gone".into())));
     app.update(Action::Data(Box::new(s)));
-    assert!(line_with(&screen(&app, 120, 30), "GPU idle")
+    assert!(line_with(&screen(&app, 120, 40), "GPU pid 614")
         .contains("request failed: its segment is gone"));
-    // Again: stop.
-    app.commands.clear();
-    app.update(Action::GpuTrace);
-    assert_eq!(app.commands, vec![Command::TraceGpu(None)]);
-    assert!(!screen(&app, 120, 30).contains("g: stop]"));
-    // An ended process is not traced: the request stays as it was.
+    // No new command while nothing changed.
+    assert_eq!(app.commands, vec![Command::TraceGpu(Some(running))]);
+    // The request follows the selection; an ended process is not traced.
     app.commands.clear();
     app.selected = Some(proc_key(700, 5));
-    app.update(Action::GpuTrace);
+    app.update(Action::Down);
+    app.update(Action::Up);
+    let shown = app.current().unwrap().key();
+    let expect = if shown == running {
+        Some(running)
+    } else {
+        None
+    };
+    assert_eq!(app.gpu_trace, expect);
+    app.commands.clear();
+    app.selected = Some(proc_key(700, 5));
+    app.update(Action::TogglePause);
+    app.update(Action::TogglePause);
+    assert_eq!(app.gpu_trace, None);
+    assert!(screen(&app, 120, 40).contains("GPU pid 700"));
+    // Again: the pane closes and the request stops.
+    app.selected = Some(running);
+    app.update(Action::TogglePause);
+    app.update(Action::TogglePause);
+    assert_eq!(app.gpu_trace, Some(running));
+    app.commands.clear();
+    app.update(Action::GpuPane);
+    assert!(!app.gpu_pane);
     assert_eq!(app.commands, vec![Command::TraceGpu(None)]);
+    let text = screen(&app, 120, 40);
+    assert!(!text.contains("g: close]"), "{text}");
+    assert!(
+        line_with(&text, "GPU idle").contains("not measured"),
+        "{text}"
+    );
+}
+
+fn gpu_view() -> GpuView {
+    GpuView {
+        tracing: "tracing, mode duty".into(),
+        devices: vec![
+            GpuDeviceView {
+                device: 0,
+                busy_share: Some(0.712),
+                per_second: vec![
+                    None,
+                    None,
+                    Some(0.95),
+                    Some(0.9),
+                    Some(0.2),
+                    None,
+                    Some(1.0),
+                    Some(0.5),
+                    Some(0.0),
+                    Some(0.7),
+                ],
+            },
+            GpuDeviceView {
+                device: 1,
+                busy_share: None,
+                per_second: vec![None; 10],
+            },
+        ],
+        gaps: GapStats {
+            count: 41,
+            total_ns: 350_000_000,
+            p50_ns: 2_170_000,
+            p99_ns: 10_230_000,
+            max_ns: 10_400_000,
+            bars: bars(&[(7, 20), (8, 21)]),
+        },
+        short_gaps: (4_500, 12_000_000),
+        min_gap_ns: 10_000,
+        causes: vec![
+            GapCauseRow {
+                cause: "stream_sync".into(),
+                api: "cudaStreamSynchronize".into(),
+                count: 30,
+                total_ns: 287_000_000,
+                share: 0.82,
+                location: "/home/u/train.py:142 in train_step".into(),
+            },
+            GapCauseRow {
+                cause: "host_busy_elsewhere".into(),
+                api: String::new(),
+                count: 11,
+                total_ns: 63_000_000,
+                share: 0.18,
+                location: String::new(),
+            },
+        ],
+    }
+}
+
+#[test]
+fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
+    let mut s = snapshot();
+    s.processes[1].gpu = Some(gpu_view());
+    s.processes[1].gpu_idle_share = Some(0.288);
+    let mut app = app_with(s).with_gpu_pane(true);
+    app.selected = Some(proc_key(614, 100));
+    app.update(Action::TogglePause);
+    app.update(Action::TogglePause);
+    let text = screen(&app, 120, 40);
+    assert!(
+        line_with(&text, "GPU pid 614").contains("tracing, mode duty"),
+        "{text}"
+    );
+    // One cell a second, oldest first; blank where nothing was traced.
+    let dev0 = line_with(&text, "device 0");
+    assert!(dev0.contains("busy  71.2% since start"), "{dev0}");
+    assert!(dev0.contains("last 10s │  ██▂ █▅▁▆│"), "{dev0}");
+    let dev1 = line_with(&text, "device 1");
+    assert!(dev1.contains("busy      - since start"), "{dev1}");
+    assert!(dev1.contains("│          │"), "{dev1}");
+    let gaps = line_with(&text, "idle gaps >= 10.0 µs");
+    assert!(
+        gaps.contains(": 41, 350 ms  p50 2.17 ms  p99 10.2 ms  max 10.4 ms"),
+        "{gaps}"
+    );
+    assert!(gaps.contains("shorter: 4500, 12.0 ms"), "{gaps}");
+    let top = line_with(&text, "cudaStreamSynchronize");
+    assert!(top.contains("82.0%"), "{top}");
+    assert!(top.contains("train.py:142 in train_step"), "{top}");
+    assert!(line_with(&text, "host_busy_elsewhere").contains("18.0%"));
+    // The sites pane is still there under it.
+    assert!(text.contains("Top call sites"), "{text}");
+    // ASCII: the same line in ASCII levels.
+    app.ascii = true;
+    let text = screen(&app, 120, 40);
+    assert!(
+        line_with(&text, "device 0").contains("last 10s |  @@: @+.*|"),
+        "{text}"
+    );
+    assert!(text.is_ascii(), "{text}");
+    // A small screen keeps the sites' rows and shows what fits of the pane.
+    let small = screen(&app, 80, 24);
+    assert!(small.contains("Top call sites"), "{small}");
 }
 
 #[test]
