@@ -228,7 +228,79 @@ pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
             None => v.push(what, "a CUDA-event timing".into(), "missing".into(), false),
         }
     }
+    if let Some(rule) = &run.gpu_idle {
+        check_gpu_idle(&mut v, rule, run.site.as_deref(), &args, process);
+    }
     v
+}
+
+/// The run's GPU idle gaps blamed on `rule.behind`, against the rule.
+fn check_gpu_idle(
+    v: &mut Verdict,
+    rule: &GpuIdleRule,
+    site: Option<&str>,
+    args: &std::collections::BTreeMap<String, u64>,
+    process: &Value,
+) {
+    let g = &process["gpu"];
+    v.push(
+        "GPU activity measured",
+        "true".into(),
+        g["measured"].to_string(),
+        g["measured"] == true,
+    );
+    let no_causes = Vec::new();
+    let causes: Vec<&Value> = g["causes"]
+        .as_array()
+        .unwrap_or(&no_causes)
+        .iter()
+        .filter(|c| rule.behind.iter().any(|k| c["cause"] == k.as_str()))
+        .collect();
+    let gaps: u64 = causes.iter().map(|c| u(&c["count"])).sum();
+    let share: f64 = causes.iter().filter_map(|c| c["share"].as_f64()).sum();
+    let behind = rule.behind.join("+");
+    let mut bound = |what: &str, c: &Count, at_least: bool| match c.eval(args) {
+        Ok(n) if at_least => {
+            let lo = n.saturating_sub(rule.may_miss);
+            v.push(
+                format!("GPU idle gaps behind {behind} ({what})"),
+                format!(">= {lo}"),
+                gaps.to_string(),
+                gaps >= lo,
+            );
+        }
+        Ok(n) => v.push(
+            format!("GPU idle gaps behind {behind} ({what})"),
+            format!("<= {n}"),
+            gaps.to_string(),
+            gaps <= n,
+        ),
+        Err(e) => v.push(format!("GPU idle gaps ({what})"), e.0, String::new(), false),
+    };
+    if let Some(c) = &rule.min_gaps {
+        bound("a gap behind each wait", c, true);
+    }
+    if let Some(c) = &rule.max_gaps {
+        bound("the GPU kept fed", c, false);
+    }
+    if let Some(min) = rule.min_share {
+        v.push(
+            format!("share of the GPU idle time behind {behind}"),
+            format!(">= {:.0}%", min * 100.0),
+            format!("{:.1}%", share * 100.0),
+            share >= min,
+        );
+    }
+    // The gaps name the program's own line, as its top call site does.
+    if let (Some(site), Some(top)) = (site.filter(|_| gaps > 0), causes.first()) {
+        let loc = top["location"].as_str().unwrap_or("");
+        v.push(
+            format!("top {behind} gap cause's site"),
+            format!("names {site}"),
+            loc.chars().take(120).collect(),
+            loc.contains(site),
+        );
+    }
 }
 
 /// Running scenarios under `syncspy run` and collecting the report and truth line of each.
@@ -295,7 +367,9 @@ pub mod runner {
                 cmd.arg("--sim")
                     .env("SIMCUDA_TIME_SCALE", run.time_scale(m).to_string());
             }
-            cmd.arg("--report")
+            // GPU activity traced for the whole run (the `gpu_idle` rules count every gap).
+            cmd.env("SYNCSPY_GPU_IDLE", "on")
+                .arg("--report")
                 .arg(&report)
                 .arg("--")
                 .arg(self.bin_dir.join(format!("scn-{}", run.scenario)))
@@ -442,5 +516,69 @@ mod tests {
         let mut t2 = truth.clone();
         t2["args"]["iters"] = 11.into();
         assert!(!check(&run, &t2, &good).ok());
+    }
+
+    #[test]
+    fn gpu_idle_rules_count_the_gaps_behind_the_waits_and_their_share() {
+        let stalling = run_with(
+            "stream_sync = \"iters\"\ndevice_sync = 1",
+            "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nmay_miss = 2\n\
+             min_share = 0.9\n",
+        );
+        let truth = json!({
+            "scenario": "item-in-loop", "pid": 7, "args": {"iters": 10}, "ok": true,
+            "checks": {"count": true},
+            "kinds": {"stream_sync": stats(10, 21.0), "device_sync": stats(1, 0.1)},
+            "non_stall": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+        });
+        let cause = |cause: &str, count: u64, share: f64, loc: &str| json!({"cause": cause, "count": count, "share": share, "location": loc});
+        let process = |causes: Value| {
+            json!({
+                "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
+                "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
+                "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+                "sites": [{"frames": ["main (main.rs:9)"]}],
+                "gpu": {"measured": true, "causes": causes},
+            })
+        };
+        let failed = |run: &Run, p: &Value| -> Vec<String> {
+            check(run, &truth, p)
+                .failures()
+                .map(|f| f.what.clone())
+                .collect()
+        };
+        // 8 of 10 gaps (two may be missed), 95% of the idle time, at the program's line.
+        let good = process(json!([
+            cause("stream_sync", 8, 0.95, "main.rs:9"),
+            cause("host_busy_elsewhere", 1, 0.05, ""),
+        ]));
+        assert!(
+            failed(&stalling, &good).is_empty(),
+            "{:?}",
+            failed(&stalling, &good)
+        );
+        let few = process(json!([cause("stream_sync", 7, 0.95, "main.rs:9")]));
+        assert!(failed(&stalling, &few)[0].contains("a gap behind each wait"));
+        let elsewhere = process(json!([
+            cause("stream_sync", 9, 0.5, "main.rs:9"),
+            cause("host_busy_elsewhere", 9, 0.5, ""),
+        ]));
+        assert!(failed(&stalling, &elsewhere)[0].contains("share of the GPU idle time"));
+        let wrong_line = process(json!([cause("stream_sync", 9, 1.0, "lib.rs:3")]));
+        assert!(failed(&stalling, &wrong_line)[0].contains("gap cause's site"));
+        let unmeasured = process(json!([]));
+        let mut unmeasured = unmeasured;
+        unmeasured["gpu"]["measured"] = false.into();
+        assert!(failed(&stalling, &unmeasured)
+            .iter()
+            .any(|f| f.contains("GPU activity measured")));
+        // A healthy run: at most one gap behind the kind.
+        let healthy = run_with(
+            "stream_sync = \"iters\"\ndevice_sync = 1",
+            "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmax_gaps = 1\n",
+        );
+        let fed = process(json!([cause("host_busy_elsewhere", 3, 1.0, "")]));
+        assert!(failed(&healthy, &fed).is_empty());
+        assert!(failed(&healthy, &good)[0].contains("the GPU kept fed"));
     }
 }

@@ -26,6 +26,12 @@
 //! slack_ms = 20.0                       # slack: slack_ms + slack_ms_per_call * calls
 //! slack_ms_per_call = 5.0
 //! site = "scn_item_in_loop.rs"          # optional: in the top call site's frames
+//! [run.gpu_idle]                        # optional: GPU idle gaps (runs traced, mode on)
+//! behind = ["device_sync"]              # blamed on waits of these kinds (gpu.causes)
+//! min_gaps = "iters"                    # at least this many, less may_miss
+//! may_miss = 1                          # (the first step's gap may precede tracing)
+//! max_gaps = 1                          # at most (a healthy run: the final wait's)
+//! min_share = 0.9                       # of the idle time received, behind these kinds
 //!
 //! [[comparison]]                        # the same work done two ways, for `syncspy demo`
 //! title = "..."
@@ -114,6 +120,26 @@ pub struct Run {
     pub stall: Vec<StallRule>,
     /// A substring the top call site's frames must contain (the program's own source file).
     pub site: Option<String>,
+    /// The GPU idle gaps the run must show (runs are traced with `SYNCSPY_GPU_IDLE=on`).
+    pub gpu_idle: Option<GpuIdleRule>,
+}
+
+/// GPU idle gaps blamed on waits of some kinds: a stalling run leaves a gap behind each
+/// step's wait, a healthy one keeps the GPU fed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuIdleRule {
+    /// The stall kinds the gaps are blamed on (the report's `gpu.causes[].cause`).
+    pub behind: Vec<String>,
+    /// At least this many gaps behind them, less `may_miss`.
+    pub min_gaps: Option<Count>,
+    /// Gaps `min_gaps` may lack: the first step's gap can come before tracing starts.
+    #[serde(default)]
+    pub may_miss: u64,
+    /// At most this many gaps behind them.
+    pub max_gaps: Option<Count>,
+    /// At least this share of the idle time received is behind them.
+    pub min_share: Option<f64>,
 }
 
 /// An expected count: a number, or a sum of products of numbers and the truth line's `args`
@@ -272,6 +298,35 @@ fn check_rule(entry: &str, r: &StallRule) -> Result<(), ManifestError> {
     Ok(())
 }
 
+fn check_gpu_rule(
+    entry: &str,
+    r: &GpuIdleRule,
+    probe: &BTreeMap<String, u64>,
+) -> Result<(), ManifestError> {
+    for k in &r.behind {
+        if !Kind::STALLS.iter().any(|s| s.name() == k) {
+            return Err(invalid(entry, format!("gpu_idle: unknown kind {k:?}")));
+        }
+    }
+    if r.behind.is_empty() {
+        return Err(invalid(entry, "gpu_idle: `behind` needs a kind"));
+    }
+    for c in [&r.min_gaps, &r.max_gaps].into_iter().flatten() {
+        c.eval(probe)
+            .map_err(|e| invalid(entry, format!("gpu_idle: {}", e.0)))?;
+    }
+    if r.min_share.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
+        return Err(invalid(entry, "gpu_idle: min_share must be in 0..=1"));
+    }
+    if r.min_gaps.is_none() && r.max_gaps.is_none() && r.min_share.is_none() {
+        return Err(invalid(
+            entry,
+            "gpu_idle: nothing to check (min_gaps, max_gaps or min_share)",
+        ));
+    }
+    Ok(())
+}
+
 impl Manifest {
     /// Parses and validates a manifest.
     pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
@@ -302,6 +357,9 @@ impl Manifest {
                 format!("{} (this reader knows 1)", self.version),
             ));
         }
+        // Every name in an expression must be one a truth line can have.
+        let names = ["iters", "size", "work_us", "threads", "async", "check"];
+        let probe: BTreeMap<String, u64> = names.iter().map(|n| (n.to_string(), 1)).collect();
         let mut ids = std::collections::BTreeSet::new();
         for r in &self.runs {
             if !ids.insert(r.id.as_str()) {
@@ -314,12 +372,11 @@ impl Manifest {
                 if !Kind::STALLS.iter().any(|s| s.name() == k) {
                     return Err(invalid(&r.id, format!("counts: unknown kind {k:?}")));
                 }
-                // Every name must be one a truth line can have.
-                let names = ["iters", "size", "work_us", "threads", "async", "check"];
-                let probe: BTreeMap<String, u64> =
-                    names.iter().map(|n| (n.to_string(), 1)).collect();
                 c.eval(&probe)
                     .map_err(|e| invalid(&r.id, format!("counts.{k}: {}", e.0)))?;
+            }
+            if let Some(g) = &r.gpu_idle {
+                check_gpu_rule(&r.id, g, &probe)?;
             }
             for rule in &r.stall {
                 check_rule(&r.id, rule)?;
@@ -505,6 +562,22 @@ mod tests {
             (
                 "[[comparison]]\ntitle = \"t\"\nstalling = \"a\"\nhealthy = \"b\"\n",
                 "no run",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_snyc\"]\nmax_gaps = 1\n",
+                "gpu_idle: unknown kind",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\n",
+                "nothing to check",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_share = 1.5\n",
+                "min_share",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"steps\"\n",
+                "unknown name",
             ),
         ] {
             let e = Manifest::parse(&run(extra)).unwrap_err();
