@@ -70,9 +70,16 @@ const SYSTEM_SYMBOLS: &[&str] = &[
     "syncspy_scenarios::scenario::calls::",
 ];
 
-/// Source folders that are never the user's: the Rust toolchain's (`/rustc/<hash>/library/...`
-/// in line tables) and crates from the registry.
-const SYSTEM_FILES: &[&str] = &["(/rustc/", "/.cargo/registry/"];
+/// Source files that are never the user's: the Rust toolchain's (`/rustc/<hash>/library/...`
+/// in line tables), crates from the registry, and the scenario harness's two files (inlined
+/// into a release build, its wrappers are named `{closure#0}` or `timed<...>` without their
+/// module, so only the file tells them apart from the scenario's own code).
+const SYSTEM_FILES: &[&str] = &[
+    "(/rustc/",
+    "/.cargo/registry/",
+    "/scenarios/src/scenario.rs:",
+    "/scenarios/src/truth.rs:",
+];
 
 /// Patterns from `SYNCSPY_HIDE_FRAMES` (comma-separated substrings of a frame's text), read
 /// once.
@@ -455,6 +462,9 @@ mod user_frame_tests {
             ("<&dyn core::ops::function::Fn<()> as core::ops::function::FnOnce<()>>::call_once (/rustc/abc/library/core/src/ops/function.rs:287)", Some("scn")),
             ("cudarc::runtime::result::stream::synchronize (/root/.cargo/registry/src/x/cudarc/src/runtime/result.rs:9)", Some("scn")),
             ("syncspy_scenarios::truth::Truth::timed (/w/scenarios/src/truth.rs:69)", Some("scn")),
+            // The same harness inlined in a release build: names without their module.
+            ("{closure#0} (/w/scenarios/src/scenario.rs:243)", Some("scn")),
+            ("timed<cudarc::runtime::sys::cudaError, syncspy_scenarios::scenario::calls::stream_sync::{closure_env#0}> (/w/scenarios/src/truth.rs:69)", Some("scn")),
             ("_PyEval_EvalFrameDefault", Some("libpython3.12.so.1.0")),
         ] {
             assert!(!is_users_frame(text, module), "{text}");
@@ -465,6 +475,10 @@ mod user_frame_tests {
                 Some("scn"),
             ),
             ("run_op (train.cc:42)", Some("train")),
+            (
+                "main (/w/scenarios/src/bin/scn_item_in_loop.rs:55)",
+                Some("scn"),
+            ),
             (
                 "at::native::_local_scalar_dense_cuda(at::Tensor const&) (libtorch_cuda.so)",
                 Some("libtorch_cuda.so"),

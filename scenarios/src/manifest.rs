@@ -203,6 +203,14 @@ pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
             },
             found,
         );
+        // And the site is shown by that frame: the first in the program's own code.
+        let loc = process["sites"][0]["location"].as_str().unwrap_or("");
+        v.push(
+            "top call site's location",
+            format!("names {site}"),
+            loc.chars().take(120).collect(),
+            loc.contains(site.as_str()),
+        );
     }
 
     for rule in &run.stall {
@@ -243,6 +251,16 @@ fn check_gpu_idle(
     process: &Value,
 ) {
     let g = &process["gpu"];
+    // Gaps are counted over the whole run only when it was traced throughout.
+    if g["mode"] != "on" {
+        v.push(
+            "GPU idle rule",
+            "a run traced in mode on".into(),
+            format!("mode {}: skipped", g["mode"].as_str().unwrap_or("unknown")),
+            true,
+        );
+        return;
+    }
     v.push(
         "GPU activity measured",
         "true".into(),
@@ -261,7 +279,7 @@ fn check_gpu_idle(
     let behind = rule.behind.join("+");
     let mut bound = |what: &str, c: &Count, at_least: bool| match c.eval(args) {
         Ok(n) if at_least => {
-            let lo = n.saturating_sub(rule.may_miss);
+            let lo = (n as f64 * rule.fraction).ceil() as u64;
             v.push(
                 format!("GPU idle gaps behind {behind} ({what})"),
                 format!(">= {lo}"),
@@ -325,6 +343,9 @@ pub mod runner {
         pub out_dir: PathBuf,
         /// SYNCSPY_DIR for the runs (None: syncspy's default).
         pub segment_dir: Option<PathBuf>,
+        /// Trace GPU activity for the whole run (`SYNCSPY_GPU_IDLE=on`), which the `gpu_idle`
+        /// rules need; off: the library's default mode, and those rules are skipped.
+        pub trace_gpu: bool,
     }
 
     /// What one run produced.
@@ -367,9 +388,10 @@ pub mod runner {
                 cmd.arg("--sim")
                     .env("SIMCUDA_TIME_SCALE", run.time_scale(m).to_string());
             }
-            // GPU activity traced for the whole run (the `gpu_idle` rules count every gap).
-            cmd.env("SYNCSPY_GPU_IDLE", "on")
-                .arg("--report")
+            if self.trace_gpu {
+                cmd.env("SYNCSPY_GPU_IDLE", "on");
+            }
+            cmd.arg("--report")
                 .arg(&report)
                 .arg("--")
                 .arg(self.bin_dir.join(format!("scn-{}", run.scenario)))
@@ -475,7 +497,7 @@ mod tests {
             "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
             "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
             "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-            "sites": [{"frames": ["wrapper (lib.rs:1)", "main (main.rs:9)"]}]
+            "sites": [{"frames": ["wrapper (lib.rs:1)", "main (main.rs:9)"], "location": "main (main.rs:9)"}]
         });
         let v = check(&run, &truth, &good);
         assert!(v.ok(), "{:#?}", v.failures().collect::<Vec<_>>());
@@ -512,6 +534,10 @@ mod tests {
         );
         failing(&|p| p["dropped_events"] = 3.into(), "process");
         failing(&|p| p["sites"] = json!([]), "top call site");
+        failing(
+            &|p| p["sites"][0]["location"] = "wrapper (lib.rs:1)".into(),
+            "top call site's location",
+        );
         // The program itself must have done what the manifest says.
         let mut t2 = truth.clone();
         t2["args"]["iters"] = 11.into();
@@ -522,7 +548,7 @@ mod tests {
     fn gpu_idle_rules_count_the_gaps_behind_the_waits_and_their_share() {
         let stalling = run_with(
             "stream_sync = \"iters\"\ndevice_sync = 1",
-            "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nmay_miss = 2\n\
+            "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nfraction = 0.8\n\
              min_share = 0.9\n",
         );
         let truth = json!({
@@ -537,8 +563,8 @@ mod tests {
                 "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
                 "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
                 "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-                "sites": [{"frames": ["main (main.rs:9)"]}],
-                "gpu": {"measured": true, "causes": causes},
+                "sites": [{"frames": ["main (main.rs:9)"], "location": "main (main.rs:9)"}],
+                "gpu": {"measured": true, "mode": "on", "causes": causes},
             })
         };
         let failed = |run: &Run, p: &Value| -> Vec<String> {
@@ -547,7 +573,7 @@ mod tests {
                 .map(|f| f.what.clone())
                 .collect()
         };
-        // 8 of 10 gaps (two may be missed), 95% of the idle time, at the program's line.
+        // 8 of 10 gaps (80% required), 95% of the idle time, at the program's line.
         let good = process(json!([
             cause("stream_sync", 8, 0.95, "main.rs:9"),
             cause("host_busy_elsewhere", 1, 0.05, ""),
@@ -580,5 +606,12 @@ mod tests {
         let fed = process(json!([cause("host_busy_elsewhere", 3, 1.0, "")]));
         assert!(failed(&healthy, &fed).is_empty());
         assert!(failed(&healthy, &good)[0].contains("the GPU kept fed"));
+        // A run not traced throughout (the default duty mode): the rules are skipped, and
+        // the verdict says so.
+        let mut duty = few.clone();
+        duty["gpu"]["mode"] = "duty".into();
+        let v = check(&stalling, &truth, &duty);
+        assert!(v.ok(), "{:?}", v.failures().collect::<Vec<_>>());
+        assert!(v.markdown_rows().contains("mode duty: skipped"));
     }
 }

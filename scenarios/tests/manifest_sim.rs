@@ -25,6 +25,7 @@ fn every_scenario_matches_the_manifest_on_the_simulator() {
         sim: true,
         out_dir: out.path().to_path_buf(),
         segment_dir: Some(segments.path().to_path_buf()),
+        trace_gpu: true,
     };
     // Every binary the manifest names must exist before anything runs.
     for r in &m.runs {

@@ -28,8 +28,8 @@
 //! site = "scn_item_in_loop.rs"          # optional: in the top call site's frames
 //! [run.gpu_idle]                        # optional: GPU idle gaps (runs traced, mode on)
 //! behind = ["device_sync"]              # blamed on waits of these kinds (gpu.causes)
-//! min_gaps = "iters"                    # at least this many, less may_miss
-//! may_miss = 1                          # (the first step's gap may precede tracing)
+//! min_gaps = "iters"                    # at least fraction x this many
+//! fraction = 0.5                        # (the first steps may precede tracing)
 //! max_gaps = 1                          # at most (a healthy run: the final wait's)
 //! min_share = 0.9                       # of the idle time received, behind these kinds
 //!
@@ -131,11 +131,13 @@ pub struct Run {
 pub struct GpuIdleRule {
     /// The stall kinds the gaps are blamed on (the report's `gpu.causes[].cause`).
     pub behind: Vec<String>,
-    /// At least this many gaps behind them, less `may_miss`.
+    /// At least `fraction` of this many gaps behind them.
     pub min_gaps: Option<Count>,
-    /// Gaps `min_gaps` may lack: the first step's gap can come before tracing starts.
-    #[serde(default)]
-    pub may_miss: u64,
+    /// The share of `min_gaps` required (default 1): tracing starts on a thread of its own
+    /// once CUPTI is loaded, tens of ms into a run on a real GPU, and the first steps of a
+    /// short run go untraced.
+    #[serde(default = "one")]
+    pub fraction: f64,
     /// At most this many gaps behind them.
     pub max_gaps: Option<Count>,
     /// At least this share of the idle time received is behind them.
@@ -314,6 +316,9 @@ fn check_gpu_rule(
     for c in [&r.min_gaps, &r.max_gaps].into_iter().flatten() {
         c.eval(probe)
             .map_err(|e| invalid(entry, format!("gpu_idle: {}", e.0)))?;
+    }
+    if !(r.fraction > 0.0 && r.fraction <= 1.0) {
+        return Err(invalid(entry, "gpu_idle: fraction must be in (0, 1]"));
     }
     if r.min_share.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
         return Err(invalid(entry, "gpu_idle: min_share must be in 0..=1"));
@@ -574,6 +579,10 @@ mod tests {
             (
                 "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_share = 1.5\n",
                 "min_share",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = 3\nfraction = 0.0\n",
+                "fraction",
             ),
             (
                 "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"steps\"\n",

@@ -3,11 +3,14 @@
 //! tables and exits 1 on any mismatch.
 //!
 //! ```text
-//! scenario-check [--sim] [--syncspy PATH] [--bin-dir DIR] [--manifest FILE] --out DIR [--only ID,...]
+//! scenario-check [--sim] [--trace-gpu] [--syncspy PATH] [--bin-dir DIR] [--manifest FILE] --out DIR [--only ID,...]
 //!                [--python | --python-only] [--python-bin python3] [--script-dir scenarios/python]
 //!                [--python-iters 5,25]
 //! scenario-check --saved DIR [--manifest FILE] [--python | --python-only]   # runs saved in DIR
 //! ```
+//! `--trace-gpu` traces GPU activity through each run (`SYNCSPY_GPU_IDLE=on`) and checks the
+//! manifest's `gpu_idle` rules, which are skipped otherwise (tracing slows kernel launches on a
+//! real GPU, which the stall-time rules of short runs notice).
 //! `--python` also runs the PyTorch scenarios of the manifest (a GPU machine with torch), each
 //! at the two iteration counts of `--python-iters`.
 //! `--syncspy` and `--bin-dir` default to this program's own folder (a build's target folder,
@@ -23,7 +26,7 @@ use syncspy_scenarios::validate::python::{self, PyRunner};
 use syncspy_scenarios::validate::{check_all, markdown};
 
 fn usage() -> &'static str {
-    "usage: scenario-check [--sim] [--syncspy PATH] [--bin-dir DIR] [--manifest FILE] --out DIR [--only ID,...]\n                      [--python | --python-only] [--python-bin python3] [--script-dir scenarios/python] [--python-iters 5,25]\n       scenario-check --saved DIR [--manifest FILE] [--python | --python-only]"
+    "usage: scenario-check [--sim] [--trace-gpu] [--syncspy PATH] [--bin-dir DIR] [--manifest FILE] --out DIR [--only ID,...]\n                      [--python | --python-only] [--python-bin python3] [--script-dir scenarios/python] [--python-iters 5,25]\n       scenario-check --saved DIR [--manifest FILE] [--python | --python-only]"
 }
 
 fn main() -> ExitCode {
@@ -37,11 +40,13 @@ fn main() -> ExitCode {
     let mut python_bin = "python3".to_string();
     let mut script_dir = PathBuf::from("scenarios/python");
     let mut py_iters = (5u64, 25u64);
+    let mut trace_gpu = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().map(PathBuf::from);
         match a.as_str() {
             "--sim" => sim = true,
+            "--trace-gpu" => trace_gpu = true,
             "--syncspy" => syncspy = value().unwrap_or(syncspy),
             "--bin-dir" => bin_dir = value().unwrap_or(bin_dir),
             "--manifest" => manifest = value(),
@@ -107,6 +112,7 @@ fn main() -> ExitCode {
                 sim,
                 out_dir: dir.clone(),
                 segment_dir: None,
+                trace_gpu,
             };
             (dir, Some(runner))
         }
