@@ -3,8 +3,9 @@
 # 13, nvcc and PyTorch, in a copy of the repository that holds the release artifacts in .gpu/
 # (SKIP_BENCH=1 PACK=1 scripts/gpu-stage.sh, on the development machine). Writes to
 # RESULTS_DIR (default ./gpu-results/scenarios): log.txt, native.md (scn-* against
-# scenarios/manifest.toml), python.md (the PyTorch scenarios), sim.md (the same suite on the
-# simulator, on the same machine), gemm.md, runs.tgz (every report, truth line and stderr).
+# scenarios/manifest.toml), traced.md (the same with GPU activity traced: the gpu_idle
+# rules), python.md (the PyTorch scenarios), sim.md (the same suite on the simulator, on the
+# same machine), gemm.md, runs.tgz (every report, truth line and stderr).
 # PYTHON and CUDA_HOME: see gpu-host.sh.
 #
 #   bash scripts/gpu-scenarios.sh
@@ -38,6 +39,11 @@ done
 
 log "scenario suite under syncspy, real runtime, against scenarios/manifest.toml"
 timeout 100 "$G/scenario-check" --out "$R/native" > "$RESULTS_DIR/native.md"; echo "exit $?"
+
+log "the same suite with GPU activity traced throughout: the manifest's gpu_idle rules"
+mkdir -p "$R/traced"
+timeout 100 "$G/scenario-check" --trace-gpu --out "$R/traced" > "$RESULTS_DIR/traced.md"; echo "exit $?"
+grep -E "GPU idle|share of the GPU|gap cause|MISMATCH" "$RESULTS_DIR/traced.md" | head -40
 cat "$RESULTS_DIR/native.md"
 
 log "GEMM: sync cost per step, small vs big (from the truth lines)"
