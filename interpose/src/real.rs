@@ -110,6 +110,11 @@ pub fn lookup_runtime(name: &CStr) -> *mut c_void {
     lookup(name, Lib::Runtime)
 }
 
+/// Where the driver function `name` is defined outside this library (see `lookup`).
+pub fn lookup_driver(name: &CStr) -> *mut c_void {
+    lookup(name, Lib::Driver)
+}
+
 const RUNTIME_SONAMES: &[&CStr] = &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"];
 const DRIVER_SONAMES: &[&CStr] = &[c"libcuda.so.1", c"libcuda.so"];
 

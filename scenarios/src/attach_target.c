@@ -1,16 +1,21 @@
 /* attach-target: a program for `syncspy attach` to attach to, built three ways by build.rs
- * (lazy binding, BIND_NOW with full RELRO, -fno-plt). It links libcudart.so.13 (the
- * simulated runtime at run time) and takes commands on stdin, one per line, answering each
- * with one line on stdout, so a test knows exactly which calls happened when:
+ * (lazy binding, BIND_NOW with full RELRO, -fno-plt). It links libcudart.so.13 and
+ * libcuda.so.1 (both the simulated runtime at run time) and takes commands on stdin, one per
+ * line, answering each with one line on stdout, so a test knows exactly which calls happened
+ * when:
  *
  *   sync N        N x cudaStreamSynchronize(0)            -> "done sync N"
  *   devsync N     N x cudaDeviceSynchronize()             -> "done devsync N"
  *   memcpy N      N x cudaMemcpy 4 KiB device to host     -> "done memcpy N"
+ *   drv N         N x cuStreamSynchronize(0), the driver's import -> "done drv N"
+ *   dsym N        N x cuStreamSynchronize(0) through a pointer that dlsym on a fresh
+ *                 dlopen("libcuda.so.1") handle returns   -> "done dsym N"
  *   dlopen PATH   dlopen(PATH, RTLD_NOW|RTLD_LOCAL)       -> "done dlopen"
  *   lib N         N x caller_work(1, 10) of that library  -> "done lib N"
  *   fork N        a child makes N x cudaStreamSynchronize(0) and exits 0 -> "done fork N STATUS"
  *   storm on|off  a thread sends SIGUSR1 to the process and SIGRTMIN to the main thread
- *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function, then "done slots"
+ *   slots         prints "slot NAME 0xADDR" per GOT slot of a cuda* function,
+ *                 cuStreamSynchronize and dlsym, then "done slots"
  *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N stack N" and exits
  *                 with CODE
  *
@@ -41,6 +46,7 @@ extern int cudaStreamSynchronize(void *stream);
 extern int cudaDeviceSynchronize(void);
 extern int cudaMalloc(void **p, size_t n);
 extern int cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+extern int cuStreamSynchronize(void *stream);
 
 static volatile sig_atomic_t usr1_received, rt_received;
 static volatile long usr1_sent, rt_sent;
@@ -241,7 +247,8 @@ static int print_slot(struct dl_phdr_info *info, size_t size, void *data) {
             unsigned type = ELF64_R_TYPE(r->r_info);
             if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) continue;
             const char *name = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name;
-            if (strncmp(name, "cuda", 4) == 0)
+            if (strncmp(name, "cuda", 4) == 0 || strcmp(name, "cuStreamSynchronize") == 0 ||
+                strcmp(name, "dlsym") == 0)
                 printf("slot %s 0x%lx\n", name, (unsigned long)(info->dlpi_addr + r->r_offset));
         }
     }
@@ -286,6 +293,15 @@ int main(void) {
         } else if (sscanf(line, "memcpy %ld", &n) == 1) {
             for (long i = 0; i < n; i++) cudaMemcpy(host, dev, sizeof host, 2);
             printf("done memcpy %ld\n", n);
+        } else if (sscanf(line, "drv %ld", &n) == 1) {
+            for (long i = 0; i < n; i++) cuStreamSynchronize(NULL);
+            printf("done drv %ld\n", n);
+        } else if (sscanf(line, "dsym %ld", &n) == 1) {
+            void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+            int (*f)(void *) = h ? (int (*)(void *))dlsym(h, "cuStreamSynchronize") : NULL;
+            for (long i = 0; i < n && f; i++) f(NULL);
+            if (h) dlclose(h);
+            printf(f ? "done dsym %ld\n" : "dsym failed %ld\n", n);
         } else if (sscanf(line, "dlopen %479s", arg) == 1) {
             void *h = dlopen(arg, RTLD_NOW | RTLD_LOCAL);
             if (h) caller_work = (int (*)(int, unsigned))dlsym(h, "caller_work");

@@ -415,6 +415,39 @@ fn the_thread_attach_chooses_itself_and_syncspy_detach_ends_it() {
 }
 
 #[test]
+fn driver_imports_and_driver_functions_looked_up_while_attached_are_recorded() {
+    // Each build: the program's own cuStreamSynchronize import (PLT, BIND_NOW GOT, -fno-plt
+    // GLOB_DAT) and a pointer that dlsym hands out on a fresh libcuda handle while attached.
+    for exe in [LAZY, NOW, NOPLT] {
+        let dir = TempDir::new("attach-driver");
+        let mut t = Target::start(exe, &[]);
+        assert_eq!(t.cmd("drv 2"), "done drv 2");
+        let slots: Vec<(String, u64)> = t
+            .slots()
+            .into_iter()
+            .filter(|(n, _)| n == "cuStreamSynchronize" || n == "dlsym")
+            .collect();
+        assert_eq!(slots.len(), 2, "{exe}: {slots:?}");
+        let before = t.got(&slots);
+        let a = start_attach(&t, &dir, &[], &[]).unwrap();
+        let during = t.got(&slots);
+        for (i, (n, _)) in slots.iter().enumerate() {
+            assert_ne!(during[i], before[i], "{exe}: {n} not redirected");
+        }
+        assert_eq!(t.cmd("drv 3"), "done drv 3");
+        assert_eq!(t.cmd("dsym 4"), "done dsym 4");
+        let r = a.finish();
+        assert_eq!(count(&r, "cuStreamSynchronize"), 7, "{exe}: {r:#}");
+        // Detached: the slots are as they were, and calls (a wrapper kept from the attach
+        // included, in `dsym`: a fresh lookup) go on unrecorded.
+        assert_eq!(t.got(&slots), before, "{exe}");
+        assert_eq!(t.cmd("drv 1"), "done drv 1");
+        assert_eq!(t.cmd("dsym 1"), "done dsym 1");
+        assert_eq!(t.exit(5).0.code(), Some(5), "{exe}");
+    }
+}
+
+#[test]
 fn a_library_loaded_after_attach_is_covered() {
     let dir = TempDir::new("attach-dlopen");
     let mut t = Target::start(NOW, &[]);

@@ -4,11 +4,16 @@
 //! For every loaded module (but this library and the vDSO) the dynamic section gives the
 //! relocation tables. A `R_X86_64_JUMP_SLOT` (calls through the PLT) or `R_X86_64_GLOB_DAT`
 //! (`-fno-plt` calls, address-taking) relocation against an undefined symbol that this
-//! library exports as a `cuda*` hook is a slot to redirect. Its current 8 bytes are kept as
-//! the original: the runtime's function when bound, or, under lazy binding with the slot not
+//! library exports as a hook is a slot to redirect: a `cuda*` runtime function, a `cu*`
+//! driver function (programs linked against libcuda), and `dlsym`, so that a driver function
+//! looked up after attach (`dlsym(handle, "cuStreamSynchronize")`, `cuGetProcAddress` found
+//! that way) is handed out wrapped, as under the preload. Its current 8 bytes are kept as
+//! the original: the real function when bound, or, under lazy binding with the slot not
 //! yet resolved, the module's own PLT stub (restoring that lets the next call resolve as it
-//! would have). A slot bound somewhere other than the runtime the hooks forward to (another
-//! copy, another interposer) is left alone and reported.
+//! would have). A slot bound somewhere other than the function the hook forwards to (another
+//! copy, another interposer) is left alone and reported. Driver function pointers the
+//! program fetched before attach (the CUDA runtime's table from `cuGetProcAddress`) stay
+//! unseen: they are in no import slot.
 //!
 //! The store is one aligned 8-byte atomic write; a read-only page (full RELRO) is made
 //! writable for it and given back its protection at once. A module with redirected slots is
@@ -234,8 +239,20 @@ struct Coverage {
     patched: Vec<String>,
     elsewhere: Vec<String>,
     in_data: Vec<String>,
-    driver: usize,
     failed: Vec<String>,
+}
+
+/// Which real function a hooked import forwards to, found the way the hook finds it (so the
+/// slot is redirected only where the hook will call the very function it replaces).
+fn real_of(name: &CStr) -> u64 {
+    let bytes = name.to_bytes();
+    if bytes == b"dlsym" {
+        return crate::driver::dlsym::real_fn().map_or(0, |f| f as u64);
+    }
+    if is_driver_name(bytes) {
+        return crate::real::lookup_driver(name) as u64;
+    }
+    crate::real::lookup_runtime(name) as u64
 }
 
 /// Page protection of the mapping holding `addr`, from /proc/self/maps.
@@ -352,7 +369,7 @@ pub(super) fn patch_new_modules() -> String {
         }
         if !cov.elsewhere.is_empty() {
             out.push_str(&format!(
-                "not covered {name}: bound to another copy of the runtime: {}\n",
+                "not covered {name}: bound to another copy of the runtime or driver: {}\n",
                 cov.elsewhere.join(" ")
             ));
         }
@@ -366,12 +383,6 @@ pub(super) fn patch_new_modules() -> String {
             out.push_str(&format!(
                 "not covered {name}: function pointers stored in its data: {}\n",
                 cov.in_data.join(" ")
-            ));
-        }
-        if cov.driver > 0 {
-            out.push_str(&format!(
-                "not covered {name}: {} driver API imports (cu*)\n",
-                cov.driver
             ));
         }
     }
@@ -413,12 +424,11 @@ unsafe fn scan(
             // SAFETY: a NUL-terminated name in the module's string table.
             let name = unsafe { CStr::from_ptr((t.strtab + s.name as u64) as *const libc::c_char) };
             let bytes = name.to_bytes();
-            if !bytes.starts_with(b"cuda") {
-                if kind != R_X86_64_64 && is_driver_name(bytes) {
-                    cov.driver += 1;
-                }
+            if !(bytes.starts_with(b"cuda") || is_driver_name(bytes) || bytes == b"dlsym") {
                 continue;
             }
+            // Only what this library hooks (a driver function it does not wrap, such as
+            // cuLaunchKernel, never stalls and needs nothing).
             let Some(hook) = own_export(name, own) else {
                 continue;
             };
@@ -431,14 +441,17 @@ unsafe fn scan(
             if slots.iter().any(|s| s.addr == addr) {
                 continue;
             }
-            let real = crate::real::lookup_runtime(name) as u64;
+            let real = real_of(name);
             let current = load(addr);
             let unresolved = m.range.0 <= current && current < m.range.1;
             if real == 0 || current == hook {
                 continue;
             }
             if !unresolved && current != real {
-                cov.elsewhere.push(text);
+                // `dlsym` bound to another version of it: nothing of the CUDA APIs lost.
+                if bytes != b"dlsym" {
+                    cov.elsewhere.push(text);
+                }
                 continue;
             }
             if store(addr, hook, maps) {

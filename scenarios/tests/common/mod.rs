@@ -5,14 +5,13 @@
 #[allow(unused_imports)] // each test uses a subset
 pub use syncspy_test_support::{artifact, target_dir, TempDir};
 
-/// A private folder holding `libcudart.so.13 -> libsimcudart.so`: put it on
-/// `LD_LIBRARY_PATH` to run a program against the simulator without syncspy.
+/// A private folder holding `libcudart.so.13 -> libsimcudart.so` and `libcuda.so.1` (the
+/// simulator is the driver too): put it on `LD_LIBRARY_PATH` to run a program against the
+/// simulator without syncspy.
 pub fn with_sim_runtime(tag: &str) -> TempDir {
     let d = TempDir::new(tag);
-    std::os::unix::fs::symlink(
-        artifact("libsimcudart.so"),
-        d.path().join("libcudart.so.13"),
-    )
-    .unwrap();
+    for name in ["libcudart.so.13", "libcuda.so.1"] {
+        std::os::unix::fs::symlink(artifact("libsimcudart.so"), d.path().join(name)).unwrap();
+    }
     d
 }
