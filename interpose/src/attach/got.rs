@@ -247,7 +247,7 @@ struct Coverage {
 fn real_of(name: &CStr) -> u64 {
     let bytes = name.to_bytes();
     if bytes == b"dlsym" {
-        return crate::driver::dlsym::real_fn().map_or(0, |f| f as u64);
+        return crate::driver::dlsym::real_fn().map_or(0, |f| f as usize as u64);
     }
     if is_driver_name(bytes) {
         return crate::real::lookup_driver(name) as u64;
