@@ -123,6 +123,16 @@ enum Cmd {
         /// Show the live monitor (syncspy-top) while attached; quitting it (q) detaches
         #[arg(long)]
         tui: bool,
+        /// With --tui: an option for the monitor (syncspy-top --attach passes its display
+        /// options this way)
+        #[arg(
+            long = "top-arg",
+            value_name = "ARG",
+            requires = "tui",
+            hide = true,
+            allow_hyphen_values = true
+        )]
+        top_args: Vec<String>,
     },
     /// End an attach (of any `syncspy attach`): the process stops recording and runs on
     Detach {
@@ -295,6 +305,7 @@ fn main() -> ExitCode {
             report,
             thread,
             tui,
+            top_args,
         } => {
             let mut opts = syncspy_agent::attach::AttachOptions::new(pid);
             opts.duration = duration
@@ -303,6 +314,7 @@ fn main() -> ExitCode {
             opts.report = report;
             opts.thread = thread;
             opts.tui = tui;
+            opts.top_args = top_args;
             if let Some(ms) = std::env::var("SYNCSPY_ATTACH_LEASE_MS")
                 .ok()
                 .and_then(|v| v.trim().parse().ok())

@@ -30,6 +30,10 @@ struct Args {
     /// Follow only this process.
     #[arg(long)]
     pid: Option<u32>,
+    /// Attach to this running process first (`syncspy attach PID --tui`, found next to
+    /// syncspy-top: injects libsyncspy.so, no restart), show it, and detach on quit
+    #[arg(long, value_name = "PID", conflicts_with_all = ["agent", "print", "pid", "session"])]
+    attach: Option<i32>,
     /// Follow only the processes of this session (the `SYNCSPY_SESSION` that `syncspy run`
     /// gives its command and the command's descendants).
     #[arg(long, value_name = "ID", conflicts_with = "agent")]
@@ -96,6 +100,9 @@ fn main() -> ExitCode {
 }
 
 fn monitor(args: Args) -> anyhow::Result<()> {
+    if let Some(pid) = args.attach {
+        return attach(pid, &args);
+    }
     let source: Box<dyn Source> = match &args.agent {
         Some(url) => {
             // A token file given is needed; the default one may be absent (the agent then
@@ -159,6 +166,53 @@ fn monitor(args: Args) -> anyhow::Result<()> {
         .with_gpu_pane(args.gpu);
     app.recent = !args.all;
     syncspy_tui::term::run(source, app, interval)
+}
+
+/// `--attach PID`: becomes `syncspy attach PID --tui`, which attaches, runs this monitor on
+/// the attach's session with the display options given here, and detaches when it quits.
+/// Attaching (ptrace, the injection) stays in the `syncspy` binary, not in the monitor.
+fn attach(pid: i32, args: &Args) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let here = std::env::current_exe()?;
+    let syncspy = here
+        .parent()
+        .map(|d| d.join("syncspy"))
+        .filter(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--attach: syncspy not found next to {} (build it with `cargo build -p \
+                 syncspy-agent`)",
+                here.display()
+            )
+        })?;
+    let mut cmd = std::process::Command::new(&syncspy);
+    cmd.args(["attach", &pid.to_string(), "--tui"]);
+    let mut top = vec![
+        format!("--window={}", args.window),
+        format!("--interval-ms={}", args.interval_ms),
+    ];
+    for (on, flag) in [
+        (args.ascii, "--ascii"),
+        (args.no_color, "--no-color"),
+        (args.all, "--all"),
+        (args.gpu, "--gpu"),
+    ] {
+        if on {
+            top.push(flag.to_string());
+        }
+    }
+    for a in top {
+        cmd.arg(format!("--top-arg={a}"));
+    }
+    if let Some(d) = &args.dir {
+        cmd.env("SYNCSPY_DIR", d);
+    }
+    // Only returns on failure.
+    let e = cmd.exec();
+    Err(anyhow::anyhow!(
+        "--attach: cannot run {}: {e}",
+        syncspy.display()
+    ))
 }
 
 /// `COLSxROWS`, e.g. `120x40`; at least 40x10 (the smallest readable screen).

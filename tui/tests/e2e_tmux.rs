@@ -293,3 +293,93 @@ fn monitor_in_a_real_terminal_shows_process_kinds_and_top_site() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn attach_from_the_monitor_shows_a_running_process_and_q_detaches_it() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("tmux is not installed: skipping the pseudo-terminal test");
+        return;
+    }
+    // A process started without syncspy: the simulated runtime on its library path only.
+    let t = target_dir();
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("syncspy-top-e2e-attach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(t.join("libsimcudart.so"), dir.join("libcudart.so.13")).unwrap();
+    let child = Command::new(t.join("cudacalls"))
+        .args(["--iters", "100000", "busy=s1:3000", "sync=s1"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("SIMCUDA_QUIET", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let socket = format!("syncspy-top-e2e-attach-{}", std::process::id());
+    let mut cleanup = Cleanup {
+        scenario: Some(child),
+        socket: socket.clone(),
+        dir: dir.clone(),
+    };
+    let segs = dir.join("segments");
+    std::fs::create_dir_all(&segs).unwrap();
+    let top = format!(
+        "env SYNCSPY_DIR={} TERM=xterm-256color {} --attach {pid} --window 5",
+        segs.display(),
+        env!("CARGO_BIN_EXE_syncspy-top")
+    );
+    let ok = Command::new("tmux")
+        .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+        .args(["-s", "top", "-x", "100", "-y", "30", &top])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let screen = loop {
+        let s = capture(&socket);
+        if s.contains("cudacalls") && s.contains("running") && s.contains("stream_sync") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the screen never showed it:\n{s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The window option reached the monitor that `syncspy attach --tui` started.
+    assert!(screen.contains("[last 5s]"), "{screen}");
+    Command::new("tmux")
+        .args(["-L", &socket, "send-keys", "-t", "top", "q"])
+        .status()
+        .unwrap();
+    // q ends the monitor, the attach detaches and ends; the process runs on.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = Command::new("tmux")
+            .args(["-L", &socket, "has-session", "-t", "top"])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !alive {
+            break;
+        }
+        assert!(Instant::now() < deadline, "q did not end the attach");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let c = cleanup.scenario.as_mut().unwrap();
+    assert!(
+        matches!(c.try_wait(), Ok(None)),
+        "the process did not run on"
+    );
+    // Detached: no segment or control file left, and the process is not traced.
+    let left: Vec<_> = std::fs::read_dir(&segs).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0"), "{status}");
+}

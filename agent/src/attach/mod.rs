@@ -38,6 +38,8 @@ pub struct AttachOptions {
     pub print_summary: bool,
     /// Show the live monitor (syncspy-top) while attached; quitting it detaches.
     pub tui: bool,
+    /// Options for the monitor (`--top-arg`), after the session and folder.
+    pub top_args: Vec<String>,
     pub poll_interval: Duration,
     pub lease_ms: u64,
 }
@@ -51,6 +53,7 @@ impl AttachOptions {
             thread: None,
             print_summary: true,
             tui: false,
+            top_args: Vec::new(),
             poll_interval: Duration::from_millis(100),
             lease_ms: DEFAULT_LEASE_MS,
         }
@@ -347,7 +350,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // The monitor, on the terminal, follows this attach's session; quitting it ends the
     // attach.
     let mut monitor = if opts.tui {
-        start_monitor(session, &seg_dir)
+        start_monitor(session, &seg_dir, &opts.top_args)
     } else {
         None
     };
@@ -482,7 +485,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
 
 /// Starts `syncspy-top --session S --dir DIR` on this terminal; None (with a notice) without
 /// a terminal or without the monitor's binary.
-fn start_monitor(session: u64, seg_dir: &Path) -> Option<std::process::Child> {
+fn start_monitor(session: u64, seg_dir: &Path, extra: &[String]) -> Option<std::process::Child> {
     use std::io::IsTerminal;
     if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
         eprintln!(
@@ -506,6 +509,7 @@ fn start_monitor(session: u64, seg_dir: &Path) -> Option<std::process::Child> {
         .arg(session.to_string())
         .arg("--dir")
         .arg(seg_dir)
+        .args(extra)
         .spawn()
     {
         Ok(c) => Some(c),
