@@ -5,7 +5,10 @@
 //!   pinned memory): classify, count, forward;
 //! - `recorded_event_no_stack`: a stall event (`cudaStreamSynchronize`) timed and written
 //!   to the ring with its totals, no stack capture;
-//! - `unwind_*`: the stack capture itself, per depth.
+//! - `unwind_*`: the stack capture itself, per depth;
+//! - `dormant_stream_sync`: a stall-kind call while the library is dormant (a preload with
+//!   `SYNCSPY_DORMANT=1` waiting for an attach, or a process after detach): state check, the
+//!   once-a-second control-file poll's clock read, forward.
 //!
 //! Run with `cargo bench -p syncspy-interpose --bench hooks`; numbers in docs/performance.md.
 
@@ -53,6 +56,7 @@ fn bench(c: &mut Criterion) {
     unsafe {
         std::env::set_var("SYNCSPY_DIR", &dir);
         std::env::set_var("SYNCSPY_STACKS", "0");
+        std::env::set_var("SYNCSPY_DORMANT", "1");
     }
     let host = vec![0u8; 1 << 20];
     let dev = 0x7000_0000_0000usize as *mut c_void;
@@ -93,6 +97,14 @@ fn bench(c: &mut Criterion) {
             b.iter(|| nest(depth + 8, depth))
         });
     }
+    // Last: dormant stays dormant (no control file in the bench's folder).
+    testing::go_dormant();
+    c.bench_function("dormant_stream_sync", |b| {
+        // SAFETY: as for `recorded_event_no_stack`.
+        b.iter(|| unsafe {
+            testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false)
+        })
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -63,6 +63,12 @@ pub mod testing {
         crate::runtime::Runtime::active()?.seg.intern_site(frames)
     }
 
+    /// Puts the library in the dormant state (hooks pass through): what `SYNCSPY_DORMANT=1`
+    /// gives before an attach and what a detach leaves.
+    pub fn go_dormant() {
+        crate::runtime::go_dormant();
+    }
+
     /// Unwinds the calling thread's stack (no frames skipped); returns the frame count.
     pub fn unwind(depth: usize) -> usize {
         let mut f = [0u64; syncspy_abi::sites::MAX_FRAMES];
