@@ -6,8 +6,10 @@
 
 pub mod cuda;
 pub mod kernels;
+pub mod launch;
 pub mod manifest;
 pub mod scenario;
+pub mod specs;
 pub mod sync_gemm;
 pub mod truth;
 pub mod validate;

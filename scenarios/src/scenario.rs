@@ -65,7 +65,7 @@ impl Spec {
         }
     }
 
-    fn usage(&self) -> String {
+    pub fn usage(&self) -> String {
         let mut u = format!(
             "scn-{}: {}\n\nusage: scn-{} [--iters N]",
             self.name, self.about, self.name

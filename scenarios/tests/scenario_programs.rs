@@ -74,3 +74,36 @@ fn help_and_bad_arguments() {
         assert_eq!(out.status.code(), Some(2), "{name}: a bad argument exits 2");
     }
 }
+
+#[test]
+fn without_a_cuda_runtime_help_works_and_a_run_says_why_not() {
+    // No simulated runtime on the library path: the loader finds no libcudart.so.13 (unless
+    // the machine has CUDA installed system-wide, checked below).
+    let empty = TempDir::new("no-runtime");
+    let bare = |name: &str, args: &[&str]| {
+        Command::new(artifact(&format!("scn-{name}")))
+            .args(args)
+            .env("LD_LIBRARY_PATH", empty.path())
+            .output()
+            .expect("start the scenario")
+    };
+    for name in SCENARIOS {
+        let out = bare(name, &["--help"]);
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("usage: scn-{name}")));
+        let out = bare(name, &["--bogus"]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument"));
+    }
+    let out = bare("item-in-loop", &["--iters", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        eprintln!("this machine has a CUDA runtime on its default library path: not checked");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("scn-item-in-loop: no CUDA runtime"), "{err}");
+    assert!(err.contains("libcudart.so.13"), "{err}");
+    assert!(err.contains("syncspy run --sim"), "{err}");
+    assert!(out.stdout.is_empty());
+}

@@ -10,19 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use syncspy_scenarios::cuda::cudaMemcpyKind::cudaMemcpyDeviceToHost as D2H;
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::CLEAN_ASYNC as SPEC;
 use syncspy_scenarios::truth::Kind;
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 16, "elements of the array counted each step")),
-    work_us: Some(2000),
-    host_us: Some(1000),
-    ..Spec::new(
-        "clean-async",
-        "the healthy way: results stay on the GPU, one read at the end",
-        20,
-    )
-};
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

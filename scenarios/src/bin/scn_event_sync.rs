@@ -7,13 +7,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 16, "elements filled each step")),
-    work_us: Some(2000),
-    ..Spec::new("event-sync", "cudaEventSynchronize after every step", 20)
-};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::EVENT_SYNC as SPEC;
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

@@ -10,17 +10,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 20, "bytes allocated each step")),
-    work_us: Some(2000),
-    ..Spec::new(
-        "implicit-free",
-        "cudaMalloc/cudaFree every step: the free waits for the GPU",
-        20,
-    )
-};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::IMPLICIT_FREE as SPEC;
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

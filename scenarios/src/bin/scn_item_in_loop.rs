@@ -12,19 +12,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use syncspy_scenarios::cuda::cudaMemcpyKind::cudaMemcpyDeviceToHost as D2H;
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::ITEM_IN_LOOP as SPEC;
 use syncspy_scenarios::truth::Kind;
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 16, "elements of the array counted each step")),
-    work_us: Some(2000),
-    host_us: Some(1000),
-    ..Spec::new(
-        "item-in-loop",
-        "a scalar read back (.item()) every step: one stream sync per step",
-        20,
-    )
-};
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

@@ -10,19 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use syncspy_scenarios::kernels::Kernels;
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, GpuSpans, Outcome, Resources, Spec};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, GpuSpans, Outcome, Resources};
+use syncspy_scenarios::specs::MULTI_THREAD as SPEC;
 use syncspy_scenarios::truth::Truth;
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 16, "elements filled per thread and step")),
-    work_us: Some(2000),
-    threads: Some(4),
-    ..Spec::new(
-        "multi-thread",
-        "threads with their own streams, each synchronizing every step",
-        20,
-    )
-};
 
 /// One thread's loop; returns its account and its GPU time in ms.
 fn worker(k: &Kernels, a: Args) -> (Truth, f64) {

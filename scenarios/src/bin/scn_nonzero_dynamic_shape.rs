@@ -13,17 +13,8 @@ use std::ptr::null_mut;
 use std::time::Instant;
 
 use syncspy_scenarios::cuda::cudaMemcpyKind::cudaMemcpyDeviceToHost as D2H;
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
-
-const SPEC: Spec = Spec {
-    size: Some((1 << 16, "elements of the array each step")),
-    work_us: Some(2000),
-    ..Spec::new(
-        "nonzero-dynamic-shape",
-        "a count read back each step to size the next launch: one blocking copy per step",
-        20,
-    )
-};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::NONZERO_DYNAMIC_SHAPE as SPEC;
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

@@ -15,18 +15,9 @@ use std::time::Instant;
 use syncspy_scenarios::cuda::cudaMemcpyKind::{
     cudaMemcpyDeviceToHost as D2H, cudaMemcpyHostToDevice as H2D,
 };
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome, Spec};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, Outcome};
+use syncspy_scenarios::specs::PAGEABLE_H2D as SPEC;
 use syncspy_scenarios::truth::Kind;
-
-const SPEC: Spec = Spec {
-    size: Some((4 << 20, "bytes per batch")),
-    work_us: Some(1000),
-    ..Spec::new(
-        "pageable-h2d",
-        "batches copied from pageable memory: the copy waits every step",
-        20,
-    )
-};
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

@@ -14,18 +14,9 @@ use std::time::Instant;
 use syncspy_scenarios::cuda::cudaMemcpyKind::{
     cudaMemcpyDeviceToHost as D2H, cudaMemcpyHostToDevice as H2D,
 };
-use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, GpuSpans, Outcome, Spec};
+use syncspy_scenarios::scenario::{calls, ms_since, Args, Ctx, GpuSpans, Outcome};
+use syncspy_scenarios::specs::PINNED_DOUBLE_BUFFER as SPEC;
 use syncspy_scenarios::truth::Kind;
-
-const SPEC: Spec = Spec {
-    size: Some((4 << 20, "bytes per batch")),
-    work_us: Some(1000),
-    ..Spec::new(
-        "pinned-double-buffer",
-        "pinned batches, copy and compute streams, two buffers: no stall in the loop",
-        20,
-    )
-};
 
 fn main() -> ExitCode {
     let a = Args::parse(&SPEC);

@@ -5,19 +5,8 @@
 
 use std::process::ExitCode;
 
-use syncspy_scenarios::scenario::Spec;
+use syncspy_scenarios::specs::SYNC_BIG_GEMM as SPEC;
 use syncspy_scenarios::sync_gemm;
-
-const SPEC: Spec = Spec {
-    size: Some((8192, "matrix side n (n x n FP32)")),
-    async_flag: true,
-    check_flag: true,
-    ..Spec::new(
-        "sync-big-gemm",
-        "a big GEMM per step + cudaDeviceSynchronize (--async: the healthy variant)",
-        8,
-    )
-};
 
 fn main() -> ExitCode {
     sync_gemm::run(SPEC)

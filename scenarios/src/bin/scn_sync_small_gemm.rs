@@ -5,19 +5,8 @@
 
 use std::process::ExitCode;
 
-use syncspy_scenarios::scenario::Spec;
+use syncspy_scenarios::specs::SYNC_SMALL_GEMM as SPEC;
 use syncspy_scenarios::sync_gemm;
-
-const SPEC: Spec = Spec {
-    size: Some((512, "matrix side n (n x n FP32)")),
-    async_flag: true,
-    check_flag: true,
-    ..Spec::new(
-        "sync-small-gemm",
-        "a small GEMM per step + cudaDeviceSynchronize (--async: the healthy variant)",
-        200,
-    )
-};
 
 fn main() -> ExitCode {
     sync_gemm::run(SPEC)
