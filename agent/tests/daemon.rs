@@ -350,3 +350,95 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
     }
     assert!(exec.contains("127.0.0.1:"), "loopback by default: {exec}");
 }
+
+#[test]
+fn the_monitors_gpu_pane_asks_the_agent_to_trace_a_process() {
+    let d = TempDir::new("agent-gpu-pane");
+    let seg = d.path().join("seg");
+    let lib = d.path().join("lib");
+    std::fs::create_dir_all(&seg).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    for name in ["libcudart.so.13", "libcupti.so.13"] {
+        std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join(name)).unwrap();
+    }
+    let token_file = d.path().join("agent.token");
+    let mut agent = Running(
+        Command::new(SYNCSPY)
+            .args(["agent", "--listen", "127.0.0.1:0", "--interval-ms", "100"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .env("SYNCSPY_DIR", &seg)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
+    let addr = eventually("the agent's address", || {
+        let l = lines.next()?.ok()?;
+        let rest = l.split("serving http://").nth(1)?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    std::thread::spawn(move || for _ in lines {});
+    // A kernel of 3 ms, its wait, 2 ms of host work, for minutes; GPU tracing off.
+    let _prog = Running(
+        Command::new(artifact("scn-item-in-loop"))
+            .args([
+                "--iters",
+                "100000",
+                "--work-us",
+                "3000",
+                "--host-us",
+                "2000",
+            ])
+            .env("LD_PRELOAD", artifact("libsyncspy.so"))
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SYNCSPY_GPU_IDLE", "off")
+            .env("SIMCUDA_QUIET", "1")
+            .env_remove("SYNCSPY_SESSION")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let token = syncspy_read::snapshot::read_token(&token_file).unwrap();
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    eventually("the agent to follow the program", || {
+        let (_, body) = get_with(&addr, "/api/v1/snapshot", &auth);
+        body.contains("scn-item-in-loop").then_some(())
+    });
+    let out = Command::new(artifact("syncspy-top"))
+        .args(["--agent", &format!("http://{addr}"), "--token-file"])
+        .arg(&token_file)
+        .args(["--print", "--gpu", "--after", "4", "--size", "120x40"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let title = screen
+        .lines()
+        .find(|l| l.contains("GPU pid"))
+        .unwrap_or_else(|| panic!("no GPU pane:\n{screen}"));
+    assert!(title.contains("mode off"), "{title}");
+    assert!(title.contains("[traced on request, was "), "{title}");
+    // Traced through the agent: the device was measured and the gaps blamed on the wait.
+    let dev = screen
+        .lines()
+        .find(|l| l.contains("device 0"))
+        .unwrap_or("");
+    assert!(
+        dev.contains("busy") && !dev.contains("busy      -"),
+        "{screen}"
+    );
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("stream_sync cudaStreamSynchronize")
+                && l.contains("scn_item_in_loop.rs:")),
+        "{screen}"
+    );
+}

@@ -93,7 +93,8 @@ impl AgentSource {
         self
     }
 
-    fn fetch(&self) -> anyhow::Result<AgentSnapshot> {
+    /// The raw response to `METHOD path` (no request body), with the token if any.
+    fn exchange(&self, method: &str, path: &str) -> anyhow::Result<Vec<u8>> {
         let mut s = TcpStream::connect_timeout(&self.addr, TIMEOUT)
             .with_context(|| format!("connecting to {}", self.addr))?;
         s.set_read_timeout(Some(TIMEOUT))?;
@@ -105,13 +106,39 @@ impl AgentSource {
             .unwrap_or_default();
         write!(
             s,
-            "GET /api/v1/snapshot HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\
-             {auth}\r\n",
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\
+             Content-Length: 0\r\n{auth}\r\n",
             self.host
         )?;
         let mut buf = Vec::new();
         s.take(MAX_BYTES).read_to_end(&mut buf)?;
-        parse_response(&buf)
+        Ok(buf)
+    }
+
+    fn fetch(&self) -> anyhow::Result<AgentSnapshot> {
+        parse_response(&self.exchange("GET", "/api/v1/snapshot")?)
+    }
+}
+
+/// The agent's answer to a tracing request: the process's tracing state before it (from
+/// "... (its tracing was off)"), or the agent's reason for refusing.
+pub fn parse_trace_answer(buf: &[u8]) -> Result<String, String> {
+    let text = String::from_utf8_lossy(buf);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("not an HTTP response")?;
+    let body = body.trim();
+    match head.split_whitespace().nth(1) {
+        Some("200") => Ok(body
+            .rsplit_once("(its tracing was ")
+            .and_then(|(_, s)| s.strip_suffix(')'))
+            .unwrap_or("unknown")
+            .to_string()),
+        Some("401") => Err("the agent wants its token (--token-file)".into()),
+        Some(code) => {
+            // "process N: why" -> "why".
+            let why = body.split_once(": ").map_or(body, |(_, w)| w);
+            Err(format!("the agent answered {code}: {why}"))
+        }
+        None => Err("not an HTTP response".into()),
     }
 }
 
@@ -374,9 +401,39 @@ impl Source for AgentSource {
         self.reset_pending = true;
     }
 
+    /// `POST /api/v1/gpu-trace?pid=N&seconds=S` (with the token).
+    fn request_gpu_trace(&mut self, process: ProcessKey, secs: u64) -> Result<String, String> {
+        let path = format!("/api/v1/gpu-trace?pid={}&seconds={secs}", process.pid);
+        let buf = self
+            .exchange("POST", &path)
+            .map_err(|e| format!("{}: {e:#}", self.url))?;
+        parse_trace_answer(&buf)
+    }
+
     fn forget(&mut self, process: ProcessKey) {
         self.forgotten.insert(process);
         self.busy.remove(&process);
         self.last.retain(|p| p.key() != process);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_trace_answer;
+
+    #[test]
+    fn tracing_answers_give_the_state_before_or_the_reason() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nprocess 7: GPU activity \
+                   traced for the next 3 s (its tracing was paused)\n";
+        assert_eq!(parse_trace_answer(ok), Ok("paused".to_string()));
+        let gone = b"HTTP/1.1 404 Not Found\r\n\r\nprocess 7: not a running process this \
+                     agent follows\n";
+        assert_eq!(
+            parse_trace_answer(gone),
+            Err("the agent answered 404: not a running process this agent follows".to_string())
+        );
+        let auth = b"HTTP/1.1 401 Unauthorized\r\n\r\nsend Authorization: Bearer\n";
+        assert!(parse_trace_answer(auth).unwrap_err().contains("token"));
+        assert!(parse_trace_answer(b"garbage").is_err());
     }
 }
