@@ -32,8 +32,10 @@ pub fn main() -> ExitCode {
     let argv0 = std::env::args_os()
         .next()
         .unwrap_or_else(|| file.clone().into());
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match Args::parse_from(spec, args.iter().cloned()) {
+    // Passed on as given; parsed as text (an argument that is not UTF-8 is then unknown).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let text = args.iter().map(|a| a.to_string_lossy().into_owned());
+    match Args::parse_from(spec, text) {
         Ok(None) => {
             println!("{}", spec.usage());
             return ExitCode::SUCCESS;

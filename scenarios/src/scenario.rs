@@ -121,7 +121,12 @@ pub struct Args {
 impl Args {
     /// Parses the process's arguments; prints usage and exits on `-h` or a bad argument.
     pub fn parse(spec: &Spec) -> Args {
-        match Args::parse_from(spec, std::env::args().skip(1)) {
+        match Args::parse_from(
+            spec,
+            std::env::args_os()
+                .skip(1)
+                .map(|a| a.to_string_lossy().into_owned()),
+        ) {
             Ok(Some(a)) => a,
             Ok(None) => {
                 println!("{}", spec.usage());

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 
 use common::*;
@@ -95,6 +96,15 @@ fn without_a_cuda_runtime_help_works_and_a_run_says_why_not() {
         assert_eq!(out.status.code(), Some(2), "{name}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument"));
     }
+    // An argument that is not UTF-8: refused like any unknown one, not a panic.
+    let odd = std::ffi::OsStr::from_bytes(b"--it\xffers");
+    let out = Command::new(artifact("scn-item-in-loop"))
+        .arg(odd)
+        .env("LD_LIBRARY_PATH", empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument"));
     let out = bare("item-in-loop", &["--iters", "1"]);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {

@@ -384,6 +384,13 @@ impl Source for AgentSource {
                     procs.push(p);
                 }
                 self.reset_pending = false;
+                // Per-process state of processes the agent no longer lists goes with them
+                // (a node agent sees many short jobs over days).
+                let listed: std::collections::HashSet<ProcessKey> =
+                    procs.iter().map(|p| p.key()).collect();
+                self.prev.retain(|k, _| listed.contains(k));
+                self.baseline.retain(|k, _| listed.contains(k));
+                self.busy.retain(|k, _| listed.contains(k));
                 self.last = procs;
             }
             Err(e) => problems.push(format!("{}: {e:#}", self.url)),
