@@ -111,6 +111,21 @@ fn main() {
     );
     println!("cargo:rerun-if-changed=src/cudacaller.c");
 
+    // Another interposer, preloaded into the attach target by tests/attach.rs.
+    let shim = out.join("libshim.so");
+    let status = cc::Build::new()
+        .get_compiler()
+        .to_command()
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&shim)
+        .arg("src/shim.c")
+        .arg("-ldl")
+        .status()
+        .expect("run the C compiler for libshim.so");
+    assert!(status.success(), "building libshim.so failed");
+    println!("cargo:rustc-env=SYNCSPY_SHIM_LIB={}", shim.display());
+    println!("cargo:rerun-if-changed=src/shim.c");
+
     // The program `syncspy attach` is tested on (tests/attach.rs), linked three ways: lazy
     // binding (slots resolved at first call), BIND_NOW with full RELRO (slots read-only), and
     // -fno-plt (calls through GLOB_DAT slots).

@@ -556,7 +556,13 @@ pub(crate) fn go_dormant() {
 /// `DORMANT` (or `DISABLED` after a failed start) → `UNINIT`: the next hooked call creates a
 /// fresh segment with the current configuration. False if recording is already on.
 pub(crate) fn arm() -> bool {
-    // The next initialisation stores its own start; waiters must not use the last one's.
+    // `arm` runs under the attach lock, so only a hooked call's initialisation can move the
+    // state meanwhile, and it cannot start from DORMANT or DISABLED.
+    if !matches!(STATE.load(Ordering::Acquire), DORMANT | DISABLED) {
+        return false;
+    }
+    // The next initialisation stores its own start; waiters must not use the last one's
+    // (cleared before the state allows one to begin).
     INIT_BEGAN.store(0, Ordering::Release);
     for from in [DORMANT, DISABLED] {
         if STATE
@@ -652,6 +658,8 @@ extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
     RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    // The child's first initialisation starts its own patience, not the parent's.
+    INIT_BEGAN.store(0, Ordering::Relaxed);
     crate::gpu::after_fork_in_child();
     // A dormant parent has a dormant child; an armed one a child that records (and starts
     // its own attach worker on its first call, see `attach::on_runtime_created`).

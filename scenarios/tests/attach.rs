@@ -23,6 +23,7 @@ const LAZY: &str = env!("SYNCSPY_ATTACH_TARGET_LAZY");
 const NOW: &str = env!("SYNCSPY_ATTACH_TARGET_NOW");
 const NOPLT: &str = env!("SYNCSPY_ATTACH_TARGET_NOPLT");
 const CALLER_LIB: &str = env!("SYNCSPY_CUDACALLER_LIB");
+const SHIM_LIB: &str = env!("SYNCSPY_SHIM_LIB");
 
 struct Target {
     child: Child,
@@ -445,6 +446,54 @@ fn driver_imports_and_driver_functions_looked_up_while_attached_are_recorded() {
         assert_eq!(t.cmd("dsym 1"), "done dsym 1");
         assert_eq!(t.exit(5).0.code(), Some(5), "{exe}");
     }
+}
+
+#[test]
+fn a_slot_not_resolved_yet_that_another_interposer_would_take_is_left_to_it() {
+    // Lazy binding, with a shim preloaded that defines cudaDeviceSynchronize: the program's
+    // slot for it is unresolved at attach, and would resolve to the shim, not the runtime.
+    let dir = TempDir::new("attach-shim");
+    let tally = dir.path().join("shim-calls");
+    let tally_s = tally.to_string_lossy().into_owned();
+    let mut t = Target::start(
+        LAZY,
+        &[("LD_PRELOAD", SHIM_LIB), ("SHIM_COUNT", tally_s.as_str())],
+    );
+    let slots: Vec<(String, u64)> = t
+        .slots()
+        .into_iter()
+        .filter(|(n, _)| n == "cudaDeviceSynchronize" || n == "cudaStreamSynchronize")
+        .collect();
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    let before = t.got(&slots);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    let during = t.got(&slots);
+    for (i, (n, _)) in slots.iter().enumerate() {
+        if n == "cudaDeviceSynchronize" {
+            assert_eq!(during[i], before[i], "{n} taken from the shim");
+        } else {
+            assert_ne!(during[i], before[i], "{n} not redirected");
+        }
+    }
+    assert_eq!(t.cmd("devsync 2"), "done devsync 2");
+    assert_eq!(t.cmd("sync 3"), "done sync 3");
+    let r = a.finish();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 3, "{r:#}");
+    assert_eq!(count(&r, "cudaDeviceSynchronize"), 0, "{r:#}");
+    let told = r["warnings"].as_array().unwrap().iter().any(|w| {
+        let w = w.as_str().unwrap_or("");
+        w.contains("not covered") && w.contains("cudaDeviceSynchronize")
+    });
+    assert!(told, "the report does not say what the shim keeps: {r:#}");
+    // The shim saw both calls while attached: as many calls to it as 2 calls make once
+    // detached (the simulated runtime calls it again from inside, the same each time).
+    let calls = || std::fs::read(&tally).unwrap().len();
+    let while_attached = calls();
+    assert_eq!(t.cmd("devsync 1"), "done devsync 1");
+    let per_call = calls() - while_attached;
+    assert!(per_call >= 1);
+    assert_eq!(while_attached, 2 * per_call, "the shim's calls");
+    assert_eq!(t.exit(4).0.code(), Some(4));
 }
 
 #[test]

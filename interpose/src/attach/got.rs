@@ -350,7 +350,7 @@ pub(super) fn patch_new_modules() -> String {
         }
         let Some(pin) = pin(&m.path) else { continue };
         // SAFETY: the module is pinned, so its dynamic section and tables stay mapped.
-        let cov = unsafe { scan(&m, dynamic, own, &maps, &mut st.slots) };
+        let cov = unsafe { scan(&m, dynamic, &pin, own, &maps, &mut st.slots) };
         if cov.patched.is_empty() {
             unpin(pin);
         } else {
@@ -389,11 +389,29 @@ pub(super) fn patch_new_modules() -> String {
     out
 }
 
+/// Where the loader would bind a not yet resolved import `name` of the module `pin` holds
+/// open: the first definition in the global scope, else in the module's own dependencies (a
+/// module loaded `RTLD_LOCAL` finds its runtime there). 0 when neither defines it. This
+/// library's own exports are never the answer: it is loaded `RTLD_LOCAL` when injected, and
+/// is only found here by way of its own scope.
+fn binding_of(name: &CStr, pin: &Pinned, own: (u64, u64)) -> u64 {
+    let not_own = |p: u64| (p != 0 && !(own.0 <= p && p < own.1)).then_some(p);
+    // SAFETY: a pseudo-handle and a handle `pin` holds open; a NUL-terminated name.
+    let global = unsafe { crate::driver::dlsym::real(libc::RTLD_DEFAULT, name) } as u64;
+    not_own(global)
+        .or_else(|| {
+            // SAFETY: as above.
+            not_own(unsafe { crate::driver::dlsym::real(pin.0, name) } as u64)
+        })
+        .unwrap_or(0)
+}
+
 /// # Safety
-/// `m` is pinned and `dynamic` its `PT_DYNAMIC` address.
+/// `m` is pinned (by `pin`) and `dynamic` its `PT_DYNAMIC` address.
 unsafe fn scan(
     m: &Module,
     dynamic: u64,
+    pin: &Pinned,
     own: (u64, u64),
     maps: &str,
     slots: &mut Vec<Slot>,
@@ -434,7 +452,10 @@ unsafe fn scan(
             };
             let text = name.to_string_lossy().into_owned();
             if kind == R_X86_64_64 {
-                cov.in_data.push(text);
+                // A stored `dlsym` costs nothing of the CUDA APIs' coverage by itself.
+                if bytes != b"dlsym" {
+                    cov.in_data.push(text);
+                }
                 continue;
             }
             let addr = m.bias.wrapping_add(r.offset);
@@ -447,7 +468,15 @@ unsafe fn scan(
             if real == 0 || current == hook {
                 continue;
             }
-            if !unresolved && current != real {
+            // A slot not resolved yet is redirected only if it would resolve to the very
+            // function the hook forwards to: another interposer preloaded ahead of the
+            // runtime or driver (a GPU-sharing shim) must keep its calls.
+            let bound = if unresolved {
+                binding_of(name, pin, own)
+            } else {
+                current
+            };
+            if bound != real {
                 // `dlsym` bound to another version of it: nothing of the CUDA APIs lost.
                 if bytes != b"dlsym" {
                     cov.elsewhere.push(text);

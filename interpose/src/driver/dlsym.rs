@@ -11,8 +11,12 @@
 //! Every name but the wrapped driver functions goes to the real `dlsym` by that jump, so the
 //! loader still sees the caller's own return address, and `RTLD_NEXT` keeps meaning "after
 //! the caller". The wrapped names are answered by `intercepted`, which calls the real `dlsym`
-//! and hands out a wrapper for what it found; for those names an `RTLD_NEXT` lookup is made
-//! from libsyncspy's place in the search order, which is right after the program.
+//! and hands out a wrapper for what it found. An `RTLD_NEXT` lookup is never intercepted: it
+//! means "the next definition after the caller", which only the real `dlsym`, seeing the
+//! caller's return address, can answer. Made from libsyncspy it would be wrong: injected by
+//! `syncspy attach` the library is loaded `RTLD_LOCAL` and nothing follows it (NULL), and
+//! another interposer preloaded after it that looks up the function it wraps would be handed
+//! its own definition back, and recurse. Only interposers look driver functions up that way.
 //!
 //! The real `dlsym` is found with `dlvsym(RTLD_NEXT, "dlsym", <glibc version>)`, which is not
 //! interposed; the library's own lookups call it directly (`real`), never the exported one.
@@ -70,13 +74,14 @@ unsafe extern "C" fn unavailable(_: *mut c_void, _: *const c_char) -> *mut c_voi
 }
 
 /// Which function answers `dlsym(handle, name)`: the real `dlsym` for every name but the
-/// wrapped driver functions, `intercepted` for those. Called by the exported `dlsym` with
-/// its arguments; allocates nothing and takes no lock of its own.
-extern "C" fn route(_handle: *mut c_void, name: *const c_char) -> DlsymFn {
+/// wrapped driver functions looked up by handle or `RTLD_DEFAULT`, `intercepted` for those.
+/// Called by the exported `dlsym` with its arguments; allocates nothing and takes no lock of
+/// its own.
+extern "C" fn route(handle: *mut c_void, name: *const c_char) -> DlsymFn {
     let Some(real) = real_fn() else {
         return unavailable;
     };
-    if name.is_null() {
+    if name.is_null() || handle == libc::RTLD_NEXT {
         return real;
     }
     // SAFETY: `name` is the C string the program passed to dlsym (non-null), which dlsym
@@ -147,6 +152,11 @@ mod tests {
         assert_eq!(
             route(std::ptr::null_mut(), c"cuStreamSynchronize".as_ptr()) as usize,
             intercepted as *const () as usize
+        );
+        // "The next definition after the caller" is the real dlsym's to answer.
+        assert_eq!(
+            route(libc::RTLD_NEXT, c"cuStreamSynchronize".as_ptr()) as usize,
+            real_dlsym as usize
         );
         // A wrapped name that nothing defines: NULL, as the real dlsym answers.
         // SAFETY: the caller's contract: a handle and a C string.
