@@ -123,6 +123,10 @@ enum Cmd {
         /// Show the live monitor (syncspy-top) while attached; quitting it (q) detaches
         #[arg(long)]
         tui: bool,
+        /// GPU idle gaps while attached (CUPTI activity records): on, duty (1 s in 10) or
+        /// off [default: SYNCSPY_GPU_IDLE, else on]
+        #[arg(long, value_name = "MODE", value_parser = ["on", "duty", "off"])]
+        gpu_idle: Option<String>,
         /// With --tui: an option for the monitor (syncspy-top --attach passes its display
         /// options this way)
         #[arg(
@@ -305,9 +309,11 @@ fn main() -> ExitCode {
             report,
             thread,
             tui,
+            gpu_idle,
             top_args,
         } => {
             let mut opts = syncspy_agent::attach::AttachOptions::new(pid);
+            opts.gpu_idle = gpu_idle;
             opts.duration = duration
                 .filter(|d| d.is_finite() && *d >= 0.0)
                 .map(std::time::Duration::from_secs_f64);

@@ -41,6 +41,13 @@ struct Target {
 impl Target {
     fn start(exe: &str, env: &[(&str, &str)]) -> Target {
         let sim = with_sim_runtime("attach-sim");
+        // The simulator's CUPTI too, found next to the runtime as torch's is: attach traces
+        // GPU idle gaps by default, so every attach here starts and ends that thread.
+        std::os::unix::fs::symlink(
+            artifact("libsimcudart.so"),
+            sim.path().join("libcupti.so.13"),
+        )
+        .unwrap();
         let mut child = Command::new(exe)
             .env("LD_LIBRARY_PATH", sim.path())
             .env("SIMCUDA_QUIET", "1")
@@ -494,6 +501,55 @@ fn a_slot_not_resolved_yet_that_another_interposer_would_take_is_left_to_it() {
     assert!(per_call >= 1);
     assert_eq!(while_attached, 2 * per_call, "the shim's calls");
     assert_eq!(t.exit(4).0.code(), Some(4));
+}
+
+/// The names of the process's threads.
+fn thread_names(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn gpu_idle_is_traced_while_attached_and_nothing_of_it_runs_on_after_detach() {
+    let dir = TempDir::new("attach-gpu");
+    let mut t = Target::start(NOW, &[]);
+    for round in 0..2 {
+        let a = start_attach(&t, &dir, &[], &[]).unwrap();
+        assert_eq!(t.cmd("memcpy 3"), "done memcpy 3");
+        assert_eq!(t.cmd("sync 2"), "done sync 2");
+        let names = thread_names(t.pid);
+        assert!(
+            names.iter().any(|n| n == "syncspy-gpu"),
+            "round {round}: {names:?}"
+        );
+        // Past the tracker's hold (500 ms), so that time is accounted.
+        std::thread::sleep(Duration::from_millis(800));
+        let r = a.finish();
+        let gpu = &r["processes"][0]["gpu"];
+        assert_eq!(gpu["mode"], "on", "round {round}: {gpu:#}");
+        assert_eq!(gpu["measured"], true, "round {round}: {gpu:#}");
+        // The copies' records, this attach's only (each attach's segment counts its own).
+        let records = gpu["records"].as_u64().unwrap_or(0);
+        assert!((1..=6).contains(&records), "round {round}: {gpu:#}");
+        let names = thread_names(t.pid);
+        assert!(
+            !names.iter().any(|n| n.starts_with("syncspy")),
+            "round {round}: left running after detach: {names:?}"
+        );
+        assert_eq!(t.cmd("memcpy 1"), "done memcpy 1");
+    }
+    // --gpu-idle off: no GPU thread at all.
+    let a = start_attach(&t, &dir, &["--gpu-idle", "off"], &[]).unwrap();
+    assert_eq!(t.cmd("sync 1"), "done sync 1");
+    let names = thread_names(t.pid);
+    assert!(!names.iter().any(|n| n == "syncspy-gpu"), "{names:?}");
+    let r = a.finish();
+    assert_eq!(r["processes"][0]["gpu"]["mode"], "off", "{r:#}");
+    assert_eq!(t.exit(6).0.code(), Some(6));
 }
 
 #[test]

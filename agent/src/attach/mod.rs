@@ -40,6 +40,9 @@ pub struct AttachOptions {
     pub tui: bool,
     /// Options for the monitor (`--top-arg`), after the session and folder.
     pub top_args: Vec<String>,
+    /// `SYNCSPY_GPU_IDLE` for the library while attached (None: syncspy's own environment
+    /// variable, else the library's attach default, `on`).
+    pub gpu_idle: Option<String>,
     pub poll_interval: Duration,
     pub lease_ms: u64,
 }
@@ -54,6 +57,7 @@ impl AttachOptions {
             print_summary: true,
             tui: false,
             top_args: Vec::new(),
+            gpu_idle: None,
             poll_interval: Duration::from_millis(100),
             lease_ms: DEFAULT_LEASE_MS,
         }
@@ -215,15 +219,27 @@ fn alive(pid: i32) -> bool {
 }
 
 /// Settings passed on to the library: the recording's, and the user's own `SYNCSPY_*`
-/// tuning (ring size, stacks, …).
-fn control_text(seg_dir: &Path, session: u64, lease_ms: u64, injected: bool) -> String {
+/// tuning (ring size, stacks, …); `gpu_idle` (`--gpu-idle`) over `SYNCSPY_GPU_IDLE`.
+fn control_text(
+    seg_dir: &Path,
+    session: u64,
+    lease_ms: u64,
+    injected: bool,
+    gpu_idle: Option<&str>,
+) -> String {
     let mut s = format!(
         "SYNCSPY_DIR={}\nSYNCSPY_SESSION={session}\nSYNCSPY_ATTACH_LEASE_MS={lease_ms}\n\
          SYNCSPY_ATTACH_INJECTED={}\n",
         seg_dir.display(),
         u8::from(injected)
     );
+    if let Some(m) = gpu_idle {
+        s.push_str(&format!("SYNCSPY_GPU_IDLE={m}\n"));
+    }
     for (k, v) in std::env::vars() {
+        if k == "SYNCSPY_GPU_IDLE" && gpu_idle.is_some() {
+            continue;
+        }
         if k.starts_with("SYNCSPY_")
             && !matches!(
                 k.as_str(),
@@ -279,7 +295,13 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     let session = new_session();
     std::fs::write(
         &control_out,
-        control_text(&seg_dir, session, opts.lease_ms, !preloaded),
+        control_text(
+            &seg_dir,
+            session,
+            opts.lease_ms,
+            !preloaded,
+            opts.gpu_idle.as_deref(),
+        ),
     )
     .map_err(|e| {
         setup(format!(
@@ -559,12 +581,20 @@ mod tests {
 
     #[test]
     fn control_text_carries_the_recording_settings() {
-        let t = control_text(Path::new("/d"), 42, 1500, true);
+        let t = control_text(Path::new("/d"), 42, 1500, true, None);
         assert!(
             t.starts_with("SYNCSPY_DIR=/d\nSYNCSPY_SESSION=42\nSYNCSPY_ATTACH_LEASE_MS=1500\n"),
             "{t}"
         );
         assert_eq!(report_file(Path::new("/x/c")), PathBuf::from("/x/c.report"));
+        let t = control_text(Path::new("/d"), 42, 1500, true, Some("duty"));
+        assert_eq!(
+            t.lines()
+                .filter(|l| l.starts_with("SYNCSPY_GPU_IDLE="))
+                .collect::<Vec<_>>(),
+            ["SYNCSPY_GPU_IDLE=duty"],
+            "{t}"
+        );
     }
 
     #[test]

@@ -179,11 +179,13 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
         return ERR_CONTROL;
     };
     let injected = !preloaded && injected(&settings);
-    // GPU idle tracing (CUPTI activity on a thread of its own) could not be stopped at
-    // detach: off while attached.
+    // GPU idle tracing follows the attacher's SYNCSPY_GPU_IDLE; attach windows are short,
+    // so it traces all along unless told otherwise (duty mode would see 1 s in 10). Detach
+    // ends it (`gpu::stop_for_detach`).
     let mut settings = settings;
-    settings.retain(|(k, _)| k != "SYNCSPY_GPU_IDLE");
-    settings.push(("SYNCSPY_GPU_IDLE".into(), "off".into()));
+    if !settings.iter().any(|(k, _)| k == "SYNCSPY_GPU_IDLE") {
+        settings.push(("SYNCSPY_GPU_IDLE".into(), "on".into()));
+    }
     if let Ok(mut s) = SETTINGS.lock() {
         *s = settings;
     }
@@ -217,6 +219,8 @@ fn disarm() -> i32 {
     if INJECTED.load(Ordering::Relaxed) {
         got::restore_all();
     }
+    // GPU tracing off and its thread ended while the segment is still the one it writes.
+    let _ = std::panic::catch_unwind(crate::gpu::stop_for_detach);
     runtime::go_dormant();
     // The attacher waits for this line: recording is off and the GOT is back.
     use std::io::Write;

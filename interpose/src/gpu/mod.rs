@@ -100,6 +100,11 @@ static STARTED: AtomicU8 = AtomicU8::new(0);
 static EXIT: AtomicU8 = AtomicU8::new(0);
 /// Mode `off`: the GPU thread waits for a reader's request, with nothing to flush at exit.
 static WAITING: AtomicBool = AtomicBool::new(false);
+/// Set by detach: the GPU thread disables its kinds, accounts what was delivered and ends.
+static DETACH: AtomicBool = AtomicBool::new(false);
+/// Whether CUPTI calls syncspy's clock for its timestamps (registered once per process:
+/// CUPTI takes it only before the first kind is enabled, so a second attach reuses it).
+static ON_HOST_CLOCK: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Set on the GPU thread: CUPTI calls it makes through the exported names are its own.
@@ -151,9 +156,10 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     if cfg.mode == MODE_OFF {
         // Nothing is traced, and CUPTI is not loaded, unless a reader asks (the thread
         // below waits for a request in the segment's control part). Attached processes get
-        // no thread at all: detach leaves nothing running in them (docs/attach.md).
+        // no thread at all in this mode.
         g.state.store(GPU_OFF, Ordering::Release);
         if crate::attach::attached() {
+            STARTED.store(0, Ordering::Release);
             return;
         }
     }
@@ -167,6 +173,7 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
             EXIT.store(2, Ordering::Release);
         });
     if spawned.is_err() {
+        EXIT.store(2, Ordering::Release);
         g.state.store(GPU_UNAVAILABLE, Ordering::Release);
     }
 }
@@ -195,7 +202,7 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         // Off: wait, cheaply, for a reader to ask; CUPTI is not touched before.
         WAITING.store(true, Ordering::Release);
         loop {
-            if EXIT.load(Ordering::Acquire) != 0 {
+            if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
                 return;
             }
             if now_ns() < requested(seg) {
@@ -206,13 +213,21 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         WAITING.store(false, Ordering::Release);
     }
     let unavailable = || g.state.store(GPU_UNAVAILABLE, Ordering::Release);
-    let Some(handle) = cupti::open_library() else {
-        return unavailable();
+    // CUPTI is set up once per process; a later attach finds it ready.
+    let first = api().is_none();
+    let api: &'static cupti::Api = match api() {
+        Some(api) => api,
+        None => {
+            let Some(handle) = cupti::open_library() else {
+                return unavailable();
+            };
+            let Some(api) = cupti::Api::load(handle) else {
+                return unavailable();
+            };
+            Box::leak(Box::new(api))
+        }
     };
-    let Some(api) = cupti::Api::load(handle) else {
-        return unavailable();
-    };
-    if FOREIGN.load(Ordering::Acquire) || !sole_client(&api) {
+    if FOREIGN.load(Ordering::Acquire) || !sole_client(api) {
         g.yields.fetch_add(1, Ordering::Relaxed);
         g.state.store(GPU_YIELDED, Ordering::Release);
         return;
@@ -227,11 +242,15 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     );
     let mut tracker = Tracker::new(cfg.min_gap_ns, WINDOW_NS);
     // Timestamps on the host clock: CUPTI calls ours, or the offset is measured.
-    let on_host_clock = api.register_timestamp.is_some_and(|f| {
-        // SAFETY: cuptiActivityRegisterTimestampCallback with a function that only reads
-        // CLOCK_MONOTONIC; called before any activity kind is enabled, as CUPTI requires.
-        unsafe { f(Some(cupti::monotonic_timestamp)) == cupti::OK }
-    });
+    if first {
+        let on = api.register_timestamp.is_some_and(|f| {
+            // SAFETY: cuptiActivityRegisterTimestampCallback with a function that only reads
+            // CLOCK_MONOTONIC; called before any activity kind is enabled, as CUPTI requires.
+            unsafe { f(Some(cupti::monotonic_timestamp)) == cupti::OK }
+        });
+        ON_HOST_CLOCK.store(on, Ordering::Release);
+    }
+    let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
     if !on_host_clock {
         match cupti::measure_offset(api.get_timestamp) {
             Some(off) => tracker.set_offset(off),
@@ -241,18 +260,20 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     if let Ok(mut t) = TRACKER.lock() {
         *t = Some(tracker);
     }
-    let api: &'static cupti::Api = Box::leak(Box::new(api));
-    cupti::NEXT_RECORD.store(api.get_next_record as *mut (), Ordering::Release);
-    cupti::SINK.store(sink as fn(&[Activity]) as *mut (), Ordering::Release);
-    // SAFETY: CUPTI's registration with two `extern "C"` functions of this library, which
-    // stays loaded (preloaded) for the life of the process.
-    let rc = unsafe {
-        (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
-    };
-    if rc != cupti::OK {
-        return unavailable();
+    if first {
+        cupti::NEXT_RECORD.store(api.get_next_record as *mut (), Ordering::Release);
+        cupti::SINK.store(sink as fn(&[Activity]) as *mut (), Ordering::Release);
+        // SAFETY: CUPTI's registration with two `extern "C"` functions of this library,
+        // which stays loaded for the life of the process (preloaded, or injected and never
+        // unloaded).
+        let rc = unsafe {
+            (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
+        };
+        if rc != cupti::OK {
+            return unavailable();
+        }
+        API.store(api as *const _ as *mut _, Ordering::Release);
     }
-    API.store(api as *const _ as *mut _, Ordering::Release);
     let t0 = now_ns();
     if !set_enabled(api, true) {
         return unavailable();
@@ -267,7 +288,25 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     let mut tracing = true;
     let mut traced_since = t0;
     let mut next_flush = t0 + FLUSH_NS;
+    // Injected by attach, syncspy's exported CUPTI entry points interpose nothing: another
+    // client (torch.profiler started while attached) is noticed by its subscription, looked
+    // for once a second, and left CUPTI as it found it (nothing disabled under it).
+    let mut flushes = 0u32;
     loop {
+        if DETACH.load(Ordering::Acquire) {
+            let now = now_ns();
+            if tracing {
+                if !pause(api) {
+                    finish(now);
+                }
+                g.traced_ns
+                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
+            } else {
+                finish(now);
+            }
+            g.state.store(GPU_PAUSED, Ordering::Release);
+            return;
+        }
         if FOREIGN.load(Ordering::Acquire) {
             // `step_back` disabled and flushed already; account what arrived and stop.
             finish(now_ns());
@@ -291,6 +330,18 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
             continue;
         }
         next_flush = now + FLUSH_NS;
+        flushes = flushes.wrapping_add(1);
+        if flushes.is_multiple_of(10) && crate::attach::attached() && !sole_client(api) {
+            FOREIGN.store(true, Ordering::Release);
+            if tracing {
+                g.traced_ns
+                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
+            }
+            finish(now);
+            g.yields.fetch_add(1, Ordering::Relaxed);
+            g.state.store(GPU_YIELDED, Ordering::Release);
+            return;
+        }
         let until = requested(seg);
         if now < until {
             seg.control()
@@ -499,6 +550,36 @@ pub fn at_exit() {
     while EXIT.load(Ordering::Acquire) != 2 && now_ns() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
+}
+
+/// At detach: the GPU thread disables its kinds, flushes, accounts what arrived and ends
+/// (waited for at most 1 s), so that nothing of syncspy runs on in the process and a later
+/// attach starts a fresh one. CUPTI stays loaded with syncspy's callbacks registered and no
+/// kind enabled by syncspy.
+pub fn stop_for_detach() {
+    if STARTED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    DETACH.store(true, Ordering::Release);
+    let deadline = now_ns() + 1_000_000_000;
+    while EXIT.load(Ordering::Acquire) != 2 && now_ns() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    if EXIT.load(Ordering::Acquire) != 2 {
+        // Still inside CUPTI: it ends at its next look at DETACH, which stays set; no
+        // second thread is started meanwhile (STARTED stays 1).
+        return;
+    }
+    SEGMENT.store(std::ptr::null_mut(), Ordering::Release);
+    if let Ok(mut t) = TRACKER.lock() {
+        *t = None;
+    }
+    // The next attach's segment counts its own records.
+    cupti::RECORDS.store(0, Ordering::Relaxed);
+    WAITING.store(false, Ordering::Release);
+    EXIT.store(0, Ordering::Release);
+    DETACH.store(false, Ordering::Release);
+    STARTED.store(0, Ordering::Release);
 }
 
 /// In a fork child: the parent's GPU thread is not there, so nothing waits for it at exit or
