@@ -71,15 +71,30 @@ const SYSTEM_SYMBOLS: &[&str] = &[
 ];
 
 /// Source files that are never the user's: the Rust toolchain's (`/rustc/<hash>/library/...`
-/// in line tables), crates from the registry, and the scenario harness's two files (inlined
-/// into a release build, its wrappers are named `{closure#0}` or `timed<...>` without their
-/// module, so only the file tells them apart from the scenario's own code).
-const SYSTEM_FILES: &[&str] = &[
-    "(/rustc/",
-    "/.cargo/registry/",
-    "/scenarios/src/scenario.rs:",
-    "/scenarios/src/truth.rs:",
+/// in line tables) and crates from the registry.
+const SYSTEM_FILES: &[&str] = &["(/rustc/", "/.cargo/registry/"];
+
+/// The scenario harness's two files. Inlined into a release build, its wrappers are named
+/// `{closure#0}` or `timed<...>` without their module, so only the file tells them apart from
+/// the scenario's own code. They are the harness's only in this repository's scenario
+/// programs ([`is_scenario_binary`]): a user's own `scenarios/src/scenario.rs` is the user's.
+const HARNESS_FILES: &[&str] = &["/scenarios/src/scenario.rs:", "/scenarios/src/truth.rs:"];
+
+/// This repository's scenario programs (the binaries of `scenarios/Cargo.toml` that link the
+/// harness): `scn-<name>-cuda` (each `scn-<name>` launcher becomes it by `exec`), and the
+/// other programs of that package.
+const SCENARIO_BINARIES: &[&str] = &[
+    "cudacalls",
+    "cudacalls-dlopen",
+    "drivercalls",
+    "hostile-writer",
+    "scenario-check",
 ];
+
+/// Whether an object file name is one of this repository's scenario programs.
+fn is_scenario_binary(module: &str) -> bool {
+    module.starts_with("scn-") || SCENARIO_BINARIES.contains(&module)
+}
 
 /// Patterns from `SYNCSPY_HIDE_FRAMES` (comma-separated substrings of a frame's text), read
 /// once.
@@ -106,8 +121,11 @@ pub fn is_users_frame(text: &str, module: Option<&str>) -> bool {
             return false;
         }
     }
+    let harness_file =
+        || module.is_some_and(is_scenario_binary) && HARNESS_FILES.iter().any(|p| text.contains(p));
     !SYSTEM_SYMBOLS.iter().any(|p| text.starts_with(p))
         && !SYSTEM_FILES.iter().any(|p| text.contains(p))
+        && !harness_file()
         && !hidden_patterns().iter().any(|p| text.contains(p.as_str()))
 }
 
@@ -463,8 +481,9 @@ mod user_frame_tests {
             ("cudarc::runtime::result::stream::synchronize (/root/.cargo/registry/src/x/cudarc/src/runtime/result.rs:9)", Some("scn")),
             ("syncspy_scenarios::truth::Truth::timed (/w/scenarios/src/truth.rs:69)", Some("scn")),
             // The same harness inlined in a release build: names without their module.
-            ("{closure#0} (/w/scenarios/src/scenario.rs:243)", Some("scn")),
-            ("timed<cudarc::runtime::sys::cudaError, syncspy_scenarios::scenario::calls::stream_sync::{closure_env#0}> (/w/scenarios/src/truth.rs:69)", Some("scn")),
+            ("{closure#0} (/w/scenarios/src/scenario.rs:243)", Some("scn-item-in-loop-cuda")),
+            ("timed<cudarc::runtime::sys::cudaError, syncspy_scenarios::scenario::calls::stream_sync::{closure_env#0}> (/w/scenarios/src/truth.rs:69)", Some("scn-sync-small-gemm-cuda")),
+            ("{closure#0} (/w/scenarios/src/truth.rs:80)", Some("cudacalls")),
             ("_PyEval_EvalFrameDefault", Some("libpython3.12.so.1.0")),
         ] {
             assert!(!is_users_frame(text, module), "{text}");
@@ -487,5 +506,32 @@ mod user_frame_tests {
         ] {
             assert!(is_users_frame(text, module), "{text}");
         }
+    }
+
+    #[test]
+    fn harness_files_are_hidden_only_in_the_scenario_programs() {
+        let text = "step (/home/u/myproj/scenarios/src/scenario.rs:12)";
+        // A user's own project that happens to have the same layout: the user's code.
+        assert!(is_users_frame(text, Some("train")));
+        assert!(is_users_frame(text, None));
+        assert!(is_users_frame(text, Some("scn")));
+        assert!(is_users_frame(
+            "step (/home/u/myproj/scenarios/src/truth.rs:3)",
+            Some("train")
+        ));
+        // The same file in this repository's scenario programs: the harness.
+        for m in [
+            "scn-sync-big-gemm-cuda",
+            "scn-item-in-loop-cuda",
+            "cudacalls",
+            "drivercalls",
+        ] {
+            assert!(!is_users_frame(text, Some(m)), "{m}");
+        }
+        // The scenario's own files stay the user's in a scenario program.
+        assert!(is_users_frame(
+            "run (/w/scenarios/src/sync_gemm.rs:61)",
+            Some("scn-sync-big-gemm-cuda")
+        ));
     }
 }

@@ -7,6 +7,10 @@
 //! syncspy's time per kind must lie inside the program's own timing of the same calls (the
 //! hook runs inside it), and each stall rule must hold. [`runner`] runs scenarios under
 //! `syncspy run` and collects what `check` needs.
+//!
+//! The `gpu_idle` rules need a run traced throughout (`SYNCSPY_GPU_IDLE=on`, the runner's
+//! `trace_gpu`): a run made without asking for it has them skipped, and a run that asked but
+//! whose report shows another mode fails them.
 
 use serde_json::Value;
 
@@ -89,8 +93,9 @@ pub fn top_site(process: &Value) -> String {
 }
 
 /// Checks one run: `truth` is the program's ground-truth line, `process` the report's entry
-/// for its process (`processes[i]` of a syncspy report).
-pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
+/// for its process (`processes[i]` of a syncspy report); `trace_gpu`: whether the run was
+/// asked to trace GPU activity throughout (`SYNCSPY_GPU_IDLE=on`).
+pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verdict {
     let mut v = Verdict {
         id: run.id.clone(),
         findings: Vec::new(),
@@ -237,28 +242,44 @@ pub fn check(run: &Run, truth: &Value, process: &Value) -> Verdict {
         }
     }
     if let Some(rule) = &run.gpu_idle {
-        check_gpu_idle(&mut v, rule, run.site.as_deref(), &args, process);
+        check_gpu_idle(&mut v, rule, run.site.as_deref(), &args, process, trace_gpu);
     }
     v
 }
 
-/// The run's GPU idle gaps blamed on `rule.behind`, against the rule.
+/// The run's GPU idle gaps blamed on `rule.behind`, against the rule. Skipped for a run not
+/// asked to trace GPU activity (`trace_gpu` false); failed for one asked whose report shows
+/// another mode than `on` (the library did not trace it throughout, or has no GPU part).
 fn check_gpu_idle(
     v: &mut Verdict,
     rule: &GpuIdleRule,
     site: Option<&str>,
     args: &std::collections::BTreeMap<String, u64>,
     process: &Value,
+    trace_gpu: bool,
 ) {
     let g = &process["gpu"];
     // Gaps are counted over the whole run only when it was traced throughout.
     if g["mode"] != "on" {
-        v.push(
-            "GPU idle rule",
-            "a run traced in mode on".into(),
-            format!("mode {}: skipped", g["mode"].as_str().unwrap_or("unknown")),
-            true,
-        );
+        let mode = match g["mode"].as_str() {
+            Some(m) => format!("mode {m}"),
+            None => "no GPU tracing mode in the report".to_string(),
+        };
+        if trace_gpu {
+            v.push(
+                "GPU idle rule",
+                "a run traced in mode on (SYNCSPY_GPU_IDLE=on was asked)".into(),
+                format!("{mode}: the run was not traced as asked"),
+                false,
+            );
+        } else {
+            v.push(
+                "GPU idle rule",
+                "a run traced in mode on".into(),
+                format!("{mode}: skipped (GPU tracing not asked)"),
+                true,
+            );
+        }
         return;
     }
     v.push(
@@ -279,7 +300,7 @@ fn check_gpu_idle(
     let behind = rule.behind.join("+");
     let mut bound = |what: &str, c: &Count, at_least: bool| match c.eval(args) {
         Ok(n) if at_least => {
-            let lo = (n as f64 * rule.fraction).ceil() as u64;
+            let lo = (n as f64 * rule.required_fraction()).ceil() as u64;
             v.push(
                 format!("GPU idle gaps behind {behind} ({what})"),
                 format!(">= {lo}"),
@@ -355,6 +376,9 @@ pub mod runner {
         pub report: Option<Value>,
         pub exit_code: Option<i32>,
         pub stderr: String,
+        /// Whether the run was asked to trace GPU activity throughout ([`Runner::trace_gpu`]):
+        /// then its `gpu_idle` rules fail, not skip, when the report shows another mode.
+        pub trace_gpu: bool,
     }
 
     impl Outcome {
@@ -415,11 +439,14 @@ pub mod runner {
                 report: read_json(&report),
                 exit_code: code,
                 stderr,
+                trace_gpu: self.trace_gpu,
             }
         }
     }
 
     /// Reads a report and truth saved by [`Runner::run`] (for checking runs made elsewhere).
+    /// Whether GPU tracing was asked is not saved: the `gpu_idle` rules of a saved run are
+    /// checked when its report shows mode on, and skipped otherwise.
     pub fn saved(dir: &Path, id: &str) -> Outcome {
         let stdout = std::fs::read_to_string(dir.join(format!("{id}.truth"))).unwrap_or_default();
         Outcome {
@@ -427,6 +454,7 @@ pub mod runner {
             report: read_json(&dir.join(format!("{id}.json"))),
             exit_code: None,
             stderr: std::fs::read_to_string(dir.join(format!("{id}.err"))).unwrap_or_default(),
+            trace_gpu: false,
         }
     }
 
@@ -437,7 +465,7 @@ pub mod runner {
     /// Checks an outcome; a missing truth line or process is itself a failed finding.
     pub fn verdict(run: &Run, o: &Outcome) -> Verdict {
         match (&o.truth, o.process()) {
-            (Some(t), Some(p)) => check(run, t, p),
+            (Some(t), Some(p)) => check(run, t, p, o.trace_gpu),
             _ => {
                 let mut v = Verdict {
                     id: run.id.clone(),
@@ -499,13 +527,13 @@ mod tests {
             "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
             "sites": [{"frames": ["wrapper (lib.rs:1)", "main (main.rs:9)"], "location": "main (main.rs:9)"}]
         });
-        let v = check(&run, &truth, &good);
+        let v = check(&run, &truth, &good, false);
         assert!(v.ok(), "{:#?}", v.failures().collect::<Vec<_>>());
 
         let failing = |mutate: &dyn Fn(&mut Value), needle: &str| {
             let mut p = good.clone();
             mutate(&mut p);
-            let v = check(&run, &truth, &p);
+            let v = check(&run, &truth, &p, false);
             let failed: Vec<_> = v.failures().map(|f| f.what.clone()).collect();
             assert!(
                 failed.iter().any(|w| w.contains(needle)),
@@ -541,7 +569,7 @@ mod tests {
         // The program itself must have done what the manifest says.
         let mut t2 = truth.clone();
         t2["args"]["iters"] = 11.into();
-        assert!(!check(&run, &t2, &good).ok());
+        assert!(!check(&run, &t2, &good, false).ok());
     }
 
     #[test]
@@ -568,7 +596,7 @@ mod tests {
             })
         };
         let failed = |run: &Run, p: &Value| -> Vec<String> {
-            check(run, &truth, p)
+            check(run, &truth, p, true)
                 .failures()
                 .map(|f| f.what.clone())
                 .collect()
@@ -606,12 +634,120 @@ mod tests {
         let fed = process(json!([cause("host_busy_elsewhere", 3, 1.0, "")]));
         assert!(failed(&healthy, &fed).is_empty());
         assert!(failed(&healthy, &good)[0].contains("the GPU kept fed"));
-        // A run not traced throughout (the default duty mode): the rules are skipped, and
-        // the verdict says so.
+        // A run not asked to trace throughout (the default duty mode): the rules are
+        // skipped, and the verdict says so.
         let mut duty = few.clone();
         duty["gpu"]["mode"] = "duty".into();
-        let v = check(&stalling, &truth, &duty);
+        let v = check(&stalling, &truth, &duty, false);
         assert!(v.ok(), "{:?}", v.failures().collect::<Vec<_>>());
         assert!(v.markdown_rows().contains("mode duty: skipped"));
+    }
+
+    #[test]
+    fn gpu_idle_rules_fail_when_tracing_was_asked_but_the_run_was_not_traced() {
+        let stalling = run_with(
+            "stream_sync = \"iters\"\ndevice_sync = 1",
+            "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nfraction = 0.8\n",
+        );
+        let truth = json!({
+            "scenario": "item-in-loop", "pid": 7, "args": {"iters": 10}, "ok": true,
+            "checks": {"count": true},
+            "kinds": {"stream_sync": stats(10, 21.0), "device_sync": stats(1, 0.1)},
+            "non_stall": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+        });
+        let process = |gpu: Value| {
+            json!({
+                "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
+                "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
+                "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+                "sites": [{"frames": ["main (main.rs:9)"], "location": "main (main.rs:9)"}],
+                "gpu": gpu,
+            })
+        };
+        for (gpu, found) in [
+            // The library fell back to its default duty mode, or tracing was unavailable.
+            (json!({"measured": true, "mode": "duty"}), "mode duty"),
+            (json!({"measured": false, "mode": "off"}), "mode off"),
+            // No GPU part at all.
+            (Value::Null, "no GPU tracing mode in the report"),
+        ] {
+            let p = process(gpu);
+            // Asked: a failure that says why.
+            let v = check(&stalling, &truth, &p, true);
+            let failed: Vec<&Finding> = v.failures().collect();
+            assert_eq!(failed.len(), 1, "{failed:?}");
+            assert_eq!(failed[0].what, "GPU idle rule");
+            assert!(
+                failed[0].expected.contains("SYNCSPY_GPU_IDLE=on"),
+                "{failed:?}"
+            );
+            assert!(
+                failed[0].found.starts_with(found)
+                    && failed[0].found.contains("not traced as asked"),
+                "{failed:?}"
+            );
+            assert!(v.markdown_rows().contains("**MISMATCH**"));
+            // Not asked: skipped, as before.
+            let v = check(&stalling, &truth, &p, false);
+            assert!(v.ok(), "{:?}", v.failures().collect::<Vec<_>>());
+            assert!(v.markdown_rows().contains(&format!("{found}: skipped")));
+        }
+        // The runner's outcome carries what was asked into its verdict.
+        let outcome = |trace_gpu: bool| runner::Outcome {
+            truth: Some(truth.clone()),
+            report: Some(json!({"processes": [process(json!({"mode": "duty"}))]})),
+            exit_code: Some(0),
+            stderr: String::new(),
+            trace_gpu,
+        };
+        assert!(!runner::verdict(&stalling, &outcome(true)).ok());
+        assert!(runner::verdict(&stalling, &outcome(false)).ok());
+    }
+
+    #[test]
+    fn gpu_idle_rules_that_cannot_hold_are_refused_when_parsed() {
+        let manifest = |rule: &str| {
+            format!(
+                "version = 1\n[[run]]\nid = \"loop-a\"\nscenario = \"item-in-loop\"\n\
+                 pattern = \"stalling\"\nsummary = \"s\"\n[run.gpu_idle]\n\
+                 behind = [\"stream_sync\"]\n{rule}"
+            )
+        };
+        // A fraction is of min_gaps: without it, it says nothing.
+        let e = Manifest::parse(&manifest("fraction = 0.5\nmax_gaps = 1\n")).unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::Invalid { entry, .. } if entry == "loop-a"),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("scenario \"item-in-loop\"")
+                && msg.contains("fraction = 0.5 without min_gaps"),
+            "{msg}"
+        );
+        // More gaps required than allowed.
+        let e = Manifest::parse(&manifest("min_gaps = 5\nmax_gaps = 2\n")).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("loop-a")
+                && msg.contains("scenario \"item-in-loop\"")
+                && msg.contains("min_gaps (5) > max_gaps (2)"),
+            "{msg}"
+        );
+        // What can hold still parses: equal bounds, a fraction with min_gaps, counts that
+        // depend on the run's arguments (known only then).
+        for ok in [
+            "min_gaps = 2\nmax_gaps = 2\n",
+            "min_gaps = \"iters\"\nfraction = 0.5\n",
+            "min_gaps = \"iters\"\nmax_gaps = 1\n",
+            "max_gaps = 1\n",
+        ] {
+            let m = Manifest::parse(&manifest(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            let rule = m.runs[0].gpu_idle.as_ref().unwrap();
+            let f = if ok.contains("fraction") { 0.5 } else { 1.0 };
+            assert_eq!(rule.required_fraction(), f, "{ok}");
+        }
+        // And the bundled manifest.
+        Manifest::bundled();
     }
 }

@@ -469,6 +469,7 @@ mod tests {
                 "sites": [{"frames": ["a", site]}]}]})),
             exit_code: Some(0),
             stderr: String::new(),
+            trace_gpu: false,
         }
     }
 

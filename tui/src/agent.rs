@@ -2,7 +2,9 @@
 //! std's `TcpStream`; the agent serves loopback by default, so no TLS). The snapshot carries
 //! since-start figures only: events/s and stall/s come from the difference between two
 //! refreshes, the "last N seconds" histograms are not available (the window key says so),
-//! and a reset subtracts counts and totals (percentiles stay since start).
+//! and a reset subtracts counts and totals (percentiles stay since start), the GPU pane's
+//! included: its gaps, short gaps and causes count from the reset, its gap percentiles and
+//! busy shares stay since start (the pane says so).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -49,6 +51,61 @@ pub struct AgentSource {
 struct Baseline {
     kinds: HashMap<String, (u64, u64)>,
     sites: HashMap<(u32, String, String), (u64, u64)>,
+    gpu: GpuBaseline,
+}
+
+/// The GPU section's counters at the last reset.
+#[derive(Default)]
+struct GpuBaseline {
+    /// Gaps received: count, total.
+    idle: (u64, u64),
+    /// Per device: gaps too short to be written, count and time.
+    short_gaps: HashMap<i32, (u64, u64)>,
+    /// Per (cause, api, site): count, total.
+    causes: HashMap<(String, String, u32), (u64, u64)>,
+}
+
+impl Baseline {
+    /// A report's counts and totals, to subtract from later ones of the same process.
+    fn of(r: &ProcessReport) -> Baseline {
+        Baseline {
+            kinds: r
+                .kinds
+                .iter()
+                .map(|(k, s)| (k.clone(), (s.count, s.total_ns)))
+                .collect(),
+            sites: r
+                .sites
+                .iter()
+                .map(|s| {
+                    (
+                        (s.site_id, s.kind.clone(), s.api.clone()),
+                        (s.count, s.total_ns),
+                    )
+                })
+                .collect(),
+            gpu: GpuBaseline {
+                idle: (r.gpu.idle.count, r.gpu.idle.total_ns),
+                short_gaps: r
+                    .gpu
+                    .devices
+                    .iter()
+                    .map(|d| (d.device, (d.short_gaps, d.short_gap_ns)))
+                    .collect(),
+                causes: r
+                    .gpu
+                    .causes
+                    .iter()
+                    .map(|c| {
+                        (
+                            (c.cause.clone(), c.api.clone(), c.site_id),
+                            (c.count, c.total_ns),
+                        )
+                    })
+                    .collect(),
+            },
+        }
+    }
 }
 
 impl AgentSource {
@@ -255,15 +312,14 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
     }
 }
 
-/// The GPU pane from a report's `gpu` section (since start: the agent sends no distribution
-/// of the gaps, only their percentiles); `None` for segments without a GPU part.
+/// The GPU pane from a report's `gpu` section, less `base`: the counts and totals (gaps,
+/// short gaps, causes) since the reset; the gaps' percentiles and the devices' busy shares
+/// stay since start (the agent sends no distribution of the gaps, the pane says so: its
+/// `bars` are `None`); `None` for segments without a GPU part.
 fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<GpuView> {
     let state = g.state.as_deref()?;
-    // A reset subtracts the gaps' count and total, like the kinds'.
-    let (n0, t0) = base
-        .and_then(|b| b.kinds.get(Kind::GpuIdle.name()))
-        .copied()
-        .unwrap_or_default();
+    let gb = base.map(|b| &b.gpu);
+    let (n0, t0) = gb.map(|b| b.idle).unwrap_or_default();
     let mut devices: Vec<GpuDeviceView> = g
         .devices
         .iter()
@@ -286,26 +342,58 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
             bars: None,
         },
         short_gaps: g.devices.iter().fold((0, 0), |(n, t), d| {
+            let (n0, t0) = gb
+                .and_then(|b| b.short_gaps.get(&d.device))
+                .copied()
+                .unwrap_or_default();
             (
-                n.saturating_add(d.short_gaps),
-                t.saturating_add(d.short_gap_ns),
+                n.saturating_add(d.short_gaps.saturating_sub(n0)),
+                t.saturating_add(d.short_gap_ns.saturating_sub(t0)),
             )
         }),
         min_gap_ns: g.min_gap_ns,
-        causes: g
-            .causes
-            .iter()
-            .take(crate::local::MAX_GAP_CAUSES)
-            .map(|c| GapCauseRow {
+        causes: gap_causes(g, gb),
+    })
+}
+
+/// The gaps' causes less `base`, most idle time first; after a reset, a cause's share is of
+/// the idle time blamed since then.
+fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<GapCauseRow> {
+    let mut causes: Vec<GapCauseRow> = g
+        .causes
+        .iter()
+        .filter_map(|c| {
+            let (n0, t0) = base
+                .and_then(|b| b.causes.get(&(c.cause.clone(), c.api.clone(), c.site_id)))
+                .copied()
+                .unwrap_or_default();
+            let count = c.count.saturating_sub(n0);
+            (count > 0).then(|| GapCauseRow {
                 cause: c.cause.clone(),
                 api: c.api.clone(),
-                count: c.count,
-                total_ns: c.total_ns,
+                count,
+                total_ns: c.total_ns.saturating_sub(t0),
                 share: c.share,
                 location: c.location.clone().unwrap_or_default(),
             })
-            .collect(),
-    })
+        })
+        .collect();
+    if base.is_some() {
+        let received = causes
+            .iter()
+            .map(|c| c.total_ns)
+            .fold(0, u64::saturating_add);
+        for c in &mut causes {
+            c.share = if received > 0 {
+                c.total_ns as f64 / received as f64
+            } else {
+                0.0
+            };
+        }
+        causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+    }
+    causes.truncate(crate::local::MAX_GAP_CAUSES);
+    causes
 }
 
 impl Source for AgentSource {
@@ -331,26 +419,7 @@ impl Source for AgentSource {
                         .map(|s| s.count)
                         .fold(0, u64::saturating_add);
                     if self.reset_pending {
-                        self.baseline.insert(
-                            key,
-                            Baseline {
-                                kinds: r
-                                    .kinds
-                                    .iter()
-                                    .map(|(k, s)| (k.clone(), (s.count, s.total_ns)))
-                                    .collect(),
-                                sites: r
-                                    .sites
-                                    .iter()
-                                    .map(|s| {
-                                        (
-                                            (s.site_id, s.kind.clone(), s.api.clone()),
-                                            (s.count, s.total_ns),
-                                        )
-                                    })
-                                    .collect(),
-                            },
-                        );
+                        self.baseline.insert(key, Baseline::of(r));
                     }
                     let mut p = proc_of(r, self.baseline.get(&key));
                     if let Some((t, e, st)) = self.prev.get(&key) {
@@ -442,5 +511,132 @@ mod tests {
         let auth = b"HTTP/1.1 401 Unauthorized\r\n\r\nsend Authorization: Bearer\n";
         assert!(parse_trace_answer(auth).unwrap_err().contains("token"));
         assert!(parse_trace_answer(b"garbage").is_err());
+    }
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::{gpu_view, Baseline};
+    use syncspy_read::report::{GapCauseReport, Gpu, GpuDevice, IdleStats, ProcessReport};
+
+    const MS: u64 = 1_000_000;
+
+    fn cause(cause: &str, api: &str, site_id: u32, count: u64, total_ns: u64) -> GapCauseReport {
+        GapCauseReport {
+            cause: cause.into(),
+            api: api.into(),
+            site_id,
+            location: (site_id != 0).then(|| format!("train.py:{site_id}")),
+            count,
+            total_ns,
+            share: 0.0,
+        }
+    }
+
+    fn device(device: i32, short_gaps: u64, short_gap_ns: u64) -> GpuDevice {
+        GpuDevice {
+            device,
+            span_ns: 1_000 * MS,
+            busy_ns: 700 * MS,
+            busy_fraction: Some(0.7),
+            short_gaps,
+            short_gap_ns,
+            last_window_busy: None,
+        }
+    }
+
+    fn report(
+        idle: IdleStats,
+        devices: Vec<GpuDevice>,
+        causes: Vec<GapCauseReport>,
+    ) -> ProcessReport {
+        ProcessReport {
+            pid: 7,
+            gpu: Gpu {
+                idle,
+                state: Some("tracing".into()),
+                mode: Some("on".into()),
+                min_gap_ns: 10_000,
+                devices,
+                causes,
+                ..Gpu::default()
+            },
+            ..ProcessReport::default()
+        }
+    }
+
+    #[test]
+    fn after_a_reset_the_gpu_pane_counts_gaps_short_gaps_and_causes_from_it() {
+        let before = report(
+            IdleStats {
+                count: 10,
+                total_ns: 100 * MS,
+                p50_ns: 5 * MS,
+                p99_ns: 20 * MS,
+                max_ns: 30 * MS,
+            },
+            vec![device(0, 100, MS)],
+            vec![
+                cause("stream_sync", "cudaStreamSynchronize", 3, 8, 90 * MS),
+                cause("host_busy_elsewhere", "", 0, 2, 10 * MS),
+                cause("device_sync", "cudaDeviceSynchronize", 4, 1, 5 * MS),
+            ],
+        );
+        let base = Baseline::of(&before);
+        let after = report(
+            IdleStats {
+                count: 16,
+                total_ns: 160 * MS,
+                p50_ns: 6 * MS,
+                p99_ns: 25 * MS,
+                max_ns: 30 * MS,
+            },
+            // Device 1 appeared after the reset: all its short gaps count.
+            vec![device(0, 130, 3 * MS / 2), device(1, 5, MS / 20)],
+            vec![
+                cause("stream_sync", "cudaStreamSynchronize", 3, 9, 100 * MS),
+                cause("host_busy_elsewhere", "", 0, 7, 60 * MS),
+                // No gap since the reset: no row.
+                cause("device_sync", "cudaDeviceSynchronize", 4, 1, 5 * MS),
+            ],
+        );
+        let v = gpu_view(&after.gpu, Some(&base)).unwrap();
+        assert_eq!((v.gaps.count, v.gaps.total_ns), (6, 60 * MS));
+        // The agent sends percentiles, not a distribution: they stay since start (no bars,
+        // which the pane labels).
+        assert_eq!(
+            (v.gaps.p50_ns, v.gaps.p99_ns, v.gaps.max_ns),
+            (6 * MS, 25 * MS, 30 * MS)
+        );
+        assert_eq!(v.gaps.bars, None);
+        assert_eq!(v.short_gaps, (30 + 5, MS / 2 + MS / 20));
+        // Since the reset, the host's other work caused most idle time: it comes first, and
+        // the shares are of the 60 ms blamed since then.
+        let rows: Vec<(&str, u64, u64)> = v
+            .causes
+            .iter()
+            .map(|c| (c.cause.as_str(), c.count, c.total_ns))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("host_busy_elsewhere", 5, 50 * MS),
+                ("stream_sync", 1, 10 * MS)
+            ]
+        );
+        assert!((v.causes[0].share - 50.0 / 60.0).abs() < 1e-9);
+        assert!((v.causes[1].share - 10.0 / 60.0).abs() < 1e-9);
+        assert_eq!(v.causes[1].location, "train.py:3");
+
+        // Without a reset: the agent's figures as they are.
+        let mut since_start = after.clone();
+        since_start.gpu.causes[0].share = 0.5;
+        let v = gpu_view(&since_start.gpu, None).unwrap();
+        assert_eq!((v.gaps.count, v.gaps.total_ns), (16, 160 * MS));
+        assert_eq!(v.short_gaps, (135, 3 * MS / 2 + MS / 20));
+        assert_eq!(v.causes.len(), 3);
+        assert_eq!(v.causes[0].cause, "stream_sync");
+        assert_eq!(v.causes[0].share, 0.5);
+        assert_eq!(v.tracing, "tracing, mode on");
     }
 }

@@ -421,14 +421,17 @@ impl App {
         })
     }
 
-    /// Rows the GPU pane wants: borders, the state line, a line per device, the gaps, the
-    /// causes' header and rows (at least one).
+    /// Rows the GPU pane wants, exactly the rows `render_gpu` draws: the borders (the tracing
+    /// state is in the top one's title), a line per device (or the one saying none is traced
+    /// yet), the gaps, the causes' header and a line per cause (or the one saying none came
+    /// yet); only the message where the process has no GPU part, nothing without a process.
     fn gpu_pane_height(&self) -> u16 {
-        let (devices, causes) = self
-            .current()
-            .and_then(|p| p.gpu.as_ref())
-            .map_or((0, 0), |g| (g.devices.len(), g.causes.len()));
-        (2 + 1 + devices.max(1) + 1 + 1 + causes.max(1)) as u16
+        let rows = match self.current().map(|p| p.gpu.as_ref()) {
+            None => 0,
+            Some(None) => 1,
+            Some(Some(g)) => g.devices.len().max(1) + 1 + 1 + g.causes.len().max(1),
+        };
+        u16::try_from(2 + rows).unwrap_or(u16::MAX)
     }
 
     /// The GPU pane of the process shown: per device its busy share second by second, the
@@ -485,13 +488,20 @@ impl App {
             lines.push(Line::from(spans));
         }
         let gp = &g.gaps;
+        // An agent sends the gaps' percentiles, not their distribution (no bars): after a
+        // reset, the count and total are since it, the percentiles still since start.
+        let pct_since_start = if self.was_reset && gp.bars.is_none() {
+            "since start: "
+        } else {
+            ""
+        };
         let mut gaps = vec![
             Span::styled(
                 format!("idle gaps >= {}", dur(g.min_gap_ns.max(1), self.ascii)),
                 bold(),
             ),
             Span::raw(format!(
-                ": {}, {}  p50 {}  p99 {}  max {}",
+                ": {}, {}  {pct_since_start}p50 {}  p99 {}  max {}",
                 count(gp.count),
                 dur(gp.total_ns, self.ascii),
                 dur(gp.p50_ns, self.ascii),

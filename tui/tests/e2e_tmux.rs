@@ -6,6 +6,7 @@
 //! libraries) and tmux.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +28,10 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if let Some(c) = &mut self.scenario {
+            // `syncspy run` leads a process group of its own (see `start_under_sim`): the
+            // program under it goes too, not only the `syncspy` that a SIGKILL would orphan.
+            // SAFETY: kill(2) of our own child's group (or of the child itself).
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -95,6 +100,7 @@ fn start_under_sim(
         .env("SYNCSPY_DIR", &dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     (dir, child)

@@ -838,6 +838,13 @@ fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
     assert!(top.contains("82.0%"), "{top}");
     assert!(top.contains("train.py:142 in train_step"), "{top}");
     assert!(line_with(&text, "host_busy_elsewhere").contains("18.0%"));
+    // The pane is exactly as tall as what it draws: the devices right under its title, its
+    // bottom border right under the last cause.
+    let rows: Vec<&str> = text.lines().collect();
+    let at = |needle: &str| rows.iter().position(|l| l.contains(needle)).unwrap();
+    assert_eq!(at("device 0"), at("GPU pid 614") + 1, "{text}");
+    let below = rows[at("host_busy_elsewhere") + 1];
+    assert!(below.trim_start().starts_with('└'), "{text}");
     // The sites pane is still there under it.
     assert!(text.contains("Top call sites"), "{text}");
     // ASCII: the same line in ASCII levels.
@@ -851,6 +858,37 @@ fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
     // A small screen keeps the sites' rows and shows what fits of the pane.
     let small = screen(&app, 80, 24);
     assert!(small.contains("Top call sites"), "{small}");
+}
+
+#[test]
+fn after_a_reset_an_agents_gap_percentiles_are_labelled_since_start() {
+    // From an agent: percentiles without a distribution (no bars).
+    let mut g = gpu_view();
+    g.gaps.bars = None;
+    let mut s = snapshot();
+    s.processes[1].gpu = Some(g.clone());
+    let mut app = app_with(s).with_gpu_pane(true);
+    app.selected = Some(proc_key(614, 100));
+    app.update(Action::TogglePause);
+    app.update(Action::TogglePause);
+    let gaps = line_with(&screen(&app, 120, 40), "idle gaps >=").to_string();
+    assert!(gaps.contains(": 41, 350 ms  p50 2.17 ms"), "{gaps}");
+    app.update(Action::Reset);
+    let text = screen(&app, 120, 40);
+    let gaps = line_with(&text, "idle gaps >=");
+    assert!(
+        gaps.contains(": 41, 350 ms  since start: p50 2.17 ms  p99 10.2 ms  max 10.4 ms"),
+        "{gaps}"
+    );
+    // The monitor's own figures (a distribution, since the reset) need no label.
+    let mut s = snapshot();
+    s.processes[1].gpu = Some(gpu_view());
+    app.update(Action::Data(Box::new(s)));
+    let text = screen(&app, 120, 40);
+    assert!(
+        !line_with(&text, "idle gaps >=").contains("since start"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -29,8 +29,10 @@
 //! [run.gpu_idle]                        # optional: GPU idle gaps (runs traced, mode on)
 //! behind = ["device_sync"]              # blamed on waits of these kinds (gpu.causes)
 //! min_gaps = "iters"                    # at least fraction x this many
-//! fraction = 0.5                        # (the first steps may precede tracing)
-//! max_gaps = 1                          # at most (a healthy run: the final wait's)
+//! fraction = 0.5                        # (the first steps may precede tracing); only
+//!                                       # with min_gaps
+//! max_gaps = 1                          # at most (a healthy run: the final wait's; a
+//!                                       # number not below min_gaps)
 //! min_share = 0.9                       # of the idle time received, behind these kinds
 //!
 //! [[comparison]]                        # the same work done two ways, for `syncspy demo`
@@ -133,15 +135,21 @@ pub struct GpuIdleRule {
     pub behind: Vec<String>,
     /// At least `fraction` of this many gaps behind them.
     pub min_gaps: Option<Count>,
-    /// The share of `min_gaps` required (default 1): tracing starts on a thread of its own
-    /// once CUPTI is loaded, tens of ms into a run on a real GPU, and the first steps of a
-    /// short run go untraced.
-    #[serde(default = "one")]
-    pub fraction: f64,
+    /// The share of `min_gaps` required (absent: 1, [`GpuIdleRule::required_fraction`]):
+    /// tracing starts on a thread of its own once CUPTI is loaded, tens of ms into a run on
+    /// a real GPU, and the first steps of a short run go untraced. Only with `min_gaps`.
+    pub fraction: Option<f64>,
     /// At most this many gaps behind them.
     pub max_gaps: Option<Count>,
     /// At least this share of the idle time received is behind them.
     pub min_share: Option<f64>,
+}
+
+impl GpuIdleRule {
+    /// The share of `min_gaps` required: `fraction`, 1 when not given.
+    pub fn required_fraction(&self) -> f64 {
+        self.fraction.unwrap_or(1.0)
+    }
 }
 
 /// An expected count: a number, or a sum of products of numbers and the truth line's `args`
@@ -302,6 +310,7 @@ fn check_rule(entry: &str, r: &StallRule) -> Result<(), ManifestError> {
 
 fn check_gpu_rule(
     entry: &str,
+    scenario: &str,
     r: &GpuIdleRule,
     probe: &BTreeMap<String, u64>,
 ) -> Result<(), ManifestError> {
@@ -317,8 +326,32 @@ fn check_gpu_rule(
         c.eval(probe)
             .map_err(|e| invalid(entry, format!("gpu_idle: {}", e.0)))?;
     }
-    if !(r.fraction > 0.0 && r.fraction <= 1.0) {
-        return Err(invalid(entry, "gpu_idle: fraction must be in (0, 1]"));
+    if let Some(f) = r.fraction {
+        if r.min_gaps.is_none() {
+            return Err(invalid(
+                entry,
+                format!(
+                    "gpu_idle of scenario {scenario:?}: fraction = {f} without min_gaps (it is \
+                     the share of min_gaps required)"
+                ),
+            ));
+        }
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(invalid(entry, "gpu_idle: fraction must be in (0, 1]"));
+        }
+    }
+    // Counts that name no truth-line argument are known now; the others depend on the run.
+    let fixed = |c: &Option<Count>| c.as_ref().and_then(|c| c.eval(&BTreeMap::new()).ok());
+    if let (Some(lo), Some(hi)) = (fixed(&r.min_gaps), fixed(&r.max_gaps)) {
+        if lo > hi {
+            return Err(invalid(
+                entry,
+                format!(
+                    "gpu_idle of scenario {scenario:?}: min_gaps ({lo}) > max_gaps ({hi}), no \
+                     run can have both"
+                ),
+            ));
+        }
     }
     if r.min_share.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
         return Err(invalid(entry, "gpu_idle: min_share must be in 0..=1"));
@@ -381,7 +414,7 @@ impl Manifest {
                     .map_err(|e| invalid(&r.id, format!("counts.{k}: {}", e.0)))?;
             }
             if let Some(g) = &r.gpu_idle {
-                check_gpu_rule(&r.id, g, &probe)?;
+                check_gpu_rule(&r.id, &r.scenario, g, &probe)?;
             }
             for rule in &r.stall {
                 check_rule(&r.id, rule)?;
@@ -587,6 +620,14 @@ mod tests {
             (
                 "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"steps\"\n",
                 "unknown name",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmax_gaps = 1\nfraction = 0.5\n",
+                "gpu_idle of scenario \"item-in-loop\": fraction = 0.5 without min_gaps",
+            ),
+            (
+                "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = 3\nmax_gaps = \"1 + 1\"\n",
+                "gpu_idle of scenario \"item-in-loop\": min_gaps (3) > max_gaps (2)",
             ),
         ] {
             let e = Manifest::parse(&run(extra)).unwrap_err();
