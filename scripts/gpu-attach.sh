@@ -6,7 +6,10 @@
 # to it mid-run for FOR seconds, detaches, waits GAP seconds and attaches a second time for
 # FOR seconds. Results in RESULTS_DIR (default ./gpu-results/attach): attach.md (step times
 # before / while attached / between / while re-attached / after, exit codes, whether the
-# losses equal the control run's step for step), the attach reports and logs, the step logs.
+# losses equal the control run's step for step; GPU idle gaps while attached; syncspy threads
+# left after detach), the attach reports and logs, the step logs. Then, where ptrace works,
+# scripts/gpu-attach-target.py (the CI's attach target built against the real runtime and
+# driver): target.md.
 # PYTHON: see gpu-host.sh.
 #
 #   [MODE=auto|ptrace|dormant] bash scripts/gpu-attach.sh [SECS] [AT] [FOR] [GAP]
@@ -46,6 +49,8 @@ attached_run() {
     "$G/syncspy" attach "$PID" --duration "$FOR" --report "$R/attach$n.json" >"$R/attach$n.log" 2>&1
     echo $? >"$R/attach$n.exit"
     ev "detach$n"
+    # What of syncspy still runs in the job after detach (expected: nothing).
+    cat /proc/"$PID"/task/*/comm 2>/dev/null | grep syncspy >"$R/threads-after-detach$n.txt"
     [ "$n" = 1 ] && sleep "$GAP"
   done
   wait "$PID"
@@ -100,8 +105,28 @@ for i in (1, 2):
         p = max(rep["processes"], key=lambda p: p["recorded_events"])
         kinds = ", ".join(f"{k} {v['count']}" for k, v in sorted(p["kinds"].items()))
         print(f"- attach {i}: {kinds}")
+        g = p.get("gpu") or {}
+        busy = g.get("busy_fraction")
+        causes = g.get("causes") or []
+        top = (f"{causes[0]['share']:.0%} blamed on {causes[0].get('location') or causes[0]['cause']}"
+               if causes else "no cause")
+        print(f"  GPU while attached: mode {g.get('mode')}, state {g.get('state')}, "
+              f"busy {'n/m' if busy is None else f'{busy:.1%}'}, "
+              f"{g.get('idle', {}).get('count', 0)} gaps "
+              f"(p50 {g.get('idle', {}).get('p50_ns', 0) / 1e3:.0f} us), "
+              f"{g.get('records', 0)} activity records; {top}")
+        left = (r / f"threads-after-detach{i}.txt").read_text().split()
+        print(f"  syncspy threads left in the job after detach: {left or 'none'}")
     except Exception as e:  # the report is missing: the log says why
         print(f"- attach {i}: no report ({e})")
 for l in (r / "stops.txt").read_text().splitlines():
     print(f"- {l.strip()}")
 PYEOF
+
+# The CI's attach target against the real runtime and driver (scripts/gpu-attach-target.py):
+# exact counts of runtime and driver calls made while attached, GOT bytes, threads, registers.
+if [ "$(cat "$R/mode.txt")" = ptrace ] && command -v gcc >/dev/null; then
+  gpu_cuda_env
+  "$PY" scripts/gpu-attach-target.py "$G" "$CUDA_HOME/targets/x86_64-linux/lib" "$R/target" \
+    2>&1 | tee "$R/target.md"
+fi
