@@ -157,6 +157,9 @@ def main():
             log = []
             report = results / f"{name}-{rnd}.json"
             a, err = attach(bin_dir, t.p.pid, report, log)
+            # GPU tracing starts on a thread of its own once attached (CUPTI loads in a few
+            # hundred ms): the calls below come after it.
+            time.sleep(1.5)
             during = t.got(slots)
             redirected = sum(1 for b, d in zip(before, during) if b != d)
             t0 = time.time()
@@ -175,7 +178,9 @@ def main():
             got = {api: p["apis"].get(api, {}).get("count", 0) for api in want}
             gpu = p.get("gpu") or {}
             after = t.got(slots)
-            left = [n for n in t.threads() if n.startswith("syncspy")]
+            names = t.threads()
+            left = [n for n in names if n.startswith("syncspy")]
+            cupti = sum(1 for n in names if n == "cupti")
             t.cmd("sync 4")
             checks = {
                 "counts": got == want,
@@ -195,7 +200,8 @@ def main():
                 f"| {name} | {rnd} | {redirected}/{len(slots)} | "
                 + ", ".join(f"{k} {got[k]}/{want[k]}" for k in want)
                 + f" | {gpu.get('idle', {}).get('count', 0)} gaps, {gpu.get('records', 0)} records,"
-                f" top cause {top} | {'ok' if not bad else 'FAILED: ' + ', '.join(bad)} |")
+                f" top cause {top}; CUPTI's threads after detach: {cupti}"
+                f" | {'ok' if not bad else 'FAILED: ' + ', '.join(bad)} |")
         t.p.stdin.write("exit 7\n")
         t.p.stdin.flush()
         signals = t.line()

@@ -50,7 +50,7 @@ attached_run() {
     echo $? >"$R/attach$n.exit"
     ev "detach$n"
     # What of syncspy still runs in the job after detach (expected: nothing).
-    cat /proc/"$PID"/task/*/comm 2>/dev/null | grep syncspy >"$R/threads-after-detach$n.txt"
+    cat /proc/"$PID"/task/*/comm 2>/dev/null | grep -E 'syncspy|cupti' >"$R/threads-after-detach$n.txt"
     [ "$n" = 1 ] && sleep "$GAP"
   done
   wait "$PID"
@@ -115,8 +115,10 @@ for i in (1, 2):
               f"{g.get('idle', {}).get('count', 0)} gaps "
               f"(p50 {g.get('idle', {}).get('p50_ns', 0) / 1e3:.0f} us), "
               f"{g.get('records', 0)} activity records; {top}")
-        left = (r / f"threads-after-detach{i}.txt").read_text().split()
-        print(f"  syncspy threads left in the job after detach: {left or 'none'}")
+        names = (r / f"threads-after-detach{i}.txt").read_text().split()
+        left = [n for n in names if n.startswith("syncspy")]
+        print(f"  syncspy threads left in the job after detach: {left or 'none'}; "
+              f"CUPTI's (loaded by the first attach, kept by CUPTI): {names.count('cupti')}")
     except Exception as e:  # the report is missing: the log says why
         print(f"- attach {i}: no report ({e})")
 for l in (r / "stops.txt").read_text().splitlines():

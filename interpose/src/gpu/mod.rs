@@ -218,10 +218,10 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     let api: &'static cupti::Api = match api() {
         Some(api) => api,
         None => {
-            let Some(handle) = cupti::open_library() else {
+            let Some(handle) = as_cupti(cupti::open_library) else {
                 return unavailable();
             };
-            let Some(api) = cupti::Api::load(handle) else {
+            let Some(api) = as_cupti(|| cupti::Api::load(handle)) else {
                 return unavailable();
             };
             Box::leak(Box::new(api))
@@ -266,9 +266,9 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         // SAFETY: CUPTI's registration with two `extern "C"` functions of this library,
         // which stays loaded for the life of the process (preloaded, or injected and never
         // unloaded).
-        let rc = unsafe {
+        let rc = as_cupti(|| unsafe {
             (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
-        };
+        });
         if rc != cupti::OK {
             return unavailable();
         }
@@ -393,8 +393,32 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     }
 }
 
+/// Runs `f`, which calls into CUPTI, with the GPU thread named `cupti`: threads CUPTI starts
+/// inherit the name of the thread that made them, and outlive a detach (they are CUPTI's,
+/// not syncspy's: `ps -L` should say so).
+fn as_cupti<T>(f: impl FnOnce() -> T) -> T {
+    let on_gpu_thread = ON_GPU_THREAD.with(|c| c.get());
+    let set = |name: &CStr| {
+        // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes; it renames
+        // only the calling thread.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    };
+    if on_gpu_thread {
+        set(c"cupti");
+    }
+    let r = f();
+    if on_gpu_thread {
+        set(c"syncspy-gpu");
+    }
+    r
+}
+
 /// Whether no other client holds CUPTI: a subscription fails when one has subscribed.
 fn sole_client(api: &cupti::Api) -> bool {
+    as_cupti(|| sole_client_now(api))
+}
+
+fn sole_client_now(api: &cupti::Api) -> bool {
     let mut sub: cudarc::cupti::sys::CUpti_SubscriberHandle = std::ptr::null_mut();
     // SAFETY: cuptiSubscribe with a valid out-pointer, no callback and no user data; the
     // subscription is released at once.
@@ -409,6 +433,10 @@ fn sole_client(api: &cupti::Api) -> bool {
 
 /// Enables (or disables) the traced kinds; on a failure to enable, disables those enabled.
 fn set_enabled(api: &cupti::Api, on: bool) -> bool {
+    as_cupti(|| set_enabled_now(api, on))
+}
+
+fn set_enabled_now(api: &cupti::Api, on: bool) -> bool {
     let Ok(_c) = CONTROL.lock() else {
         return false;
     };
@@ -464,7 +492,7 @@ fn flush_with(api: &cupti::Api, flag: u32) {
     if let Ok(_c) = CONTROL.lock() {
         // SAFETY: cuptiActivityFlushAll(flag): delivers buffers to the callbacks (0: the
         // full ones; FLUSH_FORCED: every one).
-        unsafe { (api.flush_all)(flag) };
+        as_cupti(|| unsafe { (api.flush_all)(flag) });
     }
     if let (Some(seg), Some(n)) = (segment(), api.num_dropped) {
         let mut dropped = 0usize;
