@@ -406,19 +406,30 @@ fn the_monitors_gpu_pane_asks_the_agent_to_trace_a_process() {
         let (_, body) = get_with(&addr, "/api/v1/snapshot", &auth);
         body.contains("scn-item-in-loop").then_some(())
     });
-    let out = Command::new(artifact("syncspy-top"))
-        .args(["--agent", &format!("http://{addr}"), "--token-file"])
-        .arg(&token_file)
-        .args(["--print", "--gpu", "--after", "4", "--size", "120x40"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let screen = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // One monitor run of 4 s normally sees the traced gaps; a loaded machine may need the
+    // trace (still requested, by the next run) to have gone on longer: up to 3 runs.
+    let mut screen = String::new();
+    for attempt in 1..=3 {
+        let out = Command::new(artifact("syncspy-top"))
+            .args(["--agent", &format!("http://{addr}"), "--token-file"])
+            .arg(&token_file)
+            .args(["--print", "--gpu", "--after", "4", "--size", "120x40"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        let blamed = screen.lines().any(|l| {
+            l.contains("stream_sync cudaStreamSynchronize") && l.contains("scn_item_in_loop.rs:")
+        });
+        if blamed || attempt == 3 {
+            break;
+        }
+    }
     let title = screen
         .lines()
         .find(|l| l.contains("GPU pid"))

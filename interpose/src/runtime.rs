@@ -516,17 +516,41 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     };
     let Some(kind) = call.kind else {
         rt.count(&call);
-        return real();
+        let result = real();
+        first_return();
+        return result;
     };
     let t0 = now_ns();
     let result = real();
     let t1 = now_ns();
+    first_return();
     let errno_out = errno();
     if catch_unwind(AssertUnwindSafe(|| rt.emit(kind, &call, t0, t1, result))).is_err() {
         disable();
     }
     set_errno(errno_out);
     result
+}
+
+/// Set once a hooked call of this process has returned from the real function.
+static RETURNED: AtomicBool = AtomicBool::new(false);
+
+/// After the real function: the first time, the CUDA runtime has initialised (and registered
+/// its teardown at exit), so the GPU part's exit barrier is registered now, to run before it.
+#[inline]
+fn first_return() {
+    if !RETURNED.load(Ordering::Relaxed) {
+        first_return_slow();
+    }
+}
+
+#[cold]
+fn first_return_slow() {
+    if !RETURNED.swap(true, Ordering::AcqRel) {
+        let e = errno();
+        let _ = catch_unwind(crate::gpu::register_exit_quiesce);
+        set_errno(e);
+    }
 }
 
 #[cold]

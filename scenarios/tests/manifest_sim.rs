@@ -16,6 +16,22 @@ use syncspy_scenarios::validate::{check_all, markdown};
 
 #[test]
 fn every_scenario_matches_the_manifest_on_the_simulator() {
+    suite(false);
+}
+
+/// The same with GPU activity traced throughout (the simulator's CUPTI): the manifest's
+/// `gpu_idle` rules, and every other check but the stall's lower bound (docs in `check`).
+#[test]
+fn every_scenario_matches_the_manifest_on_the_simulator_traced() {
+    suite(true);
+}
+
+fn suite(trace_gpu: bool) {
+    // The two suites run one after the other, not in parallel test threads: their timings.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let m = Manifest::bundled();
     let out = TempDir::new("manifest");
     let segments = TempDir::new("manifest-segments");
@@ -25,7 +41,7 @@ fn every_scenario_matches_the_manifest_on_the_simulator() {
         sim: true,
         out_dir: out.path().to_path_buf(),
         segment_dir: Some(segments.path().to_path_buf()),
-        trace_gpu: true,
+        trace_gpu,
     };
     // Every binary the manifest names must exist before anything runs.
     for r in &m.runs {

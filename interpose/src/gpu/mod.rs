@@ -164,15 +164,44 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
         }
     }
     SEGMENT.store(seg as *const _ as *mut _, Ordering::Release);
+    // Tracing from the start: CUPTI is started here, on the calling thread (the process's
+    // first hooked call, before it reaches the runtime; or the attach worker), not on the GPU
+    // thread. Started there, it raced the process: enabling activity while the runtime
+    // created its context or a short program exited crashed inside cuptiActivityEnable
+    // (SIGSEGV, H100, CUDA 13.0). Here it comes before the runtime's initialisation, as
+    // CUPTI's own samples do it, and no exit can begin meanwhile. It costs this one call the
+    // loading of CUPTI (docs/performance.md).
+    let ready = if cfg.mode == MODE_OFF {
+        None
+    } else {
+        let prev = ON_GPU_THREAD.with(|c| c.replace(true));
+        let r = std::panic::catch_unwind(|| set_up(seg, cfg)).ok().flatten();
+        ON_GPU_THREAD.with(|c| c.set(prev));
+        // After CUPTI's own teardown registration: the exit barrier runs before it.
+        register_exit_quiesce();
+        match r {
+            Some(r) => Some(r),
+            None => {
+                // Unavailable or yielded (the state says which): no thread to wait for.
+                EXIT.store(2, Ordering::Release);
+                return;
+            }
+        }
+    };
+    let enabled = ready.as_ref().map(|r| r.api);
     let spawned = std::thread::Builder::new()
         .name("syncspy-gpu".into())
         .stack_size(256 * 1024)
         .spawn(move || {
             ON_GPU_THREAD.with(|c| c.set(true));
-            let _ = std::panic::catch_unwind(|| run(seg, cfg));
+            let _ = std::panic::catch_unwind(move || run(seg, cfg, ready));
             EXIT.store(2, Ordering::Release);
         });
     if spawned.is_err() {
+        // Nothing would flush or end what was enabled.
+        if let Some(api) = enabled {
+            set_enabled(api, false);
+        }
         EXIT.store(2, Ordering::Release);
         g.state.store(GPU_UNAVAILABLE, Ordering::Release);
     }
@@ -196,95 +225,20 @@ fn requested(seg: &SegmentWriter) -> u64 {
 }
 
 /// The GPU thread.
-fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
+fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     let g = seg.gpu();
-    if cfg.mode == MODE_OFF {
-        // Off: wait, cheaply, for a reader to ask; CUPTI is not touched before.
-        WAITING.store(true, Ordering::Release);
-        loop {
-            if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
-                return;
-            }
-            if now_ns() < requested(seg) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        WAITING.store(false, Ordering::Release);
-    }
-    let unavailable = || g.state.store(GPU_UNAVAILABLE, Ordering::Release);
-    // CUPTI is set up once per process; a later attach finds it ready.
-    let first = api().is_none();
-    let api: &'static cupti::Api = match api() {
-        Some(api) => api,
-        None => {
-            let Some(handle) = as_cupti(cupti::open_library) else {
-                return unavailable();
-            };
-            let Some(api) = as_cupti(|| cupti::Api::load(handle)) else {
-                return unavailable();
-            };
-            Box::leak(Box::new(api))
-        }
-    };
-    if FOREIGN.load(Ordering::Acquire) || !sole_client(api) {
-        g.yields.fetch_add(1, Ordering::Relaxed);
-        g.state.store(GPU_YIELDED, Ordering::Release);
-        return;
-    }
-    g.source.store(
-        if api.simulated {
-            SOURCE_SIMULATED
-        } else {
-            SOURCE_CUPTI
+    let ready = match ready {
+        Some(r) => r,
+        None => match wait_and_set_up(seg, cfg) {
+            Some(r) => r,
+            None => return,
         },
-        Ordering::Relaxed,
-    );
-    let mut tracker = Tracker::new(cfg.min_gap_ns, WINDOW_NS);
-    // Timestamps on the host clock: CUPTI calls ours, or the offset is measured.
-    if first {
-        let on = api.register_timestamp.is_some_and(|f| {
-            // SAFETY: cuptiActivityRegisterTimestampCallback with a function that only reads
-            // CLOCK_MONOTONIC; called before any activity kind is enabled, as CUPTI requires.
-            unsafe { f(Some(cupti::monotonic_timestamp)) == cupti::OK }
-        });
-        ON_HOST_CLOCK.store(on, Ordering::Release);
-    }
-    let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
-    if !on_host_clock {
-        match cupti::measure_offset(api.get_timestamp) {
-            Some(off) => tracker.set_offset(off),
-            None => return unavailable(),
-        }
-    }
-    if let Ok(mut t) = TRACKER.lock() {
-        *t = Some(tracker);
-    }
-    if first {
-        cupti::NEXT_RECORD.store(api.get_next_record as *mut (), Ordering::Release);
-        cupti::SINK.store(sink as fn(&[Activity]) as *mut (), Ordering::Release);
-        // SAFETY: CUPTI's registration with two `extern "C"` functions of this library,
-        // which stays loaded for the life of the process (preloaded, or injected and never
-        // unloaded).
-        let rc = as_cupti(|| unsafe {
-            (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
-        });
-        if rc != cupti::OK {
-            return unavailable();
-        }
-        API.store(api as *const _ as *mut _, Ordering::Release);
-    }
-    let t0 = now_ns();
-    if !set_enabled(api, true) {
-        return unavailable();
-    }
-    g.state.store(GPU_TRACING, Ordering::Release);
-    let until = requested(seg);
-    if t0 < until {
-        seg.control()
-            .trace_granted_ns
-            .store(until, Ordering::Relaxed);
-    }
+    };
+    let Ready {
+        api,
+        on_host_clock,
+        t0,
+    } = ready;
     let mut tracing = true;
     let mut traced_since = t0;
     let mut next_flush = t0 + FLUSH_NS;
@@ -317,6 +271,8 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
         if EXIT.load(Ordering::Acquire) == 1 {
             let now = now_ns();
             if tracing {
+                // CUPTI quiet before the runtime tears down: syncspy's kinds off first.
+                set_enabled(api, false);
                 flush_forced(api);
                 g.traced_ns
                     .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
@@ -367,7 +323,8 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
             }
             if !tracing && in_on {
                 if !set_enabled(api, true) {
-                    return unavailable();
+                    g.state.store(GPU_UNAVAILABLE, Ordering::Release);
+                    return;
                 }
                 traced_since = now;
                 g.state.store(GPU_TRACING, Ordering::Release);
@@ -393,22 +350,159 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig) {
     }
 }
 
-/// Runs `f`, which calls into CUPTI, with the GPU thread named `cupti`: threads CUPTI starts
-/// inherit the name of the thread that made them, and outlive a detach (they are CUPTI's,
-/// not syncspy's: `ps -L` should say so).
+/// What a successful start of CUPTI hands the tracing loop.
+struct Ready {
+    api: &'static cupti::Api,
+    on_host_clock: bool,
+    t0: u64,
+}
+
+/// On the GPU thread, mode `off`: waits for a reader's request, then starts CUPTI.
+fn wait_and_set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
+    if cfg.mode == MODE_OFF {
+        // Off: wait, cheaply, for a reader to ask; CUPTI is not touched before.
+        WAITING.store(true, Ordering::Release);
+        loop {
+            if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
+                return None;
+            }
+            if now_ns() < requested(seg) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        WAITING.store(false, Ordering::SeqCst);
+    }
+    let r = set_up(seg, cfg);
+    // CUPTI registers its own teardown when it loads: the exit barrier goes after it.
+    register_exit_quiesce();
+    r
+}
+
+/// Loads CUPTI (once per process: a later attach finds it ready), registers syncspy's
+/// callbacks and enables its kinds; the GPU part's state says why when it cannot.
+fn set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
+    let g = seg.gpu();
+    // Exiting (or detaching) already: CUPTI is not started at all.
+    let leaving = || EXIT.load(Ordering::SeqCst) != 0 || DETACH.load(Ordering::Acquire);
+    if leaving() {
+        return None;
+    }
+    let unavailable = || {
+        g.state.store(GPU_UNAVAILABLE, Ordering::Release);
+        None
+    };
+    let first = api().is_none();
+    let api: &'static cupti::Api = match api() {
+        Some(api) => api,
+        None => {
+            let Some(handle) = as_cupti(cupti::open_library) else {
+                return unavailable();
+            };
+            let Some(api) = as_cupti(|| cupti::Api::load(handle)) else {
+                return unavailable();
+            };
+            Box::leak(Box::new(api))
+        }
+    };
+    if FOREIGN.load(Ordering::Acquire) || !sole_client(api) {
+        g.yields.fetch_add(1, Ordering::Relaxed);
+        g.state.store(GPU_YIELDED, Ordering::Release);
+        return None;
+    }
+    g.source.store(
+        if api.simulated {
+            SOURCE_SIMULATED
+        } else {
+            SOURCE_CUPTI
+        },
+        Ordering::Relaxed,
+    );
+    let mut tracker = Tracker::new(cfg.min_gap_ns, WINDOW_NS);
+    // Timestamps on the host clock: CUPTI calls ours, or the offset is measured.
+    if first {
+        let on = api.register_timestamp.is_some_and(|f| {
+            // SAFETY: cuptiActivityRegisterTimestampCallback with a function that only reads
+            // CLOCK_MONOTONIC; called before any activity kind is enabled, as CUPTI requires.
+            as_cupti(|| unsafe { f(Some(cupti::monotonic_timestamp)) }) == cupti::OK
+        });
+        ON_HOST_CLOCK.store(on, Ordering::Release);
+    }
+    let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
+    if !on_host_clock {
+        match cupti::measure_offset(api.get_timestamp) {
+            Some(off) => tracker.set_offset(off),
+            None => return unavailable(),
+        }
+    }
+    if let Ok(mut t) = TRACKER.lock() {
+        *t = Some(tracker);
+    }
+    if leaving() {
+        return None;
+    }
+    if first {
+        cupti::NEXT_RECORD.store(api.get_next_record as *mut (), Ordering::Release);
+        cupti::SINK.store(sink as fn(&[Activity]) as *mut (), Ordering::Release);
+        // SAFETY: CUPTI's registration with two `extern "C"` functions of this library,
+        // which stays loaded for the life of the process (preloaded, or injected and never
+        // unloaded).
+        let rc = as_cupti(|| unsafe {
+            (api.register_callbacks)(Some(cupti::buffer_requested), Some(cupti::buffer_completed))
+        });
+        if rc != cupti::OK {
+            return unavailable();
+        }
+        API.store(api as *const _ as *mut _, Ordering::Release);
+    }
+    if leaving() {
+        return None;
+    }
+    let t0 = now_ns();
+    if !set_enabled(api, true) {
+        return unavailable();
+    }
+    g.state.store(GPU_TRACING, Ordering::Release);
+    let until = requested(seg);
+    if t0 < until {
+        seg.control()
+            .trace_granted_ns
+            .store(until, Ordering::Relaxed);
+    }
+    Some(Ready {
+        api,
+        on_host_clock,
+        t0,
+    })
+}
+
+/// Runs `f`, which calls into CUPTI, with the calling thread named `cupti`, then gives the
+/// thread its name back: threads CUPTI starts inherit the name of the thread that made them,
+/// and outlive a detach (they are CUPTI's, not syncspy's or the program's: `ps -L` should
+/// say so).
 fn as_cupti<T>(f: impl FnOnce() -> T) -> T {
-    let on_gpu_thread = ON_GPU_THREAD.with(|c| c.get());
-    let set = |name: &CStr| {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `name`.
+    let got = unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            name.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let set = |n: *const u8| {
         // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes; it renames
         // only the calling thread.
-        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+        unsafe { libc::prctl(libc::PR_SET_NAME, n as libc::c_ulong, 0, 0, 0) };
     };
-    if on_gpu_thread {
-        set(c"cupti");
+    if got == 0 {
+        set(c"cupti".as_ptr().cast());
     }
     let r = f();
-    if on_gpu_thread {
-        set(c"syncspy-gpu");
+    if got == 0 {
+        set(name.as_ptr());
     }
     r
 }
@@ -561,22 +655,52 @@ fn publish(f: impl FnOnce(&mut Tracker, &mut dyn FnMut(Event))) {
 /// From the exit handler: asks the GPU thread for a last pass (flush, everything delivered
 /// accounted) and waits for it at most 300 ms.
 pub fn at_exit() {
+    last_pass(300_000_000);
+}
+
+/// The GPU thread's last pass at exit, waited for at most `patience_ns`: once asked, the
+/// thread makes no new CUPTI call but the ones that end tracing (kinds disabled, buffers
+/// flushed back, everything accounted).
+fn last_pass(patience_ns: u64) {
     if STARTED.load(Ordering::Acquire) == 0 || segment().is_none() {
         return;
     }
     if EXIT
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
         return;
     }
-    if WAITING.load(Ordering::Acquire) {
+    // SeqCst with the thread's own `WAITING` store and `EXIT` load (`run`): either this
+    // sees it leave the wait, or it sees the request and touches no CUPTI.
+    if WAITING.load(Ordering::SeqCst) {
         // Nothing was traced: the exit need not wait for the thread.
         return;
     }
-    let deadline = now_ns() + 300_000_000;
+    let deadline = now_ns() + patience_ns;
     while EXIT.load(Ordering::Acquire) != 2 && now_ns() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Registered with `atexit` after CUPTI started and after the process's first hooked call
+/// returned (by then the CUDA runtime has registered its own teardown): exit runs it before
+/// CUPTI's and the runtime's teardown, and it waits for the GPU thread to disable syncspy's
+/// kinds, flush and end, so that no CUPTI call of syncspy's overlaps them. Waits up to 2 s
+/// (a thread idle between passes answers in about 10 ms, plus its last flush).
+extern "C" fn quiesce_at_exit() {
+    let _ = std::panic::catch_unwind(|| last_pass(2_000_000_000));
+}
+
+/// See [`quiesce_at_exit`]. Called after each event that registers a teardown the barrier
+/// must precede: CUPTI's start, the runtime's first return (exit runs the latest
+/// registration first; the others find the thread ended). At most 4 registrations per
+/// process; a fork child inherits them, with its GPU part already ended.
+pub fn register_exit_quiesce() {
+    static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if COUNT.fetch_add(1, Ordering::AcqRel) < 4 {
+        // SAFETY: registers a function of this library, which is never unloaded.
+        unsafe { libc::atexit(quiesce_at_exit) };
     }
 }
 
