@@ -339,8 +339,12 @@ impl Runtime {
                     Ordering::Relaxed,
                 );
                 crate::attach::on_runtime_created();
-                // GPU activity on a thread of its own: nothing more happens in this call.
+                // GPU activity: CUPTI started here (this call pays its loading, counted as
+                // syncspy's overhead), then a thread of its own.
+                let g0 = now_ns();
                 let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
+                live.overhead_ns
+                    .fetch_add(now_ns().saturating_sub(g0), Ordering::Relaxed);
                 Some(rt)
             }
             None => {
