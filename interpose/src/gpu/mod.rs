@@ -6,9 +6,15 @@
 //!   publishes what it reports into the segment (the GPU part of the header, `gpu_idle`
 //!   records in the ring; `syncspy_abi::gpu`).
 //!
-//! Nothing here runs on the application's hot path: the thread is started (once per process)
-//! right after the segment is created at the first hooked call, and everything CUPTI-related,
-//! `dlopen` included, happens on it. Each 100 ms it flushes CUPTI's buffers and accounts time
+//! Nothing here runs on the application's hot path but once: at the process's first hooked
+//! call, right after the segment is created and before the call reaches the runtime, CUPTI is
+//! started on the calling thread (loaded, callbacks registered, kinds enabled: tens of ms,
+//! counted as syncspy's overhead), where no context creation or exit of the program can
+//! overlap it (started on the GPU thread, it did, and crashed short programs inside
+//! `cuptiActivityEnable`). Mode `off` starts it on the GPU thread when a reader asks. An
+//! `atexit` barrier registered after CUPTI's and the runtime's own teardown has the thread
+//! disable syncspy's kinds, flush and end before them. Each 100 ms the GPU thread flushes
+//! CUPTI's buffers and accounts time
 //! up to a watermark 500 ms in the past (activity arrives late and out of order; work that
 //! started before the watermark must have completed and been delivered by then: a piece of
 //! work longer than that, running across a gap of another stream, can make a gap look longer
