@@ -698,7 +698,7 @@ extern "C" fn quiesce_at_exit() {
     let _ = std::panic::catch_unwind(|| last_pass(2_000_000_000));
 }
 
-/// See [`quiesce_at_exit`]. Called after each event that registers a teardown the barrier
+/// See `quiesce_at_exit`. Called after each event that registers a teardown the barrier
 /// must precede: CUPTI's start, the runtime's first return (exit runs the latest
 /// registration first; the others find the thread ended). At most 4 registrations per
 /// process; a fork child inherits them, with its GPU part already ended.
