@@ -390,8 +390,8 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
                 0.0
             };
         }
-        causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
     }
+    let mut causes = crate::model::merge_same_line(causes);
     causes.truncate(crate::local::MAX_GAP_CAUSES);
     causes
 }

@@ -567,9 +567,8 @@ fn gpu_view(
         .map(|c| c.2)
         .fold(0, u64::saturating_add)
         .max(1);
-    let causes = causes
+    let causes: Vec<GapCauseRow> = causes
         .into_iter()
-        .take(MAX_GAP_CAUSES)
         .map(|(cause, count, total_ns)| {
             let (cause, api, location) = match cause {
                 GapCause::Stall(k) => {
@@ -592,6 +591,8 @@ fn gpu_view(
             }
         })
         .collect();
+    let mut causes = crate::model::merge_same_line(causes);
+    causes.truncate(MAX_GAP_CAUSES);
     Some(GpuView {
         tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),
         devices,
