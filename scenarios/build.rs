@@ -60,16 +60,12 @@ fn main() {
         c.push_str(&format!("int {f}(void) {{ return 999; }}\n"));
     }
     std::fs::write(&src, c).expect("write the stub source");
-    let lib = out.join("libcudart.so");
-    let status = cc::Build::new()
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .expect("run the C compiler for the libcudart link stub");
-    assert!(status.success(), "building the libcudart link stub failed");
+    compile(
+        &["-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o"],
+        &[out.join("libcudart.so"), src],
+        &[],
+        "the libcudart link stub",
+    );
     println!("cargo:rustc-link-search=native={}", out.display());
 
     // The same for the driver, for the attach target's driver import: soname libcuda.so.1.
@@ -80,31 +76,24 @@ fn main() {
          int cuStreamSynchronize(void) { return 999; }\n",
     )
     .expect("write the driver stub source");
-    let status = cc::Build::new()
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(out.join("libcuda.so"))
-        .arg(&src)
-        .status()
-        .expect("run the C compiler for the libcuda link stub");
-    assert!(status.success(), "building the libcuda link stub failed");
+    compile(
+        &["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"],
+        &[out.join("libcuda.so"), src],
+        &[],
+        "the libcuda link stub",
+    );
 
+    let link_dir = format!("-L{}", out.display());
     // A library that calls the runtime, for the program that loads it with dlopen(RTLD_LOCAL)
     // the way ctypes and Python extension modules do (the runtime then is not in the global
     // scope, and the interposer must find the real functions another way).
     let caller = out.join("libcudacaller.so");
-    let status = cc::Build::new()
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&caller)
-        .arg("src/cudacaller.c")
-        .arg(format!("-L{}", out.display()))
-        .arg("-lcudart")
-        .status()
-        .expect("run the C compiler for libcudacaller.so");
-    assert!(status.success(), "building libcudacaller.so failed");
+    compile(
+        &["-shared", "-fPIC", "-O1", "-o"],
+        &[caller.clone(), "src/cudacaller.c".into()],
+        &[&link_dir, "-lcudart"],
+        "libcudacaller.so",
+    );
     println!(
         "cargo:rustc-env=SYNCSPY_CUDACALLER_LIB={}",
         caller.display()
@@ -113,16 +102,12 @@ fn main() {
 
     // Another interposer, preloaded into the attach target by tests/attach.rs.
     let shim = out.join("libshim.so");
-    let status = cc::Build::new()
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&shim)
-        .arg("src/shim.c")
-        .arg("-ldl")
-        .status()
-        .expect("run the C compiler for libshim.so");
-    assert!(status.success(), "building libshim.so failed");
+    compile(
+        &["-shared", "-fPIC", "-O1", "-o"],
+        &[shim.clone(), "src/shim.c".into()],
+        &["-ldl"],
+        "libshim.so",
+    );
     println!("cargo:rustc-env=SYNCSPY_SHIM_LIB={}", shim.display());
     println!("cargo:rerun-if-changed=src/shim.c");
 
@@ -138,18 +123,14 @@ fn main() {
         ),
     ] {
         let exe = out.join(name);
-        let status = cc::Build::new()
-            .get_compiler()
-            .to_command()
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&exe)
-            .arg("src/attach_target.c")
-            .args(flags)
-            .arg(format!("-L{}", out.display()))
-            .args(["-lcudart", "-lcuda", "-ldl"])
-            .status()
-            .expect("run the C compiler for attach-target");
-        assert!(status.success(), "building {name} failed");
+        let mut after: Vec<&str> = flags.to_vec();
+        after.extend([link_dir.as_str(), "-lcudart", "-lcuda", "-ldl"]);
+        compile(
+            &["-O1", "-pthread", "-o"],
+            &[exe.clone(), "src/attach_target.c".into()],
+            &after,
+            name,
+        );
         println!(
             "cargo:rustc-env=SYNCSPY_{}={}",
             name.to_uppercase().replace('-', "_"),
@@ -158,4 +139,18 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=src/attach_target.c");
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// Runs the C compiler: `flags` (ending in `-o`), then `paths` (the output, the sources),
+/// then `after` (link flags); panics saying what failed to build.
+fn compile(flags: &[&str], paths: &[PathBuf], after: &[&str], what: &str) {
+    let status = cc::Build::new()
+        .get_compiler()
+        .to_command()
+        .args(flags)
+        .args(paths)
+        .args(after)
+        .status()
+        .unwrap_or_else(|e| panic!("run the C compiler for {what}: {e}"));
+    assert!(status.success(), "building {what} failed");
 }

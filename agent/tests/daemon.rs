@@ -408,6 +408,11 @@ fn the_monitors_gpu_pane_asks_the_agent_to_trace_a_process() {
     });
     // One monitor run of 4 s normally sees the traced gaps; a loaded machine may need the
     // trace (still requested, by the next run) to have gone on longer: up to 3 runs.
+    let blamed = |screen: &str| {
+        screen.lines().any(|l| {
+            l.contains("stream_sync cudaStreamSynchronize") && l.contains("scn_item_in_loop.rs:")
+        })
+    };
     let mut screen = String::new();
     for attempt in 1..=3 {
         let out = Command::new(artifact("syncspy-top"))
@@ -423,10 +428,7 @@ fn the_monitors_gpu_pane_asks_the_agent_to_trace_a_process() {
             String::from_utf8_lossy(&out.stderr)
         );
         screen = String::from_utf8_lossy(&out.stdout).into_owned();
-        let blamed = screen.lines().any(|l| {
-            l.contains("stream_sync cudaStreamSynchronize") && l.contains("scn_item_in_loop.rs:")
-        });
-        if blamed || attempt == 3 {
+        if blamed(&screen) || attempt == 3 {
             break;
         }
     }
@@ -445,11 +447,5 @@ fn the_monitors_gpu_pane_asks_the_agent_to_trace_a_process() {
         dev.contains("busy") && !dev.contains("busy      -"),
         "{screen}"
     );
-    assert!(
-        screen
-            .lines()
-            .any(|l| l.contains("stream_sync cudaStreamSynchronize")
-                && l.contains("scn_item_in_loop.rs:")),
-        "{screen}"
-    );
+    assert!(blamed(&screen), "{screen}");
 }

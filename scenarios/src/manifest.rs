@@ -238,25 +238,26 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
             Some(gpu) => {
                 let slack = rule.slack_ms + rule.slack_ms_per_call * calls;
                 let (lo, hi) = (rule.min * gpu, rule.max * gpu + slack);
-                let found = format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9));
-                if trace_gpu {
-                    // Traced, every launch also pays CUPTI's cost on the host, whose share
-                    // of the work grows and whose waits shrink: the lower bound, calibrated
-                    // untraced, does not hold; a stall longer than the GPU work still fails.
-                    v.push(
-                        what,
+                // Traced, every launch also pays CUPTI's cost on the host, whose share of
+                // the work grows and whose waits shrink: the lower bound, calibrated
+                // untraced, does not hold; a stall longer than the GPU work still fails.
+                let (expected, low_ok) = if trace_gpu {
+                    (
                         format!("<= {hi:.3} ms (gpu {gpu:.3} ms; traced: no lower bound)"),
-                        found,
-                        stall <= hi,
-                    );
+                        true,
+                    )
                 } else {
-                    v.push(
-                        what,
+                    (
                         format!("{lo:.3} ..= {hi:.3} ms (gpu {gpu:.3} ms)"),
-                        found,
-                        stall + own_ms >= lo && stall <= hi,
-                    );
-                }
+                        stall + own_ms >= lo,
+                    )
+                };
+                v.push(
+                    what,
+                    expected,
+                    format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9)),
+                    low_ok && stall <= hi,
+                );
             }
             None => v.push(what, "a CUDA-event timing".into(), "missing".into(), false),
         }
@@ -285,21 +286,20 @@ fn check_gpu_idle(
             Some(m) => format!("mode {m}"),
             None => "no GPU tracing mode in the report".to_string(),
         };
-        if trace_gpu {
-            v.push(
-                "GPU idle rule",
-                "a run traced in mode on (SYNCSPY_GPU_IDLE=on was asked)".into(),
-                format!("{mode}: the run was not traced as asked"),
-                false,
-            );
+        let (expected, found) = if trace_gpu {
+            (
+                " (SYNCSPY_GPU_IDLE=on was asked)",
+                "the run was not traced as asked",
+            )
         } else {
-            v.push(
-                "GPU idle rule",
-                "a run traced in mode on".into(),
-                format!("{mode}: skipped (GPU tracing not asked)"),
-                true,
-            );
-        }
+            ("", "skipped (GPU tracing not asked)")
+        };
+        v.push(
+            "GPU idle rule",
+            format!("a run traced in mode on{expected}"),
+            format!("{mode}: {found}"),
+            !trace_gpu,
+        );
         return;
     }
     v.push(
@@ -605,6 +605,27 @@ mod tests {
         assert!(!check(&run, &t2, &good, false).ok());
     }
 
+    /// The truth line of a 10-step loop with a `.item()`-like wait each step.
+    fn loop_truth() -> Value {
+        json!({
+            "scenario": "item-in-loop", "pid": 7, "args": {"iters": 10}, "ok": true,
+            "checks": {"count": true},
+            "kinds": {"stream_sync": stats(10, 21.0), "device_sync": stats(1, 0.1)},
+            "non_stall": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+        })
+    }
+
+    /// syncspy's report of that loop's process, with `gpu` as its GPU section.
+    fn loop_process(gpu: Value) -> Value {
+        json!({
+            "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
+            "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
+            "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
+            "sites": [{"frames": ["main (main.rs:9)"], "location": "main (main.rs:9)"}],
+            "gpu": gpu,
+        })
+    }
+
     #[test]
     fn gpu_idle_rules_count_the_gaps_behind_the_waits_and_their_share() {
         let stalling = run_with(
@@ -612,22 +633,10 @@ mod tests {
             "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nfraction = 0.8\n\
              min_share = 0.9\n",
         );
-        let truth = json!({
-            "scenario": "item-in-loop", "pid": 7, "args": {"iters": 10}, "ok": true,
-            "checks": {"count": true},
-            "kinds": {"stream_sync": stats(10, 21.0), "device_sync": stats(1, 0.1)},
-            "non_stall": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-        });
+        let truth = loop_truth();
         let cause = |cause: &str, count: u64, share: f64, loc: &str| json!({"cause": cause, "count": count, "share": share, "location": loc});
-        let process = |causes: Value| {
-            json!({
-                "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
-                "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
-                "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-                "sites": [{"frames": ["main (main.rs:9)"], "location": "main (main.rs:9)"}],
-                "gpu": {"measured": true, "mode": "on", "causes": causes},
-            })
-        };
+        let process =
+            |causes: Value| loop_process(json!({"measured": true, "mode": "on", "causes": causes}));
         let failed = |run: &Run, p: &Value| -> Vec<String> {
             check(run, &truth, p, true)
                 .failures()
@@ -682,21 +691,8 @@ mod tests {
             "stream_sync = \"iters\"\ndevice_sync = 1",
             "[run.gpu_idle]\nbehind = [\"stream_sync\"]\nmin_gaps = \"iters\"\nfraction = 0.8\n",
         );
-        let truth = json!({
-            "scenario": "item-in-loop", "pid": 7, "args": {"iters": 10}, "ok": true,
-            "checks": {"count": true},
-            "kinds": {"stream_sync": stats(10, 21.0), "device_sync": stats(1, 0.1)},
-            "non_stall": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-        });
-        let process = |gpu: Value| {
-            json!({
-                "pid": 7, "state": "exited", "exit_status": 0, "dropped_events": 0,
-                "kinds": {"stream_sync": stats(10, 20.5), "device_sync": stats(1, 0.05)},
-                "non_stall_calls": {"cudaMemcpyAsync": {"count": 10, "bytes": 40}},
-                "sites": [{"frames": ["main (main.rs:9)"], "location": "main (main.rs:9)"}],
-                "gpu": gpu,
-            })
-        };
+        let truth = loop_truth();
+        let process = loop_process;
         for (gpu, found) in [
             // The library fell back to its default duty mode, or tracing was unavailable.
             (json!({"measured": true, "mode": "duty"}), "mode duty"),

@@ -126,6 +126,17 @@ impl Target {
         }
     }
 
+    /// The slots of the imports named `names`, as `slots` lists them.
+    fn slots_named(&mut self, names: &[&str]) -> Vec<(String, u64)> {
+        let v: Vec<(String, u64)> = self
+            .slots()
+            .into_iter()
+            .filter(|(n, _)| names.contains(&n.as_str()))
+            .collect();
+        assert_eq!(v.len(), names.len(), "{names:?}: {v:?}");
+        v
+    }
+
     /// The 8 bytes of each slot, read from outside through /proc/PID/mem.
     fn got(&self, slots: &[(String, u64)]) -> Vec<u64> {
         let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).unwrap();
@@ -430,12 +441,7 @@ fn driver_imports_and_driver_functions_looked_up_while_attached_are_recorded() {
         let dir = TempDir::new("attach-driver");
         let mut t = Target::start(exe, &[]);
         assert_eq!(t.cmd("drv 2"), "done drv 2");
-        let slots: Vec<(String, u64)> = t
-            .slots()
-            .into_iter()
-            .filter(|(n, _)| n == "cuStreamSynchronize" || n == "dlsym")
-            .collect();
-        assert_eq!(slots.len(), 2, "{exe}: {slots:?}");
+        let slots = t.slots_named(&["cuStreamSynchronize", "dlsym"]);
         let before = t.got(&slots);
         let a = start_attach(&t, &dir, &[], &[]).unwrap();
         let during = t.got(&slots);
@@ -466,12 +472,7 @@ fn a_slot_not_resolved_yet_that_another_interposer_would_take_is_left_to_it() {
         LAZY,
         &[("LD_PRELOAD", SHIM_LIB), ("SHIM_COUNT", tally_s.as_str())],
     );
-    let slots: Vec<(String, u64)> = t
-        .slots()
-        .into_iter()
-        .filter(|(n, _)| n == "cudaDeviceSynchronize" || n == "cudaStreamSynchronize")
-        .collect();
-    assert_eq!(slots.len(), 2, "{slots:?}");
+    let slots = t.slots_named(&["cudaDeviceSynchronize", "cudaStreamSynchronize"]);
     let before = t.got(&slots);
     let a = start_attach(&t, &dir, &[], &[]).unwrap();
     let during = t.got(&slots);

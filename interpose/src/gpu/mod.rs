@@ -149,8 +149,9 @@ fn sink(acts: &[Activity]) {
 }
 
 /// Starts GPU tracing for the process whose segment is `seg` (at its first hooked call,
-/// once per process image): a thread of its own does the rest. Never blocks the caller
-/// beyond spawning it.
+/// once per process image; at each attach): in modes `on` and `duty` CUPTI is started here,
+/// on the caller's thread (tens of ms, once), then a thread of its own does the rest; in
+/// mode `off` the caller only spawns that thread.
 pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     if STARTED.swap(1, Ordering::AcqRel) != 0 {
         return;
@@ -240,11 +241,22 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
             None => return,
         },
     };
-    let Ready {
-        api,
-        on_host_clock,
-        t0,
-    } = ready;
+    let Ready { api, t0 } = ready;
+    let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
+    // The loop's end: the time traced counted, what arrived accounted; with `disable`,
+    // syncspy's kinds off and its buffers flushed back first.
+    let end = |tracing: bool, traced_since: u64, disable: bool| {
+        let now = now_ns();
+        if tracing {
+            if disable {
+                set_enabled(api, false);
+                flush_forced(api);
+            }
+            g.traced_ns
+                .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
+        }
+        finish(now);
+    };
     let mut tracing = true;
     let mut traced_since = t0;
     let mut next_flush = t0 + FLUSH_NS;
@@ -254,16 +266,7 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     let mut flushes = 0u32;
     loop {
         if DETACH.load(Ordering::Acquire) {
-            let now = now_ns();
-            if tracing {
-                if !pause(api) {
-                    finish(now);
-                }
-                g.traced_ns
-                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
-            } else {
-                finish(now);
-            }
+            end(tracing, traced_since, true);
             g.state.store(GPU_PAUSED, Ordering::Release);
             return;
         }
@@ -275,15 +278,8 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
             return;
         }
         if EXIT.load(Ordering::Acquire) == 1 {
-            let now = now_ns();
-            if tracing {
-                // CUPTI quiet before the runtime tears down: syncspy's kinds off first.
-                set_enabled(api, false);
-                flush_forced(api);
-                g.traced_ns
-                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
-            }
-            finish(now);
+            // CUPTI quiet before the runtime tears down: syncspy's kinds off first.
+            end(tracing, traced_since, true);
             return;
         }
         let now = now_ns();
@@ -295,11 +291,7 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
         flushes = flushes.wrapping_add(1);
         if flushes.is_multiple_of(10) && crate::attach::attached() && !sole_client(api) {
             FOREIGN.store(true, Ordering::Release);
-            if tracing {
-                g.traced_ns
-                    .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
-            }
-            finish(now);
+            end(tracing, traced_since, false);
             g.yields.fetch_add(1, Ordering::Relaxed);
             g.state.store(GPU_YIELDED, Ordering::Release);
             return;
@@ -359,26 +351,24 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
 /// What a successful start of CUPTI hands the tracing loop.
 struct Ready {
     api: &'static cupti::Api,
-    on_host_clock: bool,
+    /// When tracing began.
     t0: u64,
 }
 
-/// On the GPU thread, mode `off`: waits for a reader's request, then starts CUPTI.
+/// On the GPU thread in mode `off` (the other modes start CUPTI in `start`): waits, cheaply,
+/// for a reader's request, then starts CUPTI; nothing of CUPTI is touched before.
 fn wait_and_set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
-    if cfg.mode == MODE_OFF {
-        // Off: wait, cheaply, for a reader to ask; CUPTI is not touched before.
-        WAITING.store(true, Ordering::Release);
-        loop {
-            if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
-                return None;
-            }
-            if now_ns() < requested(seg) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+    WAITING.store(true, Ordering::Release);
+    loop {
+        if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
+            return None;
         }
-        WAITING.store(false, Ordering::SeqCst);
+        if now_ns() < requested(seg) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    WAITING.store(false, Ordering::SeqCst);
     let r = set_up(seg, cfg);
     // CUPTI registers its own teardown when it loads: the exit barrier goes after it.
     register_exit_quiesce();
@@ -434,8 +424,7 @@ fn set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
         });
         ON_HOST_CLOCK.store(on, Ordering::Release);
     }
-    let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
-    if !on_host_clock {
+    if !ON_HOST_CLOCK.load(Ordering::Acquire) {
         match cupti::measure_offset(api.get_timestamp) {
             Some(off) => tracker.set_offset(off),
             None => return unavailable(),
@@ -475,11 +464,7 @@ fn set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
             .trace_granted_ns
             .store(until, Ordering::Relaxed);
     }
-    Some(Ready {
-        api,
-        on_host_clock,
-        t0,
-    })
+    Some(Ready { api, t0 })
 }
 
 /// Runs `f`, which calls into CUPTI, with the calling thread named `cupti`, then gives the

@@ -29,8 +29,8 @@
 //! [run.gpu_idle]                        # optional: GPU idle gaps (runs traced, mode on)
 //! behind = ["device_sync"]              # blamed on waits of these kinds (gpu.causes)
 //! min_gaps = "iters"                    # at least fraction x this many
-//! fraction = 0.5                        # (the first steps may precede tracing); only
-//!                                       # with min_gaps
+//! fraction = 0.5                        # (a step's gap can be missed); only with
+//!                                       # min_gaps
 //! max_gaps = 1                          # at most (a healthy run: the final wait's; a
 //!                                       # number not below min_gaps)
 //! min_share = 0.9                       # of the idle time received, behind these kinds
@@ -135,9 +135,9 @@ pub struct GpuIdleRule {
     pub behind: Vec<String>,
     /// At least `fraction` of this many gaps behind them.
     pub min_gaps: Option<Count>,
-    /// The share of `min_gaps` required (absent: 1, [`GpuIdleRule::required_fraction`]):
-    /// tracing starts on a thread of its own once CUPTI is loaded, tens of ms into a run on
-    /// a real GPU, and the first steps of a short run go untraced. Only with `min_gaps`.
+    /// The share of `min_gaps` required (absent: 1, [`GpuIdleRule::required_fraction`]): a
+    /// step's gap can be missed (the last wait's is closed by no later work; a real GPU's
+    /// gaps under 10 µs are only counted). Only with `min_gaps`.
     pub fraction: Option<f64>,
     /// At most this many gaps behind them.
     pub max_gaps: Option<Count>,
