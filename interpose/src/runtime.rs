@@ -379,6 +379,8 @@ impl Runtime {
         if cfg.python {
             params.python_code_capacity = crate::python::probe();
         }
+        // Where this process lives, for readers in other PID and mount namespaces.
+        params.origin = syncspy_abi::origin::Origin::of_this_process();
         // Make room first: segments of ended processes that nobody reads any more (after
         // their linger), and the folder's size cap. Errors only mean nothing was reclaimed.
         let _ = syncspy_abi::lifecycle::reclaim(
@@ -685,7 +687,13 @@ extern "C" fn at_exit(status: i32, _: *mut libc::c_void) {
 extern "C" fn after_fork_in_child() {
     // The parent's segment stays the parent's: forget it (its mapping is leaked, not
     // unmapped, in case a pointer to it is still on this thread's stack) and start over.
-    RUNTIME.store(std::ptr::null_mut(), Ordering::Relaxed);
+    // Its liveness lock is the parent's too: this copy of the descriptor is closed, or the
+    // parent's segment would look alive for as long as this child runs.
+    let parent = RUNTIME.swap(std::ptr::null_mut(), Ordering::Relaxed);
+    if !parent.is_null() {
+        // SAFETY: a non-null RUNTIME points at the leaked, never freed Runtime (`init`).
+        unsafe { (*parent).seg.release_lock() };
+    }
     // The child's first initialisation starts its own patience, not the parent's.
     INIT_BEGAN.store(0, Ordering::Relaxed);
     crate::gpu::after_fork_in_child();

@@ -17,7 +17,6 @@ use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use syncspy_abi::lifecycle::{self, OwnedFile, Owner, Readers};
-use syncspy_abi::process_running;
 use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
 use crate::aggregate::{LiveSnapshot, ProcessAgg};
@@ -137,7 +136,7 @@ impl<S> Followed<S> {
         self.agg.live = LiveSnapshot::read(&self.reader);
         if self.agg.gone_ns.is_none()
             && matches!(self.agg.live.state, ProcState::Running)
-            && !process_running(self.agg.pid, self.agg.start_ticks)
+            && !self.reader.writer_alive()
         {
             self.agg.gone_ns = Some(monotonic_ns());
         }
@@ -558,7 +557,7 @@ pub fn describe_open_error(e: &OpenError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+    use syncspy_abi::{process_running, Api, Kind, SegmentParams, SegmentWriter};
     use syncspy_test_support::{rec, TempDir};
 
     fn params(pid: u32, session: u64, ring: u32) -> SegmentParams {
@@ -623,10 +622,15 @@ mod tests {
     #[test]
     fn ended_segments_are_removed_running_ones_kept() {
         let dir = TempDir::new("follow-remove");
-        // pid 11 does not exist with this start time: the process counts as gone.
+        // Killed: its lock went with it, its state still says running.
         let gone = SegmentWriter::create(dir.path(), &params(11, 7, 16)).unwrap();
+        gone.release_lock();
         let exited = SegmentWriter::create(dir.path(), &params(12, 7, 16)).unwrap();
         exited.mark_exited(3);
+        exited.release_lock();
+        // A process in another PID namespace: pid 1 here is another process, but its lock
+        // says it runs.
+        let far = SegmentWriter::create(dir.path(), &params(1, 7, 16)).unwrap();
         let me = std::process::id();
         let start = syncspy_abi::process_start_ticks(me).unwrap();
         let mut p = params(me, 7, 16);
@@ -642,6 +646,7 @@ mod tests {
         assert!(!gone.path().exists());
         assert!(!exited.path().exists());
         assert!(alive.path().exists());
+        assert!(far.path().exists());
         let life: Vec<_> = f
             .processes()
             .iter()
@@ -651,6 +656,7 @@ mod tests {
         assert!(life.contains(&(11, Lifecycle::Gone)));
         assert!(life.contains(&(12, Lifecycle::Exited(3))));
         assert!(life.contains(&(me, Lifecycle::Running)));
+        assert!(life.contains(&(1, Lifecycle::Running)));
     }
 
     #[test]

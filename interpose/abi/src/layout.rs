@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 4;
+pub const ABI_MINOR: u16 = 5;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -191,6 +191,9 @@ pub struct Header {
     pub job: crate::job::JobIdent,
     /// ABI 1.4: readers' tracing requests and collective-kernel time (`control` module).
     pub control: crate::control::Control,
+    /// ABI 1.5: the writer's namespaces and how its liveness shows (`origin` module);
+    /// written once, before the segment is visible.
+    pub origin: crate::origin::Origin,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.

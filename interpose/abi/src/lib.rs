@@ -9,7 +9,8 @@
 //!   | Python site table | code table ]   (the last two only for a process with Python)
 //! ```
 //! The header ends with the Python part (ABI 1.1), the GPU part (ABI 1.2, `gpu`) and the
-//! job part (ABI 1.3, `job`).
+//! job part (ABI 1.3, `job`), the control part (ABI 1.4, `control`) and the origin part
+//! (ABI 1.5, `origin`: namespaces, and the lock that shows the writer lives).
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
 
@@ -22,6 +23,7 @@ pub mod layout;
 pub mod lifecycle;
 pub mod modules;
 pub mod objects;
+pub mod origin;
 pub mod python;
 pub mod record;
 pub mod ring;

@@ -88,30 +88,59 @@ pub enum Scope {
 }
 
 /// Creates `path` with `content`, mode 0600, never through a link or over another file.
-fn create_private(path: &Path, content: &str) -> io::Result<()> {
+fn create_private(path: &Path, content: &str) -> io::Result<std::fs::File> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
-    f.write_all(content.as_bytes())
+    f.write_all(content.as_bytes())?;
+    Ok(f)
 }
 
-/// A file this process owns and removes when dropped.
+/// A file this process owns and removes when dropped. While it is held, the file carries an
+/// OFD write lock (as segments do, `crate::origin`): whoever lists the folder sees its owner
+/// is alive from any PID namespace, where the pid in its name may be another process's.
 #[derive(Debug)]
-pub struct OwnedFile(PathBuf);
+pub struct OwnedFile {
+    path: PathBuf,
+    /// Holds the lock; closed (releasing it) when dropped.
+    _file: std::fs::File,
+}
 
 impl OwnedFile {
+    fn new(path: PathBuf, file: std::fs::File) -> OwnedFile {
+        // Without the lock (no OFD locks on this filesystem) the owner's pid still speaks.
+        crate::origin::take_write_lock(file.as_raw_fd());
+        OwnedFile { path, _file: file }
+    }
+
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for OwnedFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Whether the reader's file at `path`, named for `owner`, belongs to a live reader: its
+/// lock is held (any namespace), or `owner` runs (files of readers without the lock, and
+/// this namespace). Only a file found dead both ways is void.
+fn reader_file_live(path: &Path, owner: Owner) -> bool {
+    use std::os::fd::AsFd;
+    let locked = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .is_ok_and(|f| {
+            f.metadata().is_ok_and(|m| m.file_type().is_file())
+                && crate::origin::lock_state(f.as_fd()) == crate::origin::LockState::Held
+        });
+    locked || owner.running()
 }
 
 /// Registers this process as a reader of `dir` (see the module's documentation).
@@ -125,8 +154,8 @@ pub fn register(dir: &Path, scope: Scope) -> io::Result<OwnedFile> {
     // A file left by a dead process that had our pid and start time cannot exist; one of
     // ours from before (registered twice) is replaced.
     let _ = std::fs::remove_file(&path);
-    create_private(&path, &content)?;
-    Ok(OwnedFile(path))
+    let f = create_private(&path, &content)?;
+    Ok(OwnedFile::new(path, f))
 }
 
 /// The lease file of reader `owner` on the segment at `segment`.
@@ -143,8 +172,8 @@ pub fn take_lease(segment: &Path) -> io::Result<OwnedFile> {
     let path = lease_path(segment, Owner::me())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a segment path"))?;
     let _ = std::fs::remove_file(&path);
-    create_private(&path, "")?;
-    Ok(OwnedFile(path))
+    let f = create_private(&path, "")?;
+    Ok(OwnedFile::new(path, f))
 }
 
 /// Marks the segment at `segment` as kept: no reader or reclaimer removes it.
@@ -191,8 +220,12 @@ impl Readers {
     /// FIFO is never opened).
     pub fn survey(dir: &Path) -> io::Result<Readers> {
         let mut r = Readers::default();
-        let mut alive: HashMap<Owner, bool> = HashMap::new();
-        let mut live = |o: Owner| *alive.entry(o).or_insert_with(|| o.running());
+        let mut alive: HashMap<(Owner, PathBuf), bool> = HashMap::new();
+        let mut live = |o: Owner, p: PathBuf| {
+            *alive
+                .entry((o, p))
+                .or_insert_with_key(|(o, p)| reader_file_live(p, *o))
+        };
         // SAFETY: geteuid has no preconditions and cannot fail.
         let uid = unsafe { libc::geteuid() };
         for entry in std::fs::read_dir(dir)? {
@@ -209,7 +242,7 @@ impl Readers {
             }
             if let Some(rest) = name.strip_prefix(REG_PREFIX) {
                 let Some(o) = parse_owner(rest) else { continue };
-                if !live(o) {
+                if !live(o, entry.path()) {
                     let _ = std::fs::remove_file(entry.path());
                     continue;
                 }
@@ -254,7 +287,7 @@ impl Readers {
                 let Some(o) = parse_owner(owner) else {
                     continue;
                 };
-                if !live(o) {
+                if !live(o, entry.path()) {
                     let _ = std::fs::remove_file(entry.path());
                     continue;
                 }
@@ -411,6 +444,22 @@ pub fn shrink(path: &Path) -> io::Result<u64> {
     Ok(before.saturating_sub(after))
 }
 
+/// Whether a writer holds the liveness lock on the segment file at `path` (`origin`
+/// module): a cheap test before mapping it. `false` when it cannot be told (not a regular
+/// file, no locks): the caller then looks closer.
+fn writer_locked(path: &Path) -> bool {
+    use std::os::fd::AsFd;
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+    else {
+        return false;
+    };
+    f.metadata().is_ok_and(|m| m.file_type().is_file())
+        && crate::origin::lock_state(f.as_fd()) == crate::origin::LockState::Held
+}
+
 /// Removes `path` if it is still the file with inode `ino`.
 pub fn remove_if_same(path: &Path, ino: u64) -> io::Result<bool> {
     match std::fs::symlink_metadata(path) {
@@ -453,21 +502,26 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some((pid, start)) = parse_segment_name(name) else {
+        if parse_segment_name(name).is_none() {
             continue;
-        };
+        }
         let Ok(meta) = entry.metadata() else { continue };
         if !meta.file_type().is_file() {
             continue;
         }
         out.bytes_left += allocated(&meta);
         let path = entry.path();
-        if meta.uid() != uid || process_running(pid, start) || skip(&path) {
+        if meta.uid() != uid || skip(&path) || writer_locked(&path) {
             continue;
         }
         let Ok(r) = SegmentReader::open(&path) else {
             continue;
         };
+        // Whatever the namespaces: the writer's lock, or (older segments) its pid. A live
+        // process's segment is never shrunk or removed.
+        if r.writer_alive() {
+            continue;
+        }
         let ident = r.ident();
         if readers.wanted_by_others(name, ident.session, me) {
             continue;
@@ -611,6 +665,8 @@ mod tests {
         let ws: Vec<SegmentWriter> = (0..3).map(|i| seg(&d, 900_010 + i, 0)).collect();
         for w in &ws {
             w.mark_exited(0);
+            // Their processes have ended: the kernel dropped their locks.
+            w.release_lock();
         }
         let size = std::fs::metadata(ws[0].path()).unwrap().len();
         let on_disk = |p: &Path| allocated(&std::fs::metadata(p).unwrap());
@@ -670,8 +726,10 @@ mod tests {
     #[test]
     fn a_killed_process_lingers_from_when_it_was_found_dead_not_from_its_files_age() {
         let d = tempdir("killed");
-        // Killed before its exit handler: no end time; its file last changed an hour ago.
+        // Killed before its exit handler: no end time, no lock; its file last changed an hour
+        // ago.
         let w = seg(&d, 900_020, 0);
+        w.release_lock();
         let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
         std::fs::File::options()
             .write(true)
@@ -698,6 +756,98 @@ mod tests {
         assert_eq!(r.removed, vec![w.path().to_path_buf()]);
         assert!(!mark.exists());
         drop(w);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_locked_segment_is_never_shrunk_or_removed_whatever_its_pid_says() {
+        // A job in a container: its segment names pid 2 (its pid there), which here is
+        // another process or none. Its library holds the lock: it runs.
+        let d = tempdir("locked");
+        let w = seg(&d, 2, 0);
+        let path = w.path().to_path_buf();
+        let on_disk = |p: &Path| allocated(&std::fs::metadata(p).unwrap());
+        let before = on_disk(&path);
+        let now = Policy {
+            linger_ns: 0,
+            cap_bytes: 0,
+        };
+        for _ in 0..3 {
+            let r = reclaim(&d, now, &|_| false).unwrap();
+            assert!(r.removed.is_empty(), "{:?}", r.removed);
+        }
+        assert_eq!(on_disk(&path), before, "shrunk while its writer runs");
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(!d.join(format!(".{name}{DEAD_MARK}")).exists());
+        let r = SegmentReader::open(&path).unwrap();
+        assert!(r.writer_alive());
+        // Its writer exits (the kernel drops the lock): now it is ended, and goes.
+        w.release_lock();
+        assert!(!r.writer_alive());
+        drop(r);
+        let r = reclaim(&d, now, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![path]);
+        drop(w);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_second_writer_with_the_same_pid_and_start_takes_another_name() {
+        let d = tempdir("same-name");
+        let a = seg(&d, 2, 0);
+        let b = seg(&d, 2, 0);
+        assert_eq!(a.path(), d.join("syncspy-2-7"));
+        assert_eq!(b.path(), d.join("syncspy-2-7-1"));
+        assert_eq!(parse_segment_name("syncspy-2-7-1"), Some((2, 7)));
+        assert_eq!(parse_segment_name("syncspy-2-7-x"), None);
+        // Both readable, both alive, neither replaced.
+        for w in [&a, &b] {
+            let r = SegmentReader::open(w.path()).unwrap();
+            assert!(r.writer_alive());
+            assert_eq!(r.ident().created_ns, {
+                let x = SegmentReader::open(w.path()).unwrap();
+                x.ident().created_ns
+            });
+        }
+        assert_ne!(
+            std::fs::metadata(a.path()).unwrap().ino(),
+            std::fs::metadata(b.path()).unwrap().ino()
+        );
+        drop((a, b));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_reader_file_whose_lock_is_held_is_live_whatever_its_name_says() {
+        // A reader in another PID namespace: its lease names a pid that does not run here.
+        let d = tempdir("reader-lock");
+        let s = seg(&d, 900_030, 0);
+        s.mark_exited(0);
+        s.release_lock();
+        let far = Owner {
+            pid: 900_031,
+            start_ticks: 5,
+        };
+        let path = lease_path(s.path(), far).unwrap();
+        let f = create_private(&path, "").unwrap();
+        assert!(crate::origin::take_write_lock(f.as_raw_fd()));
+        let me = Owner::me();
+        let name = s.path().file_name().unwrap().to_str().unwrap().to_string();
+        assert!(Readers::survey(&d).unwrap().wanted_by_others(&name, 0, me));
+        let now = Policy {
+            linger_ns: 0,
+            cap_bytes: u64::MAX,
+        };
+        assert!(reclaim(&d, now, &|_| false).unwrap().removed.is_empty());
+        assert!(path.exists());
+        // Its reader killed (the lock gone with it, the file left): the lease is void, and
+        // the segment goes.
+        drop(f);
+        assert!(!Readers::survey(&d).unwrap().wanted_by_others(&name, 0, me));
+        assert!(!path.exists());
+        let r = reclaim(&d, now, &|_| false).unwrap();
+        assert_eq!(r.removed, vec![s.path().to_path_buf()]);
+        drop(s);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

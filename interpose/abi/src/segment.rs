@@ -26,10 +26,25 @@ pub fn segment_name(pid: u32, start_ticks: u64) -> String {
     format!("syncspy-{pid}-{start_ticks}")
 }
 
-/// Inverse of `segment_name`; `None` for any other file name (temporaries included).
+/// The name a writer takes when `segment_name(pid, start_ticks)` is already there: the
+/// segment of a process with the same pid and start time in another PID namespace (two
+/// containers' pid 2 started in the same clock tick), or of this process before an `exec`.
+pub fn segment_name_alt(pid: u32, start_ticks: u64, n: u32) -> String {
+    format!("syncspy-{pid}-{start_ticks}-{n}")
+}
+
+/// Inverse of `segment_name` and `segment_name_alt` (the pid and start time);
+/// `None` for any other file name (temporaries included).
 pub fn parse_segment_name(name: &str) -> Option<(u32, u64)> {
     let rest = name.strip_prefix("syncspy-")?;
-    let (pid, start) = rest.split_once('-')?;
+    let (pid, rest) = rest.split_once('-')?;
+    let start = match rest.split_once('-') {
+        Some((start, n)) => {
+            n.parse::<u32>().ok()?;
+            start
+        }
+        None => rest,
+    };
     Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
@@ -93,6 +108,9 @@ pub struct SegmentParams {
     pub python_code_capacity: u32,
     /// The job part of the header (ABI 1.3); the default is no job.
     pub job: crate::job::JobIdent,
+    /// The origin part of the header (ABI 1.5): the writer's namespaces (the default: unknown,
+    /// all zero). Its flags are the creator's to set.
+    pub origin: crate::origin::Origin,
 }
 
 impl SegmentParams {
@@ -114,6 +132,7 @@ impl SegmentParams {
             mode: 0o600,
             python_code_capacity: 0,
             job: crate::job::JobIdent::default(),
+            origin: crate::origin::Origin::default(),
         }
     }
 }
@@ -328,16 +347,65 @@ impl Views {
 pub struct SegmentWriter {
     pub(crate) v: Views,
     path: PathBuf,
+    /// The descriptor that holds the liveness lock (`origin` module); -1 when none (the
+    /// filesystem refused the lock, or a forked child let go of its parent's).
+    lock_fd: std::sync::atomic::AtomicI32,
 }
 
+impl Drop for SegmentWriter {
+    fn drop(&mut self) {
+        self.release_lock();
+    }
+}
+
+/// Publishes the file at `tmp` under `dest` unless something is there already: `Ok(false)`
+/// when `dest` exists. Never replaces a file (another process's live segment could be it).
+fn publish_no_replace(tmp: &CString, dest: &CString) -> std::io::Result<bool> {
+    // SAFETY: plain syscalls on valid NUL-terminated paths.
+    unsafe {
+        if libc::renameat2(
+            libc::AT_FDCWD,
+            tmp.as_ptr(),
+            libc::AT_FDCWD,
+            dest.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        ) == 0
+        {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EEXIST) => Ok(false),
+            // A filesystem without RENAME_NOREPLACE: a hard link fails on an existing name
+            // just as atomically.
+            Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+                if libc::link(tmp.as_ptr(), dest.as_ptr()) == 0 {
+                    libc::unlink(tmp.as_ptr());
+                    return Ok(true);
+                }
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EEXIST) {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+            _ => Err(e),
+        }
+    }
+}
+
+/// Names a writer tries for its segment, first to last.
+const NAME_TRIES: u32 = 64;
+
 impl SegmentWriter {
-    /// Creates `dir/syncspy-<pid>-<start>`; fails if the folder is not writable or the
-    /// file exists.
+    /// Creates `dir/syncspy-<pid>-<start>` (or, when that name is taken, the first free
+    /// `syncspy-<pid>-<start>-<n>`: see [`segment_name_alt`]). An existing file is never
+    /// replaced. The writer holds the liveness lock (`origin` module) until it is dropped,
+    /// or until [`SegmentWriter::release_lock`].
     pub fn create(dir: &Path, p: &SegmentParams) -> Result<SegmentWriter, CreateError> {
         let g = geometry(p);
         let name = segment_name(p.pid, p.start_ticks);
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let path = dir.join(&name);
         let io = |op, path: &Path| {
             let err = std::io::Error::last_os_error();
             CreateError::Io {
@@ -346,27 +414,50 @@ impl SegmentWriter {
                 err,
             }
         };
-        let ctmp = cpath(&tmp).map_err(|err| CreateError::Io {
-            path: tmp.clone(),
-            op: "name",
-            err,
-        })?;
-        let cfinal = cpath(&path).map_err(|err| CreateError::Io {
-            path: path.clone(),
-            op: "name",
-            err,
-        })?;
-        // SAFETY: plain syscalls on owned C strings; every result is checked.
-        unsafe {
-            libc::unlink(ctmp.as_ptr());
-            let fd = libc::open(
-                ctmp.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                p.mode as libc::c_uint,
-            );
-            if fd < 0 {
+        let named = |path: PathBuf| {
+            cpath(&path)
+                .map(|c| (c, path.clone()))
+                .map_err(|err| CreateError::Io {
+                    path,
+                    op: "name",
+                    err,
+                })
+        };
+        // A temporary name of this attempt's own: another process with the same pid and
+        // start time (another PID namespace) never removes or renames it.
+        let mut attempt = 0u32;
+        let (ctmp, tmp, fd) = loop {
+            let (ctmp, tmp) = named(dir.join(format!(".{name}.{}-{attempt}.tmp", monotonic_ns())))?;
+            // SAFETY: open on an owned C string; the result is checked.
+            let fd = unsafe {
+                libc::open(
+                    ctmp.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_CLOEXEC
+                        | libc::O_NOFOLLOW,
+                    p.mode as libc::c_uint,
+                )
+            };
+            if fd >= 0 {
+                break (ctmp, tmp, fd);
+            }
+            attempt += 1;
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                || attempt >= NAME_TRIES
+            {
                 return Err(io("create", &tmp));
             }
+        };
+        // SAFETY: plain syscalls on owned C strings and the descriptor opened above; every
+        // result is checked, and every failure closes the descriptor and removes the file.
+        unsafe {
+            let fail = |e: CreateError| {
+                libc::close(fd);
+                libc::unlink(ctmp.as_ptr());
+                Err(e)
+            };
             // O_CREAT applies the umask; the requested mode is the contract.
             libc::fchmod(fd, p.mode as libc::mode_t);
             // Reserve the space now: on tmpfs `ftruncate` alone reserves nothing, and a write
@@ -381,11 +472,39 @@ impl SegmentWriter {
                 if sized {
                     *libc::__errno_location() = libc::ENOSPC;
                 }
-                let e = io("reserve space for", &tmp);
-                libc::close(fd);
-                libc::unlink(ctmp.as_ptr());
-                return Err(e);
+                return fail(io("reserve space for", &tmp));
             }
+            // The lock before the file is visible: no reader ever finds this segment
+            // unlocked while its process runs. It is taken on an open file of its own: a
+            // mapping keeps its file open, and a forked child inherits the mapping, so a lock
+            // on the mapped file would live on in every child.
+            let lock_fd = libc::open(
+                ctmp.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            );
+            let same_file = |a: libc::c_int, b: libc::c_int| {
+                let mut sa: libc::stat = std::mem::zeroed();
+                let mut sb: libc::stat = std::mem::zeroed();
+                libc::fstat(a, &mut sa) == 0
+                    && libc::fstat(b, &mut sb) == 0
+                    && (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+            };
+            let locked =
+                lock_fd >= 0 && same_file(fd, lock_fd) && crate::origin::take_write_lock(lock_fd);
+            let lock_fd = if locked {
+                lock_fd
+            } else {
+                if lock_fd >= 0 {
+                    libc::close(lock_fd);
+                }
+                -1
+            };
+            let fail = |e: CreateError| {
+                if lock_fd >= 0 {
+                    libc::close(lock_fd);
+                }
+                fail(e)
+            };
             let ptr = libc::mmap(
                 std::ptr::null_mut(),
                 g.total_size as usize,
@@ -394,11 +513,8 @@ impl SegmentWriter {
                 fd,
                 0,
             );
-            libc::close(fd);
             if ptr == libc::MAP_FAILED {
-                let e = io("map", &tmp);
-                libc::unlink(ctmp.as_ptr());
-                return Err(e);
+                return fail(io("map", &tmp));
             }
             let map = Mapping {
                 ptr: ptr.cast(),
@@ -439,12 +555,38 @@ impl SegmentWriter {
             };
             std::ptr::addr_of_mut!((*hdr).python.ident).write(g.python);
             std::ptr::addr_of_mut!((*hdr).job).write(p.job);
+            let mut origin = p.origin;
+            origin.flags = if locked {
+                crate::origin::FLAG_LIVENESS_LOCK
+            } else {
+                0
+            };
+            std::ptr::addr_of_mut!((*hdr).origin).write(origin);
             (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
-            if libc::rename(ctmp.as_ptr(), cfinal.as_ptr()) != 0 {
-                let e = io("publish", &path);
-                libc::unlink(ctmp.as_ptr());
-                return Err(e);
+            let mut path = dir.join(&name);
+            let mut n = 0;
+            loop {
+                let (cfinal, _) = named(path.clone())?;
+                match publish_no_replace(&ctmp, &cfinal) {
+                    Ok(true) => break,
+                    Ok(false) if n < NAME_TRIES => {
+                        n += 1;
+                        path = dir.join(segment_name_alt(p.pid, p.start_ticks, n));
+                    }
+                    Ok(false) => {
+                        *libc::__errno_location() = libc::EEXIST;
+                        return fail(io("publish", &path));
+                    }
+                    Err(e) => {
+                        return fail(CreateError::Io {
+                            path,
+                            op: "publish",
+                            err: e,
+                        })
+                    }
+                }
             }
+            libc::close(fd);
             Ok(SegmentWriter {
                 v: Views {
                     map,
@@ -463,7 +605,22 @@ impl SegmentWriter {
                     },
                 },
                 path,
+                lock_fd: std::sync::atomic::AtomicI32::new(lock_fd),
             })
+        }
+    }
+
+    /// Lets go of the liveness lock: readers then take the process for ended. A forked child
+    /// calls this at once (its copy of the descriptor would otherwise keep its parent's lock
+    /// after the parent ends); only `close`, so it is safe in an `atfork` child handler.
+    pub fn release_lock(&self) {
+        let fd = self.lock_fd.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: the descriptor was opened by `create`, is owned by this writer and
+            // closed once (the swap hands it to one caller).
+            unsafe {
+                libc::close(fd);
+            }
         }
     }
 
@@ -557,6 +714,8 @@ pub struct SegmentReader {
     path: PathBuf,
     /// Device and inode of the file when it was opened (`intact`).
     file_id: (u64, u64),
+    /// The file, kept open: its lock says whether the writer runs (`writer_alive`).
+    file: std::fs::File,
     frozen: bool,
 }
 
@@ -578,7 +737,7 @@ impl SegmentReader {
         }
         // SAFETY: plain syscalls; every result is checked; the mapping is read-only. The fd is
         // owned by `file` at once, so every path closes it; the mapping outlives it.
-        let (meta, map) = unsafe {
+        let (meta, map, file) = unsafe {
             let fd = libc::open(
                 c.as_ptr(),
                 libc::O_RDONLY
@@ -626,7 +785,7 @@ impl SegmentReader {
                 ptr: ptr.cast(),
                 len: size as usize,
             };
-            (meta, map)
+            (meta, map, file)
         };
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
@@ -655,6 +814,7 @@ impl SegmentReader {
             ident,
             path: path.to_path_buf(),
             file_id: (meta.dev(), meta.ino()),
+            file,
             frozen: false,
         })
     }
@@ -768,8 +928,19 @@ impl SegmentReader {
         modules::read_all(self.v.live(), self.v.modules())
     }
 
-    /// Whether the writing process still runs (same pid and start time, not a zombie).
-    pub fn process_alive(&self) -> bool {
+    /// Whether the writing process still runs, as far as this reader can tell from any PID
+    /// namespace: the writer's liveness lock is held (`origin` module). For a segment
+    /// without the lock (older than ABI 1.5, or on a filesystem without OFD locks) the
+    /// pid and start time decide, which is only right in the writer's own PID namespace.
+    pub fn writer_alive(&self) -> bool {
+        use std::os::fd::AsFd;
+        if self.origin().is_some_and(|o| o.lock_held_while_alive()) {
+            match crate::origin::lock_state(self.file.as_fd()) {
+                crate::origin::LockState::Held => return true,
+                crate::origin::LockState::Free => return false,
+                crate::origin::LockState::Unknown => {}
+            }
+        }
         process_running(self.ident.pid, self.ident.start_ticks)
     }
 }

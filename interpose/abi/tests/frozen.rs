@@ -5,7 +5,8 @@
 //! `tests/data/segment-v1.2.bin` one written by ABI 1.2's, with GPU counters and idle gaps,
 //! `tests/data/segment-v1.3.bin` one written by ABI 1.3's, a rank of a torchrun job,
 //! `tests/data/segment-v1.4.bin` one written by ABI 1.4's, with a tracing request and
-//! collective-kernel time; all
+//! collective-kernel time, `tests/data/segment-v1.5.bin` one written by ABI 1.5's, with the
+//! writer's namespaces and its liveness lock; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -30,6 +31,7 @@ use syncspy_abi::layout::{
     HEADER_RESERVED, HEADER_SIZE_1_0, MAGIC,
 };
 use syncspy_abi::modules::{Module, ModuleEntry};
+use syncspy_abi::origin::{Origin, FLAG_LIVENESS_LOCK, ORIGIN_END};
 use syncspy_abi::python::{
     PyCodeEntry, PyFrameInfo, PyFrameRef, PyHeader, PyIdent, PyLive, PySiteEntry, PyStack,
     PyVersion, PythonState, PythonStatus, PY_SUPPORTED,
@@ -54,6 +56,9 @@ const V1_3: &str = "segment-v1.3.bin";
 /// The frozen ABI 1.4 segment: the v1.3 contents with a tracing request and collective-kernel
 /// time on both devices.
 const V1_4: &str = "segment-v1.4.bin";
+/// The frozen ABI 1.5 segment: the v1.4 contents written by a process in its own PID and
+/// mount namespaces, holding the liveness lock.
+const V1_5: &str = "segment-v1.5.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -246,18 +251,20 @@ fn write_v1_1(dir: &Path) -> PathBuf {
 
 /// The v1.1 contents with `records` in the ring, and whatever `more` writes before the records.
 fn write_v1_1_with(dir: &Path, records: &[Record], more: impl FnOnce(&SegmentWriter)) -> PathBuf {
-    write_v1_1_with_job(dir, JobIdent::default(), records, more)
+    write_v1_1_with_job(dir, JobIdent::default(), Origin::default(), records, more)
 }
 
 /// `write_v1_1_with` in a process that is the rank `job` says.
 fn write_v1_1_with_job(
     dir: &Path,
     job: JobIdent,
+    origin: Origin,
     records: &[Record],
     more: impl FnOnce(&SegmentWriter),
 ) -> PathBuf {
     let mut p = params();
     p.job = job;
+    p.origin = origin;
     // The smallest code table the writer allows.
     p.python_code_capacity = 16;
     let w = SegmentWriter::create(dir, &p).unwrap();
@@ -424,8 +431,35 @@ fn control_v1_4() -> ControlStatus {
 /// Writes the v1.4 segment's contents with the current writer: the v1.3 contents and the
 /// control part of `control_v1_4`.
 fn write_v1_4(dir: &Path) -> PathBuf {
+    write_v1_4_with(dir, Origin::default())
+}
+
+/// The origin part of the v1.5 file (the namespaces a writer is given; it sets the flags).
+fn origin_v1_5() -> Origin {
+    Origin {
+        flags: FLAG_LIVENESS_LOCK,
+        pid_ns: 4_026_532_451,
+        mnt_ns: 4_026_532_449,
+        ns_dev: 4,
+    }
+}
+
+/// Writes the v1.5 segment's contents with the current writer: the v1.4 contents in a
+/// process whose namespaces are `origin_v1_5`'s.
+fn write_v1_5(dir: &Path) -> PathBuf {
+    write_v1_4_with(
+        dir,
+        Origin {
+            flags: 0,
+            ..origin_v1_5()
+        },
+    )
+}
+
+/// The v1.4 contents written by a process in the namespaces `origin` names.
+fn write_v1_4_with(dir: &Path, origin: Origin) -> PathBuf {
     let job = JobIdent::from_lookup(&job_env_v1_3, SESSION);
-    write_v1_2_with(dir, job, |w| {
+    write_v1_2_with_origin(dir, job, origin, |w| {
         let want = control_v1_4();
         let c = w.control();
         c.trace_until_ns.store(want.trace_until_ns, Relaxed);
@@ -442,7 +476,17 @@ fn write_v1_4(dir: &Path) -> PathBuf {
 
 /// The v1.2 contents in a process that is the rank `job` says, then `more`.
 fn write_v1_2_with(dir: &Path, job: JobIdent, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
-    let path = write_v1_1_with_job(dir, job, &records_v1_2(), |w| {
+    write_v1_2_with_origin(dir, job, Origin::default(), more)
+}
+
+/// `write_v1_2_with` in a process in the namespaces `origin` names.
+fn write_v1_2_with_origin(
+    dir: &Path,
+    job: JobIdent,
+    origin: Origin,
+    more: impl FnOnce(&SegmentWriter),
+) -> PathBuf {
+    let path = write_v1_1_with_job(dir, job, origin, &records_v1_2(), |w| {
         let want = gpu_v1_2();
         let g = w.gpu();
         g.mode.store(want.mode, Relaxed);
@@ -645,6 +689,12 @@ fn assert_v1_3_contents(r: &SegmentReader) {
 fn assert_v1_4_contents(r: &SegmentReader) {
     assert_v1_3_contents(r);
     assert_eq!(r.control_status(), Some(control_v1_4()));
+}
+
+/// Everything a reader finds in the v1.5 contents, wherever the regions are placed.
+fn assert_v1_5_contents(r: &SegmentReader) {
+    assert_v1_4_contents(r);
+    assert_eq!(r.origin(), Some(origin_v1_5()));
 }
 
 /// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
@@ -864,6 +914,56 @@ fn the_v1_2_file_reads_back_exactly() {
 }
 
 #[test]
+fn the_v1_5_file_reads_back_exactly() {
+    let path = data(V1_5);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables: only the header grew");
+    let r = SegmentReader::open(&path).unwrap();
+    let id = r.ident();
+    assert_eq!((id.abi_major, id.abi_minor), (1, 5));
+    assert_eq!(id.header_size, 7216);
+    assert_eq!(id.header_size as usize, ORIGIN_END);
+    // The origin part, as docs/contracts.md describes it.
+    let at = |f: usize| offset_of!(Header, origin) + f;
+    assert_eq!(offset_of!(Header, origin), 7184);
+    assert_eq!(get_u64(&bytes, at(offset_of!(Origin, flags))), 1);
+    assert_eq!(
+        get_u64(&bytes, at(offset_of!(Origin, pid_ns))),
+        4_026_532_451
+    );
+    assert_eq!(
+        get_u64(&bytes, at(offset_of!(Origin, mnt_ns))),
+        4_026_532_449
+    );
+    assert_eq!(get_u64(&bytes, at(offset_of!(Origin, ns_dev))), 4);
+    assert_v1_5_contents(&r);
+    // Its writer took the lock and is long gone: nobody holds it now, whatever runs as pid
+    // 4242 here.
+    assert!(!r.writer_alive());
+}
+
+#[test]
+fn a_v1_5_file_read_as_v1_4_has_no_origin_part_and_the_same_contents() {
+    let mut bytes = std::fs::read(data(V1_5)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &4u16.to_ne_bytes(),
+    );
+    put(
+        &mut bytes,
+        offset_of!(Ident, header_size),
+        &(CONTROL_END as u32).to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-4");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_v1_4_contents(&r);
+    assert_eq!(r.origin(), None);
+}
+
+#[test]
 fn the_v1_4_file_reads_back_exactly() {
     let path = data(V1_4);
     let bytes = std::fs::read(&path).unwrap();
@@ -1077,18 +1177,27 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_4_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_5_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_4(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_4, &fresh);
+    let fresh = std::fs::read(write_v1_5(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_5, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.4 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.5 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+#[test]
+fn with_unknown_namespaces_the_current_writer_changes_only_the_version_fields_of_v1_4() {
+    // A writer that does not know its namespaces leaves them zero; it still takes the lock,
+    // which is the one appended field it fills whatever it knows.
+    let dir = TempDir::new("rewrite-1-4");
+    let fresh = std::fs::read(write_v1_4(&dir.0)).unwrap();
+    assert_only_the_version_fields_differ(V1_4, &fresh, 4);
 }
 
 /// Asserts that `fresh` (written now) and the frozen file `name` (of minor `frozen_minor`)
@@ -1099,9 +1208,12 @@ fn assert_only_the_version_fields_differ(name: &str, fresh: &[u8], frozen_minor:
     let minor = offset_of!(Ident, abi_minor);
     let size = offset_of!(Ident, header_size);
     let version_bytes: Vec<usize> = (minor..minor + 2).chain(size..size + 4).collect();
+    // The origin part is new in 1.5: a writer fills its flags (the lock it holds) whatever
+    // else it writes; it is checked below.
+    let origin = offset_of!(Header, origin)..ORIGIN_END;
     let differ: Vec<usize> = differing(fresh, &frozen)
         .into_iter()
-        .filter(|i| !version_bytes.contains(i))
+        .filter(|i| !version_bytes.contains(i) && !origin.contains(i))
         .collect();
     assert!(
         differ.is_empty(),
@@ -1117,10 +1229,15 @@ fn assert_only_the_version_fields_differ(name: &str, fresh: &[u8], frozen_minor:
         size_of::<Header>(),
         "the writer's header_size"
     );
-    let control = offset_of!(Header, control);
-    assert!(fresh[control..control + size_of::<Control>()]
-        .iter()
-        .all(|b| *b == 0));
+    assert!(frozen[origin.clone()].iter().all(|b| *b == 0));
+    assert_eq!(get_u64(fresh, origin.start), FLAG_LIVENESS_LOCK);
+    assert!(fresh[origin.start + 8..origin.end].iter().all(|b| *b == 0));
+    if frozen_minor < 4 {
+        let control = offset_of!(Header, control);
+        assert!(fresh[control..control + size_of::<Control>()]
+            .iter()
+            .all(|b| *b == 0));
+    }
     if frozen_minor < 3 {
         let job = offset_of!(Header, job);
         assert!(fresh[job..job + size_of::<JobIdent>()]
@@ -1176,15 +1293,15 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 5 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 6 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_5(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_6(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &5u16.to_ne_bytes(),
+        &6u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -1217,18 +1334,19 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 5] = [
+    let check: [(&str, AssertContents); 6] = [
         (V1_0, assert_v1_0_contents),
         (V1_1, assert_v1_1_contents),
         (V1_2, assert_v1_2_contents),
         (V1_3, assert_v1_3_contents),
         (V1_4, assert_v1_4_contents),
+        (V1_5, assert_v1_5_contents),
     ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_5(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_6(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 5), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 6), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -1294,7 +1412,7 @@ fn header_size_is_accepted_from_the_v1_0_size_up() {
 fn an_unknown_major_is_refused_with_a_clear_error() {
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for name in [V1_0, V1_1, V1_2, V1_3, V1_4] {
+    for name in [V1_0, V1_1, V1_2, V1_3, V1_4, V1_5] {
         let frozen = std::fs::read(data(name)).unwrap();
         for major in [0u16, 2, 0xffff] {
             let mut bytes = frozen.clone();
@@ -1335,11 +1453,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_4_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 4));
+fn this_build_writes_abi_1_5_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 5));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 7184);
+    assert_eq!(size_of::<Header>(), 7216);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -1365,7 +1483,7 @@ fn this_build_writes_abi_1_4_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4)]);
+    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]);
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
@@ -1408,6 +1526,7 @@ fn layout() -> Vec<(String, usize, usize)> {
         job.launcher, job.id_len, job.rank, job.local_rank, job.world_size, job.group_rank,
         job.id,
         control.trace_until_ns, control.trace_granted_ns, control.collectives,
+        origin.flags, origin.pid_ns, origin.mnt_ns, origin.ns_dev,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
@@ -1491,7 +1610,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<JobIdent>(), 152);
     assert_eq!(offset_of!(Header, control), 6912);
     assert_eq!(size_of::<Control>(), 272);
-    assert_eq!(size_of::<Header>(), 7184);
+    assert_eq!(offset_of!(Header, origin), 7184);
+    assert_eq!(size_of::<Origin>(), 32);
+    assert_eq!(size_of::<Header>(), 7216);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);

@@ -1,0 +1,223 @@
+//! Jobs in containers (docs/cluster.md): processes in PID namespaces of their own share one
+//! segment folder (the host's `/dev/shm` mounted into every pod), and neither they nor the
+//! readers on the host lose a live job's data.
+//!
+//! The containers are made with `unshare` (a PID namespace with its own `/proc`), which needs
+//! root: CI runs as root. Elsewhere each test says why it did not run and passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{artifact, cudacalls, Running, TempDir};
+use syncspy_abi::SegmentReader;
+
+/// Whether this machine can make PID namespaces (root, `unshare` present); says why not.
+fn namespaces_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making PID namespaces needs root (CI runs as root)");
+        return false;
+    }
+    let ok = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` does not work here");
+    }
+    ok
+}
+
+/// A folder where the simulated runtime answers to the CUDA sonames.
+fn sim_dir(d: &TempDir) -> PathBuf {
+    let dir = d.path().join("sim");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = artifact("libsimcudart.so");
+    for name in ["libcudart.so.13", "libcuda.so.1", "libcupti.so.13"] {
+        std::os::unix::fs::symlink(&lib, dir.join(name)).unwrap();
+    }
+    dir
+}
+
+/// A job in a PID namespace of its own (`unshare --pid --fork --mount-proc`, so it is pid 1
+/// there), with the library preloaded and segments in `segs`.
+fn containerized_job(sim: &Path, segs: &Path, env: &[(&str, &str)], args: &[&str]) -> Running {
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(cudacalls())
+        .args(args)
+        .env("LD_PRELOAD", artifact("libsyncspy.so"))
+        .env("LD_LIBRARY_PATH", sim)
+        .env("SYNCSPY_DIR", segs)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env("SYNCSPY_GPU_IDLE", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Running(c.spawn().unwrap())
+}
+
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The segment files of `dir`, by name.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(syncspy_abi::parse_segment_name)
+                .is_some()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn events(r: &SegmentReader) -> u64 {
+    r.live().written()
+}
+
+#[test]
+fn a_second_containerized_job_never_shrinks_or_removes_the_first_ones_live_segment() {
+    if !namespaces_available() {
+        return;
+    }
+    let d = TempDir::new("containers-two-jobs");
+    let sim = sim_dir(&d);
+    let segs = d.path().join("shm");
+    std::fs::create_dir(&segs).unwrap();
+    // Reclaimers as eager as they can be: no linger, a folder cap of nothing. Before the
+    // liveness lock, the second job's library took the first (pid 1 in its namespace; pid 1
+    // here is init, started at another time) for dead, punched holes in it and removed it.
+    let eager = [("SYNCSPY_LINGER_MS", "0"), ("SYNCSPY_DIR_CAP_MB", "0")];
+    let job = ["--iters", "100000", "busy=s1:500", "sync=s1", "sleep=2000"];
+    let _a = containerized_job(&sim, &segs, &eager, &job);
+    let first = eventually("the first job's segment", || {
+        let s = segments(&segs);
+        let r = SegmentReader::open(s.first()?).ok()?;
+        (events(&r) > 0).then(|| (s[0].clone(), r))
+    });
+    let (path_a, reader_a) = first;
+    assert_eq!(reader_a.ident().pid, 1, "pid 1 in its namespace");
+    let origin = reader_a.origin().expect("an ABI 1.5 segment");
+    assert!(origin.lock_held_while_alive());
+    let own_ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    assert_ne!(
+        origin.pid_ns, own_ns,
+        "the job is in a PID namespace of its own"
+    );
+    let on_disk = std::fs::metadata(&path_a).unwrap().blocks();
+
+    // The second job starts, and runs its reclaim pass against the first one's segment.
+    let mut b = containerized_job(&sim, &segs, &eager, &job);
+    eventually("the second job's segment", || {
+        (segments(&segs).len() == 2).then_some(())
+    });
+    // Short jobs come and go beside them, each reclaiming as it starts.
+    for _ in 0..3 {
+        let mut c = containerized_job(&sim, &segs, &eager, &["--iters", "1", "sync=s1"]);
+        assert!(c.0.wait().unwrap().success());
+    }
+    let before = events(&reader_a);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        path_a.exists(),
+        "the first job's live segment was removed: {:?}",
+        segments(&segs)
+    );
+    let meta = std::fs::metadata(&path_a).unwrap();
+    assert_eq!(meta.ino(), reader_a.file_id().1, "replaced under its name");
+    assert_eq!(meta.blocks(), on_disk, "its pages were punched out");
+    let name = path_a.file_name().unwrap().to_str().unwrap();
+    assert!(
+        !segs.join(format!(".{name}.dead")).exists(),
+        "marked dead while it runs"
+    );
+    assert!(reader_a.writer_alive());
+    assert!(
+        events(&reader_a) > before,
+        "the first job stopped recording"
+    );
+
+    // The second job ends (killed with its namespace): only then is its segment ended.
+    let path_b = segments(&segs).into_iter().find(|p| *p != path_a).unwrap();
+    let reader_b = SegmentReader::open(&path_b).unwrap();
+    assert!(reader_b.writer_alive());
+    b.0.kill().unwrap();
+    b.0.wait().unwrap();
+    eventually("the killed job's segment ended", || {
+        (!reader_b.writer_alive()).then_some(())
+    });
+    assert!(reader_a.writer_alive());
+}
+
+#[test]
+fn a_forked_child_does_not_keep_its_parents_segment_alive() {
+    // The parent records, forks a child that lives on, and exits: its segment must read as
+    // ended at once (the child let go of the inherited lock), whatever the pids say.
+    let d = TempDir::new("containers-fork");
+    let sim = sim_dir(&d);
+    let segs = d.path().join("shm");
+    std::fs::create_dir(&segs).unwrap();
+    let script = r#"
+import ctypes, os, sys, time
+rt = ctypes.CDLL("libcudart.so.13")
+assert rt.cudaDeviceSynchronize() == 0
+pid = os.fork()
+if pid == 0:
+    os.close(1)
+    time.sleep(30)
+    os._exit(0)
+print(pid, flush=True)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env("LD_PRELOAD", artifact("libsyncspy.so"))
+        .env("LD_LIBRARY_PATH", &sim)
+        .env("SYNCSPY_DIR", &segs)
+        .env("SYNCSPY_GPU_IDLE", "off")
+        .env("SYNCSPY_PYTHON", "0")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let child: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill with a pid this test's child forked; a stale pid only fails.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _kill = Kill(child);
+    assert!(
+        Path::new(&format!("/proc/{child}")).exists(),
+        "the child runs"
+    );
+    let s = segments(&segs);
+    assert_eq!(s.len(), 1, "only the parent called CUDA: {s:?}");
+    let r = SegmentReader::open(&s[0]).unwrap();
+    assert!(
+        !r.writer_alive(),
+        "the parent's segment looks alive while only its child runs"
+    );
+}
