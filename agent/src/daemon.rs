@@ -633,6 +633,8 @@ impl std::error::Error for ServeError {
 /// be bound or the token file written (an unusable segment folder is reported in the
 /// snapshot and retried).
 pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeError> {
+    // One open file per followed segment (its lock tells whether its process runs).
+    syncspy_read::follow::raise_open_file_limit();
     let listen_err = |source: Box<dyn std::error::Error + Send + Sync>| ServeError::Listen {
         addr: opts.listen.clone(),
         source,

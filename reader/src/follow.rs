@@ -249,6 +249,28 @@ impl<S: Default> Follower<S> {
     }
 }
 
+/// Raises this process's soft limit on open files to its hard limit, once: a reader keeps
+/// each followed segment's file open (its lock says whether the writer runs), and a host with
+/// many processes would exhaust the usual soft limit of 1024. For long-lived readers (the
+/// agent, the monitor); not for one that starts the user's program, which would inherit it.
+pub fn raise_open_file_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit with a pointer to a valid rlimit on the stack.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max
+            {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    });
+}
+
 impl<S> Follower<S> {
     /// Like [`Follower::new`], with each segment's state made by `make` from its identity.
     pub fn with_state(

@@ -86,6 +86,8 @@ struct Args {
 /// `SYNCSPY_DEBUG=1` (not through `RUST_BACKTRACE`, which many developers set for everything).
 fn main() -> ExitCode {
     let args = Args::parse();
+    // One open file per followed segment (its lock tells whether its process runs).
+    syncspy_read::follow::raise_open_file_limit();
     match monitor(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
