@@ -262,8 +262,7 @@ pub fn raise_open_file_limit() {
         };
         // SAFETY: getrlimit/setrlimit with a pointer to a valid rlimit on the stack.
         unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max
-            {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
                 lim.rlim_cur = lim.rlim_max;
                 libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }

@@ -5,6 +5,8 @@
 //! - [`follow`]: discover the segments in `SYNCSPY_DIR` and drain their rings; each followed
 //!   segment has a stable [`follow::SegmentKey`] and a slot for the caller's own state.
 //! - [`aggregate`]: per-process exact totals and latency histograms.
+//! - [`alike`]: the merge rules every view shares (sites that print alike, gap causes at
+//!   one line).
 //! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
 //! - [`report`]: the JSON report (version 1), how it is built from followed segments, read
 //!   and written; [`verdict`]: its `budget` section.
@@ -16,6 +18,7 @@
 
 pub mod advice;
 pub mod aggregate;
+pub mod alike;
 pub mod follow;
 pub mod jobs;
 pub mod python;

@@ -476,6 +476,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             }
         })
         .collect();
+    let causes = crate::alike::merge_gap_causes(causes);
     let g = a.live.gpu.as_ref();
     Gpu {
         idle: IdleStats {
@@ -580,10 +581,21 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             dist,
         });
     }
-    let mut sites: Vec<Site> = order
+    // Sites that print alike are one row (`alike`).
+    let alike = crate::alike::group(
+        order.into_iter().map(|mut acc| {
+            let frames = python::merge(std::mem::take(&mut acc.native), &acc.python);
+            (acc, frames)
+        }),
+        |(acc, frames)| {
+            let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
+            Some((acc.kind, acc.api, texts))
+        },
+        |(a, _), (b, _)| a.dist.merge(&b.dist),
+    );
+    let mut sites: Vec<Site> = alike
         .into_iter()
-        .map(|acc| {
-            let frames = python::merge(acc.native, &acc.python);
+        .map(|(acc, frames)| {
             let location = match python::user_frame(&acc.python) {
                 Some(i) => Some(acc.python[i].text()),
                 None => location_of(&frames),
@@ -824,6 +836,35 @@ mod tests {
             &mut sym,
             crate::monotonic_ns(),
         )
+    }
+
+    #[test]
+    fn sites_that_print_alike_are_one_site() {
+        // Two stacks whose only frame lies in one line of one function (as two return
+        // addresses within a source line do): every view reads them the same, so the report
+        // lists them once, with their figures together and the larger one's id.
+        use crate::symbolize::tests::{known_return_addr, own_module};
+        let dir = TempDir::new("report-alike");
+        let w = writer(dir.path(), 22, 4096);
+        let m = own_module();
+        assert!(w.add_module(m.path.as_bytes(), m.bias, m.start, m.end, &m.build_id));
+        let a = w.intern_site(&[known_return_addr()]).unwrap();
+        let b = w.intern_site(&[known_return_addr() + 1]).unwrap();
+        assert_ne!(a, b);
+        for (site, n, ns) in [(a, 19, 2_000_000), (b, 1, 80_000)] {
+            for _ in 0..n {
+                w.record(&rec(Kind::MemcpySync, Api::CudaMemcpy, ns, 4, site));
+            }
+        }
+        w.mark_exited(0);
+        let r = report_of(dir.path());
+        let sites = &r.processes[0].sites;
+        assert_eq!(sites.len(), 1, "{sites:#?}");
+        assert_eq!(sites[0].count, 20);
+        assert_eq!(sites[0].total_ns, 19 * 2_000_000 + 80_000);
+        assert_eq!(sites[0].bytes, 80);
+        assert_eq!(sites[0].site_id, a);
+        assert!(sites[0].frames[0].contains("syncspy_known_function_for_symbolization"));
     }
 
     #[test]

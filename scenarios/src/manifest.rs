@@ -120,6 +120,33 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
         status.as_i64() == Some(0) && u(&process["dropped_events"]) == 0,
     );
 
+    // Sites that print alike are one row, in every view that lists them.
+    let sites = process["sites"]
+        .as_array()
+        .map_or(&[][..], |v| v.as_slice());
+    let mut seen = std::collections::HashSet::new();
+    let alike: Vec<String> = sites
+        .iter()
+        .filter(|s| {
+            !seen.insert((
+                s["kind"].to_string(),
+                s["api"].to_string(),
+                s["frames"].to_string(),
+            ))
+        })
+        .map(|s| format!("{} {} at {}", s["kind"], s["api"], s["location"]))
+        .collect();
+    v.push(
+        "call sites listed once (no two print alike)",
+        "none twice".into(),
+        if alike.is_empty() {
+            "none twice".into()
+        } else {
+            format!("twice: {}", alike.join("; "))
+        },
+        alike.is_empty(),
+    );
+
     for kind in Kind::STALLS.map(Kind::name) {
         let expected = match run.counts.get(kind) {
             Some(c) => c.eval(&args).map_err(|e| e.0),

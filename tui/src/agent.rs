@@ -391,7 +391,9 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
             };
         }
     }
-    let mut causes = crate::model::merge_same_line(causes);
+    // The agent's causes are merged already (`syncspy_read::alike`); since a reset the
+    // order is by the time blamed since then.
+    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
     causes.truncate(crate::local::MAX_GAP_CAUSES);
     causes
 }

@@ -567,31 +567,45 @@ fn gpu_view(
         .map(|c| c.2)
         .fold(0, u64::saturating_add)
         .max(1);
-    let causes: Vec<GapCauseRow> = causes
-        .into_iter()
-        .map(|(cause, count, total_ns)| {
-            let (cause, api, location) = match cause {
-                GapCause::Stall(k) => {
-                    let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
-                    (k.kind.name().to_string(), row.api, row.location)
+    // The reader's merge rule (`syncspy_read::alike`): causes at one line are one row.
+    let causes = syncspy_read::alike::merge_gap_causes(
+        causes
+            .into_iter()
+            .map(|(cause, count, total_ns)| {
+                let (cause, api, location) = match cause {
+                    GapCause::Stall(k) => {
+                        let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
+                        (k.kind.name().to_string(), row.api, row.location)
+                    }
+                    GapCause::HostBusyElsewhere => (
+                        syncspy_read::report::HOST_BUSY_ELSEWHERE.to_string(),
+                        String::new(),
+                        String::new(),
+                    ),
+                };
+                syncspy_read::report::GapCauseReport {
+                    cause,
+                    api,
+                    site_id: 0,
+                    location: Some(location).filter(|l| !l.is_empty()),
+                    count,
+                    total_ns,
+                    share: total_ns as f64 / received as f64,
                 }
-                GapCause::HostBusyElsewhere => (
-                    syncspy_read::report::HOST_BUSY_ELSEWHERE.to_string(),
-                    String::new(),
-                    String::new(),
-                ),
-            };
-            GapCauseRow {
-                cause,
-                api,
-                count,
-                total_ns,
-                share: total_ns as f64 / received as f64,
-                location,
-            }
+            })
+            .collect(),
+    );
+    let mut causes: Vec<GapCauseRow> = causes
+        .into_iter()
+        .map(|c| GapCauseRow {
+            cause: c.cause,
+            api: c.api,
+            count: c.count,
+            total_ns: c.total_ns,
+            share: c.share,
+            location: c.location.unwrap_or_default(),
         })
         .collect();
-    let mut causes = crate::model::merge_same_line(causes);
     causes.truncate(MAX_GAP_CAUSES);
     Some(GpuView {
         tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),

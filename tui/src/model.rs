@@ -149,30 +149,6 @@ pub struct GapCauseRow {
     pub location: String,
 }
 
-/// Rows that read the same (one cause, one call, one line: separate call sites at one Python
-/// line, reached through different stacks) made one, most idle time first.
-pub fn merge_same_line(rows: Vec<GapCauseRow>) -> Vec<GapCauseRow> {
-    let mut out: Vec<GapCauseRow> = Vec::with_capacity(rows.len());
-    for r in rows {
-        let same = out.iter_mut().find(|o| {
-            !r.location.is_empty()
-                && o.location == r.location
-                && o.cause == r.cause
-                && o.api == r.api
-        });
-        match same {
-            Some(o) => {
-                o.count = o.count.saturating_add(r.count);
-                o.total_ns = o.total_ns.saturating_add(r.total_ns);
-                o.share += r.share;
-            }
-            None => out.push(r),
-        }
-    }
-    out.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
-    out
-}
-
 /// A process's place in a distributed job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankOf {
@@ -344,41 +320,6 @@ pub fn percent(x: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn gap_causes_at_one_line_read_as_one_row() {
-        let row = |cause: &str, api: &str, total_ns: u64, location: &str| GapCauseRow {
-            cause: cause.into(),
-            api: api.into(),
-            count: 1,
-            total_ns,
-            share: total_ns as f64 / 100.0,
-            location: location.into(),
-        };
-        let merged = merge_same_line(vec![
-            row("stream_sync", "cudaStreamSynchronize", 40, "train.py:50"),
-            row("stream_sync", "cudaStreamSynchronize", 30, "train.py:45"),
-            row("stream_sync", "cudaStreamSynchronize", 20, "train.py:45"),
-            row("memcpy_pageable", "cudaMemcpyAsync", 5, "train.py:45"),
-            row("host_busy_elsewhere", "", 3, ""),
-            row("host_busy_elsewhere", "", 2, ""),
-        ]);
-        let got: Vec<(&str, &str, u64, u64)> = merged
-            .iter()
-            .map(|r| (r.cause.as_str(), r.location.as_str(), r.count, r.total_ns))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("stream_sync", "train.py:45", 2, 50),
-                ("stream_sync", "train.py:50", 1, 40),
-                ("memcpy_pageable", "train.py:45", 1, 5),
-                ("host_busy_elsewhere", "", 1, 3),
-                ("host_busy_elsewhere", "", 1, 2),
-            ]
-        );
-        assert!((merged[0].share - 0.5).abs() < 1e-9);
-    }
-
     use super::*;
 
     #[test]
