@@ -20,6 +20,7 @@ pub mod follow;
 pub mod jobs;
 pub mod python;
 pub mod report;
+pub mod safe_file;
 pub mod snapshot;
 pub mod symbolize;
 pub mod verdict;
