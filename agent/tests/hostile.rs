@@ -673,3 +673,85 @@ fn reports_and_budgets_are_read_with_a_bound() {
         );
     }
 }
+
+/// What an escape sequence in a command line or frame would do to a terminal: set the
+/// window title, write the clipboard (OSC 52), clear the screen (also through the C1 CSI),
+/// reverse the text.
+const EVIL: &str = "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u{9b}2J\u{202e}";
+
+/// Whether `out` holds anything a terminal would act on.
+fn raw_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|c| (c.is_control() && *c != '\n' && *c != '\t') || *c == '\u{202e}')
+        .collect()
+}
+
+#[test]
+fn escape_sequences_in_reports_reach_no_terminal() {
+    let d = TempDir::new("hostile-escapes");
+    let mut r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    r["command"][0] = format!("./train{EVIL}").into();
+    let p = &mut r["processes"][0];
+    p["cmdline"] = format!("python3 evil{EVIL}.py").into();
+    p["sites"][0]["location"] = format!("step (evil{EVIL}.py:3)").into();
+    p["sites"][0]["frames"][0] = format!("step (evil{EVIL}.py:3)").into();
+    r["warnings"] = serde_json::json!([format!("cannot read /opt/lib{EVIL}.so")]);
+    let file = d.file("evil.json", &serde_json::to_string(&r).unwrap());
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["report", f],
+        vec!["report", "--format", "markdown", f],
+        vec!["report", "--format", "json", f],
+        vec!["report", f, f],
+        vec!["report", "--format", "markdown", f, f],
+    ] {
+        let o = Command::new(SYNCSPY).args(&args).output().unwrap();
+        let out = text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            raw_controls(&out).is_empty(),
+            "{args:?}: raw {:?} in\n{out}",
+            raw_controls(&out)
+        );
+        if args.len() == 2 {
+            assert!(out.contains(r"\x1b]0;pwned"), "{args:?}:\n{out}");
+        }
+    }
+    // JSON stays JSON, and says the same.
+    let o = Command::new(SYNCSPY)
+        .args(["report", "--format", "json", f])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["processes"][0]["cmdline"], r["processes"][0]["cmdline"]);
+
+    // The summary of a run: the command's arguments.
+    let c = cudacalls();
+    let o = run_sim_args(&d, &["sh", "-c", "exec \"$0\" --iters 1 sync=s1", &c, EVIL]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("stream_sync"), "{err}");
+    assert!(raw_controls(&err).is_empty(), "raw controls in\n{err}");
+}
+
+/// `syncspy run --sim -- CMD...` in `d`, with a deadline.
+fn run_sim_args(d: &TempDir, cmd: &[&str]) -> std::process::Output {
+    let child = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--"])
+        .args(cmd)
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_within(child, 60, "syncspy run")
+}

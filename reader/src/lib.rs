@@ -23,6 +23,7 @@ pub mod report;
 pub mod safe_file;
 pub mod snapshot;
 pub mod symbolize;
+pub mod text;
 pub mod verdict;
 
 pub use syncspy_abi::clock::monotonic_ns;
