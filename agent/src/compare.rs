@@ -347,7 +347,8 @@ pub fn render_text(c: &Comparison) -> String {
     for n in loss_notes(c) {
         let _ = writeln!(o, "note: {n}");
     }
-    o
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&o).into_owned()
 }
 
 /// The comparison as GitHub-flavoured markdown, for a pull request comment.
@@ -466,7 +467,8 @@ pub fn render_markdown(c: &Comparison) -> String {
             let _ = writeln!(o, "> {}", md_cell(&n));
         }
     }
-    o
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&o).into_owned()
 }
 
 #[cfg(test)]

@@ -280,6 +280,19 @@ pub fn demo(opts: &DemoOptions) -> i32 {
     } else if tui {
         println!("syncspy demo: each run opens in the monitor; press q to go on to its summary");
     }
+    // The runs' logs under the monitor go to a private folder (0700, unpredictable name) in
+    // TMPDIR: a predictable name there is one another user can plant a link at.
+    let log_dir = if tui {
+        match tempfile::Builder::new().prefix("syncspy-demo-").tempdir() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("syncspy demo: cannot make a folder for the logs in TMPDIR: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
     let total = pairs.len() * 2;
     let mut measured = Vec::with_capacity(pairs.len());
     let mut failed = false;
@@ -320,8 +333,10 @@ pub fn demo(opts: &DemoOptions) -> i32 {
             ro.print_summary = false;
             // The scenario's ground-truth JSON line feeds the table, not the screen: captured,
             // or with the monitor on the terminal, read back from the run's log.
-            let log =
-                std::env::temp_dir().join(format!("syncspy-demo-{}-{n}.log", std::process::id()));
+            let log = log_dir
+                .as_ref()
+                .map(|d| d.path().join(format!("{n}.log")))
+                .unwrap_or_default();
             if tui {
                 ro.tui = true;
                 ro.tui_log = Some(log.clone());
@@ -336,7 +351,12 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                     }
                     let stdout = match outcome.stdout {
                         Some(out) => out,
-                        None => std::fs::read(&log).unwrap_or_default(),
+                        None => syncspy_read::safe_file::read_bounded_nofollow(
+                            &log,
+                            syncspy_read::safe_file::REPORT_MAX_BYTES,
+                            "a run's log",
+                        )
+                        .unwrap_or_default(),
                     };
                     let _ = std::fs::remove_file(&log);
                     *slot = Some(Measured::from_run(&outcome.report, &stdout));

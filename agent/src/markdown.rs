@@ -171,7 +171,8 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o, "> warning: {}", md_cell(w));
         }
     }
-    o
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&o).into_owned()
 }
 
 #[cfg(test)]

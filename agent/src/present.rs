@@ -96,5 +96,5 @@ pub fn render(files: &[&Path], format: Format) -> Result<String, PresentError> {
 fn json<T: serde::Serialize>(v: &T) -> Result<String, PresentError> {
     let mut s = serde_json::to_string_pretty(v).map_err(PresentError::Json)?;
     s.push('\n');
-    Ok(s)
+    Ok(syncspy_read::text::json(&s).into_owned())
 }

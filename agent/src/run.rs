@@ -417,6 +417,18 @@ pub fn check_output_path(flag: &str, what: &str, p: &Path) -> Result<(), RunErro
     Ok(())
 }
 
+/// The command's log under the monitor (`--tui-log`, `syncspy demo --tui`'s logs): created
+/// without following a link another user planted at its predictable name, or an existing
+/// file of this user truncated, or a FIFO of this user (`syncspy_read::safe_file`).
+pub fn open_log(log: &Path) -> Result<std::fs::File, RunError> {
+    syncspy_read::safe_file::create_or_truncate(log, 0o666).map_err(|e| {
+        RunError::Setup(format!(
+            "cannot create the log {}: {e}: give another with --tui-log FILE",
+            log.display()
+        ))
+    })
+}
+
 /// The monitor `--tui` asked for: where it is and where the command's output goes, or why
 /// the run goes on without it (a one-line notice).
 fn tui_plan(
@@ -525,12 +537,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     // Under the monitor the command's output goes to the log, so it does not garble the
     // screen, and its stdin is not the terminal, so it does not take the monitor's keys.
     let log_file = match &tui {
-        Some((_, log)) => Some(std::fs::File::create(log).map_err(|e| {
-            RunError::Setup(format!(
-                "cannot create the log {}: {e}: give another with --tui-log FILE",
-                log.display()
-            ))
-        })?),
+        Some((_, log)) => Some(open_log(log)?),
         None => None,
     };
 

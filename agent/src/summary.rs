@@ -172,7 +172,8 @@ pub fn render(r: &Report) -> String {
     for w in &r.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
-    out
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&out).into_owned()
 }
 
 /// A job's line (its straggler) and its ranks side by side.
@@ -228,6 +229,7 @@ pub fn shell_words(args: &[String]) -> String {
             if !a.is_empty() && a.chars().all(plain) {
                 a.clone()
             } else {
+                let a = syncspy_read::text::field(a);
                 format!("'{}'", a.replace('\'', r"'\''"))
             }
         })

@@ -407,3 +407,351 @@ fn syncspy_off_false_records_and_a_huge_site_table_is_capped() {
         "segment sizes {sizes:?}"
     );
 }
+
+// Issue 25: a shared GPU server is hostile. Another user plants links, FIFOs and devices at
+// the paths syncspy writes; syncspy often runs as root.
+
+/// The user the planted files belong to (`nobody`).
+const OTHER_USER: u32 = 65534;
+
+/// Whether this test runs as root: planting another user's files needs it. CI runs as root.
+fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("{test}: skipped: not root, so no files of another user can be planted");
+    }
+    root
+}
+
+/// A sticky, world-writable folder in `d`, like /tmp or /dev/shm.
+fn sticky_folder(d: &TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let s = d.path().join("sticky");
+    std::fs::create_dir(&s).unwrap();
+    std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    s
+}
+
+/// A symbolic link at `at` to `to`, owned by the other user (as if that user made it).
+fn plant_link(to: &Path, at: &Path) {
+    std::os::unix::fs::symlink(to, at).unwrap();
+    std::os::unix::fs::lchown(at, Some(OTHER_USER), Some(OTHER_USER)).unwrap();
+}
+
+/// A FIFO at `at`, owned by the other user.
+fn plant_fifo(at: &Path) {
+    mkfifo(at);
+    std::os::unix::fs::lchown(at, Some(OTHER_USER), Some(OTHER_USER)).unwrap();
+}
+
+/// A file of root's, outside the sticky folder, that a planted link points to.
+fn root_file(d: &TempDir) -> std::path::PathBuf {
+    d.file("root-owned", "precious\n")
+}
+
+/// Opens `fifo` for writing and closes it, so that a reader blocked in its open gets EOF.
+fn release_reader(fifo: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    for _ in 0..100 {
+        if std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+            .is_ok()
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_tui_log_at_a_link_planted_in_a_sticky_folder_is_not_followed() {
+    if !root_or_skip("a_tui_log_at_a_link_planted_in_a_sticky_folder_is_not_followed") {
+        return;
+    }
+    // --tui needs a terminal: `script` gives the run one.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give syncspy run a terminal");
+        return;
+    }
+    let d = TempDir::new("hostile-tuilog");
+    let sticky = sticky_folder(&d);
+    let victim = root_file(&d);
+    let log = sticky.join("syncspy-run.log");
+    plant_link(&victim, &log);
+    let c = cudacalls();
+    let line = format!(
+        "{SYNCSPY} run --sim --tui --tui-log {} -- {c} --iters 2 sync=s1",
+        log.display()
+    );
+    let child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("SYNCSPY_DIR", d.path())
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_within(child, 60, "syncspy run --tui under script");
+    let out = text(&o.stdout) + &text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("cannot create the log"), "{out}");
+    assert!(out.contains("not followed"), "{out}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(std::fs::symlink_metadata(&log)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn a_report_fifo_that_nobody_reads_is_an_error_not_a_hang() {
+    let d = TempDir::new("hostile-fifo-noreader");
+    let fifo = d.path().join("report.fifo");
+    mkfifo(&fifo);
+    let o = run_with(&d, &["--report", fifo.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a FIFO that nobody reads"), "{err}");
+}
+
+#[test]
+fn another_users_fifo_gets_no_report() {
+    use std::os::unix::fs::FileTypeExt;
+    if !root_or_skip("another_users_fifo_gets_no_report") {
+        return;
+    }
+    let d = TempDir::new("hostile-fifo-other");
+    let sticky = sticky_folder(&d);
+    // With its owner reading it: the report would have gone to that user.
+    let fifo = sticky.join("report.json");
+    plant_fifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+    };
+    let o = run_with(&d, &["--report", fifo.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    release_reader(&fifo);
+    let got = reader.join().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("a FIFO owned by user {OTHER_USER}")),
+        "{err}"
+    );
+    assert!(got.is_empty(), "the other user read {} bytes", got.len());
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+
+    // Without a reader: refused at once, not a hang (wait_within's deadline).
+    let lonely = sticky.join("lonely.json");
+    plant_fifo(&lonely);
+    let o = run_with(&d, &["--report", lonely.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("a FIFO owned by user {OTHER_USER}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_report_path_flipped_between_a_fifo_and_a_link_never_reaches_the_link() {
+    if !root_or_skip("a_report_path_flipped_between_a_fifo_and_a_link_never_reaches_the_link") {
+        return;
+    }
+    let d = TempDir::new("hostile-flip");
+    let sticky = sticky_folder(&d);
+    let victim = root_file(&d);
+    let path = sticky.join("report.json");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The other user swaps the path, atomically (rename), between its FIFO and its link to
+    // a root file, as fast as it can.
+    let flipper = {
+        let (stop, path, victim, sticky) = (stop.clone(), path.clone(), victim.clone(), sticky);
+        std::thread::spawn(move || {
+            let (f, l) = (sticky.join(".f"), sticky.join(".l"));
+            let mut flips = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::remove_file(&f);
+                plant_fifo(&f);
+                let _ = std::fs::rename(&f, &path);
+                let _ = std::fs::remove_file(&l);
+                plant_link(&victim, &l);
+                let _ = std::fs::rename(&l, &path);
+                flips += 1;
+            }
+            flips
+        })
+    };
+    for _ in 0..3 {
+        let o = run_with(&d, &["--report", path.to_str().unwrap()]);
+        // Written (the link replaced) or refused (the other user's FIFO): either is fine.
+        assert!(
+            matches!(o.status.code(), Some(0 | 2)),
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious\n",
+            "the report went through the link: {}",
+            text(&o.stderr)
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(flipper.join().unwrap() > 10);
+}
+
+#[test]
+fn reports_and_budgets_are_read_with_a_bound() {
+    let d = TempDir::new("hostile-reads");
+    for dev in ["/dev/zero", "/dev/urandom"] {
+        let child = Command::new(SYNCSPY)
+            .args(["report", dev])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = wait_within(child, 20, "syncspy report /dev/zero");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+    // A FIFO nobody writes: not a hang.
+    let fifo = d.path().join("report.fifo");
+    mkfifo(&fifo);
+    let child = Command::new(SYNCSPY)
+        .arg("report")
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_within(child, 20, "syncspy report FIFO");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    // A (sparse) report larger than the bound.
+    let big = d.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len((256 << 20) + 1)
+        .unwrap();
+    let o = Command::new(SYNCSPY)
+        .arg("report")
+        .arg(&big)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("too large for a syncspy report"), "{err}");
+
+    // Budgets: a device, and a file over 1 MiB.
+    let c = cudacalls();
+    let big_budget = d.file("big.toml", &"# padding\n".repeat(120_000));
+    for budget in [Path::new("/dev/zero"), big_budget.as_path()] {
+        let child = Command::new(SYNCSPY)
+            .args(["check", "--sim", "--budget"])
+            .arg(budget)
+            .args(["--", &c, "--iters", "1", "sync=s1"])
+            .env("SYNCSPY_DIR", d.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = wait_within(child, 20, "syncspy check --budget /dev/zero");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("not a regular file") || err.contains("too large for a budget file"),
+            "{err}"
+        );
+    }
+}
+
+/// What an escape sequence in a command line or frame would do to a terminal: set the
+/// window title, write the clipboard (OSC 52), clear the screen (also through the C1 CSI),
+/// reverse the text.
+const EVIL: &str = "\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u{9b}2J\u{202e}";
+
+/// Whether `out` holds anything a terminal would act on.
+fn raw_controls(out: &str) -> Vec<char> {
+    out.chars()
+        .filter(|c| (c.is_control() && *c != '\n' && *c != '\t') || *c == '\u{202e}')
+        .collect()
+}
+
+#[test]
+fn escape_sequences_in_reports_reach_no_terminal() {
+    let d = TempDir::new("hostile-escapes");
+    let mut r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-v1.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    r["command"][0] = format!("./train{EVIL}").into();
+    let p = &mut r["processes"][0];
+    p["cmdline"] = format!("python3 evil{EVIL}.py").into();
+    p["sites"][0]["location"] = format!("step (evil{EVIL}.py:3)").into();
+    p["sites"][0]["frames"][0] = format!("step (evil{EVIL}.py:3)").into();
+    r["warnings"] = serde_json::json!([format!("cannot read /opt/lib{EVIL}.so")]);
+    let file = d.file("evil.json", &serde_json::to_string(&r).unwrap());
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["report", f],
+        vec!["report", "--format", "markdown", f],
+        vec!["report", "--format", "json", f],
+        vec!["report", f, f],
+        vec!["report", "--format", "markdown", f, f],
+    ] {
+        let o = Command::new(SYNCSPY).args(&args).output().unwrap();
+        let out = text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            raw_controls(&out).is_empty(),
+            "{args:?}: raw {:?} in\n{out}",
+            raw_controls(&out)
+        );
+        if args.len() == 2 {
+            assert!(out.contains(r"\x1b]0;pwned"), "{args:?}:\n{out}");
+        }
+    }
+    // JSON stays JSON, and says the same.
+    let o = Command::new(SYNCSPY)
+        .args(["report", "--format", "json", f])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["processes"][0]["cmdline"], r["processes"][0]["cmdline"]);
+
+    // The summary of a run: the command's arguments.
+    let c = cudacalls();
+    let o = run_sim_args(&d, &["sh", "-c", "exec \"$0\" --iters 1 sync=s1", &c, EVIL]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("stream_sync"), "{err}");
+    assert!(raw_controls(&err).is_empty(), "raw controls in\n{err}");
+}
+
+/// `syncspy run --sim -- CMD...` in `d`, with a deadline.
+fn run_sim_args(d: &TempDir, cmd: &[&str]) -> std::process::Output {
+    let child = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--"])
+        .args(cmd)
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_within(child, 60, "syncspy run")
+}

@@ -23,8 +23,10 @@ pub mod follow;
 pub mod jobs;
 pub mod python;
 pub mod report;
+pub mod safe_file;
 pub mod snapshot;
 pub mod symbolize;
+pub mod text;
 pub mod verdict;
 
 pub use syncspy_abi::clock::monotonic_ns;

@@ -683,49 +683,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Writes an output file (`--report`, `--trace`, `--junit`), with the contents written by
-/// `fill` (buffered). Every error is returned, the last flush and `fsync` included.
+/// `fill` (buffered). Every error is returned, the last flush and `fsync` included. The path
+/// is opened once ([`crate::safe_file::open_existing_for_write`]), never checked and then
+/// opened again.
 ///
 /// - `-` is standard output.
-/// - A FIFO or a character device (`/dev/stdout`, `/dev/null`, a pipe named by
-///   `/dev/fd/N`), directly or through a link, is written straight into: it is never
-///   replaced by a regular file.
-/// - Otherwise the path must be absent or a regular file (a symbolic link itself is replaced,
-///   never written through): the contents go to a new file in the same folder, created with
-///   `O_EXCL` under an unpredictable name (so nobody can plant a link at it), `fsync`ed, then
-///   renamed over the path. Another kind of file (a folder, a block device, a socket) is an
-///   error.
+/// - A FIFO this user owns, `/dev/null` (`/dev/zero`, `/dev/full`) or this user's terminal,
+///   directly or through a link of this user or root (`/dev/stdout`, `/dev/fd/N`), is
+///   written straight into: never replaced by a regular file. A FIFO is opened without
+///   blocking: one that nobody reads is an error. Another user's FIFO, and any other device,
+///   is an error.
+/// - Otherwise the path must be absent, a regular file or a symbolic link (replaced, never
+///   written through): the contents go to a new file in the same folder, created with
+///   `O_EXCL` under an unpredictable name (so nobody can plant a link at it), mode 0600 (a
+///   report carries command lines and stacks), `fsync`ed, then renamed over the path.
+///   Another kind of file (a folder, a socket) is an error.
 pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
 ) -> io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    use crate::safe_file::{open_existing_for_write, Existing};
+    use std::os::unix::fs::PermissionsExt;
     if path.as_os_str() == "-" {
         let mut w = io::BufWriter::new(io::stdout().lock());
         fill(&mut w)?;
         return io::Write::flush(&mut w.into_inner().map_err(|e| e.into_error())?);
     }
-    match std::fs::metadata(path) {
-        Ok(m) if m.file_type().is_fifo() || m.file_type().is_char_device() => {
-            // Links to devices are followed only where the kernel allows it (a link another
-            // user planted in a sticky folder is refused, fs.protected_symlinks).
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NOCTTY)
-                .open(path)?;
+    match open_existing_for_write(path)? {
+        Existing::Stream(f) => {
             let mut w = io::BufWriter::new(f);
             fill(&mut w)?;
             w.into_inner().map_err(|e| e.into_error())?;
             return Ok(());
         }
-        Ok(m) if !m.is_file() => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file, FIFO or character device: not replaced",
-            ))
-        }
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        // Only replaced: whatever was opened is closed unwritten.
+        Existing::Regular(_) | Existing::Link | Existing::Absent => {}
     }
     let name = path
         .file_name()
@@ -737,12 +729,12 @@ pub fn write_atomic_with(
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
     prefix.push(".");
-    // O_CREAT | O_EXCL under a random name, removed on drop unless persisted; 0666 less the
-    // umask, as `File::create` would.
+    // O_CREAT | O_EXCL under a random name, removed on drop unless persisted; 0600: the
+    // contents name commands and call stacks.
     let tmp = tempfile::Builder::new()
         .prefix(&prefix)
         .suffix(".tmp")
-        .permissions(std::fs::Permissions::from_mode(0o666))
+        .permissions(std::fs::Permissions::from_mode(0o600))
         .tempfile_in(dir)?;
     let mut w = io::BufWriter::new(tmp);
     fill(&mut w)?;
@@ -790,9 +782,15 @@ impl std::error::Error for ReadError {
     }
 }
 
-/// Reads a saved report, checking its version first.
+/// Reads a saved report, checking its version first. A regular file only, of at most
+/// [`crate::safe_file::REPORT_MAX_BYTES`] (`/dev/zero` or a FIFO is an error).
 pub fn read(path: &Path) -> Result<Report, ReadError> {
-    let bytes = std::fs::read(path).map_err(ReadError::Io)?;
+    let bytes = crate::safe_file::read_bounded(
+        path,
+        crate::safe_file::REPORT_MAX_BYTES,
+        "a syncspy report",
+    )
+    .map_err(ReadError::Io)?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(ReadError::Json)?;
     match v.get("syncspy_report").and_then(|x| x.as_u64()) {
         Some(1) => serde_json::from_value(v).map_err(ReadError::Json),

@@ -131,7 +131,9 @@ pub fn default_token_file() -> Option<PathBuf> {
 
 /// The token in a token file (its first line, without surrounding white space).
 pub fn read_token(path: &Path) -> std::io::Result<String> {
-    let text = std::fs::read_to_string(path)?;
+    // Never a FIFO (a hang) or a device (an endless read).
+    let bytes = crate::safe_file::read_bounded(path, 64 << 10, "a token file")?;
+    let text = String::from_utf8_lossy(&bytes);
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
         return Err(std::io::Error::new(

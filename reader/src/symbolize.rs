@@ -146,6 +146,9 @@ pub const MAX_NOTES: usize = 64;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Usable {
     Yes,
+    /// The module's ELF symbols only, no debug information: a file blazesym would open
+    /// beside it (its `.dwp`) is not a regular file and would block it.
+    SymbolsOnly,
     No,
 }
 
@@ -240,10 +243,13 @@ impl Symbolizer {
                 module: Some(name.clone()),
             }]
         };
-        if self.check_module(m) == Usable::No {
+        let usable = self.check_module(m);
+        if usable == Usable::No {
             return fallback();
         }
-        let src = Source::Elf(Elf::new(&m.path));
+        let mut elf = Elf::new(&m.path);
+        elf.debug_syms = usable == Usable::Yes;
+        let src = Source::Elf(elf);
         let syms = match self.inner.symbolize(&src, Input::VirtOffset(&[vaddr][..])) {
             Ok(s) => s,
             Err(e) => {
@@ -292,6 +298,12 @@ impl Symbolizer {
         } {
             self.note(format!("{why}; its frames are shown as offsets"));
             Usable::No
+        } else if let Some(why) = beside_not_regular(&m.path) {
+            self.note(format!(
+                "{why}; the frames of {} are shown without file and line",
+                m.path
+            ));
+            Usable::SymbolsOnly
         } else if m.build_id.is_empty() {
             Usable::Yes
         } else {
@@ -316,6 +328,22 @@ impl Symbolizer {
         }
         self.modules.insert(key, usable);
         usable
+    }
+}
+
+/// Why a file blazesym opens beside a module cannot be opened safely: its DWARF package
+/// (`<module>.dwp`) is there but not a regular file. Module paths come from segments, and a
+/// FIFO named like the `.dwp` would block blazesym's open, and the reader, forever.
+fn beside_not_regular(module: &str) -> Option<String> {
+    let dwp = format!("{module}.dwp");
+    match std::fs::symlink_metadata(&dwp) {
+        Err(_) => None,
+        // Followed as blazesym would; a link to nothing is not opened either.
+        Ok(_) => match std::fs::metadata(&dwp) {
+            Ok(md) if md.is_file() => None,
+            Ok(_) => Some(format!("{dwp} is not a regular file")),
+            Err(_) => None,
+        },
     }
 }
 
@@ -435,6 +463,44 @@ pub(crate) mod tests {
             .notes()
             .iter()
             .any(|n| n.contains("/nonexistent/libgone.so")));
+    }
+
+    #[test]
+    fn a_fifo_named_like_the_modules_dwp_does_not_block_symbolization() {
+        // The module as a segment could name it: a link to this test binary in a folder
+        // where a user also put a FIFO named like its DWARF package.
+        let dir = syncspy_test_support::TempDir::new("sym-dwp");
+        let mut m = own_module();
+        let link = dir.path().join("cudacalls");
+        std::os::unix::fs::symlink(&m.path, &link).unwrap();
+        syncspy_test_support::mkfifo(&dir.path().join("cudacalls.dwp"));
+        m.path = link.to_string_lossy().into_owned();
+        let addr = known_return_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mm = m.clone();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            let frames = s.frame(addr, std::slice::from_ref(&mm));
+            let _ = tx.send((frames, s.notes().to_vec()));
+        });
+        let (frames, notes) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("symbolization blocked on the FIFO named like the module's .dwp");
+        // The ELF symbols still name the function; no file and line without the DWARF.
+        assert!(
+            frames
+                .last()
+                .unwrap()
+                .text
+                .contains("syncspy_known_function_for_symbolization"),
+            "{frames:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("cudacalls.dwp is not a regular file")),
+            "{notes:?}"
+        );
     }
 
     #[test]

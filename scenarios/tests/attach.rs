@@ -746,3 +746,46 @@ fn a_dormant_preload_arms_without_ptrace_and_disarms() {
     }
     assert_eq!(t.exit(5).0.code(), Some(5));
 }
+
+/// Issue 25: links another user planted at the attach files' predictable names, in a sticky
+/// folder, are never followed; the files are 0600 (the control file carries the session id).
+#[test]
+fn attach_files_never_follow_planted_links_and_are_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root, so no files of another user can be planted");
+        return;
+    }
+    let dir = TempDir::new("attach-planted");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.path().join("root-owned");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // Old enough that the link does not look like a live attach's control file.
+    std::fs::File::options()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    let mut t = Target::start(NOW, &[]);
+    let control = dir.path().join(format!("syncspy-attach-{}", t.pid));
+    std::os::unix::fs::symlink(&victim, &control).unwrap();
+    std::os::unix::fs::lchown(&control, Some(65534), Some(65534)).unwrap();
+
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let mut report = control.as_os_str().to_owned();
+    report.push(".report");
+    for p in [control.as_path(), Path::new(&report)] {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        assert!(m.is_file(), "{}", p.display());
+        assert_eq!(m.mode() & 0o777, 0o600, "{}", p.display());
+        assert_eq!(m.uid(), 0, "{}", p.display());
+    }
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    let r = a.finish();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 2);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(t.exit(0).0.code(), Some(0));
+}

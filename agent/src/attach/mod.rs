@@ -96,6 +96,8 @@ struct Target {
     nspid: i32,
     env: Vec<(String, String)>,
     cmdline: Vec<String>,
+    /// Its real user id, which the library checks the control file's owner against.
+    uid: u32,
 }
 
 fn target(pid: i32) -> Result<Target, RunError> {
@@ -119,6 +121,9 @@ fn target(pid: i32) -> Result<Target, RunError> {
              LD_PRELOAD instead)"
         )));
     }
+    let uid = field("Uid:")
+        .and_then(|v| v.split_whitespace().next().and_then(|u| u.parse().ok()))
+        .ok_or_else(|| setup(format!("process {pid}: no Uid in /proc/{pid}/status")))?;
     let nspid = field("NSpid:")
         .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
         .unwrap_or(pid);
@@ -146,6 +151,7 @@ fn target(pid: i32) -> Result<Target, RunError> {
         nspid,
         env,
         cmdline,
+        uid,
     })
 }
 
@@ -192,17 +198,51 @@ fn report_file(control: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// A live attach's control file: a regular file (not a link or FIFO someone planted)
+/// touched within the lease.
 fn fresh(p: &Path, lease: Duration) -> bool {
-    std::fs::metadata(p)
-        .and_then(|m| m.modified())
-        .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() <= lease)
-        .unwrap_or(false)
+    std::fs::symlink_metadata(p)
+        .ok()
+        .filter(|m| m.is_file())
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() <= lease)
 }
 
-fn touch(p: &Path) {
-    if let Ok(f) = std::fs::File::options().write(true).open(p) {
-        let _ = f.set_modified(SystemTime::now());
+/// The most the library's report may hold.
+const REPORT_MAX: u64 = 1 << 20;
+
+/// The library's report (coverage lines, then `detached`): a regular file read without
+/// following a link or blocking, whoever put it there.
+fn read_report(p: &Path) -> Option<String> {
+    syncspy_read::safe_file::read_bounded_nofollow(p, REPORT_MAX, "the attach report")
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Writes the control file: created new (`O_CREAT | O_EXCL`, never through a link planted
+/// at its predictable name; a stale one is removed first), 0600 as it carries the session id,
+/// and given to the target's user when that is not this one, so that its library can read
+/// it. The descriptor is kept: the lease is renewed through it, never by opening the path
+/// again.
+fn write_control(p: &Path, text: &str, uid: u32) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    use syncspy_read::safe_file::create_new;
+    let mut f = match create_new(p, 0o600) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(p)?;
+            create_new(p, 0o600)?
+        }
+        r => r?,
+    };
+    if uid != syncspy_read::safe_file::euid() {
+        std::os::unix::fs::fchown(&f, Some(uid), None)?;
     }
+    f.write_all(text.as_bytes())?;
+    Ok(f)
+}
+
+fn touch(f: &std::fs::File) {
+    let _ = f.set_modified(SystemTime::now());
 }
 
 fn alive(pid: i32) -> bool {
@@ -293,15 +333,16 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     }
     let _ = std::fs::remove_file(&report_out);
     let session = new_session();
-    std::fs::write(
+    let control_file = write_control(
         &control_out,
-        control_text(
+        &control_text(
             &seg_dir,
             session,
             opts.lease_ms,
             !preloaded,
             opts.gpu_idle.as_deref(),
         ),
+        t.uid,
     )
     .map_err(|e| {
         setup(format!(
@@ -404,7 +445,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             break; // `syncspy detach`
         }
         if last_touch.elapsed() >= (lease / 4).min(Duration::from_secs(1)) {
-            touch(&control_out);
+            touch(&control_file);
             last_touch = Instant::now();
         }
         std::thread::sleep(opts.poll_interval);
@@ -414,7 +455,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if !gone {
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline && alive(t.pid) {
-            if std::fs::read_to_string(&report_out).is_ok_and(|r| r.contains("detached\n")) {
+            if read_report(&report_out).is_some_and(|r| r.contains("detached\n")) {
                 detached = true;
                 break;
             }
@@ -432,7 +473,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if let Some(mut m) = monitor {
         let _ = m.wait();
     }
-    let coverage: Vec<String> = std::fs::read_to_string(&report_out)
+    let coverage: Vec<String> = read_report(&report_out)
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.is_empty() && *l != "detached")
@@ -559,8 +600,8 @@ pub fn detach(pid: i32) -> Result<(), RunError> {
     // the report once it has seen that line (or no report: it was not armed yet).
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline && alive(pid) {
-        match std::fs::read_to_string(&report) {
-            Ok(r) if !r.contains("detached\n") => {}
+        match read_report(&report) {
+            Some(r) if !r.contains("detached\n") => {}
             _ => {
                 eprintln!("syncspy: detached from process {pid}");
                 return Ok(());

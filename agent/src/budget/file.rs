@@ -482,7 +482,17 @@ pub fn parse(source: &str, text: &str) -> Result<Budget, BudgetError> {
 /// Reads and parses a budget file.
 pub fn load(path: &std::path::Path) -> Result<Budget, BudgetError> {
     let source = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| BudgetError {
+    // A regular file of at most 1 MiB: `/dev/zero` or a FIFO is an error, not an endless
+    // read or a hang.
+    let text = syncspy_read::safe_file::read_bounded(
+        path,
+        syncspy_read::safe_file::BUDGET_MAX_BYTES,
+        "a budget file",
+    )
+    .and_then(|b| {
+        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })
+    .map_err(|e| BudgetError {
         source: source.clone(),
         line: 0,
         column: 0,

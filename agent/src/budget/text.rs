@@ -109,7 +109,8 @@ pub fn render(b: &BudgetReport) -> String {
     for p in &b.problems {
         let _ = writeln!(out, "  !! {p}");
     }
-    out
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&out).into_owned()
 }
 
 #[cfg(test)]

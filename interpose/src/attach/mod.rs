@@ -19,6 +19,7 @@
 //! needs no second `dlopen`.
 
 mod got;
+mod safe_file;
 
 use std::ffi::{c_char, CStr};
 use std::os::unix::ffi::OsStrExt;
@@ -116,24 +117,12 @@ fn dormant_by_env_cached() -> bool {
     *V.get_or_init(dormant_by_env)
 }
 
-/// Whether the control file may configure this process: a regular file (not a link) owned
-/// by this process's user or by root. /dev/shm is shared: another user must not be able to
-/// arm a dormant process or choose where it writes.
-fn trusted(path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(m) = std::fs::symlink_metadata(path) else {
-        return false;
-    };
-    // SAFETY: getuid cannot fail.
-    let me = unsafe { libc::getuid() };
-    m.file_type().is_file() && (m.uid() == me || m.uid() == 0)
-}
-
+/// The control file's settings, when it may configure this process: a regular file (not a
+/// link, FIFO or device) owned by this process's user or by root, checked on the descriptor
+/// it is read from. /dev/shm is shared: another user must not be able to arm a dormant
+/// process, choose where it writes, or block it.
 fn read_settings(path: &Path) -> Option<Vec<(String, String)>> {
-    if !trusted(path) {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = safe_file::read_control(path)?;
     Some(
         text.lines()
             .filter_map(|l| l.split_once('='))
@@ -202,7 +191,11 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
         "note: function pointers the program took with dlsym or cudaGetDriverEntryPoint before \
          attach, and runtimes linked statically into a library, are not covered\n",
     );
-    let _ = std::fs::write(report_path(control), &report);
+    // 0600, created new: never through a link planted at the name.
+    if let Ok(mut f) = safe_file::create_report(&report_path(control)) {
+        use std::io::Write;
+        let _ = f.write_all(report.as_bytes());
+    }
     runtime::arm();
     runtime::start_now();
     start_worker();
@@ -224,10 +217,7 @@ fn disarm() -> i32 {
     runtime::go_dormant();
     // The attacher waits for this line: recording is off and the GOT is back.
     use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .append(true)
-        .open(report_path(&control))
-    {
+    if let Ok(mut f) = safe_file::append_report(&report_path(&control)) {
         let _ = f.write_all(b"detached\n");
     }
     OK
@@ -301,10 +291,7 @@ fn worker() {
                 got::recheck();
                 if !more.is_empty() {
                     use std::io::Write;
-                    if let Ok(mut f) = std::fs::OpenOptions::new()
-                        .append(true)
-                        .open(report_path(&control))
-                    {
+                    if let Ok(mut f) = safe_file::append_report(&report_path(&control)) {
                         let _ = f.write_all(more.as_bytes());
                     }
                 }
