@@ -777,6 +777,9 @@ mod tests {
             ));
         }
         manual.mark_exited(0);
+        // Both processes have ended: the kernel dropped their liveness locks.
+        manual.release_lock();
+        owned.release_lock();
         // The `syncspy run` of session 77, alive (pid 1 stands in for it).
         let init = syncspy_abi::process_start_ticks(1).unwrap();
         std::fs::write(

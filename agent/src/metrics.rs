@@ -128,6 +128,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let forgotten = Family::<ProgramLabels, Counter>::default();
     let info = Family::<VersionLabels, Gauge>::default();
     let gpu_idle = Family::<ProgramLabels, FloatCounter>::default();
+    let gpu_gaps = Family::<ProgramLabels, Counter>::default();
+    let gpu_gap_durations = Family::<ProgramLabels, BucketedHistogram>::default();
     let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
     let skipped = Gauge::<i64>::default();
     reg.register(
@@ -191,9 +193,21 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "gpu_idle",
         "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
          library's minimum gap, SYNCSPY_GPU_IDLE_MIN_US; their durations are \
-         syncspy_stall_duration_seconds{kind=\"gpu_idle\"})",
+         syncspy_gpu_idle_gap_duration_seconds). Not a host stall: the syncspy_stall_* \
+         series leave it out",
         Unit::Seconds,
         gpu_idle.clone(),
+    );
+    reg.register(
+        "gpu_idle_gaps",
+        "GPU idle gaps of at least the library's minimum gap",
+        gpu_gaps.clone(),
+    );
+    reg.register_with_unit(
+        "gpu_idle_gap_duration",
+        "Durations of the GPU idle gaps the agent received",
+        Unit::Seconds,
+        gpu_gap_durations.clone(),
     );
     reg.register(
         "gpu_busy_ratio",
@@ -208,7 +222,18 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         program: program.to_string(),
         kind: kind.to_string(),
     };
+    // GPU idle gaps are records of the segment like the stalls, but the GPU's time, not the
+    // host's: they have series of their own.
+    let gpu_idle_kind = syncspy_abi::Kind::GpuIdle.name();
     let add_kind = |program: &str, kind: &str, count: u64, total_ns: u64, n_bytes: u64| {
+        let pl = ProgramLabels {
+            program: program.to_string(),
+        };
+        if kind == gpu_idle_kind {
+            add_sat(&gpu_gaps.get_or_create(&pl), count);
+            gpu_idle.get_or_create(&pl).inc_by(total_ns as f64 / 1e9);
+            return;
+        }
         let l = kind_labels(program, kind);
         add_sat(&events.get_or_create(&l), count);
         seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
@@ -216,7 +241,15 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     };
     let add_latency = |program: &str, latency: &BTreeMap<String, Latency>| {
         for (kind, l) in latency {
-            durations.get_or_create(&kind_labels(program, kind)).add(l);
+            if kind == gpu_idle_kind {
+                gpu_gap_durations
+                    .get_or_create(&ProgramLabels {
+                        program: program.to_string(),
+                    })
+                    .add(l);
+            } else {
+                durations.get_or_create(&kind_labels(program, kind)).add(l);
+            }
         }
     };
     let add_program = |program: &str, dropped_events: u64, lost_records: u64, overhead_ns: u64| {
@@ -239,13 +272,6 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
                     of.push(b);
                 }
             }
-        }
-        if let Some(idle) = r.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
-            gpu_idle
-                .get_or_create(&ProgramLabels {
-                    program: p.program.clone(),
-                })
-                .inc_by(idle.total_ns as f64 / 1e9);
         }
         for (kind, st) in &r.kinds {
             add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
@@ -276,13 +302,6 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     for (program, f) in &s.forgotten {
         for (kind, a) in &f.kinds {
             add_kind(program, kind, a.count, a.total_ns, a.bytes);
-        }
-        if let Some(idle) = f.kinds.get(syncspy_abi::Kind::GpuIdle.name()) {
-            gpu_idle
-                .get_or_create(&ProgramLabels {
-                    program: program.clone(),
-                })
-                .inc_by(idle.total_ns as f64 / 1e9);
         }
         add_latency(program, &f.latency);
         let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
@@ -654,11 +673,15 @@ mod tests {
             processes: vec![SnapshotProcess {
                 program: "train.py".into(),
                 report: r,
-                // 2 at or under 10 µs, 1 in (1 ms, 3.16 ms], 1 above 10 s.
-                latency: [(
-                    "stream_sync".to_string(),
-                    lat(4, 15_000_000_000, &[(0, 2), (5, 1), (13, 1)]),
-                )]
+                // 2 at or under 10 µs, 1 in (1 ms, 3.16 ms], 1 above 10 s; two idle gaps in
+                // (100 ms, 316 ms].
+                latency: [
+                    (
+                        "stream_sync".to_string(),
+                        lat(4, 15_000_000_000, &[(0, 2), (5, 1), (13, 1)]),
+                    ),
+                    ("gpu_idle".to_string(), lat(2, 250_000_000, &[(9, 2)])),
+                ]
                 .into_iter()
                 .collect(),
             }],
@@ -689,8 +712,18 @@ mod tests {
             "# TYPE syncspy_stall_seconds counter",
             "# UNIT syncspy_stall_seconds seconds",
             "# EOF",
+            // GPU idle gaps have series of their own.
+            r#"syncspy_gpu_idle_gaps_total{program="train.py"} 3"#,
+            r#"syncspy_gpu_idle_gap_duration_seconds_count{program="train.py"} 2"#,
         ] {
             assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
         }
+        // They are the GPU's time, not the host's: no host-stall series counts them (the
+        // dashboard's "host stall time" summed them in).
+        let in_stalls: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("syncspy_stall") && l.contains(r#"kind="gpu_idle""#))
+            .collect();
+        assert!(in_stalls.is_empty(), "{in_stalls:#?}");
     }
 }

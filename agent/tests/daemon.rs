@@ -268,7 +268,16 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
         SnapshotProcess {
             program: "p".into(),
             report: p,
-            latency: Default::default(),
+            latency: [(
+                "gpu_idle".to_string(),
+                syncspy_agent::daemon::Latency {
+                    count: 1,
+                    sum_ns: 50_000,
+                    buckets: vec![0, 1],
+                },
+            )]
+            .into_iter()
+            .collect(),
         }
     };
     let s = Snapshot {

@@ -196,6 +196,15 @@ impl Default for LiveSnapshot {
 }
 
 impl LiveSnapshot {
+    /// Host stalls counted (every kind but `gpu_idle`, which is the GPU's, not the host's).
+    pub fn stall_events(&self) -> u64 {
+        Kind::ALL
+            .iter()
+            .filter(|k| k.is_host_stall())
+            .map(|k| self.kind(*k).count)
+            .fold(0u64, u64::saturating_add)
+    }
+
     pub fn read(r: &SegmentReader) -> LiveSnapshot {
         use std::sync::atomic::Ordering::Relaxed;
         let live = r.live();

@@ -12,6 +12,7 @@
 //!   and written; [`verdict`]: its `budget` section.
 //! - [`jobs`]: processes grouped by distributed job (ABI 1.3), ranks side by side, the
 //!   straggler.
+//! - [`rates`]: rates over a window, right whatever the source's refresh.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
@@ -22,6 +23,7 @@ pub mod alike;
 pub mod follow;
 pub mod jobs;
 pub mod python;
+pub mod rates;
 pub mod report;
 pub mod safe_file;
 pub mod snapshot;

@@ -439,6 +439,18 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
     }
 }
 
+impl ProcessReport {
+    /// Host stalls counted: every kind but `gpu_idle` (the GPU's idle gaps are not the
+    /// host's waits) and kinds this build does not know.
+    pub fn stall_events(&self) -> u64 {
+        self.kinds
+            .iter()
+            .filter(|(k, _)| Kind::from_name(k).is_some_and(Kind::is_host_stall))
+            .map(|(_, s)| s.count)
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
 fn fraction(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }

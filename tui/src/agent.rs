@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use syncspy_abi::Kind;
@@ -22,6 +22,7 @@ use crate::model::{
     Snapshot, State, STALL_KINDS,
 };
 use crate::Source;
+use syncspy_read::rates::Rates;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest snapshot read (a host with many processes and sites stays well below).
@@ -34,8 +35,8 @@ pub struct AgentSource {
     addr: std::net::SocketAddr,
     pid: Option<u32>,
     window_secs: u64,
-    /// Per process: the previous (time, events, stall ns) for rates.
-    prev: HashMap<ProcessKey, (Instant, u64, u64)>,
+    /// Per process: its stall rates, over the agent's collection times.
+    prev: HashMap<ProcessKey, Rates>,
     /// Per process: counts and totals at the last reset, per kind and per site.
     baseline: HashMap<ProcessKey, Baseline>,
     last: Vec<Proc>,
@@ -404,7 +405,6 @@ impl Source for AgentSource {
         match self.fetch() {
             Ok(snap) => {
                 problems.extend(snap.warnings.iter().cloned());
-                let now = Instant::now();
                 let mut procs = Vec::new();
                 for sp in &snap.processes {
                     let r = &sp.report;
@@ -415,23 +415,18 @@ impl Source for AgentSource {
                     if self.pid.is_some_and(|p| p != r.pid) || self.forgotten.contains(&key) {
                         continue;
                     }
-                    let events: u64 = r
-                        .kinds
-                        .values()
-                        .map(|s| s.count)
-                        .fold(0, u64::saturating_add);
                     if self.reset_pending {
                         self.baseline.insert(key, Baseline::of(r));
                     }
                     let mut p = proc_of(r, self.baseline.get(&key));
-                    if let Some((t, e, st)) = self.prev.get(&key) {
-                        let dt = now.duration_since(*t).as_secs_f64();
-                        if dt > 0.05 && !p.state.ended() {
-                            p.events_per_s = Some(events.saturating_sub(*e) as f64 / dt);
-                            p.stall_per_s = Some(r.stall_ns.saturating_sub(*st) as f64 / 1e9 / dt);
-                        }
+                    // Over the agent's collection times (the snapshot's), not this
+                    // monitor's refreshes: it may see one collection several times.
+                    let rates = self.prev.entry(key).or_default();
+                    rates.sample(snap.time_unix_ns, r.stall_events(), r.stall_ns);
+                    if let Some((ev, st)) = rates.per_second().filter(|_| !p.state.ended()) {
+                        p.events_per_s = Some(ev);
+                        p.stall_per_s = Some(st);
                     }
-                    self.prev.insert(key, (now, events, r.stall_ns));
                     if let Some(g) = p.gpu.as_mut() {
                         let now_s = syncspy_read::monotonic_ns() / 1_000_000_000;
                         let h = self

@@ -13,6 +13,7 @@ use syncspy_read::aggregate::{GapCause, Lifecycle, LiveSnapshot, ProcessAgg, Sit
 use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
+use syncspy_read::rates::Rates;
 use syncspy_read::report::location_of;
 use syncspy_read::symbolize::Symbolizer;
 
@@ -103,8 +104,8 @@ struct Extra {
     cum: [LogHist; STALL_KINDS.len()],
     /// Header totals at the last reset.
     baseline: Option<LiveSnapshot>,
-    /// (time, events written, stall ns) samples for the rates.
-    samples: VecDeque<(u64, u64, u64)>,
+    /// Stall events and stall time per second (`syncspy_read::rates`).
+    rates: Rates,
     /// (time, GPU span ns, GPU busy ns) samples over the same period, for the idle share.
     gpu_samples: VecDeque<(u64, u64, u64)>,
     /// Per device, the busy share of each second of the window (the GPU pane's line).
@@ -121,7 +122,7 @@ impl Extra {
             window: Window::new(window_secs),
             cum: Default::default(),
             baseline: None,
-            samples: VecDeque::new(),
+            rates: Rates::default(),
             gpu_samples: VecDeque::new(),
             busy: BusyHistory::new(window_secs),
             gaps: LogHist::default(),
@@ -140,15 +141,13 @@ impl Extra {
 
     /// After a poll of `f`: notes its end and samples its rates.
     fn polled(f: &mut Followed<Extra>, now_ns: u64) {
-        let (ended, written, stall) = (f.ended(), f.agg.live.events_written, f.agg.stall_ns());
+        // Host stalls only: GPU idle gaps are records too, but not the host's waits.
+        let (ended, events, stall) = (f.ended(), f.agg.live.stall_events(), f.agg.stall_ns());
         let x = &mut f.state;
         if ended && x.ended_seen.is_none() {
             x.ended_seen = Some(now_ns);
         }
-        x.samples.push_back((now_ns, written, stall));
-        while x.samples.len() > 2 && x.samples[1].0 + RATE_SPAN_NS <= now_ns {
-            x.samples.pop_front();
-        }
+        x.rates.sample(now_ns, events, stall);
         let (span, busy) = f.agg.live.gpu_busy();
         x.gpu_samples.push_back((now_ns, span, busy));
         if let Some(g) = &f.agg.live.gpu {
@@ -200,20 +199,10 @@ impl Extra {
     }
 
     fn rates(&self, ended: bool) -> (Option<f64>, Option<f64>) {
-        if ended || self.samples.len() < 2 {
-            return (None, None);
+        match self.rates.per_second() {
+            Some((ev, st)) if !ended => (Some(ev), Some(st)),
+            _ => (None, None),
         }
-        let (Some(a), Some(b)) = (self.samples.front(), self.samples.back()) else {
-            return (None, None);
-        };
-        let dt = b.0.saturating_sub(a.0) as f64 / 1e9;
-        if dt < 0.2 {
-            return (None, None);
-        }
-        (
-            Some(b.1.saturating_sub(a.1) as f64 / dt),
-            Some(b.2.saturating_sub(a.2) as f64 / 1e9 / dt),
-        )
     }
 }
 
