@@ -41,7 +41,7 @@ Budget file (TOML; unknown keys are errors):
                                   averages over the iterations of [iterations]; a process
                                   that marks none counts as one iteration
   max_stall_share = 0.05          stall time / the process's wall time
-  max_gpu_idle_share = 0.2        the share of the traced time the GPU ran nothing
+  max_gpu_idle_share = 0.2        the share of its active time (first work to last) the GPU ran nothing
                                   (SYNCSPY_GPU_IDLE); skipped when not measured
   A site pattern is a substring of a site's symbolized frames (\"symbol (file:line)\"),
   or a Python frame as FILE:FUNCTION or FILE:LINE (\"train.py:train_step\", \"train.py:142\").

@@ -81,13 +81,23 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     };
     let span: u64 = g.devices.iter().map(|d| d.span_ns).sum();
     let short: u64 = g.devices.iter().map(|d| d.short_gaps).sum();
+    // Idle over the GPU's active time (first work to last): the share the program's waits
+    // made; the traced time also holds the set-up's and the teardown's idle.
+    let active = match g.active_idle_share {
+        Some(idle) if g.active_span_ns > 0 => format!(
+            "idle {:.1}% of its active {} (first to last work)",
+            idle * 100.0,
+            fmt_ns(g.active_span_ns)
+        ),
+        _ => format!("idle {:.1}%", (1.0 - busy) * 100.0),
+    };
     let _ = writeln!(
         out,
-        "  GPU: busy {:.1}% of {} traced ({}), idle {:.1}%; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
+        "  GPU: busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
         g.mode.as_deref().unwrap_or("?"),
-        (1.0 - busy) * 100.0,
+        active,
         g.idle.count,
         fmt_ns(g.min_gap_ns),
         fmt_ns(g.idle.total_ns),

@@ -130,6 +130,16 @@ pub struct Gpu {
     /// and the time after the last work included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_share: Option<f64>,
+    /// The GPU's active time, all devices together: from each device's first piece of work
+    /// to its last final one (busy time, gaps and short gaps; not the time after the last
+    /// work, such as the program's teardown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active_span_ns: u64,
+    /// The share of the active time the GPU ran nothing (gaps and short gaps): the idle a
+    /// program's waits caused, set-up and teardown apart; what `max_gpu_idle_share` is
+    /// checked against. `None` when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_idle_share: Option<f64>,
     /// The library's GPU tracing: `off`, `tracing`, `paused`, `unavailable`, `yielded`
     /// (absent for segments older than ABI 1.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -490,6 +500,18 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         .collect();
     let causes = crate::alike::merge_gap_causes(causes);
     let g = a.live.gpu.as_ref();
+    // Idle between work: the gaps (exact totals of their records) and the short ones.
+    let between: u64 = a
+        .live
+        .kind(Kind::GpuIdle)
+        .total_ns
+        .saturating_add(g.map_or(0, |g| {
+            g.devices
+                .iter()
+                .map(|d| d.short_gap_ns)
+                .fold(0, u64::saturating_add)
+        }));
+    let active_span_ns = busy.saturating_add(between).min(span.max(busy));
     Gpu {
         idle: IdleStats {
             count: idle.count,
@@ -501,6 +523,8 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         busy_fraction,
         measured: span > 0 || idle.count > 0,
         idle_share: busy_fraction.map(|b| 1.0 - b),
+        active_span_ns,
+        active_idle_share: fraction(active_span_ns.saturating_sub(busy), active_span_ns),
         state: g.map(|g| g.state_name().to_string()),
         mode: g.map(|g| g.mode_name().to_string()),
         min_gap_ns: g.map_or(0, |g| g.min_gap_ns),
@@ -995,6 +1019,40 @@ mod tests {
         assert_eq!(pj["gpu"]["idle"]["count"], 0);
         let back: Report = serde_json::from_value(json).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_idle_share_is_over_the_gpus_active_time_not_its_set_up_or_teardown() {
+        // 100 ms accounted: 60 ms busy, two 2 ms gaps and 1 ms of short ones between work,
+        // and 35 ms after the last work (the program's teardown). A healthy pipeline read
+        // "idle 40%" over the traced time.
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = TempDir::new("report-gpu-active");
+        let w = writer(dir.path(), 28, 4096);
+        let g = w.gpu();
+        g.state.store(
+            syncspy_abi::gpu::GPU_TRACING,
+            std::sync::atomic::Ordering::Release,
+        );
+        let d = w.gpu_device(0).unwrap();
+        d.span_ns.store(100_000_000, Relaxed);
+        d.busy_ns.store(60_000_000, Relaxed);
+        d.short_gaps.store(4, Relaxed);
+        d.short_gap_ns.store(1_000_000, Relaxed);
+        w.record_gpu_idle(0, 10_000_000, 2_000_000);
+        w.record_gpu_idle(0, 30_000_000, 2_000_000);
+        w.mark_exited(0);
+        let gpu = report_of(dir.path()).processes[0].gpu.clone();
+        assert_eq!(gpu.idle_share, Some(0.4));
+        assert_eq!(gpu.active_span_ns, 65_000_000);
+        let share = gpu.active_idle_share.unwrap();
+        assert!((share - 5.0 / 65.0).abs() < 1e-12, "{share}");
+        // Not measured: neither share.
+        let dir = TempDir::new("report-gpu-none");
+        let w = writer(dir.path(), 29, 4096);
+        w.mark_exited(0);
+        let gpu = report_of(dir.path()).processes[0].gpu.clone();
+        assert_eq!((gpu.active_span_ns, gpu.active_idle_share), (0, None));
     }
 
     #[test]

@@ -196,7 +196,7 @@ fn noun(measure: Measure) -> &'static str {
         Measure::TotalNs => "stalled",
         Measure::Bytes => "moved",
         Measure::StallShare => "of wall time stalled",
-        Measure::GpuIdleShare => "of traced time GPU idle",
+        Measure::GpuIdleShare => "of its active time GPU idle",
     }
 }
 
@@ -346,11 +346,13 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
                         lo: sel.total_ns.lo / wall,
                         hi: sel.total_ns.hi / wall,
                     },
-                    // The share of the traced time the GPU ran nothing; a report without
-                    // busy time has only its gaps, over the wall time.
+                    // The share of its active time (first work to last) the GPU ran
+                    // nothing; a report from before that figure, of its traced time; one
+                    // without busy time has only its gaps, over the wall time.
                     Measure::GpuIdleShare => Span::exact(
                         p.gpu
-                            .idle_share
+                            .active_idle_share
+                            .or(p.gpu.idle_share)
                             .unwrap_or(p.gpu.idle.total_ns as f64 / wall),
                     ),
                 };
@@ -866,7 +868,7 @@ max_stall_share = 0.015
         assert!((b.results[0].limits[0].value - 0.15).abs() < 1e-12);
         assert_eq!(
             b.results[0].limits[0].message,
-            "15.00% of traced time GPU idle > max_gpu_idle_share 10.00%"
+            "15.00% of its active time GPU idle > max_gpu_idle_share 10.00%"
         );
         // Only gaps (no busy time in the report): gap time over wall time.
         p.gpu.busy_fraction = None;

@@ -81,7 +81,8 @@ pub enum Measure {
     Bytes,
     /// Their time over the process's wall time (0..=1).
     StallShare,
-    /// The share of the traced time the GPU ran nothing (0..=1); skipped when not measured.
+    /// The share of the GPU's active time (first work to last) it ran nothing (0..=1);
+    /// skipped when not measured.
     GpuIdleShare,
 }
 
