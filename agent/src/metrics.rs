@@ -26,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::daemon::{Latency, Snapshot, LATENCY_BOUNDS_NS};
+use syncspy_read::snapshot::{Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -47,6 +47,19 @@ struct StateLabels {
     program: String,
     state: String,
 }
+
+/// One live process: where it is (its pid in its namespace and on the node, its container).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    program: String,
+    pid: String,
+    host_pid: String,
+    container: String,
+    pod_uid: String,
+}
+
+/// `syncspy_process_info` series at most: the live processes with the most stall time.
+const MAX_PROCESS_INFO: usize = 256;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RankLabels {
@@ -132,6 +145,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let gpu_gap_durations = Family::<ProgramLabels, BucketedHistogram>::default();
     let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
     let skipped = Gauge::<i64>::default();
+    let process_info = Family::<ProcessLabels, Gauge>::default();
     reg.register(
         "stall_events",
         "CUDA calls that made the host wait, by program and kind",
@@ -189,6 +203,13 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         skipped.clone(),
     );
     reg.register("agent_info", "The agent's version", info.clone());
+    reg.register(
+        "process_info",
+        "Where each live process is: its pid in its own PID namespace, its pid on this node \
+         (host_pid; empty when the same), its container and Kubernetes pod (empty when none); \
+         at most 256 processes, those with the most stall time",
+        process_info.clone(),
+    );
     reg.register_with_unit(
         "gpu_idle",
         "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
@@ -261,6 +282,24 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
         pl
     };
+    let mut live: Vec<&SnapshotProcess> = s
+        .processes
+        .iter()
+        .filter(|p| p.report.state == "running")
+        .collect();
+    live.sort_by_key(|p| std::cmp::Reverse(p.report.stall_ns));
+    for p in live.into_iter().take(MAX_PROCESS_INFO) {
+        let r = &p.report;
+        process_info
+            .get_or_create(&ProcessLabels {
+                program: p.program.clone(),
+                pid: r.pid.to_string(),
+                host_pid: r.host_pid.map(|h| h.to_string()).unwrap_or_default(),
+                container: r.container.clone().unwrap_or_default(),
+                pod_uid: r.pod_uid.clone().unwrap_or_default(),
+            })
+            .set(1);
+    }
     // Busy fractions of the live processes' devices, per program.
     let mut busy: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in &s.processes {
@@ -427,8 +466,8 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
 mod tests {
     use super::*;
     use crate::compare::Amounts;
-    use crate::daemon::{ForgottenProgram, SnapshotProcess};
     use syncspy_read::report::{ProcessReport, Stats};
+    use syncspy_read::snapshot::ForgottenProgram;
 
     /// A latency of `count` values summing to `sum_ns`, with (bucket index, values) set.
     fn lat(count: u64, sum_ns: u64, set: &[(usize, u64)]) -> Latency {

@@ -273,6 +273,20 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         fmt_ns(p.stall_ns),
         pct(p.stall_ns, p.wall_ns)
     );
+    // A process in a container: where it is from here.
+    let mut place = Vec::new();
+    if let Some(h) = p.host_pid {
+        place.push(format!("host pid {h} (pid {} in its namespace)", p.pid));
+    }
+    if let Some(c) = &p.container {
+        place.push(format!("container {c}"));
+    }
+    if let Some(u) = &p.pod_uid {
+        place.push(format!("pod {u}"));
+    }
+    if !place.is_empty() {
+        let _ = writeln!(out, "  {}", place.join(", "));
+    }
     if let Some(j) = &p.job {
         let rank = j.rank.map_or("?".to_string(), |r| r.to_string());
         let of = j.world_size.map(|w| format!(" of {w}")).unwrap_or_default();

@@ -437,6 +437,9 @@ pub struct ProcessAgg {
     /// The distributed job the process is a rank of (ABI 1.3); set by whoever opened the
     /// segment (`SegmentReader::job`), `None` by `new`.
     pub job: Option<syncspy_abi::job::JobInfo>,
+    /// Where the process lives seen from this reader (host pid, container); set by whoever
+    /// opened the segment (`place::place`), the default by `new`.
+    pub placement: crate::place::Placement,
 }
 
 impl ProcessAgg {
@@ -462,6 +465,7 @@ impl ProcessAgg {
             copies: BTreeMap::new(),
             gap_causes: GapCauses::default(),
             job: None,
+            placement: crate::place::Placement::default(),
         }
     }
 

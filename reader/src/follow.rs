@@ -389,6 +389,8 @@ impl<S> Follower<S> {
                     } else {
                         let mut agg = ProcessAgg::new(reader.ident());
                         agg.job = reader.job();
+                        agg.placement =
+                            crate::place::place(reader.ident(), reader.origin().as_ref());
                         let state = (self.make_state)(reader.ident());
                         // Without a lease the segment is still followed, as before leases.
                         let lease = if self.leases {

@@ -13,6 +13,7 @@
 //! - [`jobs`]: processes grouped by distributed job (ABI 1.3), ranks side by side, the
 //!   straggler.
 //! - [`rates`]: rates over a window, right whatever the source's refresh.
+//! - [`place`]: where a segment's process lives seen from here: its host pid and container.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
@@ -22,6 +23,7 @@ pub mod aggregate;
 pub mod alike;
 pub mod follow;
 pub mod jobs;
+pub mod place;
 pub mod python;
 pub mod rates;
 pub mod report;

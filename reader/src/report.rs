@@ -305,6 +305,19 @@ pub struct ProcessReport {
     /// out when it is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<crate::jobs::JobRef>,
+    /// The process's pid as the reader that wrote this report saw it (the node's, for a
+    /// reader there), when `pid` (its pid in its own PID namespace) differs from it or the
+    /// process is in another PID namespace; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_pid: Option<u32>,
+    /// Its container, from its cgroup: the runtime and the id's first 12 characters
+    /// (`docker 3f2a1b9c0d1e`, `containerd ...`, `slurm 4242` for a Slurm job); left out when
+    /// none is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The Kubernetes pod UID its cgroup names; left out when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
@@ -446,6 +459,16 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         segment: f.reader.path().display().to_string(),
         python: PythonReport::of(&f.reader.python_status()),
         job: a.job.as_ref().map(crate::jobs::JobRef::of),
+        host_pid: a
+            .placement
+            .host_pid
+            .filter(|h| *h != a.pid || a.placement.foreign_ns),
+        container: a.placement.container.as_ref().map(|c| c.label()),
+        pod_uid: a
+            .placement
+            .container
+            .as_ref()
+            .and_then(|c| c.pod_uid.clone()),
     }
 }
 
