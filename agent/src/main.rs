@@ -153,7 +153,8 @@ enum Cmd {
         /// Steps per scenario (default: each scenario's own)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
-        /// Show each run live in the monitor (syncspy-top) first; press q to go on
+        /// Show each run live in the monitor (syncspy-top) first; press q to go on. On the
+        /// simulator the watched run is slowed down and the table takes a run at full speed
         #[arg(long)]
         tui: bool,
     },
