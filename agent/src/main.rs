@@ -51,7 +51,10 @@ file, without ptrace. Any other is injected with ptrace: one thread idle in a sy
 stopped for milliseconds to load libsyncspy.so, whose hooks then take over the process's
 calls to the CUDA runtime (import slots rewritten); detach puts the slots back. Needs the
 right to ptrace the process (same user and kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE).
-If syncspy attach is killed, the process stops recording by itself within 5 s.
+If syncspy attach is killed, the process stops recording by itself within 5 s. A process
+with no CUDA runtime or driver loaded (a launcher, a shell) is refused: attach to its worker
+process (the message lists its descendants that have CUDA loaded). While recording, a status
+line on stderr (a terminal) counts the stall events so far.
 
 Exit status: 0 done; 2 attach refused (nothing was changed in the process) or failed (the
 process was put back as it was; libsyncspy.so may stay loaded, passing calls through).";
