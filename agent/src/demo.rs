@@ -356,6 +356,7 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 let mut ro = RunOptions::new(command.clone());
                 ro.sim = sim;
                 ro.print_summary = false;
+                ro.announce_session = false;
                 // The scenario's ground-truth JSON line feeds the table, not the screen:
                 // captured, or with the monitor on the terminal, read back from the run's log.
                 let log = std::env::temp_dir()

@@ -18,7 +18,9 @@ Environment:
   SYNCSPY_DIR      folder of the shared-memory segments; must exist and be writable
                    (default: /dev/shm)
   CMD gets LD_PRELOAD with libsyncspy.so first (an LD_PRELOAD you set is kept after it)
-  and SYNCSPY_SESSION, which marks the segments of CMD and of all its descendants.
+  and SYNCSPY_SESSION, which marks the segments of CMD and of all its descendants. When
+  stderr is a terminal (and without --tui), syncspy prints that session id as CMD starts:
+  `syncspy-top --session ID` (or `syncspy top --session ID`) watches the run live.
 
 Exit status:
   CMD's own exit code, or 128+N when signal N killed it
@@ -160,6 +162,18 @@ enum Cmd {
         /// simulator the watched run is slowed down and the table takes a run at full speed
         #[arg(long)]
         tui: bool,
+    },
+    /// The live monitor: runs syncspy-top (found next to syncspy) with ARGS
+    /// (`syncspy top --help` is syncspy-top's help)
+    #[command(disable_help_flag = true)]
+    Top {
+        /// syncspy-top's arguments (`--session ID`, `--pid PID`, `--agent URL`, `--print`, ...)
+        #[arg(
+            value_name = "ARGS",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<OsString>,
     },
     /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
@@ -353,6 +367,7 @@ fn main() -> ExitCode {
                 tui,
             })
         }
+        Cmd::Top { args } => top(&args),
         Cmd::Report { files, format } => {
             let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
             match present::render(&files, format) {
@@ -369,4 +384,24 @@ fn main() -> ExitCode {
     };
     // Exit codes are 0..=255 on Unix; 128+signal stays in range.
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// `syncspy top ARGS`: becomes `syncspy-top ARGS` (the monitor is its own binary, next to
+/// syncspy); returns only when it cannot.
+fn top(args: &[OsString]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some(top) = run::library_dirs()
+        .iter()
+        .map(|d| d.join(run::TOP_NAME))
+        .find(|p| p.is_file())
+    else {
+        eprintln!(
+            "syncspy: {} not found next to syncspy: build it with `cargo build -p syncspy-tui`",
+            run::TOP_NAME
+        );
+        return EXIT_SETUP;
+    };
+    let e = std::process::Command::new(&top).args(args).exec();
+    eprintln!("syncspy: cannot run {}: {e}", top.display());
+    EXIT_SETUP
 }
