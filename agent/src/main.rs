@@ -190,12 +190,12 @@ enum Cmd {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Also write the JSON report (version 1) to FILE when CMD ends (the summary is printed
-    /// to stderr either way)
+    /// Also write the JSON report (version 1) to FILE when CMD ends (`-`: standard output;
+    /// the summary is printed to stderr either way)
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// Also write every recorded event to FILE as Chrome trace event JSON (open it in
-    /// Perfetto or chrome://tracing)
+    /// Also write every recorded event to FILE as Chrome trace event JSON (`-`: standard
+    /// output; open it in Perfetto or chrome://tracing)
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Events the trace keeps at most: the first N; the summary and the trace say when
@@ -233,7 +233,8 @@ struct CheckArgs {
     /// The budget: a TOML file of rules (format below)
     #[arg(long, value_name = "FILE")]
     budget: PathBuf,
-    /// Also write the verdict as JUnit XML: one testcase per rule and process
+    /// Also write the verdict as JUnit XML (`-`: standard output): one testcase per rule and
+    /// process, named `RULE [PROGRAM]` (`#2`, ... for further processes of one program)
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
     #[command(flatten)]
