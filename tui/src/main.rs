@@ -82,7 +82,8 @@ struct Args {
     size: Option<(u16, u16)>,
 }
 
-/// Errors end the monitor with one line and exit 2; a backtrace only when asked for with
+/// Errors end the monitor with one line and exit 1 (2 is clap's, for usage errors); a
+/// backtrace only when asked for with
 /// `SYNCSPY_DEBUG=1` (not through `RUST_BACKTRACE`, which many developers set for everything).
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -94,7 +95,7 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("syncspy-top: {e:#}");
             }
-            ExitCode::from(2)
+            ExitCode::from(1)
         }
     }
 }
@@ -155,10 +156,9 @@ fn monitor(args: Args) -> anyhow::Result<()> {
             .filter(|&(c, r)| c >= 40 && r >= 10)
             .unwrap_or((120, 40));
         let after = Duration::from_secs(args.after);
-        print!(
-            "{}",
-            syncspy_tui::term::print_screen(source, app, interval, after, size)
-        );
+        let screen = syncspy_tui::term::print_screen(source, app, interval, after, size)
+            .map_err(|e| anyhow::anyhow!("--print: {e}"))?;
+        print!("{screen}");
         return Ok(());
     }
     let mut app = App::new(args.ascii)
