@@ -305,7 +305,7 @@ fn main() -> ExitCode {
                 token_file,
             });
             match started {
-                Ok(never) => match never {},
+                Ok(()) => 0,
                 Err(e) => {
                     eprintln!("syncspy agent: {e}");
                     EXIT_SETUP
