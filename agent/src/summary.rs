@@ -59,31 +59,26 @@ fn has_events(p: &ProcessReport) -> bool {
 }
 
 /// Gap causes shown in the summary; the JSON report has them all.
-const TOP_CAUSES: usize = 5;
+pub const TOP_CAUSES: usize = 5;
 
-/// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
-fn render_gpu(out: &mut String, p: &ProcessReport) {
-    let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
-        return;
-    };
-    let Some(busy) = g.busy_fraction else {
-        let why = match state {
-            "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
-            "unavailable" => "no activity source (CUPTI not found or refused)",
-            "yielded" => "another tool took the GPU activity source over",
-            "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
-            "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
-            s => s,
-        };
-        let _ = writeln!(out, "  GPU: not measured: {why}");
-        return;
-    };
+/// Why a process's GPU was not measured, from its `gpu.state`.
+pub fn gpu_not_measured(state: &str) -> &str {
+    match state {
+        "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
+        "unavailable" => "no activity source (CUPTI not found or refused)",
+        "yielded" => "another tool took the GPU activity source over",
+        "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
+        "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
+        s => s,
+    }
+}
+
+/// The GPU line after `GPU: `: busy share, traced time and mode, idle share, the gaps.
+pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
     let span: u64 = g.devices.iter().map(|d| d.span_ns).sum();
     let short: u64 = g.devices.iter().map(|d| d.short_gaps).sum();
-    let _ = writeln!(
-        out,
-        "  GPU: busy {:.1}% of {} traced ({}), idle {:.1}%; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
+    format!(
+        "busy {:.1}% of {} traced ({}), idle {:.1}%; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
         g.mode.as_deref().unwrap_or("?"),
@@ -94,7 +89,29 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         fmt_ns(g.idle.p50_ns),
         fmt_ns(g.idle.max_ns),
         short
-    );
+    )
+}
+
+/// What a gap cause was: the host's stall (kind and API) or its own work.
+pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
+    if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
+        "host busy elsewhere (no CUDA stall)".to_string()
+    } else {
+        format!("{} {}", c.cause, c.api)
+    }
+}
+
+/// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
+fn render_gpu(out: &mut String, p: &ProcessReport) {
+    let g = &p.gpu;
+    let Some(state) = g.state.as_deref() else {
+        return;
+    };
+    let Some(busy) = g.busy_fraction else {
+        let _ = writeln!(out, "  GPU: not measured: {}", gpu_not_measured(state));
+        return;
+    };
+    let _ = writeln!(out, "  GPU: {}", gpu_measured(g, busy));
     if g.state.as_deref() == Some("yielded") {
         let _ = writeln!(
             out,
@@ -106,11 +123,6 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     }
     let _ = writeln!(out, "  GPU idle gaps by cause (host side):");
     for c in g.causes.iter().take(TOP_CAUSES) {
-        let what = if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
-            "host busy elsewhere (no CUDA stall)".to_string()
-        } else {
-            format!("{} {}", c.cause, c.api)
-        };
         let at = c
             .location
             .as_deref()
@@ -118,8 +130,9 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:>6.1}%  {what}  x{}  {}{at}",
+            "  {:>6.1}%  {}  x{}  {}{at}",
             c.share * 100.0,
+            gap_cause(c),
             c.count,
             fmt_ns(c.total_ns)
         );
