@@ -41,6 +41,32 @@ pub use syncspy_read::snapshot::{
 };
 use syncspy_read::symbolize::Symbolizer;
 
+/// `syncspy agent --help`, after the options: what it follows, every metric it serves, the
+/// token, the exit status.
+pub const HELP: &str = "\
+Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
+that runs the CUDA jobs (segments are mode 0600), or as root.
+
+Metrics (labels: program, at most 50 values then \"other\"; kind; state):
+  syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
+  syncspy_stall_duration_seconds (histogram of single stalls, half-decade buckets from
+    10 us to 10 s; kind=\"gpu_idle\" for the GPU's idle gaps)
+  syncspy_gpu_idle_seconds_total, syncspy_gpu_busy_ratio (where the GPU is traced)
+  syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
+  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
+  syncspy_segments_skipped, syncspy_agent_info
+Distributed jobs (labels: job_id, at most 8 then \"other\"; rank, at most 64 per job):
+  syncspy_job_rank_stall_seconds_total, syncspy_job_rank_gpu_idle_behind_stalls_seconds_total,
+  syncspy_job_rank_collective_seconds_total, syncspy_job_rank_collective_wait_seconds_total,
+  syncspy_job_ranks, syncspy_job_straggler_rank, syncspy_job_straggler_excess_seconds
+
+/metrics is for anyone who can connect (loopback by default). /api/v1/snapshot (command lines,
+call stacks) needs `Authorization: Bearer TOKEN`, with the random token the agent writes at
+start to --token-file (mode 0600: the agent's user and root); `syncspy-top --agent` reads it.
+
+Exit status: 2 when the address cannot be bound, the token file cannot be written or
+SYNCSPY_DIR is unusable.";
+
 /// Distinct `program` label values; later programs are labelled `other`.
 pub const MAX_PROGRAMS: usize = 50;
 /// Warnings kept in the snapshot (the latest ones).
@@ -141,7 +167,7 @@ impl Collector {
     }
 
     fn warn(&mut self, w: String) {
-        eprintln!("syncspy agent: warning: {w}");
+        eprintln!("syncspy: warning: {w}");
         self.warnings.push(w);
         if self.warnings.len() > MAX_WARNINGS {
             self.warnings.remove(0);
@@ -676,7 +702,7 @@ fn remove_token(path: &std::path::Path, token: &str) {
     if std::fs::read_to_string(path).is_ok_and(|t| t.trim() == token) {
         if let Err(e) = std::fs::remove_file(path) {
             eprintln!(
-                "syncspy agent: warning: cannot remove the token file {}: {e}",
+                "syncspy: warning: cannot remove the token file {}: {e}",
                 path.display()
             );
         }
@@ -710,7 +736,7 @@ fn serve_until_stopped(opts: &DaemonOptions) -> Result<(), ServeError> {
     let addr = local.to_string();
     if !local.ip().is_loopback() {
         eprintln!(
-            "syncspy agent: warning: serving on {addr}, which is not loopback: anyone who can \
+            "syncspy: warning: serving on {addr}, which is not loopback: anyone who can \
              reach it reads the metrics (the snapshot still needs the token)"
         );
     }

@@ -30,23 +30,6 @@ Exit status:
 
 SIGINT and SIGTERM sent to syncspy are passed on to CMD; syncspy reports when CMD ends.";
 
-const AGENT_AFTER_HELP: &str = "\
-Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
-that runs the CUDA jobs (segments are mode 0600), or as root.
-
-Metrics (labels: program, at most 50 values then \"other\"; kind; state):
-  syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
-  syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
-  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
-  syncspy_segments_skipped, syncspy_agent_info
-
-/metrics is for anyone who can connect (loopback by default). /api/v1/snapshot (command lines,
-call stacks) needs `Authorization: Bearer TOKEN`, with the random token the agent writes at
-start to --token-file (mode 0600: the agent's user and root); `syncspy-top --agent` reads it.
-
-Exit status: 2 when the address cannot be bound, the token file cannot be written or
-SYNCSPY_DIR is unusable.";
-
 const ATTACH_AFTER_HELP: &str = "\
 A process started with LD_PRELOAD=libsyncspy.so and SYNCSPY_DORMANT=1 is armed through a
 file, without ptrace. Any other is injected with ptrace: one thread idle in a system call is
@@ -88,7 +71,7 @@ enum Cmd {
     Check(CheckArgs),
     /// Run as a daemon: follow every instrumented process on the host, serve Prometheus
     /// metrics at /metrics and JSON at /api/v1/snapshot
-    #[command(after_help = AGENT_AFTER_HELP)]
+    #[command(after_help = daemon::HELP)]
     Agent {
         /// Address to serve on (loopback by default: the snapshot shows command lines)
         #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_LISTEN)]

@@ -183,7 +183,7 @@ pub fn render(r: &Report) -> String {
         render_job(&mut out, j);
     }
     for w in &r.warnings {
-        let _ = writeln!(out, "warning: {w}");
+        let _ = writeln!(out, "syncspy: warning: {w}");
     }
     out
 }
@@ -587,7 +587,10 @@ mod tests {
             s.contains("1 process without stalls: 8 (sh -c true)"),
             "{s}"
         );
-        assert!(s.contains("warning: skipped /dev/shm/syncspy-1-2"), "{s}");
+        assert!(
+            s.contains("syncspy: warning: skipped /dev/shm/syncspy-1-2"),
+            "{s}"
+        );
         assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
     }
 

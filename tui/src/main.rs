@@ -28,7 +28,7 @@ syncspy-top."
 )]
 struct Args {
     /// Follow only this process.
-    #[arg(long)]
+    #[arg(long, value_name = "PID")]
     pid: Option<u32>,
     /// Attach to this running process first (`syncspy attach PID --tui`, found next to
     /// syncspy-top: injects libsyncspy.so, no restart), show it, and detach on quit
@@ -49,10 +49,12 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Length of the "recent" window, seconds (1..=300).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
     window: u64,
     /// Refresh period, milliseconds (100..=5000).
-    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=5000))]
+    #[arg(long, value_name = "MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(100..=5000))]
     interval_ms: u64,
     /// Only ASCII characters (borders, bars, units).
     #[arg(long)]
