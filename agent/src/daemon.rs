@@ -41,6 +41,32 @@ pub use syncspy_read::snapshot::{
 };
 use syncspy_read::symbolize::Symbolizer;
 
+/// `syncspy agent --help`, after the options: what it follows, every metric it serves, the
+/// token, the exit status.
+pub const HELP: &str = "\
+Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
+that runs the CUDA jobs (segments are mode 0600), or as root.
+
+Metrics (labels: program, at most 50 values then \"other\"; kind; state):
+  syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
+  syncspy_stall_duration_seconds (histogram of single stalls, half-decade buckets from
+    10 us to 10 s; kind=\"gpu_idle\" for the GPU's idle gaps)
+  syncspy_gpu_idle_seconds_total, syncspy_gpu_busy_ratio (where the GPU is traced)
+  syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
+  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
+  syncspy_segments_skipped, syncspy_agent_info
+Distributed jobs (labels: job_id, at most 8 then \"other\"; rank, at most 64 per job):
+  syncspy_job_rank_stall_seconds_total, syncspy_job_rank_gpu_idle_behind_stalls_seconds_total,
+  syncspy_job_rank_collective_seconds_total, syncspy_job_rank_collective_wait_seconds_total,
+  syncspy_job_ranks, syncspy_job_straggler_rank, syncspy_job_straggler_excess_seconds
+
+/metrics is for anyone who can connect (loopback by default). /api/v1/snapshot (command lines,
+call stacks) needs `Authorization: Bearer TOKEN`, with the random token the agent writes at
+start to --token-file (mode 0600: the agent's user and root); `syncspy-top --agent` reads it.
+
+Exit status: 2 when the address cannot be bound, the token file cannot be written or
+SYNCSPY_DIR is unusable.";
+
 /// Distinct `program` label values; later programs are labelled `other`.
 pub const MAX_PROGRAMS: usize = 50;
 /// Warnings kept in the snapshot (the latest ones).
@@ -141,7 +167,7 @@ impl Collector {
     }
 
     fn warn(&mut self, w: String) {
-        eprintln!("syncspy agent: warning: {w}");
+        eprintln!("syncspy: warning: {w}");
         self.warnings.push(w);
         if self.warnings.len() > MAX_WARNINGS {
             self.warnings.remove(0);
@@ -629,10 +655,74 @@ impl std::error::Error for ServeError {
     }
 }
 
-/// Runs the daemon until the process is stopped. Fails only at start, when the address cannot
-/// be bound or the token file written (an unusable segment folder is reported in the
-/// snapshot and retried).
-pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeError> {
+/// Set by SIGINT or SIGTERM: the daemon cleans up and returns.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+const STOP_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Blocks (`block`) or unblocks SIGINT and SIGTERM in the calling thread: threads started
+/// while they are blocked keep them blocked, so they reach the main thread, whose wait they
+/// cut short.
+fn mask_stop_signals(block: bool) {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in STOP_SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+        let how = if block {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+fn install_stop_handlers() {
+    for sig in STOP_SIGNALS {
+        // SAFETY: `sa` is zeroed then its mask emptied; the handler only stores to an atomic.
+        // No SA_RESTART: the main thread's wait returns at once.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Removes the token file if it still holds `token` (another agent may have replaced it).
+fn remove_token(path: &std::path::Path, token: &str) {
+    if std::fs::read_to_string(path).is_ok_and(|t| t.trim() == token) {
+        if let Err(e) = std::fs::remove_file(path) {
+            eprintln!(
+                "syncspy: warning: cannot remove the token file {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM, then removes its token file (and its registration
+/// as a reader of the folder) and returns. Fails only at start, when the address cannot be
+/// bound or the token file written (an unusable segment folder is reported in the snapshot
+/// and retried).
+pub fn serve(opts: &DaemonOptions) -> Result<(), ServeError> {
+    STOP.store(false, std::sync::atomic::Ordering::SeqCst);
+    install_stop_handlers();
+    mask_stop_signals(true);
+    let started = serve_until_stopped(opts);
+    mask_stop_signals(false);
+    started
+}
+
+fn serve_until_stopped(opts: &DaemonOptions) -> Result<(), ServeError> {
     // One open file per followed segment (its lock tells whether its process runs).
     syncspy_read::follow::raise_open_file_limit();
     let listen_err = |source: Box<dyn std::error::Error + Send + Sync>| ServeError::Listen {
@@ -648,7 +738,7 @@ pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeErro
     let addr = local.to_string();
     if !local.ip().is_loopback() {
         eprintln!(
-            "syncspy agent: warning: serving on {addr}, which is not loopback: anyone who can \
+            "syncspy: warning: serving on {addr}, which is not loopback: anyone who can \
              reach it reads the metrics (the snapshot still needs the token)"
         );
     }
@@ -680,18 +770,30 @@ pub fn serve(opts: &DaemonOptions) -> Result<std::convert::Infallible, ServeErro
     // answered on the runtime's threads from the latest snapshot.
     let for_http = Arc::clone(&latest);
     let token_file: Arc<str> = opts.token_file.display().to_string().into();
+    let http_token: Arc<str> = token.clone().into();
     std::thread::Builder::new()
         .name("syncspy-accept".into())
-        .spawn(move || rt.block_on(accept_loop(listener, for_http, token.into(), token_file)))
+        .spawn(move || rt.block_on(accept_loop(listener, for_http, http_token, token_file)))
         .map_err(ServeError::Thread)?;
-    loop {
+    // Every thread is started (the runtime's too, with the signals blocked): from now on
+    // SIGINT and SIGTERM reach this one.
+    mask_stop_signals(false);
+    let stopping = || STOP.load(std::sync::atomic::Ordering::SeqCst);
+    while !stopping() {
         collector.wait(opts.interval);
+        if stopping() {
+            break;
+        }
         collector.step();
         let served = Served::new(collector.snapshot());
         if let Ok(mut s) = latest.lock() {
             *s = served;
         }
     }
+    remove_token(&opts.token_file, &token);
+    drop(collector);
+    eprintln!("syncspy agent: stopped");
+    Ok(())
 }
 
 #[cfg(test)]

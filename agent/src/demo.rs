@@ -17,9 +17,28 @@ use syncspy_read::report::Report;
 pub use syncspy_manifest::BUNDLED as MANIFEST;
 use syncspy_manifest::{Manifest, Pair};
 
-/// How much slower the simulated GPU runs under `demo --tui`, so each scenario is live on
-/// the monitor for a few seconds instead of ending before it draws.
+/// How much slower the simulated GPU runs at least under `demo --tui`, so each scenario is
+/// live on the monitor for a while instead of ending before it draws.
 pub const TUI_SLOWDOWN: f64 = 20.0;
+/// How long a watched run's timed loop should last under `demo --tui` on the simulator: a
+/// loop that is short at full speed is slowed down more than [`TUI_SLOWDOWN`].
+pub const TUI_WATCH_SECS: f64 = 3.0;
+/// The most a watched run is slowed down (a loop of a few steps stays short).
+pub const TUI_MAX_SLOWDOWN: f64 = 2000.0;
+
+/// How much to slow the simulated GPU down for watching a run measured at full speed `m`:
+/// enough for the GPU's share of its timed loop (the part that slows down; the host's own
+/// work runs at its speed) to last about [`TUI_WATCH_SECS`], at least [`TUI_SLOWDOWN`], at
+/// most [`TUI_MAX_SLOWDOWN`]. Without a GPU busy share the whole loop counts.
+pub fn watch_slowdown(m: &Measured) -> f64 {
+    let gpu_ns = m
+        .loop_ns
+        .map(|l| l as f64 * m.gpu_busy.unwrap_or(1.0).clamp(0.01, 1.0));
+    match gpu_ns.filter(|&g| g > 0.0) {
+        Some(g) => (TUI_WATCH_SECS * 1e9 / g).clamp(TUI_SLOWDOWN, TUI_MAX_SLOWDOWN),
+        None => TUI_SLOWDOWN,
+    }
+}
 
 /// The environment variable the simulated runtime reads its time scale from.
 pub const SIM_TIME_SCALE_ENV: &str = "SIMCUDA_TIME_SCALE";
@@ -127,15 +146,26 @@ impl Measured {
 /// timed loop's steps per second, waits per step and the GPU's busy share, the healthy row
 /// with the speed-up. No stall share: a healthy loop's one final wait covers the whole queue,
 /// so its share of the loop says nothing about the pattern.
+///
+/// `slowed`: the runs shown in the monitor were slowed down, and the table holds the same
+/// runs at full speed (it says so).
 pub fn render_table(
     pairs: &[Pair<'_>],
     measured: &[(Option<Measured>, Option<Measured>)],
+    slowed: bool,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "syncspy demo: the same work, the stalling way and the healthy way"
     );
+    if slowed {
+        let _ = writeln!(
+            out,
+            "  (each scenario run again at full simulated speed: the runs shown in the monitor \
+             were slowed down for watching, which changes their numbers)"
+        );
+    }
     let row = |run: &str, way: &str, steps: &str, waits: &str, gpu: &str, sp: &str| {
         let line = format!("  {run:<24} {way:<9} {steps:>9} {waits:>11} {gpu:>9} {sp:>9}");
         line.trim_end().to_string()
@@ -273,9 +303,18 @@ pub fn demo(opts: &DemoOptions) -> i32 {
     );
 
     let tui = opts.tui && on_a_terminal();
+    // On the simulator a watched run is slowed down, which changes its numbers (the host's
+    // own work is not slowed): the table takes them from the same run at full speed.
+    let slowed = tui && sim;
     if opts.tui && !tui {
         println!(
             "syncspy demo: --tui needs a terminal on stdin and stdout; showing summaries only"
+        );
+    } else if slowed {
+        println!(
+            "syncspy demo: each scenario runs twice: at full simulated speed for the table, \
+             then slowed down ({TUI_SLOWDOWN:.0} times or more, so that it lasts a few \
+             seconds) in the monitor; press q to go on to its summary"
         );
     } else if tui {
         println!("syncspy demo: each run opens in the monitor; press q to go on to its summary");
@@ -308,19 +347,7 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 command.push("--iters".into());
                 command.push(i.to_string().into());
             }
-            if sim {
-                let mut scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
-                if tui {
-                    // A simulated run lasts a fraction of a second: slowed down, it is still
-                    // running while the monitor shows it. Its ratios do not change.
-                    scale *= TUI_SLOWDOWN;
-                }
-                // Read by the simulated runtime in the child; syncspy's own threads of the
-                // previous run have ended and none reads the environment.
-                std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
-                // The simulator's notes (a large gemm timed, not computed) are not the demo's.
-                std::env::set_var("SIMCUDA_QUIET", "1");
-            }
+            let base_scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
             println!();
             println!(
                 "== [{n}/{total}] {} ({}): {}",
@@ -328,38 +355,75 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 r.pattern.name(),
                 r.summary
             );
-            let mut ro = RunOptions::new(command);
-            ro.sim = sim;
-            ro.print_summary = false;
-            // The scenario's ground-truth JSON line feeds the table, not the screen: captured,
-            // or with the monitor on the terminal, read back from the run's log.
-            let log = log_dir
-                .as_ref()
-                .map(|d| d.path().join(format!("{n}.log")))
-                .unwrap_or_default();
-            if tui {
-                ro.tui = true;
-                ro.tui_log = Some(log.clone());
-            } else {
-                ro.capture_stdout = true;
-            }
-            match run::run(&ro) {
-                Ok(outcome) => {
-                    print!("{}", summary::render(&outcome.report));
-                    if outcome.exit_code != 0 {
-                        failed = true;
+            // One run of the scenario; `scale`: the simulator's time scale (None: the GPU),
+            // `watch`: in the monitor. Its report and the scenario's standard output.
+            let run_once = |scale: Option<f64>, watch: bool| {
+                if let Some(scale) = scale {
+                    // Read by the simulated runtime in the child; syncspy's own threads of
+                    // the previous run have ended and none reads the environment.
+                    std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
+                    // The simulator's notes (a large gemm timed, not computed) are not the
+                    // demo's.
+                    std::env::set_var("SIMCUDA_QUIET", "1");
+                }
+                let mut ro = RunOptions::new(command.clone());
+                ro.sim = sim;
+                ro.print_summary = false;
+                ro.announce_session = false;
+                // The scenario's ground-truth JSON line feeds the table, not the screen:
+                // captured, or with the monitor on the terminal, read back from the run's log.
+                let log = log_dir
+                    .as_ref()
+                    .map(|d| d.path().join(format!("{n}.log")))
+                    .unwrap_or_default();
+                if watch {
+                    ro.tui = true;
+                    ro.tui_log = Some(log.clone());
+                } else {
+                    ro.capture_stdout = true;
+                }
+                let outcome = run::run(&ro);
+                let stdout = match &outcome {
+                    Ok(o) if o.stdout.is_some() => o.stdout.clone().unwrap_or_default(),
+                    _ => syncspy_read::safe_file::read_bounded_nofollow(
+                        &log,
+                        syncspy_read::safe_file::REPORT_MAX_BYTES,
+                        "a run's log",
+                    )
+                    .unwrap_or_default(),
+                };
+                let _ = std::fs::remove_file(&log);
+                outcome.map(|o| (o, stdout))
+            };
+            let scale = sim.then_some(base_scale);
+            let result = if slowed {
+                // At full speed first (its numbers go to the table), then watched, slowed
+                // down so that even a short loop stays on the monitor for a few seconds.
+                match run_once(scale, false) {
+                    Ok((full, stdout)) => {
+                        let m = Measured::from_run(&full.report, &stdout);
+                        let k = watch_slowdown(&m);
+                        run_once(Some(base_scale * k), true).map(|(watched, _)| {
+                            println!(
+                                "(the run shown in the monitor, its simulated GPU slowed down \
+                                 {k:.0} times; the table takes the run at full speed)"
+                            );
+                            print!("{}", summary::render(&watched.report));
+                            (full.exit_code != 0 || watched.exit_code != 0, m)
+                        })
                     }
-                    let stdout = match outcome.stdout {
-                        Some(out) => out,
-                        None => syncspy_read::safe_file::read_bounded_nofollow(
-                            &log,
-                            syncspy_read::safe_file::REPORT_MAX_BYTES,
-                            "a run's log",
-                        )
-                        .unwrap_or_default(),
-                    };
-                    let _ = std::fs::remove_file(&log);
-                    *slot = Some(Measured::from_run(&outcome.report, &stdout));
+                    Err(e) => Err(e),
+                }
+            } else {
+                run_once(scale, tui).map(|(o, stdout)| {
+                    print!("{}", summary::render(&o.report));
+                    (o.exit_code != 0, Measured::from_run(&o.report, &stdout))
+                })
+            };
+            match result {
+                Ok((run_failed, m)) => {
+                    failed |= run_failed;
+                    *slot = Some(m);
                 }
                 Err(e) => {
                     eprintln!("syncspy demo: {}: {e}", r.id);
@@ -374,7 +438,7 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         measured.push((s, h));
     }
     println!();
-    print!("{}", render_table(&pairs, &measured));
+    print!("{}", render_table(&pairs, &measured, slowed));
     if failed {
         eprintln!("syncspy demo: some runs did not exit with 0 (see above)");
         1
@@ -428,7 +492,7 @@ mod tests {
             gpu_busy: None,
         };
         let measured: Vec<_> = pairs.iter().map(|_| (Some(s), Some(h))).collect();
-        let t = render_table(&pairs[..1], &measured[..1]);
+        let t = render_table(&pairs[..1], &measured[..1], false);
         assert!(t.contains(pairs[0].title), "{t}");
         // 10 steps in 200 ms and in 100 ms; 1.2 and 0.2 waits a step.
         assert!(t.contains(" 50 ") && t.contains(" 100 "), "{t}");
@@ -437,7 +501,7 @@ mod tests {
         assert!(t.contains("2.00x"), "{t}");
         // No stall share: it misleads for a healthy loop.
         assert!(!t.contains("% of loop") && !t.contains(">100%"), "{t}");
-        let t = render_table(&pairs[..1], &[(None, Some(h))]);
+        let t = render_table(&pairs[..1], &[(None, Some(h))], false);
         assert!(t.contains("not run"), "{t}");
     }
 
@@ -468,6 +532,42 @@ mod tests {
         assert_eq!(m.per_step(), Some(0.6));
         let m = Measured::from_run(&r, b"no json");
         assert_eq!((m.loop_ns, m.iters), (None, None));
+    }
+
+    #[test]
+    fn a_short_loop_is_slowed_down_more_for_watching_within_bounds() {
+        let m = |loop_ms: Option<u64>, gpu_busy: Option<f64>| Measured {
+            loop_ns: loop_ms.map(|l| l * 1_000_000),
+            gpu_busy,
+            ..Measured::default()
+        };
+        // 300 ms at full speed: 10 times would last 3 s, but never less than 20 times.
+        assert_eq!(watch_slowdown(&m(Some(300), None)), TUI_SLOWDOWN);
+        // 15 ms: 200 times, about 3 s.
+        assert!((watch_slowdown(&m(Some(15), None)) - 200.0).abs() < 1e-9);
+        // 150 ms of which the GPU was busy a fifth: only those 30 ms slow down.
+        assert!((watch_slowdown(&m(Some(150), Some(0.2))) - 100.0).abs() < 1e-9);
+        // A loop of microseconds is not slowed down without end; no loop time: the least.
+        assert_eq!(watch_slowdown(&m(Some(0), None)), TUI_SLOWDOWN);
+        assert_eq!(
+            watch_slowdown(&Measured {
+                loop_ns: Some(1_000),
+                ..Measured::default()
+            }),
+            TUI_MAX_SLOWDOWN
+        );
+        assert_eq!(watch_slowdown(&m(None, Some(0.5))), TUI_SLOWDOWN);
+    }
+
+    #[test]
+    fn the_table_says_when_the_watched_runs_were_slowed_down() {
+        let m = Manifest::parse(MANIFEST).unwrap();
+        let pairs = m.pairs();
+        let t = render_table(&pairs[..1], &[(None, None)], true);
+        assert!(t.contains("at full simulated speed"), "{t}");
+        assert!(t.contains("slowed down for watching"), "{t}");
+        let t = render_table(&pairs[..1], &[(None, None)], false);
+        assert!(!t.contains("slowed"), "{t}");
     }
 
     #[test]

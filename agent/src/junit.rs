@@ -4,6 +4,11 @@
 //! quantity is not measured (GPU idle) `<skipped>`. Problems of the run as a whole (the
 //! command failed, no process reported) are one extra `<testcase name="run">` with an
 //! `<error>`, so CI shows them next to the rules.
+//!
+//! A testcase's name stays the same from run to run, so CI keeps each rule's history: the
+//! rule and the process's program (`no syncs [python3 train.py]`), with `#2`, `#3`, ... for
+//! further processes of the same program, in the report's order; the pid and the whole
+//! command line are in the testcase's text.
 
 use std::fmt::Write as _;
 
@@ -32,9 +37,10 @@ pub fn escape(s: &str) -> String {
     o
 }
 
-/// The details of a result: every limit, the sites that counted, the notes.
+/// The details of a result: the process, every limit, the sites that counted, the notes.
 fn details(r: &RuleResult) -> String {
     let mut d = String::new();
+    let _ = writeln!(d, "process: {}", process_label(r));
     for l in &r.limits {
         let _ = writeln!(d, "{}", l.message);
     }
@@ -80,6 +86,41 @@ fn message(r: &RuleResult) -> String {
     m
 }
 
+/// The testcase names of `results`, in order: `RULE [PROGRAM]`, `RULE [PROGRAM #2]` for the
+/// second process of that program under that rule, ...; no pid, which changes every run.
+pub fn testcase_names(results: &[RuleResult]) -> Vec<String> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    results
+        .iter()
+        .map(|r| {
+            let program = match r.pid {
+                Some(_) => {
+                    let argv: Vec<String> =
+                        r.cmdline.split_whitespace().map(str::to_string).collect();
+                    crate::daemon::program_of(&argv)
+                }
+                None => "no process".to_string(),
+            };
+            let key = format!("{}\0{program}", r.rule);
+            let n = match seen.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    seen.push((key, 1));
+                    1
+                }
+            };
+            if n == 1 {
+                format!("{} [{program}]", r.rule)
+            } else {
+                format!("{} [{program} #{n}]", r.rule)
+            }
+        })
+        .collect()
+}
+
 /// The whole document.
 pub fn render(b: &BudgetReport) -> String {
     let tests = b.results.len() + usize::from(!b.problems.is_empty());
@@ -97,8 +138,8 @@ pub fn render(b: &BudgetReport) -> String {
         x,
         r#"  <testsuite name="{suite}" tests="{tests}" failures="{failures}" errors="{errors}" skipped="{skipped}">"#
     );
-    for r in &b.results {
-        let name = escape(&format!("{} [{}]", r.rule, process_label(r)));
+    for (r, name) in b.results.iter().zip(testcase_names(&b.results)) {
+        let name = escape(&name);
         let _ = write!(
             x,
             r#"    <testcase classname="syncspy.budget" name="{name}" time="0""#
@@ -163,6 +204,40 @@ mod tests {
     }
 
     #[test]
+    fn names_carry_the_program_and_an_index_for_duplicates_not_the_pid() {
+        let r = |rule: &str, pid: Option<u32>, cmd: &str| RuleResult {
+            rule: rule.into(),
+            line: 1,
+            pid,
+            cmdline: cmd.into(),
+            status: CheckStatus::Pass,
+            limits: Vec::new(),
+            iterations: None,
+            sites: Vec::new(),
+            notes: Vec::new(),
+        };
+        let names = testcase_names(&[
+            r("syncs", Some(12839), "/x/scn-clean-async --iters 3"),
+            r("syncs", Some(12840), "/x/scn-clean-async --iters 3"),
+            r("syncs", Some(12841), "python3 -u train.py --rank 0"),
+            r("share", Some(12839), "/x/scn-clean-async --iters 3"),
+            r("syncs", Some(12842), "/x/scn-clean-async"),
+            r("syncs", None, ""),
+        ]);
+        assert_eq!(
+            names,
+            [
+                "syncs [scn-clean-async]",
+                "syncs [scn-clean-async #2]",
+                "syncs [python3 train.py]",
+                "share [scn-clean-async]",
+                "syncs [scn-clean-async #3]",
+                "syncs [no process]",
+            ]
+        );
+    }
+
+    #[test]
     fn one_testcase_per_result_with_failures_errors_and_skips() {
         let r = |rule: &str, status, msg: &str| RuleResult {
             rule: rule.into(),
@@ -204,18 +279,15 @@ mod tests {
             x.contains(r#"tests="5" failures="1" errors="2" skipped="1""#),
             "{x}"
         );
-        assert!(
-            x.contains(r#"name="no syncs [pid 9 ./a &lt;b&gt;]""#),
-            "{x}"
-        );
+        assert!(x.contains(r#"name="no syncs [a]""#), "{x}");
+        // The pid is in the text, not in the name.
+        assert!(x.contains("process: pid 9 ./a &lt;b&gt;&#10;"), "{x}");
         assert!(
             x.contains(r#"<failure message="3 events &gt; max_count 0; top site: cudaStreamSynchronize x3 at f&lt;T&gt; (x.cc:1)" type="over_budget">"#),
             "{x}"
         );
         assert!(
-            x.contains(
-                r#"<testcase classname="syncspy.budget" name="ok [pid 9 ./a &lt;b&gt;]" time="0"/>"#
-            ),
+            x.contains(r#"<testcase classname="syncspy.budget" name="ok [a]" time="0"/>"#),
             "{x}"
         );
         assert!(x.contains(r#"<skipped message="not measured"/>"#), "{x}");

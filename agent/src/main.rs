@@ -18,7 +18,9 @@ Environment:
   SYNCSPY_DIR      folder of the shared-memory segments; must exist and be writable
                    (default: /dev/shm)
   CMD gets LD_PRELOAD with libsyncspy.so first (an LD_PRELOAD you set is kept after it)
-  and SYNCSPY_SESSION, which marks the segments of CMD and of all its descendants.
+  and SYNCSPY_SESSION, which marks the segments of CMD and of all its descendants. When
+  stderr is a terminal (and without --tui), syncspy prints that session id as CMD starts:
+  `syncspy-top --session ID` (or `syncspy top --session ID`) watches the run live.
 
 Exit status:
   CMD's own exit code, or 128+N when signal N killed it
@@ -28,30 +30,16 @@ Exit status:
 
 SIGINT and SIGTERM sent to syncspy are passed on to CMD; syncspy reports when CMD ends.";
 
-const AGENT_AFTER_HELP: &str = "\
-Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
-that runs the CUDA jobs (segments are mode 0600), or as root.
-
-Metrics (labels: program, at most 50 values then \"other\"; kind; state):
-  syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
-  syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
-  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
-  syncspy_segments_skipped, syncspy_agent_info
-
-/metrics is for anyone who can connect (loopback by default). /api/v1/snapshot (command lines,
-call stacks) needs `Authorization: Bearer TOKEN`, with the random token the agent writes at
-start to --token-file (mode 0600: the agent's user and root); `syncspy-top --agent` reads it.
-
-Exit status: 2 when the address cannot be bound, the token file cannot be written or
-SYNCSPY_DIR is unusable.";
-
 const ATTACH_AFTER_HELP: &str = "\
 A process started with LD_PRELOAD=libsyncspy.so and SYNCSPY_DORMANT=1 is armed through a
 file, without ptrace. Any other is injected with ptrace: one thread idle in a system call is
 stopped for milliseconds to load libsyncspy.so, whose hooks then take over the process's
 calls to the CUDA runtime (import slots rewritten); detach puts the slots back. Needs the
 right to ptrace the process (same user and kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE).
-If syncspy attach is killed, the process stops recording by itself within 5 s.
+If syncspy attach is killed, the process stops recording by itself within 5 s. A process
+with no CUDA runtime or driver loaded (a launcher, a shell) is refused: attach to its worker
+process (the message lists its descendants that have CUDA loaded). While recording, a status
+line on stderr (a terminal) counts the stall events so far.
 
 Exit status: 0 done; 2 attach refused (nothing was changed in the process) or failed (the
 process was put back as it was; libsyncspy.so may stay loaded, passing calls through).";
@@ -83,7 +71,7 @@ enum Cmd {
     Check(CheckArgs),
     /// Run as a daemon: follow every instrumented process on the host, serve Prometheus
     /// metrics at /metrics and JSON at /api/v1/snapshot
-    #[command(after_help = AGENT_AFTER_HELP)]
+    #[command(after_help = daemon::HELP)]
     Agent {
         /// Address to serve on (loopback by default: the snapshot shows command lines)
         #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_LISTEN)]
@@ -153,9 +141,22 @@ enum Cmd {
         /// Steps per scenario (default: each scenario's own)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
-        /// Show each run live in the monitor (syncspy-top) first; press q to go on
+        /// Show each run live in the monitor (syncspy-top) first; press q to go on. On the
+        /// simulator the watched run is slowed down and the table takes a run at full speed
         #[arg(long)]
         tui: bool,
+    },
+    /// The live monitor: runs syncspy-top (found next to syncspy) with ARGS
+    /// (`syncspy top --help` is syncspy-top's help)
+    #[command(disable_help_flag = true)]
+    Top {
+        /// syncspy-top's arguments (`--session ID`, `--pid PID`, `--agent URL`, `--print`, ...)
+        #[arg(
+            value_name = "ARGS",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<OsString>,
     },
     /// Print a saved JSON report, or compare two (per kind and per call site)
     Report {
@@ -172,12 +173,12 @@ enum Cmd {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Also write the JSON report (version 1) to FILE when CMD ends (the summary is printed
-    /// to stderr either way)
+    /// Also write the JSON report (version 1) to FILE when CMD ends (`-`: standard output;
+    /// the summary is printed to stderr either way)
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// Also write every recorded event to FILE as Chrome trace event JSON (open it in
-    /// Perfetto or chrome://tracing)
+    /// Also write every recorded event to FILE as Chrome trace event JSON (`-`: standard
+    /// output; open it in Perfetto or chrome://tracing)
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Events the trace keeps at most: the first N; the summary and the trace say when
@@ -215,7 +216,8 @@ struct CheckArgs {
     /// The budget: a TOML file of rules (format below)
     #[arg(long, value_name = "FILE")]
     budget: PathBuf,
-    /// Also write the verdict as JUnit XML: one testcase per rule and process
+    /// Also write the verdict as JUnit XML (`-`: standard output): one testcase per rule and
+    /// process, named `RULE [PROGRAM]` (`#2`, ... for further processes of one program)
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
     #[command(flatten)]
@@ -286,7 +288,7 @@ fn main() -> ExitCode {
                 token_file,
             });
             match started {
-                Ok(never) => match never {},
+                Ok(()) => 0,
                 Err(e) => {
                     eprintln!("syncspy agent: {e}");
                     EXIT_SETUP
@@ -349,6 +351,7 @@ fn main() -> ExitCode {
                 tui,
             })
         }
+        Cmd::Top { args } => top(&args),
         Cmd::Report { files, format } => {
             let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
             match present::render(&files, format) {
@@ -365,4 +368,24 @@ fn main() -> ExitCode {
     };
     // Exit codes are 0..=255 on Unix; 128+signal stays in range.
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// `syncspy top ARGS`: becomes `syncspy-top ARGS` (the monitor is its own binary, next to
+/// syncspy); returns only when it cannot.
+fn top(args: &[OsString]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some(top) = run::library_dirs()
+        .iter()
+        .map(|d| d.join(run::TOP_NAME))
+        .find(|p| p.is_file())
+    else {
+        eprintln!(
+            "syncspy: {} not found next to syncspy: build it with `cargo build -p syncspy-tui`",
+            run::TOP_NAME
+        );
+        return EXIT_SETUP;
+    };
+    let e = std::process::Command::new(&top).args(args).exec();
+    eprintln!("syncspy: cannot run {}: {e}", top.display());
+    EXIT_SETUP
 }

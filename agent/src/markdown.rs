@@ -6,8 +6,11 @@ use std::fmt::Write as _;
 use syncspy_abi::Kind;
 
 use crate::budget::CheckStatus;
-use crate::summary::{fmt_bytes, fmt_ns, shell_words, user_frames, TOP_SITES};
-use syncspy_read::report::Report;
+use crate::summary::{
+    fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, shell_words, user_frames,
+    TOP_CAUSES, TOP_SITES,
+};
+use syncspy_read::report::{ProcessReport, Report};
 
 /// Text for a markdown table cell: pipes escaped, line breaks removed.
 pub fn md_cell(s: &str) -> String {
@@ -26,6 +29,50 @@ fn pct(part: u64, whole: u64) -> String {
         "-".into()
     } else {
         format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// The process's GPU: the summary's `GPU:` line and its gap causes as a table (nothing for a
+/// segment older than ABI 1.2).
+fn render_gpu(o: &mut String, p: &ProcessReport) {
+    let g = &p.gpu;
+    let Some(state) = g.state.as_deref() else {
+        return;
+    };
+    let _ = writeln!(o);
+    let Some(busy) = g.busy_fraction else {
+        let _ = writeln!(
+            o,
+            "**GPU:** not measured: {}",
+            md_cell(gpu_not_measured(state))
+        );
+        return;
+    };
+    let _ = writeln!(o, "**GPU:** {}", md_cell(&gpu_measured(g, busy)));
+    if state == "yielded" {
+        let _ = writeln!(
+            o,
+            "(another tool took the activity source over: not measured since)"
+        );
+    }
+    if g.causes.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "| GPU idle by cause | share | count | total | where |");
+    let _ = writeln!(o, "|---|---:|---:|---:|---|");
+    for c in g.causes.iter().take(TOP_CAUSES) {
+        let _ = writeln!(
+            o,
+            "| {} | {:.1}% | {} | {} | {} |",
+            md_cell(&gap_cause(c)),
+            c.share * 100.0,
+            c.count,
+            fmt_ns(c.total_ns),
+            c.location
+                .as_deref()
+                .map_or_else(|| "-".to_string(), md_code)
+        );
     }
 }
 
@@ -56,6 +103,7 @@ pub fn render(r: &Report) -> String {
         if p.kinds.values().all(|k| k.count == 0) {
             let _ = writeln!(o);
             let _ = writeln!(o, "No stalls.");
+            render_gpu(&mut o, p);
             continue;
         }
         let _ = writeln!(o);
@@ -113,6 +161,7 @@ pub fn render(r: &Report) -> String {
                 fmt_ns(s.p99_ns)
             );
         }
+        render_gpu(&mut o, p);
         let missed = p.lost_records.saturating_sub(p.dropped_events);
         if p.dropped_events > 0 || missed > 0 {
             let _ = writeln!(o);
@@ -224,5 +273,76 @@ mod tests {
         assert!(m.contains("| `stream_sync` | 4 | 250.00 ms |"), "{m}");
         assert!(m.contains("| 1 | `stream_sync` | `cudaStreamSynchronize` | `f (a.cc:1)`<br>`g (a.cc:2)` | 4 |"), "{m}");
         assert!(!m.contains("`h`"), "{m}");
+        // No GPU part in the segment (older than ABI 1.2): no GPU section.
+        assert!(!m.contains("GPU"), "{m}");
+    }
+
+    #[test]
+    fn the_gpu_section_is_the_summarys_line_and_its_gap_causes() {
+        use syncspy_read::report::{GapCauseReport, Gpu, GpuDevice, IdleStats};
+        let mut p = ProcessReport {
+            pid: 7,
+            cmdline: "python train.py".into(),
+            wall_ns: 1_000_000_000,
+            ..ProcessReport::default()
+        };
+        p.gpu = Gpu {
+            busy_fraction: Some(0.75),
+            measured: true,
+            state: Some("tracing".into()),
+            mode: Some("on".into()),
+            min_gap_ns: 10_000,
+            idle: IdleStats {
+                count: 3,
+                total_ns: 2_500_000,
+                ..IdleStats::default()
+            },
+            devices: vec![GpuDevice {
+                span_ns: 10_000_000,
+                busy_ns: 7_500_000,
+                ..GpuDevice::default()
+            }],
+            causes: vec![GapCauseReport {
+                cause: "stream_sync".into(),
+                api: "cudaStreamSynchronize".into(),
+                location: Some("train.py:42 in step".into()),
+                count: 3,
+                total_ns: 2_500_000,
+                share: 1.0,
+                ..GapCauseReport::default()
+            }],
+            ..Gpu::default()
+        };
+        let mut r = Report {
+            syncspy_report: 1,
+            command: vec!["python".into(), "train.py".into()],
+            processes: vec![p.clone()],
+            ..Report::default()
+        };
+        let m = render(&r);
+        // The same figures as the text summary's GPU line.
+        let text = crate::summary::render(&r);
+        let line = text
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("GPU: "))
+            .unwrap();
+        assert!(m.contains(&format!("**GPU:** {line}\n")), "{m}\n{text}");
+        assert!(
+            line.starts_with("busy 75.0% of 10.00 ms traced (on)"),
+            "{line}"
+        );
+        assert!(
+            m.contains("| stream_sync cudaStreamSynchronize | 100.0% | 3 | 2.50 ms | `train.py:42 in step` |"),
+            "{m}"
+        );
+        // Not measured: the reason, as in the summary.
+        p.gpu.busy_fraction = None;
+        p.gpu.state = Some("unavailable".into());
+        r.processes = vec![p];
+        let m = render(&r);
+        assert!(
+            m.contains("**GPU:** not measured: no activity source (CUPTI not found or refused)"),
+            "{m}"
+        );
     }
 }

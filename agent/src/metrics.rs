@@ -554,6 +554,72 @@ mod tests {
     }
 
     #[test]
+    fn the_agents_help_names_every_metric_family() {
+        let mut processes = vec![
+            rank_proc("exp-7", Some(0), 20),
+            rank_proc("exp-7", Some(1), 90),
+        ];
+        for p in &mut processes {
+            let g = &mut p.report.gpu;
+            g.measured = true;
+            g.busy_fraction = Some(0.5);
+            g.traced_ns = 1_000_000_000;
+            g.collective_ns = Some(1_000_000);
+            g.devices = vec![syncspy_read::report::GpuDevice {
+                busy_fraction: Some(0.5),
+                ..Default::default()
+            }];
+            p.report.kinds.insert(
+                "gpu_idle".into(),
+                Stats {
+                    count: 3,
+                    total_ns: 3_000_000,
+                    ..Stats::default()
+                },
+            );
+            p.report.kinds.insert(
+                "stream_sync".into(),
+                Stats {
+                    count: 2,
+                    total_ns: 2_000_000,
+                    ..Stats::default()
+                },
+            );
+            p.latency.insert("stream_sync".into(), Latency::default());
+        }
+        let m = render(&Snapshot {
+            processes,
+            ..Snapshot::default()
+        })
+        .unwrap();
+        let families: Vec<&str> = m
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        // The ones this snapshot cannot show are checked by name.
+        for f in families.iter().copied().chain([
+            "syncspy_forgotten_processes",
+            "syncspy_segments_skipped",
+            "syncspy_job_straggler_rank",
+            "syncspy_job_straggler_excess_seconds",
+        ]) {
+            assert!(
+                crate::daemon::HELP.contains(f),
+                "{f} is served but not in `syncspy agent --help`"
+            );
+        }
+        for f in [
+            "syncspy_stall_duration_seconds",
+            "syncspy_gpu_idle_seconds",
+            "syncspy_gpu_busy_ratio",
+            "syncspy_job_rank_collective_seconds",
+        ] {
+            assert!(families.contains(&f), "{f} not rendered: {families:?}");
+        }
+    }
+
+    #[test]
     fn collective_time_and_wait_are_exported_per_rank() {
         // Two ranks traced 10 s: rank 1 spent 20 ms in NCCL kernels, rank 0 320 ms.
         let mut processes = vec![

@@ -82,6 +82,9 @@ pub struct RunOptions {
     /// Capture the command's standard output (returned in `RunOutcome::stdout`) instead of
     /// letting it through.
     pub capture_stdout: bool,
+    /// Print the session id (what `syncspy-top --session` takes) on stderr when the command
+    /// starts, if stderr is a terminal and no monitor is shown.
+    pub announce_session: bool,
 }
 
 impl RunOptions {
@@ -98,6 +101,7 @@ impl RunOptions {
             print_summary: true,
             poll_interval: Duration::from_millis(50),
             capture_stdout: false,
+            announce_session: true,
         }
     }
 }
@@ -393,6 +397,11 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
     }
 }
 
+/// The line `syncspy run` prints at start on a terminal: the session and how to watch it.
+pub fn session_line(session: u64) -> String {
+    format!("syncspy: session {session}: watch it live with `{TOP_NAME} --session {session}`")
+}
+
 /// Checks, before the command runs, that an output file named by `flag` (`--report`,
 /// `--junit`, ...) can be written: a file name in an existing folder.
 pub fn check_output_path(flag: &str, what: &str, p: &Path) -> Result<(), RunError> {
@@ -583,8 +592,25 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if opts.capture_stdout {
         cmd.stdout(Stdio::piped());
     }
-    let mut child = cmd.spawn().map_err(|e| cannot_start(program, &e))?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing was written to the log: do not leave it behind.
+            if let Some((_, log)) = &tui {
+                if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                    let _ = std::fs::remove_file(log);
+                }
+            }
+            return Err(cannot_start(program, &e));
+        }
+    };
     forwarder.set_child(child.id());
+    if opts.announce_session && tui.is_none() && {
+        use std::io::IsTerminal;
+        io::stderr().is_terminal()
+    } {
+        eprintln!("{}", session_line(session));
+    }
     drop(log_file);
     // The monitor, attached to the terminal, follows this run's session only.
     let mut monitor = match &tui {

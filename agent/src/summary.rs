@@ -59,26 +59,22 @@ fn has_events(p: &ProcessReport) -> bool {
 }
 
 /// Gap causes shown in the summary; the JSON report has them all.
-const TOP_CAUSES: usize = 5;
+pub const TOP_CAUSES: usize = 5;
 
-/// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
-fn render_gpu(out: &mut String, p: &ProcessReport) {
-    let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
-        return;
-    };
-    let Some(busy) = g.busy_fraction else {
-        let why = match state {
-            "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
-            "unavailable" => "no activity source (CUPTI not found or refused)",
-            "yielded" => "another tool took the GPU activity source over",
-            "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
-            "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
-            s => s,
-        };
-        let _ = writeln!(out, "  GPU: not measured: {why}");
-        return;
-    };
+/// Why a process's GPU was not measured, from its `gpu.state`.
+pub fn gpu_not_measured(state: &str) -> &str {
+    match state {
+        "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
+        "unavailable" => "no activity source (CUPTI not found or refused)",
+        "yielded" => "another tool took the GPU activity source over",
+        "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
+        "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
+        s => s,
+    }
+}
+
+/// The GPU line after `GPU: `: busy share, traced time and mode, idle share, the gaps.
+pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
     let span: u64 = g.devices.iter().map(|d| d.span_ns).sum();
     let short: u64 = g.devices.iter().map(|d| d.short_gaps).sum();
     // Idle over the GPU's active time (first work to last): the share the program's waits
@@ -91,9 +87,8 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         ),
         _ => format!("idle {:.1}%", (1.0 - busy) * 100.0),
     };
-    let _ = writeln!(
-        out,
-        "  GPU: busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
+    format!(
+        "busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
         g.mode.as_deref().unwrap_or("?"),
@@ -104,7 +99,29 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         fmt_ns(g.idle.p50_ns),
         fmt_ns(g.idle.max_ns),
         short
-    );
+    )
+}
+
+/// What a gap cause was: the host's stall (kind and API) or its own work.
+pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
+    if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
+        "host busy elsewhere (no CUDA stall)".to_string()
+    } else {
+        format!("{} {}", c.cause, c.api)
+    }
+}
+
+/// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
+fn render_gpu(out: &mut String, p: &ProcessReport) {
+    let g = &p.gpu;
+    let Some(state) = g.state.as_deref() else {
+        return;
+    };
+    let Some(busy) = g.busy_fraction else {
+        let _ = writeln!(out, "  GPU: not measured: {}", gpu_not_measured(state));
+        return;
+    };
+    let _ = writeln!(out, "  GPU: {}", gpu_measured(g, busy));
     if g.state.as_deref() == Some("yielded") {
         let _ = writeln!(
             out,
@@ -116,11 +133,6 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     }
     let _ = writeln!(out, "  GPU idle gaps by cause (host side):");
     for c in g.causes.iter().take(TOP_CAUSES) {
-        let what = if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
-            "host busy elsewhere (no CUDA stall)".to_string()
-        } else {
-            format!("{} {}", c.cause, c.api)
-        };
         let at = c
             .location
             .as_deref()
@@ -128,8 +140,9 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:>6.1}%  {what}  x{}  {}{at}",
+            "  {:>6.1}%  {}  x{}  {}{at}",
             c.share * 100.0,
+            gap_cause(c),
             c.count,
             fmt_ns(c.total_ns)
         );
@@ -180,7 +193,7 @@ pub fn render(r: &Report) -> String {
         render_job(&mut out, j);
     }
     for w in &r.warnings {
-        let _ = writeln!(out, "warning: {w}");
+        let _ = writeln!(out, "syncspy: warning: {w}");
     }
     // Text from segments and reports (command lines, frames) may hold escape sequences.
     syncspy_read::text::terminal(&out).into_owned()
@@ -600,7 +613,10 @@ mod tests {
             s.contains("1 process without stalls: 8 (sh -c true)"),
             "{s}"
         );
-        assert!(s.contains("warning: skipped /dev/shm/syncspy-1-2"), "{s}");
+        assert!(
+            s.contains("syncspy: warning: skipped /dev/shm/syncspy-1-2"),
+            "{s}"
+        );
         assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
     }
 

@@ -11,12 +11,16 @@
 //! `bytes`, `direction` (copies), `stream`, `device`, `site` (the call-site id) and `frame`
 //! (the innermost symbolized frame outside the CUDA runtime and syncspy). Processes are named
 //! after their command lines with `process_name` metadata events.
+//!
+//! The GPU's idle gaps (`cat` `gpu_idle`, `name` `GPU idle`, `args.device`) are on a track of
+//! their own per device: `tid` [`gpu_tid`]`(device)`, above any thread id, named `GPU N idle`
+//! by a `thread_name` metadata event and sorted above the process's threads.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
 
-use syncspy_abi::{Direction, Record};
+use syncspy_abi::{Direction, Kind, Record};
 
 use syncspy_read::follow::{Followed, SegmentKey, SiteRef};
 use syncspy_read::report::{site_location, write_atomic_with};
@@ -97,6 +101,15 @@ impl TraceSink {
     }
 }
 
+/// The track of device `device`'s idle gaps: a `tid` above any thread id (Linux's are at most
+/// 2^22), one per device.
+pub const GPU_TID_BASE: u64 = 1 << 30;
+
+/// The trace `tid` of the GPU idle track of `device`.
+pub fn gpu_tid(device: i32) -> u64 {
+    GPU_TID_BASE + u64::from(device.max(0).unsigned_abs())
+}
+
 /// ns as µs with three decimals, exactly (no float rounding).
 fn micros(ns: u64) -> String {
     format!("{}.{:03}", ns / 1000, ns % 1000)
@@ -136,6 +149,30 @@ pub fn write_to(
         )?;
     }
     let by_key: HashMap<SegmentKey, &Followed> = processes.iter().map(|f| (f.key(), f)).collect();
+    // A named track per process and device that has idle gaps, above the threads.
+    let gpu_tracks: std::collections::BTreeSet<(u32, i32)> = sink
+        .events()
+        .iter()
+        .filter(|e| e.record.kind == Kind::GpuIdle)
+        .filter_map(|e| {
+            let key = sink.segments.get(e.segment as usize)?;
+            Some((by_key.get(key)?.agg.pid, e.record.device))
+        })
+        .collect();
+    for (pid, device) in &gpu_tracks {
+        let tid = gpu_tid(*device);
+        sep(w)?;
+        write!(
+            w,
+            r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"GPU {device} idle"}}}}"#
+        )?;
+        sep(w)?;
+        write!(
+            w,
+            r#"{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{}}}}}"#,
+            i64::from(*device) - 1000
+        )?;
+    }
     let mut frames: HashMap<SiteRef, Option<String>> = HashMap::new();
     let mut modules: HashMap<SegmentKey, Vec<syncspy_abi::modules::Module>> = HashMap::new();
     for e in sink.events() {
@@ -146,6 +183,20 @@ pub fn write_to(
             continue;
         };
         let r = &e.record;
+        if r.kind == Kind::GpuIdle {
+            sep(w)?;
+            write!(
+                w,
+                r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":"GPU idle","cat":{},"args":{{"device":{}}}}}"#,
+                f.agg.pid,
+                gpu_tid(r.device),
+                micros(r.start_ns),
+                micros(r.duration_ns),
+                json_str(r.kind.name()),
+                r.device
+            )?;
+            continue;
+        }
         let frame = frames
             .entry(SiteRef {
                 segment: key,
@@ -223,7 +274,7 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
+    use syncspy_abi::{Api, SegmentParams, SegmentWriter};
     use syncspy_read::follow::Follower;
     use syncspy_test_support::{rec, TempDir};
 
@@ -319,5 +370,82 @@ mod tests {
         assert_eq!(meta["cut"], true);
         assert!(meta["note"].as_str().unwrap().contains("first 2 of 3"));
         assert_eq!(v["displayTimeUnit"], "ns");
+    }
+
+    #[test]
+    fn gpu_idle_gaps_are_on_a_named_track_per_device() {
+        let dir = TempDir::new("trace-gpu");
+        let mut p = SegmentParams::new(41, 7);
+        p.session = 9;
+        p.ring_capacity = 64;
+        p.site_capacity = 16;
+        p.module_capacity = 8;
+        p.cmdline = b"./train\0".to_vec();
+        let w = SegmentWriter::create(dir.path(), &p).unwrap();
+        w.record_gpu_idle(0, 5_000_000, 2_000);
+        w.record_gpu_idle(1, 6_000_000, 3_000);
+        w.record_gpu_idle(0, 7_000_000, 4_000);
+        let mut sync = rec(Kind::StreamSync, Api::CudaStreamSynchronize, 900, 0, 0);
+        sync.tid = 77;
+        w.record(&sync);
+        w.mark_exited(0);
+
+        let mut f: Follower = Follower::new(dir.path(), Some(9));
+        let mut sink = TraceSink::new(100);
+        f.scan().unwrap();
+        f.final_drain_each(|key, _, r| sink.push(key, *r));
+        let mut out = Vec::new();
+        let mut sym = Symbolizer::new();
+        write_to(
+            &mut out,
+            &sink,
+            f.processes(),
+            &["./train".into()],
+            &mut sym,
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        let named: Vec<(u64, &str)> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| {
+                (
+                    e["tid"].as_u64().unwrap(),
+                    e["args"]["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            named,
+            [(gpu_tid(0), "GPU 0 idle"), (gpu_tid(1), "GPU 1 idle")]
+        );
+        assert_ne!(gpu_tid(0), gpu_tid(1));
+        let gaps: Vec<(u64, f64, &str)> = ev
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "gpu_idle")
+            .map(|e| {
+                (
+                    e["tid"].as_u64().unwrap(),
+                    e["dur"].as_f64().unwrap(),
+                    e["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            gaps,
+            [
+                (gpu_tid(0), 2.0, "GPU idle"),
+                (gpu_tid(1), 3.0, "GPU idle"),
+                (gpu_tid(0), 4.0, "GPU idle")
+            ]
+        );
+        // Host stalls stay on their thread.
+        let host: Vec<u64> = ev
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "stream_sync")
+            .map(|e| e["tid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(host, [77]);
     }
 }

@@ -226,6 +226,51 @@ fn an_address_that_cannot_be_bound_exits_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("SYNCSPY_DIR=/nonexistent/segments"));
 }
 
+#[test]
+fn sigterm_and_sigint_stop_the_agent_and_remove_its_token_file() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let d = TempDir::new("agent-stop");
+        let token_file = d.path().join("agent.token");
+        let mut agent = Running(
+            Command::new(SYNCSPY)
+                .args(["agent", "--listen", "127.0.0.1:0", "--interval-ms", "60000"])
+                .arg("--token-file")
+                .arg(&token_file)
+                .env("SYNCSPY_DIR", d.path())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
+        eventually("the agent to serve", || {
+            lines
+                .next()?
+                .ok()?
+                .contains("serving http://")
+                .then_some(())
+        });
+        assert!(token_file.exists());
+        // A reader's registration in the folder, removed with the agent too.
+        let registered = || {
+            std::fs::read_dir(d.path()).unwrap().flatten().any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".syncspy-reader-")
+            })
+        };
+        assert!(registered());
+        let started = Instant::now();
+        // SAFETY: a signal to the test's own child.
+        unsafe { libc::kill(agent.0.id() as i32, sig) };
+        let status = agent.0.wait().unwrap();
+        // Promptly, though its next scan is a minute away.
+        assert!(started.elapsed() < Duration::from_secs(5), "signal {sig}");
+        assert_eq!(status.code(), Some(0), "signal {sig}");
+        assert!(!token_file.exists(), "signal {sig}: the token file is left");
+        assert!(!registered(), "signal {sig}: the registration is left");
+    }
+}
+
 /// Names of the samples in a metrics text.
 fn sample_names(m: &str) -> std::collections::BTreeSet<String> {
     m.lines()

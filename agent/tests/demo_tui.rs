@@ -1,6 +1,7 @@
-//! `syncspy demo --sim --tui` in a real pseudo-terminal (a private tmux server): the first
-//! scenario must be on the monitor while it still runs, for several refreshes, not only after
-//! it has ended (a simulated run at full speed ends within the monitor's first refresh). Needs
+//! `syncspy demo --sim --tui` in a real pseudo-terminal (a private tmux server): every
+//! scenario must be on the monitor while it still runs, for a second or more, not only after
+//! it has ended (a simulated run at full speed ends within the monitor's first refresh), and
+//! the final table must say that its numbers come from runs at full speed. Needs
 //! `cargo build --workspace` first and tmux.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,14 +23,25 @@ impl Drop for Server {
     }
 }
 
+fn capture(server: &Server, history: bool) -> String {
+    let mut c = Command::new("tmux");
+    c.args(["-L", &server.0, "capture-pane", "-p", "-t", "top"]);
+    if history {
+        c.args(["-S", "-200"]);
+    }
+    String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+}
+
 #[test]
-fn demo_tui_shows_the_scenario_while_it_runs() {
+fn demo_tui_shows_every_scenario_while_it_runs_and_the_table_at_full_speed() {
     artifact("scn-item-in-loop");
     artifact("syncspy-top");
     let d = TempDir::new("demo-tui-live");
     let server = Server(format!("syncspy-demo-tui-{}", std::process::id()));
+    // The shell stays after the demo, so its last screen can be read.
     let cmd = format!(
-        "exec env SYNCSPY_DIR={} TERM=xterm-256color {SYNCSPY} demo --sim --tui",
+        "env SYNCSPY_DIR={} TERM=xterm-256color {SYNCSPY} demo --sim --tui; echo DEMO-EXIT=$?; \
+         sleep 60",
         d.path().display()
     );
     let ok = Command::new("tmux")
@@ -47,30 +59,47 @@ fn demo_tui_shows_the_scenario_while_it_runs() {
         .status()
         .expect("tmux is needed for this test");
     assert!(ok.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let runs = 8;
+    // Per run, the screens (100 ms apart, at least) that showed it running.
+    let mut live = Vec::new();
+    let mut screens = 0;
+    let deadline = Instant::now() + Duration::from_secs(150);
     let mut screen = String::new();
-    // Screens, 100 ms apart, that showed the scenario running.
-    let mut live_screens = 0;
-    while Instant::now() < deadline {
-        let out = Command::new("tmux")
-            .args(["-L", &server.0, "capture-pane", "-p", "-t", "top"])
-            .output()
-            .unwrap();
-        screen = String::from_utf8_lossy(&out.stdout).into_owned();
-        let live = screen
-            .lines()
-            .any(|l| l.contains("scn-item-in-loop") && l.contains("running"));
-        if live {
-            live_screens += 1;
-            if live_screens >= 4 {
-                return;
-            }
-        } else if live_screens > 0 {
-            break;
+    while live.len() < runs && Instant::now() < deadline {
+        screen = capture(&server, false);
+        let monitor = screen.contains("Processes (");
+        if monitor && screen.lines().any(|l| l.contains(" running ")) {
+            screens += 1;
+        } else if monitor && screen.lines().any(|l| l.contains(" exited 0 ")) {
+            // This run ended: on to its summary and the next run.
+            live.push(screens);
+            screens = 0;
+            let _ = Command::new("tmux")
+                .args(["-L", &server.0, "send-keys", "-t", "top", "q"])
+                .status();
+            std::thread::sleep(Duration::from_millis(300));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!(
-        "the monitor showed scn-item-in-loop running in {live_screens} screens (4 wanted):\n{screen}"
+    assert_eq!(live.len(), runs, "runs seen {live:?}:\n{screen}");
+    // At 4 refreshes a second the monitor drew each run live several times.
+    assert!(
+        live.iter().all(|&n| n >= 10),
+        "live screens per run {live:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !screen.contains("DEMO-EXIT=") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        screen = capture(&server, true);
+    }
+    assert!(screen.contains("DEMO-EXIT=0"), "{screen}");
+    assert!(
+        screen.contains("each scenario run again at full simulated speed"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("slowed down")
+            && screen.contains("times; the table takes the run at full speed"),
+        "{screen}"
     );
 }

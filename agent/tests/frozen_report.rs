@@ -219,4 +219,16 @@ fn added_fields_are_ignored_and_another_version_is_refused() {
         err.contains("report version 2 is not supported (this syncspy reads version 1)"),
         "{err}"
     );
+
+    // JSON that is no report at all (a trace, a package.json) is said to be that, not an
+    // unsupported version.
+    std::fs::write(&f, br#"{"traceEvents": []}"#).unwrap();
+    let o = report(&[], &f);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("newer.json: not a syncspy report: JSON without a `syncspy_report`"),
+        "{err}"
+    );
+    assert!(!err.contains("version 0"), "{err}");
 }

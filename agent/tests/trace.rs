@@ -93,8 +93,26 @@ fn the_trace_holds_every_recorded_event() {
 
     let events = trace["traceEvents"].as_array().unwrap();
     // Both processes are named after their command lines.
-    let names = events.iter().filter(|e| e["ph"] == "M").count();
+    let names = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .count();
     assert_eq!(names, 2);
+    // Their GPU idle gaps are on a named track per device, not on a thread.
+    let gpu_tracks: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .collect();
+    assert!(!gpu_tracks.is_empty(), "no GPU track");
+    for t in &gpu_tracks {
+        assert_eq!(t["args"]["name"], "GPU 0 idle", "{t}");
+        assert_eq!(t["tid"].as_u64(), Some(1 << 30), "{t}");
+    }
+    let gap = events.iter().find(|e| e["cat"] == "gpu_idle").unwrap();
+    assert_eq!(
+        (gap["name"].as_str(), gap["tid"].as_u64()),
+        (Some("GPU idle"), Some(1 << 30))
+    );
     // A pageable copy carries its bytes, direction, stream and call site.
     let copy = events
         .iter()

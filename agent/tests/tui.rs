@@ -50,3 +50,93 @@ fn tui_without_a_terminal_prints_a_notice_and_runs_without_the_monitor() {
     let kinds = v.to_string();
     assert!(kinds.contains("stream_sync"), "{kinds}");
 }
+
+/// `syncspy ARGS` in a pseudo-terminal (python3's pty module) from folder `d`, with `d` as
+/// the segment folder: its exit code and everything it wrote.
+fn in_a_terminal(d: &TempDir, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, pty, sys; sys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))",
+            common::SYNCSPY,
+        ])
+        .args(args)
+        .current_dir(d.path())
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env("TERM", "xterm-256color")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("python3 is needed for this test");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn run_names_its_session_on_a_terminal_only() {
+    let d = TempDir::new("run-session");
+    let c = cudacalls();
+    let (code, out) = in_a_terminal(&d, &["run", "--sim", "--", &c, "--iters", "1", "sync=s1"]);
+    assert_eq!(code, 0, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("syncspy: session "))
+        .unwrap_or_else(|| panic!("no session line:\n{out}"));
+    let id: u64 = line["syncspy: session ".len()..]
+        .split(':')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        line.contains(&format!("`syncspy-top --session {id}`")),
+        "{line}"
+    );
+    // Not in a log or a pipe.
+    let piped = run_sim(&d, &[], &[&c, "--iters", "1", "sync=s1"]);
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains("syncspy: session"), "{err}");
+}
+
+#[test]
+fn tui_with_a_command_that_cannot_start_leaves_no_log() {
+    let d = TempDir::new("tui-no-cmd");
+    let log = d.path().join("cmd.log");
+    let (code, out) = in_a_terminal(
+        &d,
+        &[
+            "run",
+            "--sim",
+            "--tui",
+            "--tui-log",
+            log.to_str().unwrap(),
+            "--",
+            "/nonexistent/syncspy-test-cmd",
+        ],
+    );
+    assert_eq!(code, 127, "{out}");
+    assert!(out.contains("command not found"), "{out}");
+    assert!(!log.exists(), "{out}");
+    // Nor the default log in the current folder.
+    let (code, out) = in_a_terminal(
+        &d,
+        &[
+            "run",
+            "--sim",
+            "--tui",
+            "--",
+            "/nonexistent/syncspy-test-cmd",
+        ],
+    );
+    assert_eq!(code, 127, "{out}");
+    let logs: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    assert!(logs.is_empty(), "{logs:?}");
+}

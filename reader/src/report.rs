@@ -813,6 +813,8 @@ pub fn write_atomic_with(
 pub enum ReadError {
     Io(io::Error),
     Json(serde_json::Error),
+    /// JSON, but without a `syncspy_report` version: not a report at all.
+    NotAReport,
     /// A `syncspy_report` version this build does not read.
     Version(u64),
 }
@@ -822,6 +824,10 @@ impl std::fmt::Display for ReadError {
         match self {
             ReadError::Io(e) => write!(f, "{e}"),
             ReadError::Json(e) => write!(f, "not a syncspy report: {e}"),
+            ReadError::NotAReport => f.write_str(
+                "not a syncspy report: JSON without a `syncspy_report` version field (a report \
+                 is what `syncspy run --report FILE` or `syncspy check --report FILE` writes)",
+            ),
             ReadError::Version(v) => write!(
                 f,
                 "report version {v} is not supported (this syncspy reads version \
@@ -836,7 +842,7 @@ impl std::error::Error for ReadError {
         match self {
             ReadError::Io(e) => Some(e),
             ReadError::Json(e) => Some(e),
-            ReadError::Version(_) => None,
+            ReadError::NotAReport | ReadError::Version(_) => None,
         }
     }
 }
@@ -854,7 +860,7 @@ pub fn read(path: &Path) -> Result<Report, ReadError> {
     match v.get("syncspy_report").and_then(|x| x.as_u64()) {
         Some(1) => serde_json::from_value(v).map_err(ReadError::Json),
         Some(other) => Err(ReadError::Version(other)),
-        None => Err(ReadError::Version(0)),
+        None => Err(ReadError::NotAReport),
     }
 }
 

@@ -46,6 +46,8 @@ pub struct AgentSource {
     token: Option<String>,
     /// Per process: the GPU pane's busy share per second, from the devices' counters.
     busy: HashMap<ProcessKey, BusyHistory>,
+    /// Why the latest fetch failed (None after one that worked).
+    failed: Option<String>,
 }
 
 #[derive(Default)]
@@ -142,6 +144,7 @@ impl AgentSource {
             forgotten: Default::default(),
             token: None,
             busy: HashMap::new(),
+            failed: None,
         })
     }
 
@@ -404,6 +407,7 @@ impl Source for AgentSource {
         let mut problems = Vec::new();
         match self.fetch() {
             Ok(snap) => {
+                self.failed = None;
                 problems.extend(snap.warnings.iter().cloned());
                 let mut procs = Vec::new();
                 for sp in &snap.processes {
@@ -459,7 +463,11 @@ impl Source for AgentSource {
                 self.busy.retain(|k, _| listed.contains(k));
                 self.last = procs;
             }
-            Err(e) => problems.push(format!("{}: {e:#}", self.url)),
+            Err(e) => {
+                let m = format!("{}: {e:#}", self.url);
+                self.failed = Some(m.clone());
+                problems.push(m);
+            }
         }
         Snapshot {
             source: self.url.clone(),
@@ -472,6 +480,10 @@ impl Source for AgentSource {
 
     fn reset(&mut self) {
         self.reset_pending = true;
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.clone()
     }
 
     /// `POST /api/v1/gpu-trace?pid=N&seconds=S` (with the token).

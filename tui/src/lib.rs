@@ -37,6 +37,12 @@ pub trait Source: Send {
     fn busy(&self) -> bool {
         false
     }
+    /// Why the latest refresh could not read the data at all (an agent unreachable or
+    /// refusing), or None when it could: a one-shot `--print` reports it and fails instead of
+    /// printing an empty screen.
+    fn failure(&self) -> Option<String> {
+        None
+    }
     /// Asks the library of `process` to trace GPU activity for the next `secs` seconds
     /// (the `g` key; repeated at each refresh while it is on). Returns a short status for
     /// the GPU line, or why it could not.

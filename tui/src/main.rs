@@ -28,7 +28,7 @@ syncspy-top."
 )]
 struct Args {
     /// Follow only this process.
-    #[arg(long)]
+    #[arg(long, value_name = "PID")]
     pid: Option<u32>,
     /// Attach to this running process first (`syncspy attach PID --tui`, found next to
     /// syncspy-top: injects libsyncspy.so, no restart), show it, and detach on quit
@@ -49,10 +49,12 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Length of the "recent" window, seconds (1..=300).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
     window: u64,
     /// Refresh period, milliseconds (100..=5000).
-    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=5000))]
+    #[arg(long, value_name = "MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(100..=5000))]
     interval_ms: u64,
     /// Only ASCII characters (borders, bars, units).
     #[arg(long)]
@@ -82,7 +84,8 @@ struct Args {
     size: Option<(u16, u16)>,
 }
 
-/// Errors end the monitor with one line and exit 2; a backtrace only when asked for with
+/// Errors end the monitor with one line and exit 1 (2 is clap's, for usage errors); a
+/// backtrace only when asked for with
 /// `SYNCSPY_DEBUG=1` (not through `RUST_BACKTRACE`, which many developers set for everything).
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -96,7 +99,7 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("syncspy-top: {e:#}");
             }
-            ExitCode::from(2)
+            ExitCode::from(1)
         }
     }
 }
@@ -157,10 +160,9 @@ fn monitor(args: Args) -> anyhow::Result<()> {
             .filter(|&(c, r)| c >= 40 && r >= 10)
             .unwrap_or((120, 40));
         let after = Duration::from_secs(args.after);
-        print!(
-            "{}",
-            syncspy_tui::term::print_screen(source, app, interval, after, size)
-        );
+        let screen = syncspy_tui::term::print_screen(source, app, interval, after, size)
+            .map_err(|e| anyhow::anyhow!("--print: {e}"))?;
+        print!("{screen}");
         return Ok(());
     }
     let mut app = App::new(args.ascii)

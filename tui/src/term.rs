@@ -179,13 +179,16 @@ const SETTLE: Duration = Duration::from_secs(15);
 /// Follows for `after`, refreshing every `interval` (so the "last N seconds" rates have
 /// data), then returns one screen of `width` x `height` as plain text. Waits up to 15 s more
 /// for call sites still being symbolized.
+///
+/// Fails with the source's reason when its latest refresh could not read the data at all (an
+/// agent unreachable, or refusing the token): a screen would show no process and hide why.
 pub fn print_screen(
     mut source: Box<dyn Source>,
     mut app: App,
     interval: Duration,
     after: Duration,
     (width, height): (u16, u16),
-) -> String {
+) -> Result<String, String> {
     app.update(Action::Resize(width, height));
     let started = Instant::now();
     // With the GPU pane open (`--gpu`), its process's GPU is traced while the monitor follows.
@@ -216,5 +219,8 @@ pub fn print_screen(
         }
         std::thread::sleep(interval.saturating_sub(step.elapsed()));
     }
-    crate::ui::screen_text(&app, width, height)
+    if let Some(e) = source.failure() {
+        return Err(e);
+    }
+    Ok(crate::ui::screen_text(&app, width, height))
 }

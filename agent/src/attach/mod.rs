@@ -21,7 +21,7 @@ use syncspy_read::symbolize::Symbolizer;
 
 use crate::run::{
     check_output_path, find_library, library_dirs, new_session, segment_dir, RunError, DIR_ENV,
-    LIB_ENV, LIB_NAME, TOP_NAME,
+    LIB_ENV, LIB_NAME, SIM_LIB_NAME, TOP_NAME,
 };
 use crate::summary;
 
@@ -258,6 +258,97 @@ fn alive(pid: i32) -> bool {
             .unwrap_or(true)
 }
 
+/// Whether a file mapped in a process is a CUDA runtime or driver: `libcudart.so.*` (and the
+/// copies with a hash in their name that Python wheels bundle, `libcudart-1a2b3c4d.so.12`),
+/// `libcuda.so.*`, or the simulated runtime (`libsimcudart.so`, which `--sim` links under
+/// those names: /proc shows the file, not the link).
+pub fn is_cuda_library(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libcudart")
+        || name.starts_with("libcuda.so")
+        || name.starts_with(SIM_LIB_NAME)
+}
+
+/// Whether process `pid` has a CUDA runtime or driver loaded.
+fn uses_cuda(pid: i32) -> bool {
+    inject::maps(pid).is_ok_and(|m| m.iter().any(|m| is_cuda_library(&m.path)))
+}
+
+/// The descendants of `pid` (children first) that have a CUDA runtime or driver loaded, at
+/// most `max`, with their command lines: the workers a launcher started.
+fn cuda_descendants(pid: i32, max: usize) -> Vec<(i32, String)> {
+    let mut parent_of: Vec<(i32, i32)> = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // The fields after the command's closing parenthesis: state, ppid, ...
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<i32>().ok());
+        if let Some(pp) = ppid {
+            parent_of.push((p, pp));
+        }
+    }
+    let mut found = Vec::new();
+    let mut level = vec![pid];
+    while !level.is_empty() && found.len() < max {
+        let mut next = Vec::new();
+        for &(child, pp) in &parent_of {
+            if level.contains(&pp) {
+                next.push(child);
+            }
+        }
+        next.sort_unstable();
+        for &c in &next {
+            if found.len() < max && uses_cuda(c) {
+                let cmd = std::fs::read(format!("/proc/{c}/cmdline"))
+                    .map(|b| {
+                        b.split(|x| *x == 0)
+                            .filter(|a| !a.is_empty())
+                            .map(|a| String::from_utf8_lossy(a).into_owned())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default();
+                found.push((c, cmd));
+            }
+        }
+        level = next;
+    }
+    found
+}
+
+/// Why attach refuses a process without a CUDA runtime or driver: there is nothing to record,
+/// and where the workers that have one are.
+fn no_cuda_message(t: &Target) -> String {
+    let mut m = format!(
+        "process {} ({}) has no CUDA runtime or driver loaded (no libcudart or libcuda in \
+         /proc/{}/maps): attach to the process that uses the GPU instead",
+        t.pid,
+        if t.cmdline.is_empty() {
+            "?".to_string()
+        } else {
+            t.cmdline.join(" ")
+        },
+        t.pid
+    );
+    let workers = cuda_descendants(t.pid, 8);
+    if workers.is_empty() {
+        m.push_str(" (a launcher's worker; none of its descendants has CUDA loaded yet)");
+    } else {
+        m.push_str(": its descendants that have CUDA loaded:");
+        for (pid, cmd) in workers {
+            m.push_str(&format!("\n  {pid}  {cmd}"));
+        }
+    }
+    m
+}
+
 /// Settings passed on to the library: the recording's, and the user's own `SYNCSPY_*`
 /// tuning (ring size, stacks, …); `gpu_idle` (`--gpu-idle`) over `SYNCSPY_GPU_IDLE`.
 fn control_text(
@@ -320,6 +411,12 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             t.pid
         )));
     }
+    // A dormant library arms at the process's next CUDA call, whenever that comes; injecting
+    // into a process without CUDA (a launcher, a shell) would record nothing.
+    let armed_by_file = t.dormant() && loaded.is_some();
+    if !armed_by_file && !maps.iter().any(|m| is_cuda_library(&m.path)) {
+        return Err(setup(no_cuda_message(&t)));
+    }
     let control = t.control(&seg_dir);
     let control_out = t.outside(&control);
     let report_out = report_file(&control_out);
@@ -356,7 +453,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     };
 
     let started = Instant::now();
-    if t.dormant() && loaded.is_some() {
+    if armed_by_file {
         eprintln!(
             "syncspy: process {} runs {LIB_NAME} dormant: it starts recording at its next CUDA \
              call (no ptrace needed)",
@@ -418,13 +515,19 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         None
     };
 
-    // Follow until the end.
+    // Follow until the end, with a live status line on a terminal (not under the monitor,
+    // which owns the screen).
+    let mut status = (monitor.is_none() && opts.print_summary && stderr_is_terminal())
+        .then(|| Status::new(t.pid, opts.duration));
     let mut follower: Follower = Follower::new(&seg_dir, Some(session));
     let mut last_touch = Instant::now();
     let mut gone = false;
     loop {
         let _ = follower.scan();
         follower.poll();
+        if let Some(s) = &mut status {
+            s.show(&follower, started.elapsed());
+        }
         if STOP.load(Ordering::Relaxed) {
             break;
         }
@@ -449,6 +552,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             last_touch = Instant::now();
         }
         std::thread::sleep(opts.poll_interval);
+    }
+    if let Some(s) = status.take() {
+        s.clear();
     }
     let _ = std::fs::remove_file(&control_out);
     let mut detached = false;
@@ -546,6 +652,81 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     })
 }
 
+fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}
+
+/// The live status line on stderr while attached: events so far and how to end it, redrawn
+/// in place once a second.
+struct Status {
+    pid: i32,
+    duration: Option<Duration>,
+    last: Option<Instant>,
+}
+
+impl Status {
+    fn new(pid: i32, duration: Option<Duration>) -> Status {
+        Status {
+            pid,
+            duration,
+            last: None,
+        }
+    }
+
+    fn show(&mut self, follower: &Follower, elapsed: Duration) {
+        if self
+            .last
+            .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let (mut events, mut stall_ns) = (0u64, 0u64);
+        for f in follower.processes() {
+            for k in syncspy_abi::Kind::ALL.iter().filter(|k| k.is_host_stall()) {
+                events = events.saturating_add(f.agg.live.kind(*k).count);
+            }
+            stall_ns = stall_ns.saturating_add(f.agg.stall_ns());
+        }
+        eprint!(
+            "\r\x1b[K{}",
+            status_line(self.pid, events, stall_ns, elapsed, self.duration)
+        );
+    }
+
+    fn clear(self) {
+        if self.last.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// `syncspy: attached to process 42: 1234 stall events (5.20 s of host stalls) in 12 s;
+/// Ctrl-C or `syncspy detach 42` ends it`.
+fn status_line(
+    pid: i32,
+    events: u64,
+    stall_ns: u64,
+    elapsed: Duration,
+    duration: Option<Duration>,
+) -> String {
+    let end = match duration {
+        Some(d) => format!(
+            "detaches after {} s, or at Ctrl-C",
+            format!("{:.1}", d.as_secs_f64()).trim_end_matches(".0")
+        ),
+        None => format!("Ctrl-C or `syncspy detach {pid}` ends it"),
+    };
+    format!(
+        "syncspy: attached to process {pid}: {events} stall event{} ({} of host stalls) in \
+         {:.0} s; {end}",
+        if events == 1 { "" } else { "s" },
+        summary::fmt_ns(stall_ns),
+        elapsed.as_secs_f64()
+    )
+}
+
 /// Starts `syncspy-top --session S --dir DIR` on this terminal; None (with a notice) without
 /// a terminal or without the monitor's binary.
 fn start_monitor(session: u64, seg_dir: &Path, extra: &[String]) -> Option<std::process::Child> {
@@ -636,6 +817,40 @@ mod tests {
             ["SYNCSPY_GPU_IDLE=duty"],
             "{t}"
         );
+    }
+
+    #[test]
+    fn cuda_libraries_are_told_from_others() {
+        for p in [
+            "/usr/local/cuda/lib64/libcudart.so.13.0.48",
+            "/venv/lib/python3.12/site-packages/torch/lib/libcudart-1a2b3c4d.so.12",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06",
+            "/work/target/debug/libsimcudart.so",
+        ] {
+            assert!(is_cuda_library(p), "{p}");
+        }
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/libcudnn.so.9",
+            "/usr/lib/libcublas.so.13",
+            "[heap]",
+            "",
+        ] {
+            assert!(!is_cuda_library(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn the_status_line_counts_events_and_says_how_it_ends() {
+        let l = status_line(42, 1234, 5_200_000_000, Duration::from_secs(12), None);
+        assert!(l.contains("process 42: 1234 stall events"), "{l}");
+        assert!(l.contains("in 12 s"), "{l}");
+        assert!(l.contains("Ctrl-C or `syncspy detach 42` ends it"), "{l}");
+        let l = status_line(42, 1, 0, Duration::ZERO, Some(Duration::from_secs(30)));
+        assert!(l.contains(": 1 stall event ("), "{l}");
+        assert!(l.contains("detaches after 30 s"), "{l}");
+        let l = status_line(42, 1, 0, Duration::ZERO, Some(Duration::from_millis(2500)));
+        assert!(l.contains("detaches after 2.5 s"), "{l}");
     }
 
     #[test]
