@@ -43,8 +43,8 @@ unset LD_PRELOAD SYNCSPY_LIB SYNCSPY_SIM_LIB
 
 # Installed where they find each other: the command, the library next to its binary.
 "$work/venv/bin/syncspy" --version
-"$py" -c 'import os, syncspy; assert os.path.isfile(syncspy.library_path()); print(syncspy.cli_path())' \
-  2>&1 | grep -q "/site-packages/syncspy/bin/syncspy$"
+cli=$("$py" -c 'import os, syncspy; assert os.path.isfile(syncspy.library_path()); print(syncspy.cli_path())')
+[[ "$cli" == */site-packages/syncspy/bin/syncspy ]] || { echo "syncspy.cli_path(): $cli" >&2; exit 1; }
 SYNCSPY_SIM_LIB="$bin/libsimcudart.so" SYNCSPY_IMPORT=0 "$work/venv/bin/syncspy" run --sim \
   -- "$py" -c 'import ctypes, os; ctypes.CDLL(os.environ["PYCALLER"]).pc_sync()' \
   2>"$work/run.txt"
