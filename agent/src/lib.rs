@@ -28,3 +28,4 @@ pub mod run;
 pub mod signals;
 pub mod summary;
 pub mod trace;
+pub mod window;

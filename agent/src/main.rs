@@ -169,6 +169,23 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
+    /// One process's stalls in a time window, as JSON, read from its segment without taking
+    /// it over (the Python package's `syncspy.watch()` and pytest plugin use it)
+    #[command(hide = true)]
+    Snapshot {
+        /// The segment file (`SYNCSPY_DIR/syncspy-<pid>-<start>`)
+        #[arg(long, value_name = "FILE")]
+        segment: PathBuf,
+        /// Calls that began at or after this CLOCK_MONOTONIC time, in ns
+        #[arg(long, value_name = "NS", default_value_t = 0)]
+        since_ns: u64,
+        /// Calls that began before this CLOCK_MONOTONIC time, in ns
+        #[arg(long, value_name = "NS", default_value_t = u64::MAX)]
+        until_ns: u64,
+        /// Only calls of this thread (kernel thread id); repeat for several
+        #[arg(long, value_name = "TID")]
+        tid: Vec<u32>,
+    },
 }
 
 #[derive(Args)]
@@ -352,6 +369,31 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Top { args } => top(&args),
+        Cmd::Snapshot {
+            segment,
+            since_ns,
+            until_ns,
+            tid,
+        } => {
+            let opts = syncspy_agent::window::WindowOptions {
+                segment,
+                since_ns,
+                until_ns,
+                tids: tid,
+            };
+            match syncspy_agent::window::read(&opts).and_then(|w| {
+                serde_json::to_string(&w).map_err(|e| format!("cannot write JSON: {e}"))
+            }) {
+                Ok(json) => {
+                    println!("{json}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("syncspy snapshot: {e}");
+                    EXIT_SETUP
+                }
+            }
+        }
         Cmd::Report { files, format } => {
             let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
             match present::render(&files, format) {

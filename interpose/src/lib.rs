@@ -14,6 +14,7 @@
 //! Everything that can fail in the library's own work falls back to calling the real
 //! function: the application sees the same return value, errno and behaviour as without it.
 
+mod api;
 mod attach;
 mod classify;
 mod clock;

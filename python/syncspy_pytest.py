@@ -1,0 +1,221 @@
+"""pytest plugin of syncspy: host stalls (CPU waiting for the GPU) per test.
+
+Off unless asked:
+- ``pytest --syncspy`` loads syncspy before the test modules import torch (each xdist
+  worker loads it in its own process), reports every test's stalls at the end, and adds them
+  to each test's JUnit properties (``syncspy_stalls``, ``syncspy_stall_ms``,
+  ``syncspy_sites``).
+- ``@pytest.mark.syncspy(max_stalls=0, kinds=None, threads="process")`` fails a test whose
+  code made more stalls than allowed; ``kinds`` limits the count to those kinds
+  (``stream_sync``, ``device_sync``, ``event_sync``, ``memcpy_sync``, ``memcpy_pageable``,
+  ``implicit_sync``); ``max_stalls`` may also be a dict, a limit per kind. The message names
+  each line: ``test_model.py:42 cudaStreamSynchronize x3``. The marker needs syncspy loaded
+  before CUDA: ``--syncspy``, or ``import syncspy`` at the top of ``conftest.py``.
+"""
+
+import warnings
+
+import pytest
+
+KINDS = (
+    "device_sync",
+    "stream_sync",
+    "event_sync",
+    "memcpy_sync",
+    "memcpy_pageable",
+    "implicit_sync",
+)
+_RESULT = "_syncspy_window"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("syncspy", "syncspy: CPU waits for the GPU")
+    group.addoption(
+        "--syncspy",
+        action="store_true",
+        default=False,
+        help="load syncspy before the tests import CUDA frameworks and report each "
+        "test's host stalls (CPU waiting for the GPU)",
+    )
+
+
+def _arm(config):
+    """Loads the library once per process; returns the error, or None."""
+    if getattr(config, "_syncspy_error", None) is not None or getattr(
+        config, "_syncspy", None
+    ):
+        return config._syncspy_error
+    with warnings.catch_warnings():  # the import's warning: reported below instead
+        warnings.simplefilter("ignore")
+        import syncspy
+
+    try:
+        syncspy.arm()
+        config._syncspy = syncspy
+        config._syncspy_error = None
+    except syncspy.SyncspyError as e:
+        config._syncspy = None
+        config._syncspy_error = str(e)
+    return config._syncspy_error
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    # Before conftest.py files, which may import torch.
+    if getattr(early_config.known_args_namespace, "syncspy", False):
+        _arm(early_config)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "syncspy(max_stalls=0, kinds=None, threads='process'): fail the test if its code "
+        "made more host stalls (CPU waiting for the GPU) than max_stalls",
+    )
+    config._syncspy_tests = []
+    if config.getoption("syncspy"):
+        _arm(config)
+
+
+def _limits(marker):
+    kw = dict(marker.kwargs)
+    if marker.args:
+        kw.setdefault("max_stalls", marker.args[0])
+    limit = kw.get("max_stalls", 0)
+    kinds = kw.get("kinds")
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    for k in list(kinds or ()) + (list(limit) if isinstance(limit, dict) else []):
+        if k not in KINDS:
+            raise pytest.UsageError(
+                "syncspy marker: unknown kind %r (kinds: %s)" % (k, ", ".join(KINDS))
+            )
+    return limit, kinds, kw.get("threads", "process")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    marker = item.get_closest_marker("syncspy")
+    config = item.config
+    if marker is None and not config.getoption("syncspy"):
+        yield
+        return
+    threads = _limits(marker)[2] if marker is not None else "process"
+    error = _arm(config)
+    if error is not None:
+        setattr(item, _RESULT, error)
+        yield
+        return
+    w = config._syncspy.watch(threads=threads)
+    w.__enter__()
+    try:
+        yield
+    finally:
+        w.__exit__(None, None, None)
+        try:
+            w.stalls  # read now: the window's records are in the ring
+            setattr(item, _RESULT, w)
+        except config._syncspy.SyncspyError as e:
+            setattr(item, _RESULT, str(e))
+
+
+def _fmt(stalls):
+    return "; ".join(str(s) for s in stalls)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when != "call" or not hasattr(item, _RESULT):
+        return
+    rep = outcome.get_result()
+    w = getattr(item, _RESULT)
+    marker = item.get_closest_marker("syncspy")
+    if isinstance(w, str):  # syncspy could not record this test
+        rep.user_properties.append(("syncspy_error", w))
+        if marker is not None and rep.passed:
+            rep.outcome = "failed"
+            why = w.split(" Import syncspy first")[0]  # the plugin's own advice follows
+            rep.longrepr = (
+                "syncspy marker: this test's stalls cannot be counted.\n%s\nRun pytest "
+                "with --syncspy, or import syncspy at the top of conftest.py before any "
+                "CUDA framework." % why
+            )
+        return
+    stalls = w.stalls
+    total = sum(s.count for s in stalls)
+    rep.user_properties.append(("syncspy_stalls", total))
+    rep.user_properties.append(("syncspy_stall_ms", "%.3f" % (w.total_ns / 1e6)))
+    rep.user_properties.append(("syncspy_sites", _fmt(stalls)))
+    if w.lost_records:
+        rep.user_properties.append(("syncspy_lost_records", w.lost_records))
+    item.user_properties.extend(p for p in rep.user_properties if p[0].startswith("syncspy"))
+    if marker is None or not rep.passed:
+        return
+    limit, kinds, _ = _limits(marker)
+    over = []
+    if isinstance(limit, dict):
+        for kind, n in limit.items():
+            got = [s for s in stalls if s.kind == kind]
+            if sum(s.count for s in got) > n:
+                over.append((kind, n, got))
+    else:
+        got = [s for s in stalls if kinds is None or s.kind in kinds]
+        if sum(s.count for s in got) > limit:
+            over.append((", ".join(kinds) if kinds else "any kind", limit, got))
+    if over:
+        lines = []
+        for kind, n, got in over:
+            lines.append(
+                "syncspy: %d host stalls (%s), at most %d allowed:"
+                % (sum(s.count for s in got), kind, n)
+            )
+            for s in got:
+                lines.append(
+                    "  %s  (%s, %.3f ms)%s"
+                    % (s, s.kind, s.total_ns / 1e6, "  in " + s.function if s.function else "")
+                )
+        if w.lost_records:
+            lines.append("  (%d records were lost from the ring)" % w.lost_records)
+        rep.outcome = "failed"
+        rep.longrepr = "\n".join(lines)
+
+
+def pytest_runtest_logreport(report):
+    # On the controller too (xdist sends each worker's reports with their properties).
+    if report.when != "call":
+        return
+    props = dict((k, v) for k, v in report.user_properties if str(k).startswith("syncspy"))
+    if props:
+        _tests.append((report.nodeid, props))
+
+
+_tests = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not config.getoption("syncspy"):
+        return
+    tr = terminalreporter
+    tr.section("syncspy: host stalls per test (CPU waiting for the GPU)")
+    errors = [(n, p["syncspy_error"]) for n, p in _tests if "syncspy_error" in p]
+    rows = [(n, p) for n, p in _tests if p.get("syncspy_stalls")]
+    rows.sort(key=lambda r: -float(r[1].get("syncspy_stall_ms", 0)))
+    for nodeid, p in rows:
+        tr.write_line(
+            "%s: %s stalls, %s ms: %s"
+            % (nodeid, p["syncspy_stalls"], p["syncspy_stall_ms"], p["syncspy_sites"])
+        )
+    quiet = sum(1 for n, p in _tests if p.get("syncspy_stalls") == 0)
+    tr.write_line("%d tests with stalls, %d without" % (len(rows), quiet))
+    if errors:
+        tr.write_line("not recorded: %s" % errors[0][1])
+    own = getattr(config, "_syncspy", None)
+    xdist = config.pluginmanager.getplugin("dsession") is not None
+    if own is not None and not xdist and _tests and not rows:
+        st = own.status()
+        if not st["cuda_loaded"] and not st["segment"]:
+            tr.write_line(
+                "no CUDA runtime was loaded in this process: nothing could stall "
+                "(with xdist, each worker records its own)"
+            )
