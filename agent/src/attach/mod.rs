@@ -352,10 +352,17 @@ fn write_control(p: &Path, text: &str, uid: u32) -> std::io::Result<std::fs::Fil
         }
         r => r?,
     };
-    if uid != syncspy_read::safe_file::euid() {
-        std::os::unix::fs::fchown(&f, Some(uid), None)?;
+    let filled = (|| {
+        if uid != syncspy_read::safe_file::euid() {
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
+        }
+        f.write_all(text.as_bytes())
+    })();
+    if let Err(e) = filled {
+        // Not left behind: a fresh file would read as another attach for the lease.
+        let _ = std::fs::remove_file(p);
+        return Err(e);
     }
-    f.write_all(text.as_bytes())?;
     Ok(f)
 }
 
