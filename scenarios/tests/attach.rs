@@ -1000,7 +1000,8 @@ fn attach_into_a_container_that_has_the_library_at_the_same_path_loads_it_by_tha
     assert!(!maps.contains("memfd:libsyncspy"), "{maps}");
     assert_eq!(t.cmd("sync 3"), "done sync 3");
     assert_eq!(t.cmd("memcpy 2"), "done memcpy 2");
-    let r = a.finish();
+    // `syncspy detach` from the node finds the control file in the container.
+    let r = a.detach_from_outside(t.pid, &dir);
     assert_eq!(count(&r, "cudaStreamSynchronize"), 3, "{r:#}");
     assert_eq!(count(&r, "cudaMemcpy"), 2, "{r:#}");
     assert_eq!(t.got(&slots), before);
