@@ -1043,3 +1043,46 @@ fn attach_refuses_a_container_whose_seccomp_profile_forbids_memfd_and_leaves_it_
     assert_eq!(numbers(&signals)[4], 0, "{signals}");
     assert_eq!(numbers(&signals)[5], 0, "{signals}");
 }
+
+#[test]
+fn the_attacher_killed_while_loading_from_memory_leaves_the_container_unharmed() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container-kill");
+    let lease = [("SYNCSPY_ATTACH_LEASE_MS", "1000")];
+    let mut t = start_in_container(NOW, true, &[]);
+    let slots = t.slots();
+    let before = t.got(&slots);
+    let memfd_maps = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap()
+            .contains("/memfd:libsyncspy.so (deleted)")
+    };
+    // Killed once memfd_create returned (nothing loaded), then inside the dlopen call (the
+    // thread finishes it on its own: the library is loaded, not armed).
+    for (step, loaded) in [("call-returned:1", false), ("in-call:2", true)] {
+        let mut env = lease.to_vec();
+        env.push(("SYNCSPY_TEST_ATTACH_ABORT_AT", step));
+        match start_attach(&t, &dir, &[], &env) {
+            Ok(mut a) => panic!("step {step}: attached although killed:\n{}", {
+                let _ = a.child.kill();
+                a.log
+            }),
+            Err(log) => assert!(log.contains("signal: 9"), "step {step}: {log}"),
+        }
+        assert_eq!(t.cmd("sync 2"), "done sync 2", "after step {step}");
+        assert_eq!(memfd_maps(t.pid), loaded, "after step {step}");
+        assert_eq!(t.got(&slots), before, "after step {step}");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    // The next attach arms the library the killed one left loaded; counts are exact.
+    let a = start_attach(&t, &dir, &[], &lease).unwrap();
+    assert_eq!(t.cmd("sync 6"), "done sync 6");
+    assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 6);
+    assert_eq!(t.got(&slots), before);
+    let (st, signals) = t.exit(9);
+    assert_eq!(st.code(), Some(9));
+    assert_eq!(numbers(&signals)[4], 0, "{signals}");
+}
