@@ -167,7 +167,7 @@ struct Places {
     control_in: PathBuf,
     control_out: PathBuf,
     /// The target's folder, opened inside its root: `seg_out` names it through
-    /// /proc/self/fd while this lives.
+    /// /proc/<this pid>/fd while this lives.
     _dir: Option<std::os::fd::OwnedFd>,
 }
 
@@ -284,7 +284,13 @@ impl Target {
             ))
         })?;
         use std::os::fd::AsRawFd;
-        let out = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        // By this process's pid, not /proc/self: the monitor (`--tui`), a child, is given
+        // this path too.
+        let out = PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            fd.as_raw_fd()
+        ));
         Ok(Places {
             seg_in: dir.clone(),
             seg_out: out.clone(),
