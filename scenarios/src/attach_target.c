@@ -19,6 +19,9 @@
  *   exit CODE     prints "signals SENT RECEIVED rt SENT RECEIVED eintr N stack N" and exits
  *                 with CODE
  *
+ * With ATTACH_TARGET_NO_MEMFD=1 in its environment it first installs a seccomp filter (on all
+ * its threads) that fails memfd_create with EPERM, as a container's profile may.
+ *
  * At start it prints "ready main=TID waiter=TID sleeper=TID epoller=TID". The waiter blocks
  * in pthread_cond_wait (futex), the sleeper in nanosleep, the epoller in epoll_wait (counting
  * the EINTRs it gets), the main thread in read(0): each a thread attach may choose. The main thread reads with a raw read system call between
@@ -36,7 +39,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -255,8 +262,26 @@ static int print_slot(struct dl_phdr_info *info, size_t size, void *data) {
     return 1;
 }
 
+/* memfd_create fails with EPERM from now on, in every thread (x86-64 only, as the test). */
+static int forbid_memfd(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_memfd_create, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) return -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *no_memfd = getenv("ATTACH_TARGET_NO_MEMFD");
+    if (no_memfd && !strcmp(no_memfd, "1") && forbid_memfd()) {
+        printf("seccomp failed\n");
+        return 3;
+    }
     main_tid = gettid_();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

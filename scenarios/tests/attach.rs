@@ -34,8 +34,8 @@ struct Target {
     waiter: i32,
     sleeper: i32,
     epoller: i32,
-    /// Keeps the simulated runtime's folder alive.
-    _sim: TempDir,
+    /// Keeps the simulated runtime's folder (and what else the target needs) alive.
+    _keep: Box<dyn std::any::Any>,
 }
 
 impl Target {
@@ -48,11 +48,22 @@ impl Target {
             sim.path().join("libcupti.so.13"),
         )
         .unwrap();
-        let mut child = Command::new(exe)
-            .env("LD_LIBRARY_PATH", sim.path())
+        let mut cmd = Command::new(exe);
+        cmd.env("LD_LIBRARY_PATH", sim.path())
+            .envs(env.iter().copied());
+        Target::spawn(cmd, Box::new(sim), |c| c.id() as i32)
+    }
+
+    /// Starts `cmd` (the target, or what runs it), whose process `pid_of` finds once it is
+    /// ready; `keep` lives as long as the target.
+    fn spawn(
+        mut cmd: Command,
+        keep: Box<dyn std::any::Any>,
+        pid_of: impl FnOnce(&Child) -> i32,
+    ) -> Target {
+        let mut child = cmd
             .env("SIMCUDA_QUIET", "1")
             .env("SIMCUDA_TIME_SCALE", "1")
-            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -68,19 +79,19 @@ impl Target {
                 }
             }
         });
-        let pid = child.id() as i32;
         let mut t = Target {
             child,
             stdin,
             lines,
-            pid,
+            pid: 0,
             main: 0,
             waiter: 0,
             sleeper: 0,
             epoller: 0,
-            _sim: sim,
+            _keep: keep,
         };
         let ready = t.line();
+        t.pid = pid_of(&t.child);
         let tid = |k: &str| -> i32 {
             ready
                 .split_whitespace()
@@ -161,6 +172,10 @@ impl Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
+        if self.pid > 0 && self.pid != self.child.id() as i32 {
+            // SAFETY: kill of the target a wrapper of ours started (it ends the wrapper).
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -788,4 +803,286 @@ fn attach_files_never_follow_planted_links_and_are_private() {
     assert_eq!(count(&r, "cudaStreamSynchronize"), 2);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     assert_eq!(t.exit(0).0.code(), Some(0));
+}
+
+/// A folder outside /dev/shm (which the container gets a private tmpfs on), removed on drop.
+struct JobDir(PathBuf);
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Why a container cannot be made here (None: it can): it takes root and `unshare`.
+fn no_containers() -> Option<String> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    match Command::new("unshare")
+        .args(["--pid", "--fork", "--mount", "--mount-proc", "true"])
+        .output()
+    {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "unshare --pid --mount fails: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("no unshare: {e}")),
+    }
+}
+
+/// The target in a container: its own PID and mount namespaces (it is pid 1 there), a
+/// private tmpfs on /dev/shm (its segment folder), and the folder holding libsyncspy.so
+/// (the workspace's target folder) hidden under an empty tmpfs, so the library is nowhere
+/// in its file system. The program and the simulated runtime are copies in a folder of
+/// their own.
+fn start_in_container(exe: &str, hide_lib: bool, env: &[(&str, &str)]) -> Target {
+    let job = JobDir(std::env::temp_dir().join(format!(
+        "syncspy-test-container-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    )));
+    let _ = std::fs::remove_dir_all(&job.0);
+    std::fs::create_dir_all(&job.0).unwrap();
+    std::fs::copy(exe, job.0.join("attach-target")).unwrap();
+    std::fs::copy(artifact("libsimcudart.so"), job.0.join("libsimcudart.so")).unwrap();
+    for name in ["libcudart.so.13", "libcuda.so.1", "libcupti.so.13"] {
+        std::os::unix::fs::symlink("libsimcudart.so", job.0.join(name)).unwrap();
+    }
+    // Without `hide_lib`, an empty folder of the job's is hidden instead.
+    let hidden = if hide_lib {
+        artifact("libsyncspy.so").parent().unwrap().to_path_buf()
+    } else {
+        std::fs::create_dir(job.0.join("empty")).unwrap();
+        job.0.join("empty")
+    };
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs -o mode=1777 ct-shm /dev/shm && mount -t tmpfs -o ro ct-hide \"$1\" \
+         && exec \"$2\"",
+        "sh",
+    ])
+    .arg(&hidden)
+    .arg(job.0.join("attach-target"))
+    .env("LD_LIBRARY_PATH", &job.0)
+    .env_remove("SYNCSPY_DIR")
+    .env_remove("LD_PRELOAD")
+    .envs(env.iter().copied());
+    Target::spawn(cmd, Box::new(job), |c| {
+        // unshare's one child, which became the target (pid 1 in its namespace).
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", c.id()))
+            .unwrap_or_default();
+        kids.split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the container's process")
+    })
+}
+
+#[test]
+fn attach_into_a_container_without_the_library_from_the_node() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container");
+    let mut t = start_in_container(NOW, true, &[]);
+    // It is in a container as issue 23 has it: pid 1 of its own PID namespace, another
+    // mount namespace, no libsyncspy.so at the node's path, and the node's segment folder
+    // (this test's, in /dev/shm) not visible.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert!(nspid.ends_with("\t1"), "{nspid}");
+    let ns = |p: &str| std::fs::read_link(p).unwrap();
+    assert_ne!(
+        ns("/proc/self/ns/mnt"),
+        ns(&format!("/proc/{}/ns/mnt", t.pid))
+    );
+    let pid = t.pid;
+    let inside = |p: &Path| PathBuf::from(format!("/proc/{pid}/root{}", p.display()));
+    assert!(!inside(&artifact("libsyncspy.so")).exists());
+    assert!(!inside(dir.path()).exists());
+    assert_eq!(t.cmd("sync 5"), "done sync 5");
+    let slots = t.slots();
+    let before = t.got(&slots);
+    let shm = inside(Path::new("/dev/shm"));
+    for round in 0..2 {
+        let a = start_attach(&t, &dir, &[], &[]).unwrap();
+        let during = t.got(&slots);
+        for (i, (n, _)) in slots.iter().enumerate() {
+            if n != "cudaMalloc" {
+                assert_ne!(during[i], before[i], "round {round}: {n} not redirected");
+            }
+        }
+        // Loaded from memory; the descriptor it came through is closed again.
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+        assert!(maps.contains("/memfd:libsyncspy.so (deleted)"), "{maps}");
+        let fds: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", t.pid))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .collect();
+        assert!(
+            !fds.iter().any(|l| l.to_string_lossy().contains("memfd:")),
+            "{fds:?}"
+        );
+        // The segment and the control file (named for pid 1) are in the container's own
+        // /dev/shm, none in the node's folder.
+        let names = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with("report-"))
+                .collect()
+        };
+        assert!(
+            names(&shm).iter().any(|n| n == "syncspy-attach-1"),
+            "{:?}",
+            names(&shm)
+        );
+        assert_eq!(segments_in(&shm), 1, "{:?}", names(&shm));
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+        assert_eq!(t.cmd("sync 7"), "done sync 7");
+        assert_eq!(t.cmd("memcpy 3"), "done memcpy 3");
+        assert_eq!(t.cmd("devsync 2"), "done devsync 2");
+        let r = a.finish();
+        assert_eq!(
+            count(&r, "cudaStreamSynchronize"),
+            7,
+            "round {round}: {r:#}"
+        );
+        assert_eq!(count(&r, "cudaMemcpy"), 3, "round {round}");
+        assert_eq!(count(&r, "cudaDeviceSynchronize"), 2, "round {round}");
+        assert_eq!(t.got(&slots), before, "round {round}");
+        assert_eq!(t.cmd("sync 4"), "done sync 4");
+        // Nothing of syncspy left in the container's folder or the node's.
+        assert!(names(&shm).is_empty(), "round {round}: {:?}", names(&shm));
+        assert!(names(dir.path()).is_empty(), "round {round}");
+    }
+    // The second attach reused the library loaded from memory the first time.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let copies = maps
+        .lines()
+        .filter(|l| l.ends_with("/memfd:libsyncspy.so (deleted)"))
+        .filter(|l| l.split_whitespace().nth(2) == Some("00000000"))
+        .count();
+    assert_eq!(copies, 1, "{maps}");
+    let (st, _) = t.exit(7);
+    assert_eq!(st.code(), Some(7));
+}
+
+#[test]
+fn attach_into_a_container_that_has_the_library_at_the_same_path_loads_it_by_that_path() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container-path");
+    let mut t = start_in_container(LAZY, false, &[]);
+    let slots = t.slots();
+    let before = t.got(&slots);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let lib = artifact("libsyncspy.so").canonicalize().unwrap();
+    assert!(maps.contains(&*lib.to_string_lossy()), "{maps}");
+    assert!(!maps.contains("memfd:libsyncspy"), "{maps}");
+    assert_eq!(t.cmd("sync 3"), "done sync 3");
+    assert_eq!(t.cmd("memcpy 2"), "done memcpy 2");
+    // `syncspy detach` from the node finds the control file in the container.
+    let r = a.detach_from_outside(t.pid, &dir);
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 3, "{r:#}");
+    assert_eq!(count(&r, "cudaMemcpy"), 2, "{r:#}");
+    assert_eq!(t.got(&slots), before);
+    let shm = PathBuf::from(format!("/proc/{}/root/dev/shm", t.pid));
+    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0);
+    assert_eq!(t.exit(3).0.code(), Some(3));
+}
+
+#[test]
+fn attach_refuses_a_container_whose_seccomp_profile_forbids_memfd_and_leaves_it_unharmed() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container-seccomp");
+    let mut t = start_in_container(NOPLT, true, &[("ATTACH_TARGET_NO_MEMFD", "1")]);
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    let slots = t.slots();
+    let before = t.got(&slots);
+    let e = start_attach(&t, &dir, &[], &[]).err().expect("refused");
+    for what in [
+        "memfd_create failed",
+        "seccomp",
+        "SYNCSPY_DORMANT=1",
+        "mount",
+    ] {
+        assert!(e.contains(what), "{what}: {e}");
+    }
+    // Nothing loaded, nothing changed, no file left; the job goes on and ends as it would.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    assert!(!maps.contains("libsyncspy"), "{maps}");
+    assert_eq!(t.got(&slots), before);
+    let shm = PathBuf::from(format!("/proc/{}/root/dev/shm", t.pid));
+    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0);
+    assert_eq!(t.cmd("sync 3"), "done sync 3");
+    let (st, signals) = t.exit(6);
+    assert_eq!(st.code(), Some(6));
+    // No EINTR reached the program, and the chosen thread's dead stack was put back.
+    assert_eq!(numbers(&signals)[4], 0, "{signals}");
+    assert_eq!(numbers(&signals)[5], 0, "{signals}");
+}
+
+#[test]
+fn the_attacher_killed_while_loading_from_memory_leaves_the_container_unharmed() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container-kill");
+    let lease = [("SYNCSPY_ATTACH_LEASE_MS", "1000")];
+    let mut t = start_in_container(NOW, true, &[]);
+    let slots = t.slots();
+    let before = t.got(&slots);
+    let memfd_maps = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap()
+            .contains("/memfd:libsyncspy.so (deleted)")
+    };
+    // Killed once memfd_create returned (nothing loaded), then inside the dlopen call (the
+    // thread finishes it on its own: the library is loaded, not armed).
+    for (step, loaded) in [("call-returned:1", false), ("in-call:2", true)] {
+        let mut env = lease.to_vec();
+        env.push(("SYNCSPY_TEST_ATTACH_ABORT_AT", step));
+        match start_attach(&t, &dir, &[], &env) {
+            Ok(mut a) => panic!("step {step}: attached although killed:\n{}", {
+                let _ = a.child.kill();
+                a.log
+            }),
+            Err(log) => assert!(log.contains("signal: 9"), "step {step}: {log}"),
+        }
+        assert_eq!(t.cmd("sync 2"), "done sync 2", "after step {step}");
+        assert_eq!(memfd_maps(t.pid), loaded, "after step {step}");
+        assert_eq!(t.got(&slots), before, "after step {step}");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    // The next attach arms the library the killed one left loaded; counts are exact.
+    let a = start_attach(&t, &dir, &[], &lease).unwrap();
+    assert_eq!(t.cmd("sync 6"), "done sync 6");
+    assert_eq!(count(&a.finish(), "cudaStreamSynchronize"), 6);
+    assert_eq!(t.got(&slots), before);
+    let (st, signals) = t.exit(9);
+    assert_eq!(st.code(), Some(9));
+    assert_eq!(numbers(&signals)[4], 0, "{signals}");
 }

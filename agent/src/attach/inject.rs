@@ -126,11 +126,38 @@ pub struct Plan {
     pub pid: i32,
     /// Inject through this thread (else the best idle one).
     pub thread: Option<i32>,
-    /// dlopen this library first (None: it is loaded already).
-    pub dlopen: Option<DlopenPlan>,
-    /// The library as mapped in the target, to find `syncspy_attach_arm` after loading.
+    /// How the library gets into the process.
+    pub load: Load,
+    /// The library file here: what a memfd is filled from, and (with [`Load::Path`]) its
+    /// path in the process too.
     pub lib: PathBuf,
     pub control: PathBuf,
+}
+
+/// How the library gets into the process.
+pub enum Load {
+    /// Mapped already (an earlier attach) under this name in /proc/PID/maps (its path, or
+    /// `/memfd:libsyncspy.so (deleted)`): arm only.
+    Loaded(String),
+    /// `dlopen(lib)`: the same file is at the same path inside the process's root.
+    Path(DlopenPlan),
+    /// The library's bytes in a memfd made in the process (`memfd_create`, filled from here
+    /// through /proc/PID/fd/N), then `dlopen("/proc/self/fd/N")` and `close(N)`: for a
+    /// process whose root does not hold the library (a container).
+    Memfd(DlopenPlan),
+}
+
+/// The name of the memfd the library is loaded from; /proc/PID/maps shows
+/// `/memfd:libsyncspy.so (deleted)`.
+pub const MEMFD_NAME: &str = "libsyncspy.so";
+
+/// Whether a /proc/PID/maps path is `lib_name` (a file of that name, or the memfd attach
+/// loads it from).
+pub fn is_mapped_lib(path: &str, lib_name: &str) -> bool {
+    path.rsplit('/').next() == Some(lib_name)
+        || path
+            .strip_prefix("/memfd:")
+            .is_some_and(|n| n.trim_end_matches(" (deleted)") == lib_name)
 }
 
 #[derive(Clone, Copy)]
@@ -140,10 +167,13 @@ pub struct DlopenPlan {
     pub libc_private: bool,
 }
 
-/// The target's C library: where `dlopen` and `__restore_rt` are.
+/// The target's C library: where `dlopen` and `__restore_rt` are, and `memfd_create` and
+/// `close` (glibc 2.27 and later) for loading the library from memory.
 pub struct Libc {
     pub dlopen: DlopenPlan,
     pub restore_rt: u64,
+    pub memfd_create: Option<u64>,
+    pub close: Option<u64>,
 }
 
 impl Libc {
@@ -275,22 +305,68 @@ pub fn find_libc(pid: i32, maps: &[Mapping]) -> Result<Libc, InjectError> {
             "no signal trampoline (__restore_rt) found in {path}"
         ));
     };
-    Ok(Libc { dlopen, restore_rt })
+    Ok(Libc {
+        dlopen,
+        restore_rt,
+        memfd_create: dynamic_symbol(&elf, "memfd_create").map(|a| bias.wrapping_add(a)),
+        close: dynamic_symbol(&elf, "close").map(|a| bias.wrapping_add(a)),
+    })
 }
 
-/// The address of `syncspy_attach_arm` in the target once `lib` is mapped there.
-pub fn arm_address(pid: i32, lib: &Path) -> Result<u64, InjectError> {
+/// The address of `syncspy_attach_arm` in the target once the library is mapped there under
+/// `mapped` (its path, or the memfd's name); `local` is the library file here.
+pub fn arm_address(pid: i32, mapped: &str, local: &Path) -> Result<u64, InjectError> {
     let maps = maps(pid).map_err(|e| InjectError(format!("cannot read /proc/{pid}/maps: {e}")))?;
-    let path = lib.to_string_lossy();
-    let data =
-        read_in_root(pid, &path).map_err(|e| InjectError(format!("cannot read {path}: {e}")))?;
+    let data = image_of(pid, &maps, mapped, local)?;
     let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
-        .map_err(|e| InjectError(format!("cannot parse {path}: {e}")))?;
-    let bias = load_bias(&maps, &path, &elf)
-        .ok_or_else(|| InjectError(format!("{path} is not loaded in process {pid}")))?;
+        .map_err(|e| InjectError(format!("cannot parse {mapped}: {e}")))?;
+    let bias = load_bias(&maps, mapped, &elf)
+        .ok_or_else(|| InjectError(format!("{mapped} is not loaded in process {pid}")))?;
     let a = dynamic_symbol(&elf, "syncspy_attach_arm")
-        .ok_or_else(|| InjectError(format!("{path} does not export syncspy_attach_arm")))?;
+        .ok_or_else(|| InjectError(format!("{mapped} does not export syncspy_attach_arm")))?;
     Ok(bias.wrapping_add(a))
+}
+
+/// The file the process mapped as `mapped`. A path is read inside the process's root. A
+/// memfd has no path: the library file here is taken when the process's first mapping of it
+/// (ELF header, dynamic symbols) holds the same bytes (this attach loaded it, or an earlier
+/// one of the same build did); else its own image through /proc/PID/map_files (which needs
+/// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
+fn image_of(
+    pid: i32,
+    maps: &[Mapping],
+    mapped: &str,
+    local: &Path,
+) -> Result<Vec<u8>, InjectError> {
+    if !mapped.starts_with("/memfd:") {
+        return read_in_root(pid, mapped)
+            .map_err(|e| InjectError(format!("cannot read {mapped}: {e}")));
+    }
+    let first = maps
+        .iter()
+        .find(|m| m.path == mapped && m.offset == 0)
+        .ok_or_else(|| InjectError(format!("{mapped} is not loaded in process {pid}")))?;
+    if let Ok(data) = std::fs::read(local) {
+        let len = (first.end - first.start) as usize;
+        let mut there = vec![0u8; len.min(data.len())];
+        let same = File::open(format!("/proc/{pid}/mem"))
+            .and_then(|m| m.read_exact_at(&mut there, first.start))
+            .is_ok_and(|()| data.starts_with(&there));
+        if same {
+            return Ok(data);
+        }
+    }
+    std::fs::read(format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        first.start, first.end
+    ))
+    .map_err(|e| {
+        InjectError(format!(
+            "the library in process {pid} was loaded from memory by another build of syncspy, \
+             and its image cannot be read through /proc/{pid}/map_files ({e}: that needs \
+             CAP_SYS_ADMIN); attach with the syncspy that loaded it, or as root"
+        ))
+    })
 }
 
 /// The thread's current system call (None: running, or not in one).
@@ -698,7 +774,12 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         b.push(0);
         b
     };
-    let lib_c = put(&cstr(&plan.lib), 16)?;
+    // The path dlopen takes: the library's, or room for `/proc/self/fd/N` once N is known.
+    let lib_c = match &plan.load {
+        Load::Memfd(_) => put(&[0u8; 64], 16)?,
+        _ => put(&cstr(&plan.lib), 16)?,
+    };
+    let name_c = put(&cstr(Path::new(MEMFD_NAME)), 16)?;
     let ctl_c = put(&cstr(&plan.control), 16)?;
     let fp = put(&sigframe_xstate(&xstate), 64)?;
     let frame = signal_frame(&orig, mask, fp, lc.restore_rt);
@@ -710,22 +791,53 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
     step("frame-written");
 
-    let mut calls: Vec<(u64, [u64; 2])> = Vec::new();
-    if let Some(d) = &plan.dlopen {
-        let flags = RTLD_NOW | RTLD_LOCAL | if d.libc_private { RTLD_DLOPEN } else { 0 };
-        calls.push((d.func, [lib_c, flags]));
-    }
-    for i in 0..=calls.len() {
-        let (func, args) = if i < calls.len() {
-            calls[i]
-        } else {
-            let arm = arm_address(pid, &plan.lib).inspect_err(|_| {
-                let _ = restore(&s, &orig, &xstate, mask);
-            })?;
-            (arm, [ctl_c, 0])
-        };
-        call(&s, &orig, frame_at, lc.restore_rt, func, args)?;
-    }
+    let call_at = |func: u64, args: [u64; 2], watch: Option<i64>| {
+        call(&s, &orig, frame_at, lc.restore_rt, func, args, watch)
+    };
+    // Puts the thread back (registers, mask, vector state, dead stack) after a refusal
+    // found between calls, with the thread stopped at the trampoline.
+    let put_back = |e: InjectError| -> InjectError {
+        let _ = restore(&s, &orig, &xstate, mask);
+        let _ = s.mem.write_all_at(&scratch, scratch_at);
+        e
+    };
+    let mapped = match &plan.load {
+        Load::Loaded(m) => m.clone(),
+        Load::Path(d) => {
+            call_at(d.func, [lib_c, dlopen_flags(d)], None)?;
+            plan.lib.to_string_lossy().into_owned()
+        }
+        Load::Memfd(d) => {
+            // A call that failed has left the thread to restore itself (no put_back: it may
+            // be running the call on that stack); a refusal has it stopped here.
+            let fd = memfd_in(pid, lc, &call_at, name_c)?.map_err(put_back)?;
+            let filled = fill_memfd(pid, fd, &plan.lib);
+            if filled.is_ok() {
+                let path = format!("/proc/self/fd/{fd}\0");
+                s.mem
+                    .write_all_at(path.as_bytes(), lib_c)
+                    .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
+                call_at(d.func, [lib_c, dlopen_flags(d)], None)?;
+            }
+            // The mapping keeps the file; the descriptor is the program's no longer.
+            if let Some(close) = lc.close {
+                call_at(close, [fd as u64, 0], None)?;
+            }
+            filled.map_err(put_back)?;
+            let name = format!("/memfd:{MEMFD_NAME} (deleted)");
+            let loaded = maps(pid).is_ok_and(|m| m.iter().any(|m| m.path == name));
+            if !loaded {
+                return Err(put_back(InjectError(format!(
+                    "dlopen(\"/proc/self/fd/{fd}\") of the library from memory failed in \
+                     process {pid} (no /proc inside its root, or a security module forbids \
+                     executable memory files); {NOT_IN_ROOT}"
+                ))));
+            }
+            name
+        }
+    };
+    let arm = arm_address(pid, &mapped, &plan.lib).map_err(put_back)?;
+    call_at(arm, [ctl_c, 0], None)?;
     step("restoring");
     restore(&s, &orig, &xstate, mask)?;
     s.mem
@@ -738,6 +850,94 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         syscall: sys,
         stopped_for,
     }))
+}
+
+/// What to do where the library cannot be loaded from memory.
+pub const NOT_IN_ROOT: &str = "make the library visible at the same path inside the process's \
+     root (for a container: mount the folder holding libsyncspy.so there, read-only, e.g. \
+     `docker run -v DIR:DIR:ro`), or start the job with LD_PRELOAD=libsyncspy.so and \
+     SYNCSPY_DORMANT=1";
+
+fn dlopen_flags(d: &DlopenPlan) -> u64 {
+    RTLD_NOW | RTLD_LOCAL | if d.libc_private { RTLD_DLOPEN } else { 0 }
+}
+
+const SYS_MEMFD_CREATE: i64 = 319;
+const MFD_CLOEXEC: u64 = 1;
+/// Executable memfd (Linux 6.3+; older kernels refuse the flag with EINVAL): asked for
+/// explicitly, so that `vm.memfd_noexec=1` does not seal it non-executable.
+const MFD_EXEC: u64 = 0x10;
+
+/// Calls the process's `memfd_create(MEMFD_NAME, MFD_CLOEXEC | MFD_EXEC)` (without MFD_EXEC
+/// on kernels that do not know it). Err: a call failed (the thread was left to restore
+/// itself); Ok(Err): a refusal saying why, the thread stopped and unchanged but for the
+/// registers; Ok(Ok): the descriptor.
+type Refusal<T> = Result<T, InjectError>;
+fn memfd_in(
+    pid: i32,
+    lc: &Libc,
+    call_at: &dyn Fn(u64, [u64; 2], Option<i64>) -> Result<Option<i64>, InjectError>,
+    name_c: u64,
+) -> Result<Refusal<i32>, InjectError> {
+    let Some(memfd_create) = lc.memfd_create else {
+        return Ok(err(format!(
+            "the process's C library has no memfd_create (glibc before 2.27), which loading \
+             the library from memory needs; {NOT_IN_ROOT}"
+        )));
+    };
+    let mut r = None;
+    for flags in [MFD_CLOEXEC | MFD_EXEC, MFD_CLOEXEC] {
+        r = call_at(memfd_create, [name_c, flags], Some(SYS_MEMFD_CREATE))?;
+        if r != Some(-(libc::EINVAL as i64)) {
+            break;
+        }
+    }
+    Ok(match r {
+        Some(fd) if fd >= 0 => Ok(fd as i32),
+        Some(e) => {
+            let e = std::io::Error::from_raw_os_error(-e as i32);
+            let why = match e.raw_os_error() {
+                Some(libc::EPERM | libc::ENOSYS) => " (a seccomp filter forbids it)",
+                Some(libc::EACCES) => " (vm.memfd_noexec=2 forbids executable memfds)",
+                Some(libc::EMFILE) => " (the process has no descriptor left)",
+                _ => "",
+            };
+            err(format!(
+                "memfd_create failed in process {pid}: {e}{why}, so the library cannot be \
+                 loaded from memory; {NOT_IN_ROOT}"
+            ))
+        }
+        None => err(format!(
+            "memfd_create made no system call in process {pid}; {NOT_IN_ROOT}"
+        )),
+    })
+}
+
+/// Writes the library's bytes into the process's descriptor `fd` (a fresh memfd) through
+/// /proc/PID/fd.
+fn fill_memfd(pid: i32, fd: i32, lib: &Path) -> Result<(), InjectError> {
+    let data = std::fs::read(lib)
+        .map_err(|e| InjectError(format!("cannot read {}: {e}", lib.display())))?;
+    let f = File::options()
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .map_err(|e| InjectError(format!("cannot open /proc/{pid}/fd/{fd}: {e}")))?;
+    // Only the empty memfd this attach made gets the bytes (another thread of the process
+    // could have closed the descriptor and reused its number meanwhile): checked on what was
+    // opened.
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap_or_default();
+    let want = format!("/memfd:{MEMFD_NAME} (deleted)");
+    if link.as_os_str().as_encoded_bytes() != want.as_bytes()
+        || f.metadata().map(|m| m.len()).unwrap_or(1) != 0
+    {
+        return err(format!(
+            "descriptor {fd} of process {pid} is no longer the memfd attach made ({})",
+            link.display()
+        ));
+    }
+    f.write_all_at(&data, 0)
+        .map_err(|e| InjectError(format!("cannot write the library into process {pid}: {e}")))
 }
 
 /// Whether a signal the thread does not block is pending for it or its process.
@@ -797,8 +997,14 @@ fn call(
     restore_rt: u64,
     func: u64,
     args: [u64; 2],
-) -> Result<(), InjectError> {
+    watch: Option<i64>,
+) -> Result<Option<i64>, InjectError> {
     let t = s.tid;
+    // The result of the last system call numbered `watch` the function made. Stops
+    // alternate, entry then exit: the first one after resuming from outside any system call
+    // is an entry. (A system call a seccomp filter refuses has both stops too.)
+    let mut at_entry = true;
+    let mut watched = None;
     let mut r = *orig;
     r.rip = func;
     r.rsp = frame_at;
@@ -836,7 +1042,16 @@ fn call(
                     first = false;
                 }
                 let now = regs_of(t)?;
-                if now.orig_rax == 15 && now.rip == restore_rt + 9 && now.rsp == frame_at + 8 {
+                let entry = at_entry;
+                at_entry = !at_entry;
+                if !entry && watch == Some(now.orig_rax as i64) {
+                    watched = Some(now.rax as i64);
+                }
+                if entry
+                    && now.orig_rax == 15
+                    && now.rip == restore_rt + 9
+                    && now.rsp == frame_at + 8
+                {
                     // The call returned into the trampoline. Its result is gone from rax
                     // (the trampoline set 15); the callee's rax is not needed for dlopen
                     // (success is checked in the maps) and arm reports through a file.
@@ -853,7 +1068,7 @@ fn call(
                         .map_err(|e| InjectError(format!("cannot resume thread {t}: {e}")))?;
                     match wait_stop(t, Duration::from_secs(2))? {
                         Waited::Status(WaitStatus::PtraceEvent(_, _, libc::PTRACE_EVENT_STOP)) => {
-                            return Ok(());
+                            return Ok(watched);
                         }
                         other => {
                             return err(format!(

@@ -98,6 +98,77 @@ struct Target {
     cmdline: Vec<String>,
     /// Its real user id, which the library checks the control file's owner against.
     uid: u32,
+    /// It lives in another mount namespace or under another root than this process (a
+    /// container): its files are reached through /proc/PID/root, and its segment is made in
+    /// its own folder.
+    cross: bool,
+}
+
+/// The inode of a namespace link (`/proc/PID/ns/mnt`).
+fn ns_inode(p: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| m.ino())
+}
+
+/// Opens `path` of process `pid`'s file system, resolved as the process would, inside its
+/// root: an absolute link in a container points into the container, never at this
+/// machine's files (`openat2` with `RESOLVE_IN_ROOT`; kernels before 5.6 fall back to
+/// /proc/PID/root/path). `O_PATH`: only to name or stat what was found.
+fn open_in_root(pid: i32, path: &Path, dir: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let root = std::fs::File::open(format!("/proc/{pid}/root"))?;
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let c = std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
+    if dir {
+        flags |= libc::O_DIRECTORY;
+    }
+    // SAFETY: open_how is plain data; all-zero is its empty value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `c` is NUL-terminated and `how` is a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a descriptor openat2 just returned, owned by nobody else.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(e);
+    }
+    let mut o = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, flags & !libc::O_CLOEXEC);
+    Ok(o.read(true)
+        .open(Path::new(&format!("/proc/{pid}/root")).join(rel))?
+        .into())
+}
+
+/// Where the control file and the segment are, as the target sees them (`*_in`) and as
+/// this process reaches them (`*_out`).
+struct Places {
+    seg_in: PathBuf,
+    seg_out: PathBuf,
+    control_in: PathBuf,
+    control_out: PathBuf,
+    /// The target's folder, opened inside its root: `seg_out` names it through
+    /// /proc/<this pid>/fd while this lives.
+    _dir: Option<std::os::fd::OwnedFd>,
 }
 
 fn target(pid: i32) -> Result<Target, RunError> {
@@ -146,12 +217,18 @@ fn target(pid: i32) -> Result<Target, RunError> {
                 .collect()
         })
         .unwrap_or_default();
+    let cross = ns_inode("/proc/self/ns/mnt") != ns_inode(&format!("/proc/{pid}/ns/mnt"))
+        || std::fs::canonicalize(format!("/proc/{pid}/root"))
+            .ok()
+            .as_deref()
+            != Some(Path::new("/"));
     Ok(Target {
         pid,
         nspid,
         env,
         cmdline,
         uid,
+        cross,
     })
 }
 
@@ -168,27 +245,74 @@ impl Target {
             .is_some_and(|v| !v.is_empty() && v != "0")
     }
 
-    /// A path of the target's file system as this process reaches it.
-    fn outside(&self, p: &Path) -> PathBuf {
-        let root = PathBuf::from(format!("/proc/{}/root", self.pid));
-        if std::fs::canonicalize(&root).ok().as_deref() == Some(Path::new("/")) {
-            p.to_path_buf()
-        } else {
-            root.join(p.strip_prefix("/").unwrap_or(p))
-        }
+    /// The target's own segment folder as it sees it: its `SYNCSPY_DIR`, else /dev/shm.
+    fn own_dir(&self) -> PathBuf {
+        self.env(DIR_ENV)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/dev/shm"))
     }
 
-    /// The control file, as the target sees it.
-    fn control(&self, seg_dir: &Path) -> PathBuf {
-        let dir = if self.dormant() {
-            self.env(DIR_ENV)
-                .filter(|d| !d.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/dev/shm"))
-        } else {
-            seg_dir.to_path_buf()
+    /// The control file and the segment folder. A target in this mount namespace and root
+    /// writes its segment where this syncspy reads (`seg_dir`), and a dormant one looks for
+    /// its control file in its own folder, reached by the same path. A target in a
+    /// container does both in its own folder, which this process reaches inside the
+    /// target's root; the control file is named by the pid the target sees for itself.
+    fn places(&self, seg_dir: &Path) -> Result<Places, RunError> {
+        let name = format!("syncspy-attach-{}", self.nspid);
+        if !self.cross {
+            let dir = if self.dormant() {
+                self.own_dir()
+            } else {
+                seg_dir.to_path_buf()
+            };
+            return Ok(Places {
+                seg_in: seg_dir.to_path_buf(),
+                seg_out: seg_dir.to_path_buf(),
+                control_in: dir.join(&name),
+                control_out: dir.join(&name),
+                _dir: None,
+            });
+        }
+        let dir = self.own_dir();
+        let fd = open_in_root(self.pid, &dir, true).map_err(|e| {
+            setup(format!(
+                "process {} runs in another mount namespace (a container) and its segment \
+                 folder {} cannot be opened inside its root: {e}",
+                self.pid,
+                dir.display()
+            ))
+        })?;
+        use std::os::fd::AsRawFd;
+        // By this process's pid, not /proc/self: the monitor (`--tui`), a child, is given
+        // this path too.
+        let out = PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            fd.as_raw_fd()
+        ));
+        Ok(Places {
+            seg_in: dir.clone(),
+            seg_out: out.clone(),
+            control_in: dir.join(&name),
+            control_out: out.join(&name),
+            _dir: Some(fd),
+        })
+    }
+
+    /// Whether `lib` (a file here) is the same file at the same path inside the target's
+    /// root, so that the target can `dlopen` it by that path.
+    fn sees(&self, lib: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(here) = std::fs::metadata(lib) else {
+            return false;
         };
-        dir.join(format!("syncspy-attach-{}", self.nspid))
+        if !self.cross {
+            return true;
+        }
+        open_in_root(self.pid, lib, false)
+            .and_then(|fd| std::fs::File::from(fd).metadata())
+            .is_ok_and(|m| m.dev() == here.dev() && m.ino() == here.ino())
     }
 }
 
@@ -234,10 +358,17 @@ fn write_control(p: &Path, text: &str, uid: u32) -> std::io::Result<std::fs::Fil
         }
         r => r?,
     };
-    if uid != syncspy_read::safe_file::euid() {
-        std::os::unix::fs::fchown(&f, Some(uid), None)?;
+    let filled = (|| {
+        if uid != syncspy_read::safe_file::euid() {
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
+        }
+        f.write_all(text.as_bytes())
+    })();
+    if let Err(e) = filled {
+        // Not left behind: a fresh file would read as another attach for the lease.
+        let _ = std::fs::remove_file(p);
+        return Err(e);
     }
-    f.write_all(text.as_bytes())?;
     Ok(f)
 }
 
@@ -401,8 +532,8 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         inject::maps(t.pid).map_err(|e| setup(format!("cannot read /proc/{}/maps: {e}", t.pid)))?;
     let loaded = maps
         .iter()
-        .find(|m| m.path.rsplit('/').next() == Some(LIB_NAME))
-        .map(|m| PathBuf::from(&m.path));
+        .find(|m| inject::is_mapped_lib(&m.path, LIB_NAME))
+        .map(|m| m.path.clone());
     let preloaded = t.env("LD_PRELOAD").is_some_and(|p| p.contains(LIB_NAME));
     if preloaded && !t.dormant() {
         return Err(setup(format!(
@@ -417,8 +548,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if !armed_by_file && !maps.iter().any(|m| is_cuda_library(&m.path)) {
         return Err(setup(no_cuda_message(&t)));
     }
-    let control = t.control(&seg_dir);
-    let control_out = t.outside(&control);
+    let places = t.places(&seg_dir)?;
+    let control = places.control_in.clone();
+    let control_out = places.control_out.clone();
     let report_out = report_file(&control_out);
     let lease = Duration::from_millis(opts.lease_ms);
     if fresh(&control_out, lease) {
@@ -433,7 +565,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     let control_file = write_control(
         &control_out,
         &control_text(
-            &seg_dir,
+            &places.seg_in,
             session,
             opts.lease_ms,
             !preloaded,
@@ -460,28 +592,32 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             t.pid
         );
     } else {
-        let lib = match &loaded {
-            Some(p) => p.clone(),
-            None => find_library(
-                LIB_NAME,
-                LIB_ENV,
-                std::env::var_os(LIB_ENV).as_deref(),
-                &library_dirs(),
-                "build it with `cargo build -p syncspy-interpose`",
-            )
-            .inspect_err(|_| cleanup())?
-            .canonicalize()
-            .map_err(|e| setup(format!("cannot resolve the library path: {e}")))
-            .inspect_err(|_| cleanup())?,
-        };
+        let lib = find_library(
+            LIB_NAME,
+            LIB_ENV,
+            std::env::var_os(LIB_ENV).as_deref(),
+            &library_dirs(),
+            "build it with `cargo build -p syncspy-interpose`",
+        )
+        .inspect_err(|_| cleanup())?
+        .canonicalize()
+        .map_err(|e| setup(format!("cannot resolve the library path: {e}")))
+        .inspect_err(|_| cleanup())?;
         let libc_info = inject::find_libc(t.pid, &maps).map_err(|e| {
             cleanup();
             setup(format!("cannot attach to process {}: {e}", t.pid))
         })?;
+        // By its path where the process sees the same file there; else from memory (a
+        // container without the library inside): docs/attach.md.
+        let load = match &loaded {
+            Some(m) => inject::Load::Loaded(m.clone()),
+            None if t.sees(&lib) => inject::Load::Path(libc_info.dlopen_plan()),
+            None => inject::Load::Memfd(libc_info.dlopen_plan()),
+        };
         let plan = inject::Plan {
             pid: t.pid,
             thread: opts.thread,
-            dlopen: loaded.is_none().then_some(libc_info.dlopen_plan()),
+            load,
             lib,
             control: control.clone(),
         };
@@ -510,7 +646,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // The monitor, on the terminal, follows this attach's session; quitting it ends the
     // attach.
     let mut monitor = if opts.tui {
-        start_monitor(session, &seg_dir, &opts.top_args)
+        start_monitor(session, &places.seg_out, &opts.top_args)
     } else {
         None
     };
@@ -519,7 +655,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // which owns the screen).
     let mut status = (monitor.is_none() && opts.print_summary && stderr_is_terminal())
         .then(|| Status::new(t.pid, opts.duration));
-    let mut follower: Follower = Follower::new(&seg_dir, Some(session));
+    let mut follower: Follower = Follower::new(&places.seg_out, Some(session));
     let mut last_touch = Instant::now();
     let mut gone = false;
     loop {
@@ -772,7 +908,8 @@ fn start_monitor(session: u64, seg_dir: &Path, extra: &[String]) -> Option<std::
 pub fn detach(pid: i32) -> Result<(), RunError> {
     let t = target(pid)?;
     let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
-    let control = t.outside(&t.control(&seg_dir));
+    let places = t.places(&seg_dir)?;
+    let control = places.control_out.clone();
     let report = report_file(&control);
     if std::fs::remove_file(&control).is_err() {
         return Err(setup(format!("process {pid} is not attached")));
