@@ -231,7 +231,16 @@ fn load_bias(maps: &[Mapping], path: &str, elf: &object::read::elf::ElfFile64) -
 }
 
 fn read_in_root(pid: i32, path: &str) -> std::io::Result<Vec<u8>> {
-    std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|_| std::fs::read(path))
+    std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|e| {
+        // The file at the same path here is the process's only when it has our root: in a
+        // container it may be another glibc, whose addresses would crash the job.
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+        match (id(&format!("/proc/{pid}/root/")), id("/")) {
+            (Ok(a), Ok(b)) if a == b => std::fs::read(path),
+            _ => Err(e),
+        }
+    })
 }
 
 /// A dynamic symbol's virtual address in an ELF image.
