@@ -49,12 +49,17 @@ that runs the CUDA jobs (segments are mode 0600), or as root.
 
 Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
+    (host stalls: every kind but the GPU's idle gaps)
   syncspy_stall_duration_seconds (histogram of single stalls, half-decade buckets from
-    10 us to 10 s; kind=\"gpu_idle\" for the GPU's idle gaps)
-  syncspy_gpu_idle_seconds_total, syncspy_gpu_busy_ratio (where the GPU is traced)
+    10 us to 10 s)
+  syncspy_gpu_idle_seconds_total, syncspy_gpu_idle_gaps_total,
+  syncspy_gpu_idle_gap_duration_seconds (histogram), syncspy_gpu_busy_ratio (where the GPU
+    is traced)
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
   syncspy_segments_skipped, syncspy_agent_info
+  syncspy_process_info (labels pid, host_pid, container, pod_uid: at most 256 live
+    processes)
 Distributed jobs (labels: job_id, at most 8 then \"other\"; rank, at most 64 per job):
   syncspy_job_rank_stall_seconds_total, syncspy_job_rank_gpu_idle_behind_stalls_seconds_total,
   syncspy_job_rank_collective_seconds_total, syncspy_job_rank_collective_wait_seconds_total,
