@@ -153,12 +153,34 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let cmd = shell_words(&r.command);
-    let _ = writeln!(
-        out,
-        "syncspy: `{cmd}` exited with code {} after {}",
-        r.exit_code,
-        fmt_ns(r.wall_ns)
-    );
+    match r.attached_pid {
+        // syncspy did not start it: no exit code of its own to tell.
+        Some(pid) => {
+            let runs = r
+                .processes
+                .iter()
+                .any(|p| p.host_pid.unwrap_or(p.pid) == pid && p.state == "running")
+                || r.processes.iter().all(|p| p.state == "running");
+            let _ = writeln!(
+                out,
+                "syncspy: attached to process {pid} (`{cmd}`) for {}; {}",
+                fmt_ns(r.wall_ns),
+                if runs {
+                    "it runs on"
+                } else {
+                    "it ended while attached"
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "syncspy: `{cmd}` exited with code {} after {}",
+                r.exit_code,
+                fmt_ns(r.wall_ns)
+            );
+        }
+    }
     // When processes said why they could not record, that reason is given instead of a guess.
     let failed = r
         .warnings
@@ -270,6 +292,28 @@ fn short(s: &str, max: usize) -> String {
     }
 }
 
+/// Events the library dropped and records the reader lost: percentiles and call sites miss
+/// them (the totals are exact).
+fn render_losses(out: &mut String, p: &ProcessReport) {
+    if p.dropped_events > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} events DROPPED by libsyncspy (no free ring slot, or made while recording \
+             was starting): percentiles and call sites do not include them",
+            p.dropped_events
+        );
+    }
+    let missed = p.lost_records.saturating_sub(p.dropped_events);
+    if missed > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {missed} records LOST by the reader (the ring overflowed before it was read; \
+             raise SYNCSPY_RING): percentiles and call sites cover {} events, totals are exact",
+            p.recorded_events
+        );
+    }
+}
+
 fn render_process(out: &mut String, p: &ProcessReport) {
     let state = match (p.state.as_str(), p.exit_status) {
         ("exited", Some(s)) => format!("exited {s}"),
@@ -279,13 +323,21 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "pid {}  {}  [{state}]  wall {}  host stalls {} ({} of wall)",
+        "pid {}  {}  [{state}]  wall {}  host stalls {} ({} of wall{})",
         p.pid,
         short(&p.cmdline, 60),
         fmt_ns(p.wall_ns),
         fmt_ns(p.stall_ns),
-        pct(p.stall_ns, p.wall_ns)
+        pct(p.stall_ns, p.wall_ns),
+        // Threads wait at once: their stalls add up past the wall time.
+        if p.stall_ns > p.wall_ns {
+            ", summed over threads"
+        } else {
+            ""
+        }
     );
+    // What makes the figures below incomplete comes before them.
+    render_losses(out, p);
     // A process in a container: where it is from here.
     let mut place = Vec::new();
     if let Some(h) = p.host_pid {
@@ -385,32 +437,24 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         let _ = writeln!(out, "  calls that did not stall: {}", calls.join(", "));
     }
     render_gpu(out, p);
+    // The library's time includes its one-time start (the segment, CUPTI's loading: tens of
+    // ms), which in a short run is most of it: say so rather than let it read as a cost per
+    // event.
+    let events: u64 = p.kinds.values().map(|k| k.count).sum();
+    let start_up = if events < 1000 && p.overhead_ns * 20 > p.wall_ns {
+        format!(", mostly its one-time start-up ({events} events recorded)")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  syncspy overhead: {} ({} of wall); call sites: {} stacks unwound, {} from cache, {} in all",
+        "  syncspy overhead: {} ({} of wall{start_up}); call sites: {} stacks unwound, {} from cache, {} in all",
         fmt_ns(p.overhead_ns),
         pct(p.overhead_ns, p.wall_ns),
         p.stack_captures,
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
-    if p.dropped_events > 0 {
-        let _ = writeln!(
-            out,
-            "  !! {} events DROPPED by libsyncspy (no free ring slot, or made while recording \
-             was starting): percentiles and call sites do not include them",
-            p.dropped_events
-        );
-    }
-    let missed = p.lost_records.saturating_sub(p.dropped_events);
-    if missed > 0 {
-        let _ = writeln!(
-            out,
-            "  !! {missed} records LOST by the reader (the ring overflowed before it was read; \
-             raise SYNCSPY_RING): percentiles and call sites cover {} events, totals are exact",
-            p.recorded_events
-        );
-    }
     if p.corrupt_records > 0 {
         let _ = writeln!(
             out,
@@ -604,6 +648,11 @@ mod tests {
         assert!(!s.contains("hook (interpose"), "{s}");
         assert!(s.contains("2 events DROPPED"), "{s}");
         assert!(s.contains("10 records LOST"), "{s}");
+        // The losses come before the figures they make incomplete.
+        assert!(
+            s.find("10 records LOST").unwrap() < s.find("top call sites").unwrap(),
+            "{s}"
+        );
         assert!(s.contains("3 records named a call site outside"), "{s}");
         assert!(
             s.contains("4 records of call sites beyond the first 1024"),
@@ -618,6 +667,49 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
+    }
+
+    #[test]
+    fn attach_reports_threads_and_start_up_cost_read_for_what_they_are() {
+        let p = ProcessReport {
+            pid: 31,
+            cmdline: "python train.py".into(),
+            state: "running".into(),
+            wall_ns: 1_000_000_000,
+            // Four threads waited at once.
+            stall_ns: 3_920_000_000,
+            overhead_ns: 612_000_000,
+            kinds: [(
+                "stream_sync".to_string(),
+                syncspy_read::report::Stats {
+                    count: 3,
+                    total_ns: 3_920_000_000,
+                    ..Default::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
+            ..ProcessReport::default()
+        };
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["python".into(), "train.py".into()],
+            processes: vec![p],
+            attached_pid: Some(31),
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(
+            s.starts_with("syncspy: attached to process 31 (`python train.py`) for "),
+            "{s}"
+        );
+        assert!(s.contains("it runs on"), "{s}");
+        assert!(!s.contains("exited with code"), "{s}");
+        assert!(s.contains("(392.0% of wall, summed over threads)"), "{s}");
+        assert!(
+            s.contains("mostly its one-time start-up (3 events recorded)"),
+            "{s}"
+        );
     }
 
     #[test]

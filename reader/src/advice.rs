@@ -23,6 +23,8 @@ pub fn advice(kind: &str, api: &str, count: u64, frames: &[String]) -> Option<&'
             Some(PRINT)
         }
         "stream_sync" if has("repeat_interleave") => Some(REPEAT_INTERLEAVE),
+        // `bool(t)` (`if (t > 3).any():`) goes through `is_nonzero`, which is no `nonzero`.
+        "stream_sync" if has("is_nonzero") => Some(BOOL),
         "stream_sync" if has("nonzero") => Some(NONZERO),
         "stream_sync" if has("_local_scalar_dense") => Some(ITEM),
         "memcpy_pageable" => Some(PAGEABLE),
@@ -41,6 +43,9 @@ pub fn advice(kind: &str, api: &str, count: u64, frames: &[String]) -> Option<&'
 const ITEM: &str = "`.item()` (or `float()`, `int()`, `.tolist()`) waits for all GPU work queued \
                     before it: keep the value on the GPU (sum losses into a tensor) and read it \
                     once every N steps";
+const BOOL: &str = "a CUDA tensor used as a Python `bool` (`if t:`, `if (x > 3).any():`, `while \
+                    not done:`) is read on the host, which waits for the GPU: keep the decision \
+                    on the GPU (`torch.where`, masks) or check it once every N steps";
 const PRINT: &str = "printing a CUDA tensor copies it to the host piece by piece and waits each \
                      time: print less often, or copy once with `.cpu()` and print that";
 const NONZERO: &str = "`nonzero` and boolean-mask indexing (`x[mask]`) must learn the result's \
@@ -89,6 +94,13 @@ mod tests {
         assert_eq!(advice("stream_sync", SS, 10, &printing), Some(PRINT));
         let nz = f(&["void at::native::nonzero_cuda_out_impl<bool>(at::Tensor const&, at::Tensor&) (libtorch_cuda.so)"]);
         assert_eq!(advice("stream_sync", SS, 5, &nz), Some(NONZERO));
+        // `if (t > 3).any():`: a Python bool of a CUDA tensor, through is_nonzero and the
+        // scalar read; not the nonzero op.
+        let truth = f(&[
+            "at::native::_local_scalar_dense_cuda(at::Tensor const&) (libtorch_cuda.so)",
+            "at::native::is_nonzero(at::Tensor const&) (libtorch_cpu.so)",
+        ]);
+        assert_eq!(advice("stream_sync", SS, 5, &truth), Some(BOOL));
         let pageable = f(&["main (a.cu:3)"]);
         assert_eq!(
             advice("memcpy_pageable", "cudaMemcpyAsync", 5, &pageable),

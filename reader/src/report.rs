@@ -41,6 +41,11 @@ pub struct Report {
     /// The verdict of `syncspy check`: each rule's result per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::verdict::BudgetReport>,
+    /// Set by `syncspy attach`: the pid it recorded, for the time it was attached. The
+    /// process was not started by syncspy, so `exit_code` is not its exit code (0), and
+    /// `wall_ns` is the time attached; the process's `state` says whether it runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_pid: Option<u32>,
 }
 
 /// Count, time and latency percentiles of one kind or API.
@@ -727,6 +732,7 @@ pub fn build<S>(
         jobs,
         warnings,
         budget: None,
+        attached_pid: None,
     }
 }
 

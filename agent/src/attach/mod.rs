@@ -738,12 +738,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         &mut sym,
         monotonic_ns(),
     );
-    report.warnings.push(format!(
-        "attach: recorded process {} while attached ({:.1} s); exit_code 0 is not the \
-         process's, which runs on",
-        t.pid,
-        started.elapsed().as_secs_f64()
-    ));
+    report.attached_pid = Some(t.pid as u32);
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
         report.warnings.push(format!("attach: {c}"));
     }
