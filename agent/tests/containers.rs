@@ -221,3 +221,110 @@ print(pid, flush=True)
         "the parent's segment looks alive while only its child runs"
     );
 }
+
+/// A tmpfs of `mib` MiB mounted on a new folder of `d`; unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(d: &TempDir, mib: u32) -> Tmpfs {
+        let at = d.path().join("small-shm");
+        std::fs::create_dir(&at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount a tmpfs on {}", at.display());
+        Tmpfs(at)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn eight_ranks_in_a_64_mib_shm_leave_a_40_mib_program_its_room() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let d = TempDir::new("containers-small-shm");
+    let sim = sim_dir(&d);
+    let shm = Tmpfs::mount(&d, 64);
+    // Eight ranks start and record, each in its own PID namespace when possible.
+    let job = ["--iters", "400", "busy=s1:500", "sync=s1", "sleep=1000"];
+    let mut ranks: Vec<Running> = (0..8)
+        .map(|_| {
+            let mut c = Command::new(cudacalls());
+            c.args(job)
+                .env("LD_PRELOAD", artifact("libsyncspy.so"))
+                .env("LD_LIBRARY_PATH", &sim)
+                .env("SYNCSPY_DIR", &shm.0)
+                .env("SIMCUDA_TIME_SCALE", "1")
+                .env("SYNCSPY_GPU_IDLE", "off")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            Running(c.spawn().unwrap())
+        })
+        .collect();
+    let recorded = eventually("eight segments", || {
+        let s = segments(&shm.0);
+        (s.len() == 8).then_some(s)
+    });
+    let taken: u64 = recorded
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().blocks() * 512)
+        .sum();
+    assert!(
+        taken <= 16 << 20,
+        "the segments take {taken} bytes of 64 MiB"
+    );
+    // The job's own user of shared memory (a DataLoader's buffers, NCCL) takes 40 MiB.
+    let program = shm.0.join("job-buffers");
+    let out = Command::new("fallocate")
+        .args(["-l", "40M"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the program could not have its 40 MiB: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And every rank still ends well, recorded.
+    for r in &mut ranks {
+        assert!(r.0.wait().unwrap().success());
+    }
+    for p in &recorded {
+        let r = SegmentReader::open(p).unwrap();
+        assert!(events(&r) > 0, "{} recorded nothing", p.display());
+    }
+    // The job takes 10 MiB more: a ninth process finds no room above the floor of free space
+    // (16 MiB): it runs unrecorded, unharmed, and says why.
+    let more = shm.0.join("more-buffers");
+    assert!(Command::new("fallocate")
+        .args(["-l", "10M"])
+        .arg(&more)
+        .status()
+        .unwrap()
+        .success());
+    let out = Command::new(cudacalls())
+        .args(["--iters", "1", "sync=s1"])
+        .env("LD_PRELOAD", artifact("libsyncspy.so"))
+        .env("LD_LIBRARY_PATH", &sim)
+        .env("SYNCSPY_DIR", &shm.0)
+        .env("SYNCSPY_GPU_IDLE", "off")
+        .env("SYNCSPY_LINGER_MS", "3600000")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not recording this process: no room"), "{err}");
+    std::fs::remove_file(&program).unwrap();
+    std::fs::remove_file(&more).unwrap();
+}

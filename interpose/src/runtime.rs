@@ -383,11 +383,26 @@ impl Runtime {
         params.origin = syncspy_abi::origin::Origin::of_this_process();
         // Make room first: segments of ended processes that nobody reads any more (after
         // their linger), and the folder's size cap. Errors only mean nothing was reclaimed.
-        let _ = syncspy_abi::lifecycle::reclaim(
+        let reclaimed = syncspy_abi::lifecycle::reclaim(
             &cfg.dir,
             syncspy_abi::lifecycle::Policy::from_env(),
             &|_| false,
         );
+        // Sized for its folder: never the job's shared memory (a container's /dev/shm is
+        // 64 MiB, shared with its DataLoader workers and NCCL).
+        if let Ok(room) = syncspy_abi::lifecycle::Room::of(
+            &cfg.dir,
+            reclaimed.as_ref().map_or(0, |r| r.bytes_left),
+        ) {
+            match syncspy_abi::lifecycle::fit(&params, room) {
+                Ok(p) => params = p,
+                Err(why) => {
+                    eprintln!("syncspy: not recording this process: {why}");
+                    note_failure(pid, start, &why);
+                    return None;
+                }
+            }
+        }
         let seg = match SegmentWriter::create(&cfg.dir, &params) {
             Ok(s) => s,
             Err(e) => {

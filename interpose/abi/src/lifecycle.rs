@@ -350,6 +350,92 @@ impl Policy {
     }
 }
 
+/// The room a segment folder has, for sizing a new segment ([`fit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    /// The filesystem's size and its space available, in bytes (`statvfs`).
+    pub total: u64,
+    pub free: u64,
+    /// What the folder's segments take now (all users'), in bytes.
+    pub segments: u64,
+}
+
+impl Room {
+    /// The room of the folder `dir`, whose segments take `segments` bytes.
+    pub fn of(dir: &Path, segments: u64) -> io::Result<Room> {
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        // SAFETY: an all-zero statvfs is a valid value for the call to fill.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a valid path and `st` a valid out-pointer.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let unit = st.f_frsize as u64;
+        Ok(Room {
+            total: (st.f_blocks as u64).saturating_mul(unit),
+            free: (st.f_bavail as u64).saturating_mul(unit),
+            segments,
+        })
+    }
+}
+
+/// A folder this small or smaller is a container's `/dev/shm` (Docker's is 64 MiB), shared
+/// with the job's own users of shared memory (DataLoader workers, NCCL): segments are sized
+/// for it.
+pub const SMALL_FOLDER: u64 = 1 << 30;
+/// The smallest tables a segment is cut down to before the process goes unrecorded.
+const MIN_RING: u32 = 1024;
+const MIN_SITES: u32 = 256;
+const MIN_MODULES: u32 = 128;
+const MIN_CODES: u32 = 256;
+
+/// Sizes a new segment for its folder, so that syncspy never fills the job's shared memory:
+/// - the folder keeps a floor of free space the segment never takes it below: a quarter of
+///   its size (at most 1 GiB);
+/// - in a small folder ([`SMALL_FOLDER`]) all segments together take at most a quarter of
+///   it, and each at most a thirty-second (2 MiB of Docker's 64 MiB: eight ranks take 16
+///   MiB, and 48 MiB stay the job's);
+/// - a segment that does not fit is cut down (its ring first, then its tables) to the
+///   smallest that works; `Err` says why when even that does not fit, and the process then
+///   runs unrecorded.
+pub fn fit(p: &crate::SegmentParams, room: Room) -> Result<crate::SegmentParams, String> {
+    let floor = (room.total / 4).min(1 << 30);
+    let mut limit = room.free.saturating_sub(floor);
+    if room.total <= SMALL_FOLDER {
+        limit = limit
+            .min((room.total / 4).saturating_sub(room.segments))
+            .min(room.total / 32);
+    }
+    let mut q = p.clone();
+    let halve = |v: &mut u32, min: u32| {
+        let ok = *v > min;
+        if ok {
+            *v = (*v / 2).max(min);
+        }
+        ok
+    };
+    while q.size() > limit {
+        let cut = halve(&mut q.ring_capacity, MIN_RING)
+            || (q.python_code_capacity > 0 && halve(&mut q.python_code_capacity, MIN_CODES))
+            || halve(&mut q.site_capacity, MIN_SITES)
+            || halve(&mut q.module_capacity, MIN_MODULES);
+        if !cut {
+            return Err(format!(
+                "no room: the segment folder has {} MiB free of {} MiB (segments take {} MiB); \
+                 syncspy keeps {} MiB free and, in a folder of 1 GiB or less, its segments \
+                 under a quarter of it, and its smallest segment is {} KiB",
+                room.free >> 20,
+                room.total >> 20,
+                room.segments >> 20,
+                floor >> 20,
+                q.size() >> 10
+            ));
+        }
+    }
+    Ok(q)
+}
+
 /// What [`reclaim`] did.
 #[derive(Debug, Default)]
 pub struct Reclaimed {
@@ -849,6 +935,50 @@ mod tests {
         assert_eq!(r.removed, vec![s.path().to_path_buf()]);
         drop(s);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn segments_are_sized_for_a_small_shared_memory_folder() {
+        let mib = 1u64 << 20;
+        let mut p = crate::SegmentParams::new(1, 1);
+        p.python_code_capacity = crate::SegmentParams::DEFAULT_PYTHON_CODES;
+        let full = p.size();
+        assert!(full > 6 * mib, "{full}");
+        // A big /dev/shm: unchanged.
+        let big = Room {
+            total: 64 << 30,
+            free: 60 << 30,
+            segments: 0,
+        };
+        assert_eq!(fit(&p, big).unwrap().size(), full);
+        // Docker's 64 MiB: at most 2 MiB each, all of them at most 16 MiB.
+        let docker = |free: u64, segments: u64| Room {
+            total: 64 * mib,
+            free,
+            segments,
+        };
+        let q = fit(&p, docker(64 * mib, 0)).unwrap();
+        assert!(q.size() <= 2 * mib, "{}", q.size());
+        assert!(q.ring_capacity >= MIN_RING);
+        // Eight ranks fit in 16 MiB; a ninth gets less room, and none takes the folder
+        // below its floor of 16 MiB free.
+        let mut used = 0;
+        for _ in 0..8 {
+            let q = fit(&p, docker(64 * mib - used, used)).unwrap();
+            used += q.size();
+        }
+        assert!(used <= 16 * mib, "{used}");
+        // The job took 40 MiB besides: what is left is kept.
+        let e = fit(&p, docker(64 * mib - 40 * mib - used, used)).unwrap_err();
+        assert!(e.contains("no room"), "{e}");
+        // A nearly full big folder: the floor holds there too.
+        let full_big = Room {
+            total: 8 << 30,
+            free: (1 << 30) + mib,
+            segments: 0,
+        };
+        let q = fit(&p, full_big).unwrap();
+        assert!(q.size() <= mib, "{}", q.size());
     }
 
     #[test]

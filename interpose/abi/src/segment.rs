@@ -137,6 +137,13 @@ impl SegmentParams {
     }
 }
 
+impl SegmentParams {
+    /// The size of the file a segment of these parameters takes, in bytes.
+    pub fn size(&self) -> u64 {
+        geometry(self).total_size
+    }
+}
+
 struct Geometry {
     ring_capacity: u32,
     site_capacity: u32,
