@@ -31,7 +31,7 @@ use hyper::{Request, Response};
 use syncspy_abi::lifecycle::{self, OwnedFile, Policy, Scope};
 use syncspy_abi::Kind;
 
-use crate::metrics;
+use crate::{metrics, pods};
 use syncspy_read::follow::{Followed, Follower};
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::process_report;
@@ -101,9 +101,34 @@ pub fn program_of(argv: &[String]) -> String {
     prog
 }
 
-/// Follows all segments of a folder and keeps the host's totals.
+/// A pod's (or container's) own segment folder, followed read-only (`crate::pods`).
+struct PodFolder {
+    follower: Follower,
+    id: pods::FolderId,
+    mnt_ns: u64,
+    /// Where it is, for people (`/proc/<pid>/root/dev/shm`, through the process it was
+    /// found, or last seen, through).
+    describe: String,
+    /// The folder, open: the follower reads it as `/proc/self/fd/<n>`, so this lives as
+    /// long as a segment followed in it does.
+    _dir: std::os::fd::OwnedFd,
+    watch: Option<inotify::WatchDescriptor>,
+    /// No process of its mount namespace is left: no longer scanned; dropped once its
+    /// segments are forgotten.
+    gone: bool,
+}
+
+/// Follows all segments of a folder, and of the pods' own folders, and keeps the host's
+/// totals.
 pub struct Collector {
     follower: Follower,
+    /// Pods' folders (`crate::pods`), at most `pods::MAX_POD_FOLDERS`.
+    pods: Vec<PodFolder>,
+    discovery: pods::Discovery,
+    /// One inotify instance for every pod folder (instances are few per user; watches many).
+    pod_watch: Option<inotify::Inotify>,
+    /// Pods' folders left unfollowed (over the cap) at the last pass, as last warned.
+    pods_over_cap: usize,
     sym: Symbolizer,
     retain: Duration,
     keep_segments: bool,
@@ -121,6 +146,10 @@ impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
         let mut c = Collector {
             follower: Follower::new(dir, None).with_leases(),
+            pods: Vec::new(),
+            discovery: pods::Discovery::new(),
+            pod_watch: None,
+            pods_over_cap: 0,
             sym: Symbolizer::new(),
             retain,
             keep_segments,
@@ -161,9 +190,127 @@ impl Collector {
         }
     }
 
-    /// Waits up to `timeout` for a new segment (returns at once when one appears).
+    /// Waits up to `timeout` for a new segment, in the folder or a pod's (returns at once
+    /// when one appears).
     pub fn wait(&mut self, timeout: Duration) {
-        self.follower.wait(timeout);
+        use std::os::fd::AsRawFd;
+        let Some(pw) = &mut self.pod_watch else {
+            self.follower.wait(timeout);
+            return;
+        };
+        let mut fds = vec![libc::pollfd {
+            fd: pw.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(fd) = self.follower.watch_fd() {
+            fds.push(libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a vector of valid pollfds, passed with its length; each fd stays
+        // open for the call (owned by the inotify instances, borrowed here).
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // Drain both queues (what appeared is found by the scans).
+        let mut buf = [0u8; 4096];
+        while pw.read_events(&mut buf).is_ok_and(|e| e.count() > 0) {}
+        self.follower.wait(Duration::ZERO);
+    }
+
+    /// A discovery pass, when due: follows the pods' folders found, refreshes where the
+    /// known ones are, and marks those whose mount namespace has no process left.
+    fn discover(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if !self.discovery.due(std::time::Instant::now()) {
+            return;
+        }
+        let host = std::fs::metadata(self.follower.dir())
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        let known: Vec<pods::FolderId> = self.pods.iter().map(|p| p.id).chain(host).collect();
+        let pass = self.discovery.pass(&|id| known.contains(&id));
+        for p in &mut self.pods {
+            match pass.alive.get(&p.mnt_ns) {
+                Some(&pid) if !p.gone => {
+                    // Only for people: the folder itself is held open.
+                    if !p.describe.starts_with(&format!("/proc/{pid}/")) {
+                        if let Some(rest) = p.describe.split_once("/root").map(|(_, r)| r) {
+                            p.describe = format!("/proc/{pid}/root{rest}");
+                        }
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    p.gone = true;
+                    if let (Some(w), Some(pw)) = (p.watch.take(), &mut self.pod_watch) {
+                        let _ = pw.watches().remove(w);
+                    }
+                }
+            }
+        }
+        let mut over = 0;
+        for found in pass.found {
+            let live = self.pods.iter().filter(|p| !p.gone).count();
+            if live >= pods::MAX_POD_FOLDERS {
+                over += 1;
+                self.discovery.retry(found.pid);
+                continue;
+            }
+            self.follow_pod(found);
+        }
+        // Folders of gone mount namespaces whose segments are all forgotten are closed.
+        self.pods
+            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
+        if over != self.pods_over_cap {
+            self.pods_over_cap = over;
+            if over > 0 {
+                self.warn(format!(
+                    "{over} pods' segment folders are not followed: over the cap of {} \
+                     (their processes are not in the metrics)",
+                    pods::MAX_POD_FOLDERS
+                ));
+            }
+        }
+    }
+
+    fn follow_pod(&mut self, found: pods::Found) {
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", found.dir.as_raw_fd()));
+        let describe = found.describe();
+        if self.pod_watch.is_none() {
+            match inotify::Inotify::init() {
+                Ok(i) => self.pod_watch = Some(i),
+                Err(e) => self.warn(format!(
+                    "cannot watch pods' segment folders with inotify ({e}): their new \
+                     segments are found at each interval"
+                )),
+            }
+        }
+        let watch = self.pod_watch.as_mut().and_then(|pw| {
+            pw.watches()
+                .add(
+                    &path,
+                    inotify::WatchMask::MOVED_TO | inotify::WatchMask::CREATE,
+                )
+                .ok()
+        });
+        eprintln!(
+            "syncspy agent: following the segments of mount namespace {} in {describe}",
+            found.mnt_ns
+        );
+        self.pods.push(PodFolder {
+            // No leases, no registration: nothing is written into a pod's folder.
+            follower: Follower::new(path, None),
+            id: found.id,
+            mnt_ns: found.mnt_ns,
+            describe,
+            _dir: found.dir,
+            watch,
+            gone: false,
+        });
     }
 
     fn warn(&mut self, w: String) {
@@ -208,6 +355,26 @@ impl Collector {
         }
         self.register();
         self.follower.poll();
+        self.discover();
+        let mut problems = Vec::new();
+        for p in self.pods.iter_mut() {
+            if !p.gone {
+                if let Err(e) = p.follower.scan() {
+                    problems.push(format!("cannot read {}: {e}", p.describe));
+                }
+            }
+            let dir = p.follower.dir().display().to_string();
+            for pr in p.follower.take_new_problems() {
+                let pr = pr.to_string().replace(&dir, &p.describe);
+                problems.push(pr);
+            }
+            p.follower.poll();
+        }
+        for w in problems {
+            if !self.warnings.contains(&w) {
+                self.warn(w);
+            }
+        }
 
         let now = monotonic_ns();
         let retain = u64::try_from(self.retain.as_nanos()).unwrap_or(u64::MAX);
@@ -240,8 +407,29 @@ impl Collector {
         };
         let gone = self.follower.forget(stale);
         for mut f in gone {
-            self.retire(&mut f);
+            self.retire(&mut f, false);
         }
+        // A pod's segments: forgotten the same way; the pod's own library removes them.
+        let pod_stale = |f: &Followed| {
+            f.unlinked()
+                || f.ended() && {
+                    let end = match f.agg.live.ended_ns {
+                        0 => f.agg.gone_ns.unwrap_or(now),
+                        e => e,
+                    };
+                    now.saturating_sub(end) >= retain
+                }
+        };
+        let gone: Vec<Followed> = self
+            .pods
+            .iter_mut()
+            .flat_map(|p| p.follower.forget(pod_stale))
+            .collect();
+        for mut f in gone {
+            self.retire(&mut f, true);
+        }
+        self.pods
+            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
         if !self.keep_segments {
             let followed: std::collections::HashSet<PathBuf> = self
                 .follower
@@ -259,7 +447,10 @@ impl Collector {
         }
     }
 
-    fn retire(&mut self, f: &mut Followed) {
+    /// Moves a forgotten segment's totals into its program's counters and lets go of its
+    /// file: released (and removed when nobody wants it) in the agent's folder, left as it
+    /// is in a pod's (`pod`), where the agent writes nothing.
+    fn retire(&mut self, f: &mut Followed, pod: bool) {
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
@@ -283,7 +474,7 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
-        if self.keep_segments {
+        if self.keep_segments || pod {
             drop(f.take_lease());
         } else if let Err(e) = f.release(false) {
             self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
@@ -294,14 +485,21 @@ impl Collector {
     pub fn snapshot(&mut self) -> Snapshot {
         let now = monotonic_ns();
         let mut processes = Vec::new();
-        let argvs: Vec<Vec<String>> = self
+        let followed: Vec<&Followed> = self
             .follower
             .processes()
             .iter()
-            .map(|f| f.agg.argv.clone())
+            .chain(self.pods.iter().flat_map(|p| p.follower.processes()))
             .collect();
+        let argvs: Vec<Vec<String>> = followed.iter().map(|f| f.agg.argv.clone()).collect();
+        drop(followed);
         let labels: Vec<String> = argvs.iter().map(|a| self.label(a)).collect();
-        for (f, program) in self.follower.processes().iter().zip(labels) {
+        let followed = self
+            .follower
+            .processes()
+            .iter()
+            .chain(self.pods.iter().flat_map(|p| p.follower.processes()));
+        for (f, program) in followed.zip(labels) {
             processes.push(SnapshotProcess {
                 program,
                 report: process_report(f, &mut self.sym, now),
@@ -320,7 +518,12 @@ impl Collector {
             segment_dir: self.follower.dir().display().to_string(),
             processes,
             forgotten: self.forgotten.clone(),
-            segments_skipped: self.follower.problems().len(),
+            segments_skipped: self.follower.problems().len()
+                + self
+                    .pods
+                    .iter()
+                    .map(|p| p.follower.problems().len())
+                    .sum::<usize>(),
             warnings,
         }
     }
