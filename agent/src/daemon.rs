@@ -18,6 +18,14 @@
 //! file was removed under it is forgotten as soon as it is drained, so its memory is freed.
 //! Each step also reclaims what nobody reads (`syncspy_abi::lifecycle::reclaim`: ended
 //! processes' segments after their linger, and the folder's size cap).
+//!
+//! Segment folders private to a pod or container (their own `/dev/shm`) are found through
+//! `/proc` (`crate::pods`) and followed each with a `Follower` of its own, read-only: the
+//! agent writes no registration or lease there and reclaims nothing there (the pod's own
+//! library does). What a lease would say (that the agent reads a segment) lives only in the
+//! agent's memory: the segments it follows, kept mapped until forgotten like the others.
+//! A `syncspy run` in such a pod does not know of the agent and removes its segments at its
+//! end; the agent then drains what it has mapped and forgets them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,16 +53,21 @@ use syncspy_read::symbolize::Symbolizer;
 /// token, the exit status.
 pub const HELP: &str = "\
 Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
-that runs the CUDA jobs (segments are mode 0600), or as root.
+that runs the CUDA jobs (segments are mode 0600), or as root. It also follows, read-only, the
+segment folders of processes in other mount namespaces (containers, pods with their own
+/dev/shm), found every 3 s through /proc/<pid>/root: that needs the host's PID namespace
+(Kubernetes hostPID) and CAP_SYS_PTRACE (docs/cluster.md); at most 256 such folders.
 
 Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
   syncspy_stall_duration_seconds (histogram of single stalls, half-decade buckets from
     10 us to 10 s; kind=\"gpu_idle\" for the GPU's idle gaps)
-  syncspy_gpu_idle_seconds_total, syncspy_gpu_busy_ratio (where the GPU is traced)
+  syncspy_gpu_idle_seconds_total, syncspy_gpu_busy_ratio, syncspy_gpu_idle_gaps_total,
+  syncspy_gpu_idle_gap_duration_seconds (where the GPU is traced)
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
   syncspy_segments_skipped, syncspy_agent_info
+  syncspy_process_info (labels: program, pid, host_pid, container, pod_uid; at most 256)
 Distributed jobs (labels: job_id, at most 8 then \"other\"; rank, at most 64 per job):
   syncspy_job_rank_stall_seconds_total, syncspy_job_rank_gpu_idle_behind_stalls_seconds_total,
   syncspy_job_rank_collective_seconds_total, syncspy_job_rank_collective_wait_seconds_total,
@@ -621,7 +634,17 @@ pub fn gpu_trace(snapshot: &Snapshot, query: &str) -> (u16, String) {
     let Some(p) = snapshot
         .processes
         .iter()
-        .find(|p| p.report.pid == pid && p.report.state == "running")
+        // The pid on this node first: processes of other PID namespaces (pods) share small
+        // pids (1, often).
+        .filter(|p| p.report.state == "running")
+        .find(|p| p.report.host_pid == Some(pid))
+        .or_else(|| {
+            snapshot
+                .processes
+                .iter()
+                .filter(|p| p.report.state == "running")
+                .find(|p| p.report.pid == pid && p.report.host_pid.is_none())
+        })
     else {
         return (
             404,
@@ -1298,6 +1321,16 @@ mod gpu_trace_tests {
             assert_eq!(got, status, "{query}: {body}");
             assert!(body.ends_with('\n') && body.len() > 10, "{body:?}");
         }
+        // A process of another PID namespace (pid 1 in its pod) is named by its pid here.
+        let mut pod = snap.processes[0].clone();
+        pod.report.pid = 1;
+        pod.report.host_pid = Some(4243);
+        let snap2 = Snapshot {
+            processes: vec![pod],
+            ..Snapshot::default()
+        };
+        assert_eq!(gpu_trace(&snap2, "pid=4243").0, 200);
+        assert_eq!(gpu_trace(&snap2, "pid=1").0, 404);
         // Gone: the file removed.
         std::fs::remove_file(w.path()).unwrap();
         assert_eq!(gpu_trace(&snap, "pid=4242").0, 410);
