@@ -77,7 +77,11 @@ fn metric(body: &str, line_start: &str) -> Option<u64> {
 
 /// A folder where the simulated runtime answers to the CUDA sonames, beside the built
 /// artifacts: not under `/dev/shm` (where the test folders are), which the pod's tmpfs hides.
+/// It also holds `cudacalls` under a name of this test's own (its `program` label), so that
+/// jobs in other namespaces on the machine (other tests) do not count here.
 struct SimDir(PathBuf);
+
+const PROGRAM: &str = "cudacalls-in-pod";
 
 impl SimDir {
     fn new() -> SimDir {
@@ -91,6 +95,7 @@ impl SimDir {
         for name in ["libcudart.so.13", "libcuda.so.1", "libcupti.so.13"] {
             std::os::unix::fs::symlink(&lib, dir.join(name)).unwrap();
         }
+        std::os::unix::fs::symlink(cudacalls(), dir.join(PROGRAM)).unwrap();
         SimDir(dir)
     }
 }
@@ -114,7 +119,7 @@ fn pod_job(sim: &Path, args: &[&str]) -> Running {
             r#"mount -t tmpfs tmpfs /dev/shm && exec env LD_PRELOAD="$POD_PRELOAD" "$@""#,
             "pod",
         ])
-        .arg(cudacalls())
+        .arg(sim.join(PROGRAM))
         .args(args)
         .env("POD_PRELOAD", artifact("libsyncspy.so"))
         .env("LD_LIBRARY_PATH", sim)
@@ -188,22 +193,17 @@ fn an_agent_on_the_host_follows_a_job_whose_dev_shm_is_private_to_its_pod() {
         &["--iters", "100000", "busy=s1:500", "sync=s1", "sleep=2000"],
     );
     let host_pid = eventually("the job's pid on the host", || child_of(job.0.id()));
-    let events = r#"syncspy_stall_events_total{program="cudacalls",kind="stream_sync"}"#;
+    let events = format!(r#"syncspy_stall_events_total{{program="{PROGRAM}",kind="stream_sync"}}"#);
+    let events = events.as_str();
+    let running = format!(r#"syncspy_processes{{program="{PROGRAM}",state="running"}}"#);
     // Counted while it runs: found by the discovery pass (every few seconds), then followed.
     let m = eventually("the pod's job in the agent's metrics", || {
         let m = metrics(&addr);
         (metric(&m, events) > Some(0)).then_some(m)
     });
-    assert_eq!(
-        metric(
-            &m,
-            r#"syncspy_processes{program="cudacalls",state="running"}"#
-        ),
-        Some(1),
-        "{m}"
-    );
+    assert_eq!(metric(&m, &running), Some(1), "{m}");
     let info =
-        format!(r#"syncspy_process_info{{program="cudacalls",pid="1",host_pid="{host_pid}","#);
+        format!(r#"syncspy_process_info{{program="{PROGRAM}",pid="1",host_pid="{host_pid}","#);
     assert!(m.lines().any(|l| l.starts_with(&info)), "no {info} in\n{m}");
     // Still counting.
     let first = metric(&m, events).unwrap();
@@ -233,19 +233,11 @@ fn an_agent_on_the_host_follows_a_job_whose_dev_shm_is_private_to_its_pod() {
     // (retain 0), its counts kept.
     job.0.kill().unwrap();
     job.0.wait().unwrap();
-    let forgotten = r#"syncspy_forgotten_processes_total{program="cudacalls"}"#;
+    let forgotten = format!(r#"syncspy_forgotten_processes_total{{program="{PROGRAM}"}}"#);
     let m = eventually("the pod's process forgotten", || {
         let m = metrics(&addr);
-        (metric(&m, forgotten) == Some(1)).then_some(m)
+        (metric(&m, &forgotten) == Some(1)).then_some(m)
     });
     assert!(metric(&m, events) > Some(first), "{m}");
-    assert_eq!(
-        metric(
-            &m,
-            r#"syncspy_processes{program="cudacalls",state="running"}"#
-        )
-        .unwrap_or(0),
-        0,
-        "{m}"
-    );
+    assert_eq!(metric(&m, &running).unwrap_or(0), 0, "{m}");
 }
