@@ -18,6 +18,14 @@
 //! file was removed under it is forgotten as soon as it is drained, so its memory is freed.
 //! Each step also reclaims what nobody reads (`syncspy_abi::lifecycle::reclaim`: ended
 //! processes' segments after their linger, and the folder's size cap).
+//!
+//! Segment folders private to a pod or container (their own `/dev/shm`) are found through
+//! `/proc` (`crate::pods`) and followed each with a `Follower` of its own, read-only: the
+//! agent writes no registration or lease there and reclaims nothing there (the pod's own
+//! library does). What a lease would say (that the agent reads a segment) lives only in the
+//! agent's memory: the segments it follows, kept mapped until forgotten like the others.
+//! A `syncspy run` in such a pod does not know of the agent and removes its segments at its
+//! end; the agent then drains what it has mapped and forgets them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,7 +39,7 @@ use hyper::{Request, Response};
 use syncspy_abi::lifecycle::{self, OwnedFile, Policy, Scope};
 use syncspy_abi::Kind;
 
-use crate::metrics;
+use crate::{metrics, pods};
 use syncspy_read::follow::{Followed, Follower};
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::process_report;
@@ -45,7 +53,10 @@ use syncspy_read::symbolize::Symbolizer;
 /// token, the exit status.
 pub const HELP: &str = "\
 Follows every segment in SYNCSPY_DIR (default /dev/shm), of any session; run it as the user
-that runs the CUDA jobs (segments are mode 0600), or as root.
+that runs the CUDA jobs (segments are mode 0600), or as root. It also follows, read-only, the
+segment folders of processes in other mount namespaces (containers, pods with their own
+/dev/shm), found every 3 s through /proc/<pid>/root: that needs the host's PID namespace
+(Kubernetes hostPID) and CAP_SYS_PTRACE (docs/cluster.md); at most 256 such folders.
 
 Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
@@ -106,9 +117,34 @@ pub fn program_of(argv: &[String]) -> String {
     prog
 }
 
-/// Follows all segments of a folder and keeps the host's totals.
+/// A pod's (or container's) own segment folder, followed read-only (`crate::pods`).
+struct PodFolder {
+    follower: Follower,
+    id: pods::FolderId,
+    mnt_ns: u64,
+    /// Where it is, for people (`/proc/<pid>/root/dev/shm`, through the process it was
+    /// found, or last seen, through).
+    describe: String,
+    /// The folder, open: the follower reads it as `/proc/self/fd/<n>`, so this lives as
+    /// long as a segment followed in it does.
+    _dir: std::os::fd::OwnedFd,
+    watch: Option<inotify::WatchDescriptor>,
+    /// No process of its mount namespace is left: no longer scanned; dropped once its
+    /// segments are forgotten.
+    gone: bool,
+}
+
+/// Follows all segments of a folder, and of the pods' own folders, and keeps the host's
+/// totals.
 pub struct Collector {
     follower: Follower,
+    /// Pods' folders (`crate::pods`), at most `pods::MAX_POD_FOLDERS`.
+    pods: Vec<PodFolder>,
+    discovery: pods::Discovery,
+    /// One inotify instance for every pod folder (instances are few per user; watches many).
+    pod_watch: Option<inotify::Inotify>,
+    /// Pods' folders left unfollowed (over the cap) at the last pass, as last warned.
+    pods_over_cap: usize,
     sym: Symbolizer,
     retain: Duration,
     keep_segments: bool,
@@ -126,6 +162,10 @@ impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
         let mut c = Collector {
             follower: Follower::new(dir, None).with_leases(),
+            pods: Vec::new(),
+            discovery: pods::Discovery::new(),
+            pod_watch: None,
+            pods_over_cap: 0,
             sym: Symbolizer::new(),
             retain,
             keep_segments,
@@ -166,9 +206,127 @@ impl Collector {
         }
     }
 
-    /// Waits up to `timeout` for a new segment (returns at once when one appears).
+    /// Waits up to `timeout` for a new segment, in the folder or a pod's (returns at once
+    /// when one appears).
     pub fn wait(&mut self, timeout: Duration) {
-        self.follower.wait(timeout);
+        use std::os::fd::AsRawFd;
+        let Some(pw) = &mut self.pod_watch else {
+            self.follower.wait(timeout);
+            return;
+        };
+        let mut fds = vec![libc::pollfd {
+            fd: pw.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(fd) = self.follower.watch_fd() {
+            fds.push(libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a vector of valid pollfds, passed with its length; each fd stays
+        // open for the call (owned by the inotify instances, borrowed here).
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // Drain both queues (what appeared is found by the scans).
+        let mut buf = [0u8; 4096];
+        while pw.read_events(&mut buf).is_ok_and(|e| e.count() > 0) {}
+        self.follower.wait(Duration::ZERO);
+    }
+
+    /// A discovery pass, when due: follows the pods' folders found, refreshes where the
+    /// known ones are, and marks those whose mount namespace has no process left.
+    fn discover(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if !self.discovery.due(std::time::Instant::now()) {
+            return;
+        }
+        let host = std::fs::metadata(self.follower.dir())
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        let known: Vec<pods::FolderId> = self.pods.iter().map(|p| p.id).chain(host).collect();
+        let pass = self.discovery.pass(&|id| known.contains(&id));
+        for p in &mut self.pods {
+            match pass.alive.get(&p.mnt_ns) {
+                Some(&pid) if !p.gone => {
+                    // Only for people: the folder itself is held open.
+                    if !p.describe.starts_with(&format!("/proc/{pid}/")) {
+                        if let Some(rest) = p.describe.split_once("/root").map(|(_, r)| r) {
+                            p.describe = format!("/proc/{pid}/root{rest}");
+                        }
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    p.gone = true;
+                    if let (Some(w), Some(pw)) = (p.watch.take(), &mut self.pod_watch) {
+                        let _ = pw.watches().remove(w);
+                    }
+                }
+            }
+        }
+        let mut over = 0;
+        for found in pass.found {
+            let live = self.pods.iter().filter(|p| !p.gone).count();
+            if live >= pods::MAX_POD_FOLDERS {
+                over += 1;
+                self.discovery.retry(found.pid);
+                continue;
+            }
+            self.follow_pod(found);
+        }
+        // Folders of gone mount namespaces whose segments are all forgotten are closed.
+        self.pods
+            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
+        if over != self.pods_over_cap {
+            self.pods_over_cap = over;
+            if over > 0 {
+                self.warn(format!(
+                    "{over} pods' segment folders are not followed: over the cap of {} \
+                     (their processes are not in the metrics)",
+                    pods::MAX_POD_FOLDERS
+                ));
+            }
+        }
+    }
+
+    fn follow_pod(&mut self, found: pods::Found) {
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", found.dir.as_raw_fd()));
+        let describe = found.describe();
+        if self.pod_watch.is_none() {
+            match inotify::Inotify::init() {
+                Ok(i) => self.pod_watch = Some(i),
+                Err(e) => self.warn(format!(
+                    "cannot watch pods' segment folders with inotify ({e}): their new \
+                     segments are found at each interval"
+                )),
+            }
+        }
+        let watch = self.pod_watch.as_mut().and_then(|pw| {
+            pw.watches()
+                .add(
+                    &path,
+                    inotify::WatchMask::MOVED_TO | inotify::WatchMask::CREATE,
+                )
+                .ok()
+        });
+        eprintln!(
+            "syncspy agent: following the segments of mount namespace {} in {describe}",
+            found.mnt_ns
+        );
+        self.pods.push(PodFolder {
+            // No leases, no registration: nothing is written into a pod's folder.
+            follower: Follower::new(path, None),
+            id: found.id,
+            mnt_ns: found.mnt_ns,
+            describe,
+            _dir: found.dir,
+            watch,
+            gone: false,
+        });
     }
 
     fn warn(&mut self, w: String) {
@@ -213,6 +371,26 @@ impl Collector {
         }
         self.register();
         self.follower.poll();
+        self.discover();
+        let mut problems = Vec::new();
+        for p in self.pods.iter_mut() {
+            if !p.gone {
+                if let Err(e) = p.follower.scan() {
+                    problems.push(format!("cannot read {}: {e}", p.describe));
+                }
+            }
+            let dir = p.follower.dir().display().to_string();
+            for pr in p.follower.take_new_problems() {
+                let pr = pr.to_string().replace(&dir, &p.describe);
+                problems.push(pr);
+            }
+            p.follower.poll();
+        }
+        for w in problems {
+            if !self.warnings.contains(&w) {
+                self.warn(w);
+            }
+        }
 
         let now = monotonic_ns();
         let retain = u64::try_from(self.retain.as_nanos()).unwrap_or(u64::MAX);
@@ -245,8 +423,29 @@ impl Collector {
         };
         let gone = self.follower.forget(stale);
         for mut f in gone {
-            self.retire(&mut f);
+            self.retire(&mut f, false);
         }
+        // A pod's segments: forgotten the same way; the pod's own library removes them.
+        let pod_stale = |f: &Followed| {
+            f.unlinked()
+                || f.ended() && {
+                    let end = match f.agg.live.ended_ns {
+                        0 => f.agg.gone_ns.unwrap_or(now),
+                        e => e,
+                    };
+                    now.saturating_sub(end) >= retain
+                }
+        };
+        let gone: Vec<Followed> = self
+            .pods
+            .iter_mut()
+            .flat_map(|p| p.follower.forget(pod_stale))
+            .collect();
+        for mut f in gone {
+            self.retire(&mut f, true);
+        }
+        self.pods
+            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
         if !self.keep_segments {
             let followed: std::collections::HashSet<PathBuf> = self
                 .follower
@@ -264,7 +463,10 @@ impl Collector {
         }
     }
 
-    fn retire(&mut self, f: &mut Followed) {
+    /// Moves a forgotten segment's totals into its program's counters and lets go of its
+    /// file: released (and removed when nobody wants it) in the agent's folder, left as it
+    /// is in a pod's (`pod`), where the agent writes nothing.
+    fn retire(&mut self, f: &mut Followed, pod: bool) {
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
@@ -288,7 +490,7 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
-        if self.keep_segments {
+        if self.keep_segments || pod {
             drop(f.take_lease());
         } else if let Err(e) = f.release(false) {
             self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
@@ -299,14 +501,21 @@ impl Collector {
     pub fn snapshot(&mut self) -> Snapshot {
         let now = monotonic_ns();
         let mut processes = Vec::new();
-        let argvs: Vec<Vec<String>> = self
+        let followed: Vec<&Followed> = self
             .follower
             .processes()
             .iter()
-            .map(|f| f.agg.argv.clone())
+            .chain(self.pods.iter().flat_map(|p| p.follower.processes()))
             .collect();
+        let argvs: Vec<Vec<String>> = followed.iter().map(|f| f.agg.argv.clone()).collect();
+        drop(followed);
         let labels: Vec<String> = argvs.iter().map(|a| self.label(a)).collect();
-        for (f, program) in self.follower.processes().iter().zip(labels) {
+        let followed = self
+            .follower
+            .processes()
+            .iter()
+            .chain(self.pods.iter().flat_map(|p| p.follower.processes()));
+        for (f, program) in followed.zip(labels) {
             processes.push(SnapshotProcess {
                 program,
                 report: process_report(f, &mut self.sym, now),
@@ -325,7 +534,12 @@ impl Collector {
             segment_dir: self.follower.dir().display().to_string(),
             processes,
             forgotten: self.forgotten.clone(),
-            segments_skipped: self.follower.problems().len(),
+            segments_skipped: self.follower.problems().len()
+                + self
+                    .pods
+                    .iter()
+                    .map(|p| p.follower.problems().len())
+                    .sum::<usize>(),
             warnings,
         }
     }
@@ -423,7 +637,17 @@ pub fn gpu_trace(snapshot: &Snapshot, query: &str) -> (u16, String) {
     let Some(p) = snapshot
         .processes
         .iter()
-        .find(|p| p.report.pid == pid && p.report.state == "running")
+        // The pid on this node first: processes of other PID namespaces (pods) share small
+        // pids (1, often).
+        .filter(|p| p.report.state == "running")
+        .find(|p| p.report.host_pid == Some(pid))
+        .or_else(|| {
+            snapshot
+                .processes
+                .iter()
+                .filter(|p| p.report.state == "running")
+                .find(|p| p.report.pid == pid && p.report.host_pid.is_none())
+        })
     else {
         return (
             404,
@@ -1100,6 +1324,16 @@ mod gpu_trace_tests {
             assert_eq!(got, status, "{query}: {body}");
             assert!(body.ends_with('\n') && body.len() > 10, "{body:?}");
         }
+        // A process of another PID namespace (pid 1 in its pod) is named by its pid here.
+        let mut pod = snap.processes[0].clone();
+        pod.report.pid = 1;
+        pod.report.host_pid = Some(4243);
+        let snap2 = Snapshot {
+            processes: vec![pod],
+            ..Snapshot::default()
+        };
+        assert_eq!(gpu_trace(&snap2, "pid=4243").0, 200);
+        assert_eq!(gpu_trace(&snap2, "pid=1").0, 404);
         // Gone: the file removed.
         std::fs::remove_file(w.path()).unwrap();
         assert_eq!(gpu_trace(&snap, "pid=4242").0, 410);

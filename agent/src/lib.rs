@@ -23,6 +23,7 @@ pub mod demo;
 pub mod junit;
 pub mod markdown;
 pub mod metrics;
+pub mod pods;
 pub mod present;
 pub mod run;
 pub mod signals;

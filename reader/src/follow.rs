@@ -345,6 +345,13 @@ impl<S> Follower<S> {
         true
     }
 
+    /// The descriptor `wait` polls, while the folder is watched (for a caller that waits on
+    /// several folders at once, then calls `wait` with a zero timeout to drain it).
+    pub fn watch_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.watch.as_ref().map(|w| w.as_fd())
+    }
+
     /// Follows only the segments of process `pid` (`None`: every process).
     pub fn with_pid(mut self, pid: Option<u32>) -> Follower<S> {
         self.pid = pid;
