@@ -15,7 +15,11 @@ R=$RESULTS_DIR
 PY=${PYTHON:-python3}
 V=$(mktemp -d /tmp/syncspy-venv.XXXXXX)
 trap 'rm -rf "$V"' EXIT
-"$PY" -m venv --system-site-packages "$V" || exit 2
+"$PY" -m venv "$V" || exit 2
+# The host's PyTorch may live in a venv of its own, whose packages a new venv does not see
+# (--system-site-packages gives the base interpreter's): a .pth file adds them.
+"$PY" -c 'import site; print("\n".join(site.getsitepackages()))' \
+  >"$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')/host-packages.pth"
 "$V/bin/python" -m pip install -q --no-index --find-links .whl syncspy >"$R/install.txt" 2>&1
 "$V/bin/python" -c 'import pytest' 2>/dev/null ||
   "$V/bin/python" -m pip install -q --no-index --find-links .whl pytest pytest-xdist >>"$R/install.txt" 2>&1
