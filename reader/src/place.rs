@@ -149,15 +149,20 @@ fn container_in_path(path: &str) -> Option<Container> {
             }
         }
         if found.is_none() && is_id(part) {
-            // cgroup v1 `/docker/<id>` or a kubepods path's last part.
+            // cgroup v1 `/docker/<id>` or a kubepods path's last part. A hex id under any
+            // other manager (a VM's sandbox, a systemd unit) names no container.
             let runtime = if path.contains("docker") {
-                "docker"
+                Some("docker")
             } else if path.contains("kubepods") {
-                "kubernetes"
+                Some("kubernetes")
+            } else if path.contains("lxc") {
+                Some("lxc")
             } else {
-                "container"
+                None
             };
-            found = Some((runtime, part.to_string()));
+            if let Some(runtime) = runtime {
+                found = Some((runtime, part.to_string()));
+            }
         }
         if let Some(job) = part
             .strip_prefix("job_")
@@ -221,6 +226,11 @@ mod tests {
             None
         );
         assert_eq!(container_of("0::/\n"), None);
+        // A sandbox's cgroup with a hex id (seen on a GPU host's VM) is no container.
+        assert_eq!(
+            container_of(&format!("4:memory:/process_api/{}\n0::/\n", &ID[..32])),
+            None
+        );
         assert_eq!(container_of(""), None);
     }
 
