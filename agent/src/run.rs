@@ -50,7 +50,7 @@ pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
 /// whose segment could not be created (named `<pid>-<start ticks>`, holding the reason).
 pub const FAILED_DIR_ENV: &str = "SYNCSPY_FAILED_DIR";
 /// How the run reports such processes: `N processes could not record: <reason>`.
-pub const COULD_NOT_RECORD: &str = "could not record: ";
+pub use syncspy_read::report::COULD_NOT_RECORD;
 /// The live monitor `syncspy run --tui` starts, found next to syncspy like the library.
 pub const TOP_NAME: &str = "syncspy-top";
 

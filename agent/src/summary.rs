@@ -185,7 +185,7 @@ pub fn render(r: &Report) -> String {
     let failed = r
         .warnings
         .iter()
-        .any(|w| w.contains(crate::run::COULD_NOT_RECORD));
+        .any(|w| w.contains(syncspy_read::report::COULD_NOT_RECORD));
     if r.processes.is_empty() && !failed {
         let _ = writeln!(
             out,

@@ -22,11 +22,12 @@ pub mod advice;
 pub mod aggregate;
 pub mod alike;
 pub mod follow;
-pub mod jobs;
 pub mod place;
 pub mod python;
 pub mod rates;
 pub mod report;
+/// The report's `jobs` section (`report::jobs`), by its old name.
+pub use report::jobs;
 pub mod safe_file;
 pub mod snapshot;
 pub mod symbolize;

@@ -557,7 +557,7 @@ fn gpu_view(
         .fold(0, u64::saturating_add)
         .max(1);
     // The reader's merge rule (`syncspy_read::alike`): causes at one line are one row.
-    let causes = syncspy_read::alike::merge_gap_causes(
+    let causes = syncspy_read::report::merge_gap_causes(
         causes
             .into_iter()
             .map(|(cause, count, total_ns)| {

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::{ProcessReport, HOST_BUSY_ELSEWHERE};
+use super::{ProcessReport, HOST_BUSY_ELSEWHERE};
 
 /// The job of one process, as the report shows it (`processes[].job`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]

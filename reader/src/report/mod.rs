@@ -1,6 +1,8 @@
 //! The JSON report, version 1 (docs/contracts.md, "The JSON report, version 1"): the fields other tools rely
 //! on keep their meaning; the extra fields here add to them.
 
+pub mod jobs;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::Path;
@@ -37,7 +39,7 @@ pub struct Report {
     /// Processes grouped by distributed job (`processes[].job.id`), by job id; left out
     /// when no process is a rank of a job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub jobs: Vec<crate::jobs::JobReport>,
+    pub jobs: Vec<jobs::JobReport>,
     /// The verdict of `syncspy check`: each rule's result per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::verdict::BudgetReport>,
@@ -218,8 +220,36 @@ pub struct GapCauseReport {
     pub share: f64,
 }
 
+/// Gap causes with one cause, one call and one location made one (those without a location,
+/// such as "host busy elsewhere", stay apart), most idle time first. The merged cause keeps
+/// the site id of its largest part.
+pub fn merge_gap_causes(causes: Vec<GapCauseReport>) -> Vec<GapCauseReport> {
+    let mut causes = causes;
+    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+    let mut out = crate::alike::group(
+        causes,
+        |c| {
+            c.location
+                .as_ref()
+                .filter(|l| !l.is_empty())
+                .map(|l| (c.cause.clone(), c.api.clone(), l.clone()))
+        },
+        |a, b| {
+            a.count = a.count.saturating_add(b.count);
+            a.total_ns = a.total_ns.saturating_add(b.total_ns);
+            a.share += b.share;
+        },
+    );
+    out.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+    out
+}
+
 /// `GapCauseReport::cause` of gaps no host stall explains.
 pub const HOST_BUSY_ELSEWHERE: &str = "host_busy_elsewhere";
+
+/// The warning of a run some of whose processes could not record, in its summary and
+/// report: `N processes could not record: <reason>`.
+pub const COULD_NOT_RECORD: &str = "could not record: ";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IdleStats {
@@ -309,7 +339,7 @@ pub struct ProcessReport {
     /// The distributed job the process is a rank of (launcher's environment, ABI 1.3); left
     /// out when it is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<crate::jobs::JobRef>,
+    pub job: Option<jobs::JobRef>,
     /// The process's pid as the reader that wrote this report saw it (the node's, for a
     /// reader there), when `pid` (its pid in its own PID namespace) differs from it or the
     /// process is in another PID namespace; left out otherwise.
@@ -463,7 +493,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         copies,
         segment: f.reader.path().display().to_string(),
         python: PythonReport::of(&f.reader.python_status()),
-        job: a.job.as_ref().map(crate::jobs::JobRef::of),
+        job: a.job.as_ref().map(jobs::JobRef::of),
         host_pid: a
             .placement
             .host_pid
@@ -526,7 +556,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             }
         })
         .collect();
-    let causes = crate::alike::merge_gap_causes(causes);
+    let causes = merge_gap_causes(causes);
     let g = a.live.gpu.as_ref();
     // Idle between work: the gaps (exact totals of their records) and the short ones.
     let between: u64 = a
@@ -720,7 +750,7 @@ pub fn build<S>(
         .into_iter()
         .map(|f| process_report(f, sym, now_ns))
         .collect();
-    let jobs = crate::jobs::jobs_of(&processes);
+    let jobs = jobs::jobs_of(&processes);
     let mut warnings: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
     warnings.extend(sym.notes().iter().cloned());
     Report {
@@ -905,6 +935,53 @@ mod tests {
             &mut sym,
             crate::monotonic_ns(),
         )
+    }
+
+    fn cause(c: &str, api: &str, total_ns: u64, location: &str, site_id: u32) -> GapCauseReport {
+        GapCauseReport {
+            cause: c.into(),
+            api: api.into(),
+            site_id,
+            location: (!location.is_empty()).then(|| location.into()),
+            count: 1,
+            total_ns,
+            share: total_ns as f64 / 100.0,
+        }
+    }
+
+    #[test]
+    fn causes_at_one_line_are_one_and_those_without_a_line_stay_apart() {
+        let merged = merge_gap_causes(vec![
+            cause("stream_sync", "cudaStreamSynchronize", 20, "train.py:45", 3),
+            cause("stream_sync", "cudaStreamSynchronize", 40, "train.py:50", 1),
+            cause("stream_sync", "cudaStreamSynchronize", 30, "train.py:45", 2),
+            cause("memcpy_pageable", "cudaMemcpyAsync", 5, "train.py:45", 4),
+            cause("host_busy_elsewhere", "", 3, "", 0),
+            cause("host_busy_elsewhere", "", 2, "", 0),
+        ]);
+        let got: Vec<(&str, Option<&str>, u64, u64, u32)> = merged
+            .iter()
+            .map(|r| {
+                (
+                    r.cause.as_str(),
+                    r.location.as_deref(),
+                    r.count,
+                    r.total_ns,
+                    r.site_id,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("stream_sync", Some("train.py:45"), 2, 50, 2),
+                ("stream_sync", Some("train.py:50"), 1, 40, 1),
+                ("memcpy_pageable", Some("train.py:45"), 1, 5, 4),
+                ("host_busy_elsewhere", None, 1, 3, 0),
+                ("host_busy_elsewhere", None, 1, 2, 0),
+            ]
+        );
+        assert!((merged[0].share - 0.5).abs() < 1e-9);
     }
 
     #[test]
