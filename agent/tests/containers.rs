@@ -328,3 +328,49 @@ fn eight_ranks_in_a_64_mib_shm_leave_a_40_mib_program_its_room() {
     std::fs::remove_file(&program).unwrap();
     std::fs::remove_file(&more).unwrap();
 }
+
+#[test]
+fn a_non_root_job_in_its_own_pid_namespace_is_read_by_root_on_the_node() {
+    // Its segment is owned by its user and names pid 1, which here is init (root): the owner
+    // check must find the process by its namespace, not by its pid.
+    if !namespaces_available() {
+        return;
+    }
+    let d = TempDir::new("containers-nonroot");
+    let sim = sim_dir(&d);
+    let segs = d.path().join("shm");
+    std::fs::create_dir(&segs).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&segs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // The test folder itself must be traversable by nobody.
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .arg(cudacalls())
+        .args(["--iters", "100000", "busy=s1:500", "sync=s1", "sleep=2000"])
+        .env("LD_PRELOAD", artifact("libsyncspy.so"))
+        .env("LD_LIBRARY_PATH", &sim)
+        .env("SYNCSPY_DIR", &segs)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env("SYNCSPY_GPU_IDLE", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _job = Running(c.spawn().unwrap());
+    let path = eventually("the job's segment", || segments(&segs).into_iter().next());
+    assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+    let r = eventually("the segment opens", || SegmentReader::open(&path).ok());
+    assert_eq!(r.ident().pid, 1);
+    assert!(r.writer_alive());
+    let at = syncspy_read::place::place(r.ident(), r.origin().as_ref());
+    assert!(at.foreign_ns);
+    let host = at.host_pid.expect("the job's host pid");
+    assert_ne!(host, 1);
+    let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap();
+    assert!(status.contains("65534"), "{status}");
+}

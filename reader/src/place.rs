@@ -8,8 +8,6 @@
 //! time. The container comes from that process's cgroup path: Docker, containerd, CRI-O and
 //! Podman name their containers there, Kubernetes its pods, Slurm its jobs.
 
-use std::os::unix::fs::MetadataExt;
-
 use syncspy_abi::origin::Origin;
 use syncspy_abi::Ident;
 
@@ -45,20 +43,13 @@ impl Container {
     }
 }
 
-/// The inode of this process's PID namespace, 0 when unknown.
-fn own_pid_ns() -> (u64, u64) {
-    std::fs::metadata("/proc/self/ns/pid").map_or((0, 0), |m| (m.dev(), m.ino()))
-}
-
 /// Places the process of a segment with identity `ident` and origin `origin` (`None` for
 /// segments older than ABI 1.5: taken to be in this reader's namespace).
 pub fn place(ident: &Ident, origin: Option<&Origin>) -> Placement {
-    let foreign = origin.is_some_and(|o| {
-        let (dev, ino) = own_pid_ns();
-        o.pid_ns != 0 && ino != 0 && (o.pid_ns != ino || (o.ns_dev != 0 && o.ns_dev != dev))
-    });
+    let foreign = origin.is_some_and(Origin::in_another_pid_namespace);
     let host_pid = if foreign {
-        origin.and_then(|o| find_in_namespace(o.pid_ns, ident.pid, ident.start_ticks))
+        origin
+            .and_then(|o| syncspy_abi::segment::host_pid_of(o.pid_ns, ident.pid, ident.start_ticks))
     } else {
         syncspy_abi::process_running(ident.pid, ident.start_ticks).then_some(ident.pid)
     };
@@ -70,38 +61,6 @@ pub fn place(ident: &Ident, origin: Option<&Origin>) -> Placement {
         foreign_ns: foreign,
         container,
     }
-}
-
-/// The pid here of the process that is `ns_pid` in the PID namespace with inode `pid_ns`
-/// and started at `start_ticks`.
-fn find_in_namespace(pid_ns: u64, ns_pid: u32, start_ticks: u64) -> Option<u32> {
-    for entry in std::fs::read_dir("/proc").ok()? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let in_ns =
-            std::fs::metadata(format!("/proc/{pid}/ns/pid")).is_ok_and(|m| m.ino() == pid_ns);
-        if !in_ns {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let last = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .and_then(|l| l.split_ascii_whitespace().last())
-            .and_then(|p| p.parse::<u32>().ok());
-        if last == Some(ns_pid) && syncspy_abi::process_start_ticks(pid) == Some(start_ticks) {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 /// The container a cgroup file (`/proc/<pid>/cgroup`) names, if any.

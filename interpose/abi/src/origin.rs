@@ -63,6 +63,19 @@ impl Origin {
         }
     }
 
+    /// Whether the writer is in another PID namespace than the calling process (known
+    /// namespaces only).
+    pub fn in_another_pid_namespace(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if self.pid_ns == 0 {
+            return false;
+        }
+        match std::fs::metadata("/proc/self/ns/pid") {
+            Ok(m) => m.ino() != self.pid_ns || (self.ns_dev != 0 && m.dev() != self.ns_dev),
+            Err(_) => false,
+        }
+    }
+
     /// Whether the writer shows its liveness with a lock.
     pub fn lock_held_while_alive(&self) -> bool {
         self.flags & FLAG_LIVENESS_LOCK != 0

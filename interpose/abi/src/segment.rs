@@ -797,7 +797,23 @@ impl SegmentReader {
         // SAFETY: the mapping holds at least HEADER_RESERVED >= size_of::<Ident>() bytes;
         // `Ident` is plain data valid for any bit pattern, copied once.
         let ident: Ident = unsafe { std::ptr::read_volatile(map.ptr as *const Ident) };
-        if ident.magic == MAGIC && !owner_may_write(meta.uid(), ident.pid) {
+        // The writer's namespaces (ABI 1.5): a process in another PID namespace is found
+        // here by them, not by its pid there.
+        let origin_end = std::mem::offset_of!(Header, origin) + size_of::<crate::origin::Origin>();
+        let origin = (ident.abi_minor >= 5
+            && ident.header_size as usize >= origin_end
+            && map.len >= origin_end)
+            .then(|| {
+                // SAFETY: `origin_end <= map.len` was just checked; `Origin` is plain data
+                // valid for any bit pattern, copied once.
+                unsafe {
+                    std::ptr::read_volatile(map.ptr.add(std::mem::offset_of!(Header, origin))
+                        as *const crate::origin::Origin)
+                }
+            });
+        if ident.magic == MAGIC
+            && !owner_may_write(meta.uid(), ident.pid, ident.start_ticks, origin.as_ref())
+        {
             return Err(OpenError::Owner {
                 uid: meta.uid(),
                 pid: ident.pid,
@@ -972,11 +988,58 @@ fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-/// Whether a file owned by `uid` may be the segment of process `pid`: the reader's own
-/// effective uid, or one of the process's real, effective, saved and filesystem uids.
-fn owner_may_write(uid: u32, pid: u32) -> bool {
+/// Whether a file owned by `uid` may be the segment of process `pid` (started at
+/// `start_ticks`, in the namespaces `origin` names): the reader's own effective uid, or one
+/// of the process's real, effective, saved and filesystem uids. A process in another PID
+/// namespace (a pod's pid 1) is found by its namespace ([`host_pid_of`]), not by its pid.
+fn owner_may_write(
+    uid: u32,
+    pid: u32,
+    start_ticks: u64,
+    origin: Option<&crate::origin::Origin>,
+) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    uid == unsafe { libc::geteuid() } || process_uids(pid).is_some_and(|u| u.contains(&uid))
+    if uid == unsafe { libc::geteuid() } {
+        return true;
+    }
+    let here = match origin.filter(|o| o.in_another_pid_namespace()) {
+        Some(o) => host_pid_of(o.pid_ns, pid, start_ticks),
+        None => Some(pid),
+    };
+    here.and_then(process_uids)
+        .is_some_and(|u| u.contains(&uid))
+}
+
+/// The pid in this reader's PID namespace of the process that is `ns_pid` in the PID
+/// namespace with inode `pid_ns` and started at `start_ticks` (the last `NSpid:` entry of
+/// `/proc/<pid>/status` is its pid in its own namespace); `None` when it is not to be found.
+pub fn host_pid_of(pid_ns: u64, ns_pid: u32, start_ticks: u64) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    for entry in std::fs::read_dir("/proc").ok()? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::fs::metadata(format!("/proc/{pid}/ns/pid")).is_ok_and(|m| m.ino() == pid_ns) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let last = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|l| l.split_ascii_whitespace().last())
+            .and_then(|p| p.parse::<u32>().ok());
+        if last == Some(ns_pid) && process_start_ticks(pid) == Some(start_ticks) {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 /// The real, effective, saved and filesystem uids of `pid` (the `Uid:` line of
