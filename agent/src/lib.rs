@@ -20,6 +20,7 @@ pub mod check;
 pub mod compare;
 pub mod daemon;
 pub mod demo;
+pub mod in_root;
 pub mod junit;
 pub mod markdown;
 pub mod metrics;

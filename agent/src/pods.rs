@@ -18,11 +18,9 @@
 //! scanned, and is closed once the segments followed in it are forgotten.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io::{self, BufRead};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -248,49 +246,9 @@ fn fstat_id(fd: &OwnedFd) -> Option<FolderId> {
     }
 }
 
-/// Opens folder `dir` as process `pid` sees it (`O_PATH | O_DIRECTORY`), resolved inside its
-/// root: `openat2` with `RESOLVE_IN_ROOT` (Linux 5.6), else through `/proc/<pid>/root`.
+/// Opens folder `dir` as process `pid` sees it, inside its root (`crate::in_root`).
 pub fn open_in_root(pid: u32, dir: &Path) -> io::Result<OwnedFd> {
-    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-    let root = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(format!("/proc/{pid}/root"))?;
-    let rel = dir.strip_prefix("/").unwrap_or(dir);
-    let rel = if rel.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        rel
-    };
-    let c = CString::new(rel.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `open_how` is plain data (zero is its default); openat2 reads `size` bytes of
-    // it and the path string, both valid for the call; the fd returned is owned at once.
-    let fd = unsafe {
-        let mut how: libc::open_how = std::mem::zeroed();
-        how.flags = flags as u64;
-        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: a descriptor openat2 just returned, owned by nobody else.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(e);
-    }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(describe(pid, dir))?;
-    Ok(OwnedFd::from(f))
+    crate::in_root::open_in_root(pid, dir, true)
 }
 
 #[cfg(test)]

@@ -110,53 +110,9 @@ fn ns_inode(p: &str) -> Option<u64> {
     std::fs::metadata(p).ok().map(|m| m.ino())
 }
 
-/// Opens `path` of process `pid`'s file system, resolved as the process would, inside its
-/// root: an absolute link in a container points into the container, never at this
-/// machine's files (`openat2` with `RESOLVE_IN_ROOT`; kernels before 5.6 fall back to
-/// /proc/PID/root/path). `O_PATH`: only to name or stat what was found.
+/// `path` of process `pid`'s file system, opened inside its root (`crate::in_root`).
 fn open_in_root(pid: i32, path: &Path, dir: bool) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let root = std::fs::File::open(format!("/proc/{pid}/root"))?;
-    let rel = path.strip_prefix("/").unwrap_or(path);
-    let rel = if rel.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        rel
-    };
-    let c = std::ffi::CString::new(rel.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
-    if dir {
-        flags |= libc::O_DIRECTORY;
-    }
-    // SAFETY: open_how is plain data; all-zero is its empty value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = flags as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: `c` is NUL-terminated and `how` is a valid open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: a descriptor openat2 just returned, owned by nobody else.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(e);
-    }
-    let mut o = std::fs::OpenOptions::new();
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut o, flags & !libc::O_CLOEXEC);
-    Ok(o.read(true)
-        .open(Path::new(&format!("/proc/{pid}/root")).join(rel))?
-        .into())
+    crate::in_root::open_in_root(pid as u32, path, dir)
 }
 
 /// Where the control file and the segment are, as the target sees them (`*_in`) and as
