@@ -9,10 +9,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{artifact, cudacalls, Running, TempDir};
+use common::{artifact, cudacalls, eventually, Running, TempDir};
 use syncspy_abi::SegmentReader;
 
 /// Whether this machine can make PID namespaces (root, `unshare` present); says why not.
@@ -63,17 +63,6 @@ fn containerized_job(sim: &Path, segs: &Path, env: &[(&str, &str)], args: &[&str
         c.env(k, v);
     }
     Running(c.spawn().unwrap())
-}
-
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The segment files of `dir`, by name.

@@ -7,14 +7,12 @@
 //! not run and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{artifact, cudacalls, Running, TempDir, SYNCSPY};
+use common::{artifact, cudacalls, eventually, metric, metrics, Running, TempDir, SYNCSPY};
 
 const UNSHARE: [&str; 6] = [
     "--pid",
@@ -47,32 +45,6 @@ fn namespaces_available() -> bool {
         );
     }
     ok
-}
-
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn metrics(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
-fn metric(body: &str, line_start: &str) -> Option<u64> {
-    body.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l[line_start.len()..].trim().parse().ok())
 }
 
 /// A folder where the simulated runtime answers to the CUDA sonames, beside the built

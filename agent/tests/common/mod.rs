@@ -37,3 +37,37 @@ pub fn run_sim(d: &TempDir, extra: &[&str], cmd: &[&str]) -> std::process::Outpu
         .output()
         .expect("start syncspy")
 }
+
+/// Polls `f` until it returns `Some`, for at most 60 s.
+pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The body of an agent's `/metrics` at `addr`.
+pub fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// The value of the first line of `body` that starts with `line_start`, as a number.
+pub fn metric(body: &str, line_start: &str) -> Option<u64> {
+    body.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l[line_start.len()..].trim().parse().ok())
+}
