@@ -755,3 +755,71 @@ fn run_sim_args(d: &TempDir, cmd: &[&str]) -> std::process::Output {
         .unwrap();
     wait_within(child, 60, "syncspy run")
 }
+
+/// A shell command that, like another user watching for new pids, puts that user's folders
+/// at every predictable segment name of its own process (`syncspy-<pid>-<start>` and `-1` to
+/// `-64`), then becomes `cudacalls`, which records two stream syncs.
+fn squatted_cudacalls() -> Vec<String> {
+    let script = format!(
+        "st=$(cut -d' ' -f22 /proc/$$/stat); base=\"$SYNCSPY_DIR/syncspy-$$-$st\"; \
+         set -- \"$base\"; n=1; while [ $n -le 64 ]; do set -- \"$@\" \"$base-$n\"; n=$((n+1)); done; \
+         setpriv --reuid={OTHER_USER} --regid={OTHER_USER} --clear-groups mkdir \"$@\" || exit 99; \
+         exec {} --iters 2 busy=s1:100 sync=s1",
+        cudacalls()
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+#[test]
+fn folders_at_every_predictable_segment_name_neither_blind_a_run_nor_fail_it() {
+    if !root_or_skip("folders_at_every_predictable_segment_name_neither_blind_a_run_nor_fail_it") {
+        return;
+    }
+    let d = TempDir::new("hostile-squat");
+    let seg = sticky_folder(&d);
+    let cmd = squatted_cudacalls();
+    let run = |sub: &[&str]| {
+        let child = Command::new(SYNCSPY)
+            .args(sub)
+            .arg("--")
+            .args(&cmd)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SIMCUDA_TIME_SCALE", "1")
+            .env_remove("SYNCSPY_LIB")
+            .env_remove("SYNCSPY_SIM_LIB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_within(child, 60, "syncspy with squatted segment names")
+    };
+    let o = run(&["run", "--sim", "--report", "-"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("could not record"), "{err}");
+    assert!(
+        !err.contains("skipped"),
+        "another user's folders are not this run's: {err}"
+    );
+    let out = text(&o.stdout);
+    let json = &out[out.find("{\n").expect("no JSON report on stdout")..];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        v["processes"][0]["kinds"]["stream_sync"]["count"], 2,
+        "{json}"
+    );
+
+    let budget = d.file(
+        "budget.toml",
+        "[[rule]]\nname = \"syncs\"\nkind = \"stream_sync\"\nmax_count = 2\n",
+    );
+    let o = run(&["check", "--sim", "--budget", budget.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("2 events <= max_count 2"), "{err}");
+    // Only the planted folders are left: the run's own segments were removed.
+    for e in std::fs::read_dir(&seg).unwrap() {
+        let e = e.unwrap();
+        assert!(e.file_type().unwrap().is_dir(), "{:?} left", e.file_name());
+    }
+}

@@ -424,6 +424,12 @@ impl<S> Follower<S> {
                 // leaves it unmentioned, like any other user's file; one that follows every
                 // process (the agent, the monitor) says it skipped it.
                 Err(OpenError::Owner { .. }) if self.session.is_some() => Seen::Ignored,
+                // Another user's folder, FIFO or link named like a segment (one for each new
+                // pid, to make every run warn): not this session's, since its processes'
+                // segments are regular files, which take another name when theirs is taken.
+                Err(OpenError::NotRegular(_)) if self.session.is_some() && !owned_by_us(&entry) => {
+                    Seen::Ignored
+                }
                 Err(e) => {
                     self.push_problem(SegmentProblem {
                         path,
