@@ -823,3 +823,86 @@ fn folders_at_every_predictable_segment_name_neither_blind_a_run_nor_fail_it() {
         assert!(e.file_type().unwrap().is_dir(), "{:?} left", e.file_name());
     }
 }
+
+/// The pid of a child of `parent`, once it has one (within 10 s).
+fn child_of(parent: u32) -> u32 {
+    for _ in 0..500 {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(c) = children.split_whitespace().next() {
+            return c.parse().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("process {parent} started no child");
+}
+
+#[test]
+fn a_segment_of_another_users_process_with_the_runs_session_is_not_counted() {
+    if !root_or_skip("a_segment_of_another_users_process_with_the_runs_session_is_not_counted") {
+        return;
+    }
+    let d = TempDir::new("hostile-forge");
+    let seg = sticky_folder(&d);
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let budget = d.file(
+        "budget.toml",
+        "[[rule]]\nname = \"syncs\"\nkind = \"stream_sync\"\nmax_count = 100\n",
+    );
+    let check = Command::new(SYNCSPY)
+        .args(["check", "--sim", "--budget"])
+        .arg(&budget)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "sleep 1.5; exec {} --iters 2 busy=s1:100 sync=s1",
+            cudacalls()
+        ))
+        .env("SYNCSPY_DIR", &seg)
+        .env("TMPDIR", &tmp)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The session, as root sees it in the command's environment.
+    let child = child_of(check.id());
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    let session: u64 = environ
+        .split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"SYNCSPY_SESSION="))
+        .map(|v| text(v).parse().unwrap())
+        .expect("no SYNCSPY_SESSION in the command's environment");
+    // Nothing another user can list names it.
+    for e in std::fs::read_dir(&tmp).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !name.contains(&format!("{session:016x}")) && !name.contains(&session.to_string()),
+            "{name} shows the session"
+        );
+    }
+    // Another user who learnt it anyway forges a segment of that session for a process of
+    // its own, outside the run, with 5,000 syncs.
+    let forger = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(artifact("forge-session"))
+        .arg(&seg)
+        .arg(session.to_string())
+        .arg("4")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _forger = Running(forger);
+    let o = wait_within(check, 60, "syncspy check with a forged segment");
+    let err = text(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the forged segment was counted:\n{err}"
+    );
+    assert!(err.contains("2 events <= max_count 100"), "{err}");
+    assert!(!err.contains("forged"), "{err}");
+    assert!(err.contains("not one this run started"), "{err}");
+}

@@ -864,6 +864,12 @@ impl SegmentReader {
         }
     }
 
+    /// The uid that owns the open file (the user whose process created it); `None` when it
+    /// cannot be read.
+    pub fn owner_uid(&self) -> Option<u32> {
+        self.file.metadata().ok().map(|m| m.uid())
+    }
+
     /// The size of this segment's file under its path, in bytes (0 when another file, or
     /// none, is there now).
     pub fn file_size(&self) -> u64 {
