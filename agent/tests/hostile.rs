@@ -906,3 +906,33 @@ fn a_segment_of_another_users_process_with_the_runs_session_is_not_counted() {
     assert!(!err.contains("forged"), "{err}");
     assert!(err.contains("not one this run started"), "{err}");
 }
+
+#[test]
+fn bad_setting_values_each_get_one_warning_and_the_default() {
+    let d = TempDir::new("hostile-settings");
+    let bad = [
+        ("SYNCSPY_DRIVER", "x"),
+        ("SYNCSPY_GPU_IDLE", "bogus"),
+        ("SYNCSPY_GPU_IDLE_MIN_US", "-1"),
+        ("SYNCSPY_LINGER_MS", "-1"),
+        ("SYNCSPY_DIR_CAP_MB", "-1"),
+    ];
+    let o = run_env(&d, &[], &bad);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("stream_sync"),
+        "no summary (the defaults were not used):\n{err}"
+    );
+    for (k, v) in bad {
+        let line = format!("syncspy: warning: {k}={v:?} is not");
+        // One process, so once; `syncspy run` itself reads the folder policy too.
+        let n = err.matches(&line).count();
+        let most = if k.starts_with("SYNCSPY_DIR_CAP") || k.starts_with("SYNCSPY_LINGER") {
+            2
+        } else {
+            1
+        };
+        assert!((1..=most).contains(&n), "{line}: {n} times in\n{err}");
+    }
+}
