@@ -936,3 +936,55 @@ fn bad_setting_values_each_get_one_warning_and_the_default() {
         assert!((1..=most).contains(&n), "{line}: {n} times in\n{err}");
     }
 }
+
+#[test]
+fn attach_refusals_say_why() {
+    if !root_or_skip("attach_refusals_say_why") {
+        return;
+    }
+    // Root's process, which the other user may not attach to.
+    let sleeper = Running(Command::new("sleep").arg("30").spawn().unwrap());
+    let o = wait_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args([
+                SYNCSPY,
+                "attach",
+                &sleeper.0.id().to_string(),
+                "--duration",
+                "1",
+            ])
+            .env("SYNCSPY_DIR", "/dev/shm")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        30,
+        "syncspy attach to another user's process",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("belongs to another user (root (uid 0))") && err.contains("as root"),
+        "{err}"
+    );
+    drop(sleeper);
+
+    // A zombie: exited, not yet collected.
+    let mut z = Command::new("true").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = wait_within(
+        Command::new(SYNCSPY)
+            .args(["attach", &z.id().to_string(), "--duration", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        30,
+        "syncspy attach to a zombie",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("has exited"), "{err}");
+    z.wait().unwrap();
+}
