@@ -338,10 +338,13 @@ pub fn prepend_list(first: &OsStr, existing: Option<&OsStr>, sep: &str) -> OsStr
 struct PrivateDir(PathBuf);
 
 impl PrivateDir {
-    fn create(what: &str, session: u64) -> Result<PrivateDir, RunError> {
+    /// Named with a random number of its own, never the session: anyone can list the
+    /// temporary folder, and the session must stay this run's secret.
+    fn create(what: &str) -> Result<PrivateDir, RunError> {
         let dir = std::env::temp_dir().join(format!(
-            "syncspy-{what}-{}-{session:016x}",
-            std::process::id()
+            "syncspy-{what}-{}-{:016x}",
+            std::process::id(),
+            new_session()
         ));
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -366,8 +369,8 @@ impl Drop for PrivateDir {
 struct SimDir(PrivateDir);
 
 impl SimDir {
-    fn create(sim_lib: &Path, session: u64) -> Result<SimDir, RunError> {
-        let guard = SimDir(PrivateDir::create("sim", session)?);
+    fn create(sim_lib: &Path) -> Result<SimDir, RunError> {
+        let guard = SimDir(PrivateDir::create("sim")?);
         let dir = &guard.0 .0;
         for name in SIM_LINK_NAMES {
             std::os::unix::fs::symlink(sim_lib, dir.join(name)).map_err(|e| {
@@ -504,7 +507,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         check_output_path("--trace", "a JSON trace file", t)?;
     }
     let session = new_session();
-    let failed_dir = PrivateDir::create("failed", session)?;
+    let failed_dir = PrivateDir::create("failed")?;
     // Registered for this session: an agent leaves this run's ended segments to it.
     let registration = match syncspy_abi::lifecycle::register(
         &seg_dir,
@@ -528,7 +531,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             &dirs,
             "build it with `cargo build -p simcuda`",
         )?;
-        Some(SimDir::create(&sim_lib, session)?)
+        Some(SimDir::create(&sim_lib)?)
     } else {
         None
     };
@@ -653,7 +656,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         let _ = tx.send((r, Instant::now()));
     });
 
-    let mut follower: Follower = Follower::new(&seg_dir, Some(session)).with_leases();
+    // Another user's segment counts only when its process is one this run started.
+    let mut follower: Follower = Follower::new(&seg_dir, Some(session))
+        .with_leases()
+        .with_tree(std::process::id());
     let mut trace = opts
         .trace
         .as_ref()

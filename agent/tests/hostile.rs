@@ -755,3 +755,236 @@ fn run_sim_args(d: &TempDir, cmd: &[&str]) -> std::process::Output {
         .unwrap();
     wait_within(child, 60, "syncspy run")
 }
+
+/// A shell command that, like another user watching for new pids, puts that user's folders
+/// at every predictable segment name of its own process (`syncspy-<pid>-<start>` and `-1` to
+/// `-64`), then becomes `cudacalls`, which records two stream syncs.
+fn squatted_cudacalls() -> Vec<String> {
+    let script = format!(
+        "st=$(cut -d' ' -f22 /proc/$$/stat); base=\"$SYNCSPY_DIR/syncspy-$$-$st\"; \
+         set -- \"$base\"; n=1; while [ $n -le 64 ]; do set -- \"$@\" \"$base-$n\"; n=$((n+1)); done; \
+         setpriv --reuid={OTHER_USER} --regid={OTHER_USER} --clear-groups mkdir \"$@\" || exit 99; \
+         exec {} --iters 2 busy=s1:100 sync=s1",
+        cudacalls()
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+#[test]
+fn folders_at_every_predictable_segment_name_neither_blind_a_run_nor_fail_it() {
+    if !root_or_skip("folders_at_every_predictable_segment_name_neither_blind_a_run_nor_fail_it") {
+        return;
+    }
+    let d = TempDir::new("hostile-squat");
+    let seg = sticky_folder(&d);
+    let cmd = squatted_cudacalls();
+    let run = |sub: &[&str]| {
+        let child = Command::new(SYNCSPY)
+            .args(sub)
+            .arg("--")
+            .args(&cmd)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SIMCUDA_TIME_SCALE", "1")
+            .env_remove("SYNCSPY_LIB")
+            .env_remove("SYNCSPY_SIM_LIB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_within(child, 60, "syncspy with squatted segment names")
+    };
+    let o = run(&["run", "--sim", "--report", "-"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("could not record"), "{err}");
+    assert!(
+        !err.contains("skipped"),
+        "another user's folders are not this run's: {err}"
+    );
+    let out = text(&o.stdout);
+    let json = &out[out.find("{\n").expect("no JSON report on stdout")..];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        v["processes"][0]["kinds"]["stream_sync"]["count"], 2,
+        "{json}"
+    );
+
+    let budget = d.file(
+        "budget.toml",
+        "[[rule]]\nname = \"syncs\"\nkind = \"stream_sync\"\nmax_count = 2\n",
+    );
+    let o = run(&["check", "--sim", "--budget", budget.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("2 events <= max_count 2"), "{err}");
+    // Only the planted folders are left: the run's own segments were removed.
+    for e in std::fs::read_dir(&seg).unwrap() {
+        let e = e.unwrap();
+        assert!(e.file_type().unwrap().is_dir(), "{:?} left", e.file_name());
+    }
+}
+
+/// The pid of a child of `parent`, once it has one (within 10 s).
+fn child_of(parent: u32) -> u32 {
+    for _ in 0..500 {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(c) = children.split_whitespace().next() {
+            return c.parse().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("process {parent} started no child");
+}
+
+#[test]
+fn a_segment_of_another_users_process_with_the_runs_session_is_not_counted() {
+    if !root_or_skip("a_segment_of_another_users_process_with_the_runs_session_is_not_counted") {
+        return;
+    }
+    let d = TempDir::new("hostile-forge");
+    let seg = sticky_folder(&d);
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let budget = d.file(
+        "budget.toml",
+        "[[rule]]\nname = \"syncs\"\nkind = \"stream_sync\"\nmax_count = 100\n",
+    );
+    let check = Command::new(SYNCSPY)
+        .args(["check", "--sim", "--budget"])
+        .arg(&budget)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "sleep 1.5; exec {} --iters 2 busy=s1:100 sync=s1",
+            cudacalls()
+        ))
+        .env("SYNCSPY_DIR", &seg)
+        .env("TMPDIR", &tmp)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The session, as root sees it in the command's environment.
+    let child = child_of(check.id());
+    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    let session: u64 = environ
+        .split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"SYNCSPY_SESSION="))
+        .map(|v| text(v).parse().unwrap())
+        .expect("no SYNCSPY_SESSION in the command's environment");
+    // Nothing another user can list names it.
+    for e in std::fs::read_dir(&tmp).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !name.contains(&format!("{session:016x}")) && !name.contains(&session.to_string()),
+            "{name} shows the session"
+        );
+    }
+    // Another user who learnt it anyway forges a segment of that session for a process of
+    // its own, outside the run, with 5,000 syncs.
+    let forger = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(artifact("forge-session"))
+        .arg(&seg)
+        .arg(session.to_string())
+        .arg("4")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _forger = Running(forger);
+    let o = wait_within(check, 60, "syncspy check with a forged segment");
+    let err = text(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the forged segment was counted:\n{err}"
+    );
+    assert!(err.contains("2 events <= max_count 100"), "{err}");
+    assert!(!err.contains("forged"), "{err}");
+    assert!(err.contains("not one this run started"), "{err}");
+}
+
+#[test]
+fn bad_setting_values_each_get_one_warning_and_the_default() {
+    let d = TempDir::new("hostile-settings");
+    let bad = [
+        ("SYNCSPY_DRIVER", "x"),
+        ("SYNCSPY_GPU_IDLE", "bogus"),
+        ("SYNCSPY_GPU_IDLE_MIN_US", "-1"),
+        ("SYNCSPY_LINGER_MS", "-1"),
+        ("SYNCSPY_DIR_CAP_MB", "-1"),
+    ];
+    let o = run_env(&d, &[], &bad);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("stream_sync"),
+        "no summary (the defaults were not used):\n{err}"
+    );
+    for (k, v) in bad {
+        let line = format!("syncspy: warning: {k}={v:?} is not");
+        // One process, so once; `syncspy run` itself reads the folder policy too.
+        let n = err.matches(&line).count();
+        let most = if k.starts_with("SYNCSPY_DIR_CAP") || k.starts_with("SYNCSPY_LINGER") {
+            2
+        } else {
+            1
+        };
+        assert!((1..=most).contains(&n), "{line}: {n} times in\n{err}");
+    }
+}
+
+#[test]
+fn attach_refusals_say_why() {
+    if !root_or_skip("attach_refusals_say_why") {
+        return;
+    }
+    // Root's process, which the other user may not attach to.
+    let sleeper = Running(Command::new("sleep").arg("30").spawn().unwrap());
+    let o = wait_within(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args([
+                SYNCSPY,
+                "attach",
+                &sleeper.0.id().to_string(),
+                "--duration",
+                "1",
+            ])
+            .env("SYNCSPY_DIR", "/dev/shm")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        30,
+        "syncspy attach to another user's process",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("belongs to another user (root (uid 0))") && err.contains("as root"),
+        "{err}"
+    );
+    drop(sleeper);
+
+    // A zombie: exited, not yet collected.
+    let mut z = Command::new("true").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = wait_within(
+        Command::new(SYNCSPY)
+            .args(["attach", &z.id().to_string(), "--duration", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        30,
+        "syncspy attach to a zombie",
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("has exited"), "{err}");
+    z.wait().unwrap();
+}

@@ -200,10 +200,17 @@ impl Config {
             stack_min_ns: env.num("SYNCSPY_STACK_MIN_NS", 0, u64::MAX),
             stack_cache: env.bool("SYNCSPY_STACK_CACHE", true, true),
             python: env.bool("SYNCSPY_PYTHON", true, true),
-            gpu: crate::gpu::GpuConfig::parse(
-                env.value("SYNCSPY_GPU_IDLE").as_deref(),
-                env.value("SYNCSPY_GPU_IDLE_MIN_US").as_deref(),
-            ),
+            gpu: {
+                let (mode, min_us) = (
+                    env.value("SYNCSPY_GPU_IDLE"),
+                    env.value("SYNCSPY_GPU_IDLE_MIN_US"),
+                );
+                crate::gpu::GpuConfig::parse_warn(
+                    mode.as_deref(),
+                    min_us.as_deref(),
+                    &mut env.warnings,
+                )
+            },
         };
         (cfg, env.warnings)
     }

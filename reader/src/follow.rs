@@ -230,6 +230,8 @@ pub struct Follower<S = ()> {
     dir: PathBuf,
     session: Option<u64>,
     pid: Option<u32>,
+    /// Counts another user's segment only when its process descends from this one.
+    tree: Option<u32>,
     seen: HashMap<(OsString, u64), Seen>,
     /// In the order they were found.
     followed: Vec<Followed<S>>,
@@ -282,6 +284,7 @@ impl<S> Follower<S> {
             dir: dir.into(),
             session,
             pid: None,
+            tree: None,
             seen: HashMap::new(),
             followed: Vec::new(),
             problems: Vec::new(),
@@ -289,6 +292,16 @@ impl<S> Follower<S> {
             leases: false,
             watch: None,
         }
+    }
+
+    /// Follows a segment whose file belongs to another user than this reader's only when its
+    /// process, found from here (`place`), descends from process `root` (`syncspy run`
+    /// itself): another local user who learnt the session cannot add a process of their
+    /// own to the run. A segment of this reader's own user is followed as before (no other
+    /// user can make one).
+    pub fn with_tree(mut self, root: u32) -> Follower<S> {
+        self.tree = Some(root);
+        self
     }
 
     /// Takes a lease (see `syncspy_abi::lifecycle`) on every segment followed from now on,
@@ -391,13 +404,34 @@ impl<S> Follower<S> {
             let path = entry.path();
             let seen = match SegmentReader::open(&path) {
                 Ok(reader) => {
+                    let placement =
+                        || crate::place::place(reader.ident(), reader.origin().as_ref());
+                    let mut placed = None;
+                    let foreign_to_tree = self.tree.is_some_and(|root| {
+                        // SAFETY: geteuid has no preconditions and cannot fail.
+                        let me = unsafe { libc::geteuid() };
+                        reader.owner_uid() != Some(me) && {
+                            let p = placed.insert(placement());
+                            !p.host_pid.is_some_and(|pid| descends_from(pid, root))
+                        }
+                    });
                     if self.session.is_some_and(|s| s != reader.ident().session) {
+                        Seen::Ignored
+                    } else if foreign_to_tree {
+                        self.push_problem(SegmentProblem {
+                            path,
+                            error: format!(
+                                "not counted: its file belongs to uid {}, and its process {} is \
+                                 not one this run started",
+                                reader.owner_uid().map_or("?".into(), |u| u.to_string()),
+                                reader.ident().pid
+                            ),
+                        });
                         Seen::Ignored
                     } else {
                         let mut agg = ProcessAgg::new(reader.ident());
                         agg.job = reader.job();
-                        agg.placement =
-                            crate::place::place(reader.ident(), reader.origin().as_ref());
+                        agg.placement = placed.unwrap_or_else(placement);
                         let state = (self.make_state)(reader.ident());
                         // Without a lease the segment is still followed, as before leases.
                         let lease = if self.leases {
@@ -431,6 +465,12 @@ impl<S> Follower<S> {
                 // leaves it unmentioned, like any other user's file; one that follows every
                 // process (the agent, the monitor) says it skipped it.
                 Err(OpenError::Owner { .. }) if self.session.is_some() => Seen::Ignored,
+                // Another user's folder, FIFO or link named like a segment (one for each new
+                // pid, to make every run warn): not this session's, since its processes'
+                // segments are regular files, which take another name when theirs is taken.
+                Err(OpenError::NotRegular(_)) if self.session.is_some() && !owned_by_us(&entry) => {
+                    Seen::Ignored
+                }
                 Err(e) => {
                     self.push_problem(SegmentProblem {
                         path,
@@ -566,6 +606,35 @@ impl<S> Follower<S> {
         self.followed = keep;
         gone
     }
+}
+
+/// Whether process `pid` is `root` or one of its descendants, by the parent links in /proc
+/// (a process orphaned by its parent's end has left the tree).
+pub fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..4096 {
+        if pid == root {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
+        let Some(close) = stat.iter().rposition(|b| *b == b')') else {
+            return false;
+        };
+        let Some(ppid) = std::str::from_utf8(&stat[close + 1..])
+            .ok()
+            .and_then(|rest| rest.split_ascii_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
 }
 
 fn owned_by_us(entry: &std::fs::DirEntry) -> bool {

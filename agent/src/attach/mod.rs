@@ -136,6 +136,12 @@ fn target(pid: i32) -> Result<Target, RunError> {
             .find_map(|l| l.strip_prefix(name))
             .map(|v| v.trim().to_string())
     };
+    if field("State:").is_some_and(|v| v.starts_with('Z') || v.starts_with('X')) {
+        return Err(setup(format!(
+            "process {pid} has exited (its parent has not collected its exit status yet): \
+             there is nothing to attach to"
+        )));
+    }
     if let Some(t) = field("TracerPid:").filter(|t| t != "0") {
         return Err(setup(format!(
             "process {pid} is already traced (by process {t}, a debugger or profiler): \
@@ -476,6 +482,26 @@ fn control_text(
     s
 }
 
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `alice (uid 1000)`, or `uid 1000` when /etc/passwd does not name it.
+fn user_label(uid: u32) -> String {
+    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
+        p.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+        })
+    });
+    match name {
+        Some(n) => format!("{n} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
 /// `syncspy attach PID`.
 pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     install_stop_handlers();
@@ -484,8 +510,18 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if let Some(r) = &opts.report {
         check_output_path("--report", "a JSON file", r)?;
     }
-    let maps =
-        inject::maps(t.pid).map_err(|e| setup(format!("cannot read /proc/{}/maps: {e}", t.pid)))?;
+    let maps = inject::maps(t.pid).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied && t.uid != euid() {
+            setup(format!(
+                "process {} belongs to another user ({}): attach as that user, or as root \
+                 (attaching needs ptrace rights over the process)",
+                t.pid,
+                user_label(t.uid)
+            ))
+        } else {
+            setup(format!("cannot read /proc/{}/maps: {e}", t.pid))
+        }
+    })?;
     let loaded = maps
         .iter()
         .find(|m| inject::is_mapped_lib(&m.path, LIB_NAME))
@@ -862,8 +898,17 @@ pub fn detach(pid: i32) -> Result<(), RunError> {
     let places = t.places(&seg_dir)?;
     let control = places.control_out.clone();
     let report = report_file(&control);
-    if std::fs::remove_file(&control).is_err() {
-        return Err(setup(format!("process {pid} is not attached")));
+    if let Err(e) = std::fs::remove_file(&control) {
+        use std::os::unix::fs::MetadataExt;
+        return Err(setup(match std::fs::symlink_metadata(&control) {
+            Ok(m) if m.uid() != euid() => format!(
+                "process {pid} was attached by another user ({}): only that user or root can \
+                 detach it ({e})",
+                user_label(m.uid())
+            ),
+            Ok(_) => format!("cannot detach process {pid}: {e}"),
+            Err(_) => format!("process {pid} is not attached"),
+        }));
     }
     // Confirmed by the library's "detached" line, or by the attaching syncspy, which removes
     // the report once it has seen that line (or no report: it was not armed yet).

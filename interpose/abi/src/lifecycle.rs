@@ -333,20 +333,42 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The policy of the environment; a value that is not a whole number gives the default
+    /// and one warning line on stderr, once per process.
     pub fn from_env() -> Policy {
-        Policy::from_lookup(&|k| std::env::var(k).ok())
+        let (p, warnings) = Policy::from_lookup_warn(&|k| std::env::var(k).ok());
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        if !warnings.is_empty() {
+            WARNED.call_once(|| {
+                for w in warnings {
+                    eprintln!("syncspy: warning: {w}");
+                }
+            });
+        }
+        p
     }
 
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Policy {
-        let num = |k: &str, d: u64| {
-            get(k)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(d)
+        Policy::from_lookup_warn(get).0
+    }
+
+    /// [`Policy::from_lookup`] and a warning for each value not taken.
+    pub fn from_lookup_warn(get: &dyn Fn(&str) -> Option<String>) -> (Policy, Vec<String>) {
+        let mut warnings = Vec::new();
+        let mut num = |k: &str, d: u64, unit: &str| match get(k) {
+            Some(v) if !v.trim().is_empty() => v.trim().parse::<u64>().unwrap_or_else(|_| {
+                warnings.push(format!(
+                    "{k}={v:?} is not a whole number of {unit}: the default {d} used"
+                ));
+                d
+            }),
+            _ => d,
         };
-        Policy {
-            linger_ns: num(LINGER_ENV, DEFAULT_LINGER_MS).saturating_mul(1_000_000),
-            cap_bytes: num(CAP_ENV, DEFAULT_CAP_MB).saturating_mul(1 << 20),
-        }
+        let p = Policy {
+            linger_ns: num(LINGER_ENV, DEFAULT_LINGER_MS, "milliseconds").saturating_mul(1_000_000),
+            cap_bytes: num(CAP_ENV, DEFAULT_CAP_MB, "MiB").saturating_mul(1 << 20),
+        };
+        (p, warnings)
     }
 }
 
@@ -988,5 +1010,16 @@ mod tests {
         assert_eq!(p.cap_bytes, 256 << 20);
         let p = Policy::from_lookup(&|k| Some(if k == LINGER_ENV { "0" } else { "1" }.to_string()));
         assert_eq!((p.linger_ns, p.cap_bytes), (0, 1 << 20));
+        let (p, w) = Policy::from_lookup_warn(&|_| Some("-1".to_string()));
+        assert_eq!(
+            (p.linger_ns, p.cap_bytes),
+            (DEFAULT_LINGER_MS * 1_000_000, DEFAULT_CAP_MB << 20)
+        );
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("SYNCSPY_LINGER_MS=\"-1\" is not"), "{w:?}");
+        assert!(
+            w[1].starts_with("SYNCSPY_DIR_CAP_MB=\"-1\" is not"),
+            "{w:?}"
+        );
     }
 }

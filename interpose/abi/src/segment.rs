@@ -405,6 +405,28 @@ fn publish_no_replace(tmp: &CString, dest: &CString) -> std::io::Result<bool> {
 /// Names a writer tries for its segment, first to last.
 const NAME_TRIES: u32 = 64;
 
+/// Alternative names tried in order (`-1`, `-2`, ...) before random ones.
+const ORDERED_TRIES: u32 = 3;
+
+/// The suffix of the `n`th alternative name: `n` for the first few (the same pid and start
+/// time in a few PID namespaces), then a random number, so that another local user who puts
+/// files at every predictable name of a process (`-1` to `-64`) cannot keep it from
+/// recording.
+fn alt_suffix(n: u32) -> u32 {
+    if n <= ORDERED_TRIES {
+        return n;
+    }
+    let mut r = 0u32;
+    // SAFETY: getrandom writes at most the 4 bytes of `r`.
+    let got = unsafe { libc::getrandom(std::ptr::addr_of_mut!(r).cast(), 4, libc::GRND_NONBLOCK) };
+    if got != 4 {
+        // No randomness now: the clock's low bits are as unpredictable to another process.
+        r = (monotonic_ns() as u32) ^ (monotonic_ns() >> 32) as u32;
+    }
+    // Above the ordered ones, and never 0.
+    ORDERED_TRIES + 1 + r % (u32::MAX - ORDERED_TRIES - 1)
+}
+
 impl SegmentWriter {
     /// Creates `dir/syncspy-<pid>-<start>` (or, when that name is taken, the first free
     /// `syncspy-<pid>-<start>-<n>`: see [`segment_name_alt`]). An existing file is never
@@ -578,7 +600,7 @@ impl SegmentWriter {
                     Ok(true) => break,
                     Ok(false) if n < NAME_TRIES => {
                         n += 1;
-                        path = dir.join(segment_name_alt(p.pid, p.start_ticks, n));
+                        path = dir.join(segment_name_alt(p.pid, p.start_ticks, alt_suffix(n)));
                     }
                     Ok(false) => {
                         *libc::__errno_location() = libc::EEXIST;
@@ -856,6 +878,12 @@ impl SegmentReader {
             Ok(m) if (m.dev(), m.ino()) == self.file_id => m.len() >= self.v.map.len as u64,
             _ => true,
         }
+    }
+
+    /// The uid that owns the open file (the user whose process created it); `None` when it
+    /// cannot be read.
+    pub fn owner_uid(&self) -> Option<u32> {
+        self.file.metadata().ok().map(|m| m.uid())
     }
 
     /// The size of this segment's file under its path, in bytes (0 when another file, or

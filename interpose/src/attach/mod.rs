@@ -224,12 +224,21 @@ fn disarm() -> i32 {
 }
 
 fn lease() -> Duration {
-    Duration::from_millis(
-        setting("SYNCSPY_ATTACH_LEASE_MS")
-            .or_else(|| std::env::var("SYNCSPY_ATTACH_LEASE_MS").ok())
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_LEASE_MS),
-    )
+    let v = setting("SYNCSPY_ATTACH_LEASE_MS")
+        .or_else(|| std::env::var("SYNCSPY_ATTACH_LEASE_MS").ok());
+    Duration::from_millis(match v {
+        None => DEFAULT_LEASE_MS,
+        Some(v) => v.trim().parse().unwrap_or_else(|_| {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "syncspy: warning: SYNCSPY_ATTACH_LEASE_MS={v:?} is not a whole number of \
+                     milliseconds: the default {DEFAULT_LEASE_MS} used"
+                )
+            });
+            DEFAULT_LEASE_MS
+        }),
+    })
 }
 
 /// The control file exists and was touched within `lease`.

@@ -219,7 +219,22 @@ fn enabled() -> bool {
         0 => false,
         1 => true,
         _ => {
-            let on = std::env::var_os("SYNCSPY_DRIVER").is_none_or(|v| v != "0");
+            let on = match std::env::var("SYNCSPY_DRIVER") {
+                Err(std::env::VarError::NotPresent) => true,
+                Ok(v) if v.trim().is_empty() => true,
+                Ok(v) => crate::runtime::parse_bool(&v).unwrap_or_else(|| {
+                    eprintln!(
+                        "syncspy: warning: SYNCSPY_DRIVER={v:?} is not 0 or 1: the default 1 used"
+                    );
+                    true
+                }),
+                Err(std::env::VarError::NotUnicode(v)) => {
+                    eprintln!(
+                        "syncspy: warning: SYNCSPY_DRIVER={v:?} is not 0 or 1: the default 1 used"
+                    );
+                    true
+                }
+            };
             ON.store(on as u8, Ordering::Relaxed);
             on
         }

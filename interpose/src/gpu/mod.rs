@@ -75,12 +75,41 @@ impl GpuConfig {
 
     /// A value that does not parse gives the default.
     pub fn parse(mode: Option<&str>, min_us: Option<&str>) -> GpuConfig {
+        GpuConfig::parse_warn(mode, min_us, &mut Vec::new())
+    }
+
+    /// [`GpuConfig::parse`], with a warning in `warnings` for each value not taken: the mode
+    /// is `duty` or a boolean (`off`, `0`, `false`, `no`: off; `on`, `1`, `true`, `yes`:
+    /// on), the gap a whole number of microseconds.
+    pub fn parse_warn(
+        mode: Option<&str>,
+        min_us: Option<&str>,
+        warnings: &mut Vec<String>,
+    ) -> GpuConfig {
         let mode = match mode.map(str::trim) {
-            Some("off" | "0") => MODE_OFF,
-            Some("on" | "1") => MODE_ON,
-            _ => MODE_DUTY,
+            None | Some("") => MODE_DUTY,
+            Some(v) if v.eq_ignore_ascii_case("duty") => MODE_DUTY,
+            Some(v) => match crate::runtime::parse_bool(v) {
+                Some(false) => MODE_OFF,
+                Some(true) => MODE_ON,
+                None => {
+                    warnings.push(format!(
+                        "SYNCSPY_GPU_IDLE={v:?} is not off, on or duty: the default duty used"
+                    ));
+                    MODE_DUTY
+                }
+            },
         };
-        let min_us: u64 = min_us.and_then(|v| v.trim().parse().ok()).unwrap_or(10);
+        let min_us: u64 = match min_us.map(str::trim).filter(|v| !v.is_empty()) {
+            None => 10,
+            Some(v) => v.parse().unwrap_or_else(|_| {
+                warnings.push(format!(
+                    "SYNCSPY_GPU_IDLE_MIN_US={v:?} is not a whole number of microseconds: the \
+                     default 10 used"
+                ));
+                10
+            }),
+        };
         GpuConfig {
             mode,
             min_gap_ns: min_us.saturating_mul(1000),
@@ -866,5 +895,30 @@ mod tests {
         assert_eq!(GpuConfig::parse(Some(" on "), Some("50")).mode, MODE_ON);
         assert_eq!(GpuConfig::parse(Some("on"), Some("50")).min_gap_ns, 50_000);
         assert_eq!(GpuConfig::parse(Some("sometimes"), Some("x")), c);
+    }
+
+    #[test]
+    fn false_is_off_and_a_bad_value_warns() {
+        // `false` used to leave duty-mode tracing on.
+        for v in ["false", "FALSE", "no", "0", "off"] {
+            assert_eq!(GpuConfig::parse(Some(v), None).mode, MODE_OFF, "{v}");
+        }
+        for v in ["true", "yes", "1", "on"] {
+            assert_eq!(GpuConfig::parse(Some(v), None).mode, MODE_ON, "{v}");
+        }
+        let mut w = Vec::new();
+        let c = GpuConfig::parse_warn(Some("duty"), Some("25"), &mut w);
+        assert_eq!((c.mode, c.min_gap_ns, w.len()), (MODE_DUTY, 25_000, 0));
+        let c = GpuConfig::parse_warn(Some("bogus"), Some("-1"), &mut w);
+        assert_eq!((c.mode, c.min_gap_ns), (MODE_DUTY, 10_000));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("SYNCSPY_GPU_IDLE=\"bogus\" is not"),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("SYNCSPY_GPU_IDLE_MIN_US=\"-1\" is not"),
+            "{w:?}"
+        );
     }
 }
