@@ -777,7 +777,10 @@ fn respond(
 /// Accepts connections until the process ends: each on a task of its own with a bounded
 /// buffer, a header timeout and a deadline, one request per connection (pipelined ones
 /// are not read), at most `MAX_CONNECTIONS` at once. No client can hold up another: a
-/// client that never reads its response holds only its own task, until the deadline.
+/// client that never reads its response holds only its own task, until the deadline; and
+/// when every slot is taken, a new connection takes the slot of the oldest one that has not
+/// sent a request yet (connections opened and left idle, however many and however often
+/// reopened, cannot keep a scrape out: it sends its request at once).
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     latest: Latest,
@@ -785,7 +788,13 @@ async fn accept_loop(
     token_file: Arc<str>,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Connections that have not sent a request yet, oldest first: (id, how to close it).
+    type Idle = Mutex<VecDeque<(u64, Arc<tokio::sync::Notify>)>>;
+    let idle: Arc<Idle> = Arc::default();
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut next_id = 0u64;
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -795,16 +804,40 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
-            continue; // dropped: closed at once
-        };
+        if active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+            let oldest = idle.lock().ok().and_then(|mut q| q.pop_front());
+            match oldest {
+                // It closes at once; its slot is this one's.
+                Some((_, close)) => close.notify_one(),
+                None => continue, // every slot is serving a request: dropped, closed at once
+            }
+        }
+        active.fetch_add(1, Ordering::AcqRel);
+        let id = next_id;
+        next_id += 1;
+        let close = Arc::new(tokio::sync::Notify::new());
+        if let Ok(mut q) = idle.lock() {
+            q.push_back((id, Arc::clone(&close)));
+        }
         let (latest, token, token_file) = (
             Arc::clone(&latest),
             Arc::clone(&token),
             Arc::clone(&token_file),
         );
+        let (idle, active) = (Arc::clone(&idle), Arc::clone(&active));
         tokio::spawn(async move {
+            let forget = {
+                let idle = Arc::clone(&idle);
+                move || {
+                    if let Ok(mut q) = idle.lock() {
+                        q.retain(|(i, _)| *i != id);
+                    }
+                }
+            };
+            let requested = forget.clone();
             let svc = hyper::service::service_fn(move |req| {
+                // A request came: this connection is no longer one to evict.
+                requested();
                 let resp = respond(&req, &latest, &token, &token_file);
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
@@ -814,9 +847,21 @@ async fn accept_loop(
                 .keep_alive(false)
                 .max_buf_size(MAX_REQUEST_HEAD)
                 .serve_connection(TokioIo::new(stream), svc);
-            // A client that went away, or ran out of time, is not the agent's problem.
-            let _ = tokio::time::timeout(CONNECTION_DEADLINE, conn).await;
-            drop(permit);
+            // A client that went away, ran out of time or was evicted idle is not the
+            // agent's problem.
+            let mut served = std::pin::pin!(tokio::time::timeout(CONNECTION_DEADLINE, conn));
+            let mut evicted = std::pin::pin!(close.notified());
+            std::future::poll_fn(|cx| {
+                use std::future::Future;
+                if served.as_mut().poll(cx).is_ready() || evicted.as_mut().poll(cx).is_ready() {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            forget();
+            active.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
