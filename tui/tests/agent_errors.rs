@@ -14,8 +14,16 @@ fn print_with_an_agent_that_answers_401_fails_with_its_answer() {
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { break };
+            // The whole request head first: answering and closing while the client still
+            // writes would make its write fail (EPIPE) before it reads the answer.
+            let mut head = Vec::new();
             let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
             let _ = s.write_all(
                 b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\n\
                   Content-Length: 0\r\nConnection: close\r\n\r\n",
