@@ -1109,6 +1109,7 @@ mod tests {
             tid: 1,
             site: 0,
             result: 0,
+            polls: 0,
         }
     }
 

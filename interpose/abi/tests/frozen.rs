@@ -154,6 +154,7 @@ fn rec(
         tid,
         site,
         result,
+        polls: 0,
     }
 }
 
