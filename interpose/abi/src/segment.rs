@@ -1386,6 +1386,7 @@ mod tests {
                 py_site,
                 &[crate::python::PyFrameRef { code, line: 4 }],
                 false,
+                false,
             );
             w.add_module(b"/x", 1, 2, 3, b"id");
             for i in 0..20 {
