@@ -179,7 +179,8 @@ pub struct PythonReport {
     pub version: Option<String>,
     /// Recorded events whose thread had Python frames.
     pub stacks: u64,
-    /// Of those, stacks cut at the writer's depth limit (their outermost frames missing).
+    /// Of those, stacks deeper than the writer keeps (32 frames): from ABI 1.5 their middle is
+    /// left out (a `skipped` mark), before it their outermost frames were missing.
     pub truncated: u64,
     /// Walks stopped at a frame that failed validation.
     pub rejected: u64,
