@@ -11,10 +11,10 @@ pub const STALL_KINDS: [Kind; 7] = [
     Kind::StreamSync,
     Kind::DeviceSync,
     Kind::EventSync,
-    Kind::PollWait,
     Kind::MemcpySync,
     Kind::MemcpyPageable,
     Kind::ImplicitSync,
+    Kind::PollWait,
 ];
 
 /// One refresh of everything the monitor knows.
