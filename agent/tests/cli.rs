@@ -370,6 +370,7 @@ fn record(w: &SegmentWriter, kind: Kind, api: Api, duration_ns: u64, bytes: u64,
         tid: std::process::id(),
         site,
         result: 0,
+        polls: 0,
     });
 }
 

@@ -119,3 +119,75 @@ fn report_summary_and_budget_name_the_scripts_lines() {
     assert!(out.contains("no sync in inner"), "{out}");
     assert!(out.contains(&loc("inner", "inner")), "{out}");
 }
+
+/// A stack deeper than the 32 frames a site keeps (a `torch.compile` loop's are 79): the
+/// innermost frames, a mark of those left out, and the outermost ones, where the user's line
+/// is. Here the deep part is a library's (a module in a `site-packages` folder recursing 60
+/// deep before it syncs through ctypes), so the report's location must be the script's own
+/// line of the call, which the innermost 32 frames alone do not reach.
+#[test]
+fn deep_stacks_keep_both_ends_and_the_location_is_the_users_outer_line() {
+    let d = TempDir::new("py-deep");
+    let lib = build_caller(d.path());
+    let pkgs = d.path().join("site-packages");
+    std::fs::create_dir_all(&pkgs).unwrap();
+    std::fs::write(
+        pkgs.join("deeplib.py"),
+        "def down(lib, n):\n    if n == 0:\n        return lib.pc_sync()\n    return down(lib, n - 1)\n",
+    )
+    .unwrap();
+    let script = d.file(
+        "deep.py",
+        "import ctypes\nimport sys\n\nsys.path.insert(0, sys.argv[2])\nimport deeplib\n\n\
+         lib = ctypes.CDLL(sys.argv[1])\n\n\ndef main():\n    for _ in range(2):\n        \
+         deeplib.down(lib, 60)\n\n\nmain()\n",
+    );
+    let (call_line, module_line) = (12, 15);
+    let report = d.path().join("r.json");
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
+        .arg("python3")
+        .arg(&script)
+        .arg(&lib)
+        .arg(&pkgs)
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .expect("start syncspy");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let p = &r["processes"][0];
+    assert_eq!(p["python"]["state"], "supported", "{}", p["python"]);
+    let script = script.to_str().unwrap();
+    let site = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "stream_sync" && s["count"] == 2)
+        .unwrap_or_else(|| panic!("no site of the two syncs: {}", p["sites"]));
+    assert_eq!(
+        site["location"],
+        format!("{script}:{call_line} in main"),
+        "{site}"
+    );
+    // 61 frames of `down`, `main`, `<module>`: the 16 innermost, the mark of the 32 left
+    // out, then the 15 outermost (13 of `down`, `main`, `<module>`).
+    let py = site["python"].as_array().unwrap();
+    assert_eq!(py.len(), 32, "{site}");
+    assert!(py[..16].iter().all(|f| f["function"] == "down"), "{site}");
+    assert_eq!(py[0]["line"], 3);
+    assert_eq!(py[16]["skipped"], 32, "{site}");
+    assert!(py[17..30].iter().all(|f| f["function"] == "down"), "{site}");
+    assert_eq!(py[30]["function"], "main");
+    assert_eq!(py[30]["line"], call_line);
+    assert_eq!(py[31]["function"], "<module>");
+    assert_eq!(py[31]["line"], module_line);
+    // The summary shows the user's line.
+    assert!(
+        stderr.contains(&format!("at {script}:{call_line} in main")),
+        "{stderr}"
+    );
+}

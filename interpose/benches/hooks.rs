@@ -5,6 +5,10 @@
 //!   pinned memory): classify, count, forward;
 //! - `recorded_event_no_stack`: a stall event (`cudaStreamSynchronize`) timed and written
 //!   to the ring with its totals, no stack capture;
+//! - `stream_query_ready`: a `cudaStreamQuery` that finds its work done with no polling run
+//!   open on the thread (the usual query): count, forward, one branch on the result;
+//! - `stream_query_poll_run_of_8`: a query in a polling run of 7 not-ready answers and the
+//!   ready one, which records the run's `poll_wait` (per query, the record shared by 8);
 //! - `unwind_*`: the stack capture itself, per depth;
 //! - `dormant_stream_sync`: a stall-kind call while the library is dormant (a preload with
 //!   `SYNCSPY_DORMANT=1` waiting for an attach, or a process after detach): state check, the
@@ -31,6 +35,21 @@ unsafe extern "C" fn fake_copy(
 
 unsafe extern "C" fn fake_sync(_: cudaStream_t) -> u32 {
     0
+}
+
+unsafe extern "C" fn fake_query_ready(_: cudaStream_t) -> u32 {
+    0
+}
+
+/// Answers not-ready 7 times, then ready: a polling run of 8 queries.
+unsafe extern "C" fn fake_query_run_of_8(_: cudaStream_t) -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    if N.fetch_add(1, Ordering::Relaxed) % 8 == 7 {
+        0
+    } else {
+        600
+    }
 }
 
 unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
@@ -90,6 +109,18 @@ fn bench(c: &mut Criterion) {
         // SAFETY: `fake_sync` stands in for the real function and ignores the stream handle.
         b.iter(|| unsafe {
             testing::stream_sync(Api::CudaStreamSynchronize, fake_sync, stream, false)
+        })
+    });
+    c.bench_function("stream_query_ready", |b| {
+        // SAFETY: `fake_query_ready` stands in for the real function and ignores the handle.
+        b.iter(|| unsafe {
+            testing::stream_query(Api::CudaStreamQuery, fake_query_ready, stream, false)
+        })
+    });
+    c.bench_function("stream_query_poll_run_of_8", |b| {
+        // SAFETY: as above.
+        b.iter(|| unsafe {
+            testing::stream_query(Api::CudaStreamQuery, fake_query_run_of_8, stream, false)
         })
     });
     for depth in [16usize, 32, 62] {

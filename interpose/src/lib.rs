@@ -36,7 +36,7 @@ pub use runtime::Call;
 #[doc(hidden)]
 pub mod testing {
     pub use crate::hooks::memcpy::memcpy_async;
-    pub use crate::hooks::sync::stream_sync;
+    pub use crate::hooks::sync::{stream_query, stream_sync};
     pub use crate::pinned::add as register_pinned;
 
     /// Uses `f` as the runtime's `cudaGetDevice` (a benchmark has no runtime to find).

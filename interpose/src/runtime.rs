@@ -448,7 +448,7 @@ impl Runtime {
 
     /// Writes one stall event: call site, device, record, totals, overhead.
     #[inline(never)]
-    fn emit(&self, kind: Kind, call: &Call, t0: u64, t1: u64, result: u32) {
+    fn emit(&self, kind: Kind, call: &Call, t0: u64, t1: u64, result: u32, polls: u32) {
         let duration = t1.saturating_sub(t0);
         let weight = guard::overhead_weight();
         let (site, truncated, unwound) = if self.cfg.stacks && duration >= self.cfg.stack_min_ns {
@@ -480,6 +480,7 @@ impl Runtime {
             tid: guard::tid(),
             site,
             result,
+            polls,
         };
         self.seg.record(&rec);
         // Sampled (see `guard::overhead_weight`): a third clock read on every event would
@@ -553,11 +554,174 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     let t1 = now_ns();
     first_return();
     let errno_out = errno();
-    if catch_unwind(AssertUnwindSafe(|| rt.emit(kind, &call, t0, t1, result))).is_err() {
+    let recorded = catch_unwind(AssertUnwindSafe(|| {
+        // A wait of its own ends this thread's polling run, if one is open: its time is
+        // the run's up to here, not this stall's too.
+        if poll::open() {
+            rt.end_poll_run(t0);
+        }
+        rt.emit(kind, &call, t0, t1, result, 0)
+    }));
+    if recorded.is_err() {
         disable();
     }
     set_errno(errno_out);
     result
+}
+
+/// `cudaErrorNotReady`, and the driver's `CUDA_ERROR_NOT_READY`: what a query returns while
+/// the work it asks about is still pending.
+pub const NOT_READY: u32 = 600;
+
+/// The path of the query hooks (`cudaStreamQuery`, `cudaEventQuery` and their driver forms).
+/// A query never waits: it is counted as a call that did not stall, like any. A run of
+/// queries of one stream or event on one thread that return not-ready, up to the query of
+/// that object that returns anything else, is one `poll_wait` (see `poll`). The usual query
+/// (ready, no run open on the thread) costs one more branch and a thread-local read than
+/// a counted call.
+#[inline(always)]
+pub fn hook_query(api: Api, object: u64, flags: u8, real: impl FnOnce() -> u32) -> u32 {
+    let errno_in = errno();
+    let Some(rt) = Runtime::active() else {
+        if STATE.load(Ordering::Relaxed) == INITIALIZING {
+            MISSED.fetch_add(1, Ordering::Relaxed);
+        }
+        set_errno(errno_in);
+        return real();
+    };
+    let Some(_reentry) = Reentry::enter() else {
+        return real();
+    };
+    set_errno(errno_in);
+    rt.seg.live().calls[api as usize].add_untimed(0);
+    let result = real();
+    first_return();
+    if result == NOT_READY || poll::open() {
+        let errno_out = errno();
+        if catch_unwind(AssertUnwindSafe(|| {
+            rt.poll_step(api, object, flags, result)
+        }))
+        .is_err()
+        {
+            disable();
+        }
+        set_errno(errno_out);
+    }
+    result
+}
+
+/// This thread's polling run (`hook_query`): at most one open at a time.
+mod poll {
+    use std::cell::Cell;
+    use syncspy_abi::Api;
+
+    #[derive(Clone, Copy)]
+    pub struct Run {
+        /// When the run's first query returned not-ready (`now_ns`); 0: no run open.
+        pub start_ns: u64,
+        /// The stream or event queried.
+        pub object: u64,
+        /// Not-ready queries so far.
+        pub polls: u32,
+        pub api: Api,
+        pub flags: u8,
+    }
+
+    pub const NONE: Run = Run {
+        start_ns: 0,
+        object: 0,
+        polls: 0,
+        api: Api::CudaStreamQuery,
+        flags: 0,
+    };
+
+    thread_local! {
+        pub static RUN: Cell<Run> = const { Cell::new(NONE) };
+    }
+
+    /// Whether a run is open on this thread (false during thread teardown).
+    #[inline(always)]
+    pub fn open() -> bool {
+        RUN.try_with(|c| c.get().start_ns != 0).unwrap_or(false)
+    }
+}
+
+impl Runtime {
+    /// A query returned not-ready, or one returned while this thread has a run open.
+    ///
+    /// Rules: the first not-ready query opens a run on its object (stream or event, under its
+    /// API), timed from its return. Further not-ready queries of that object are its polls.
+    /// The next query of that object that returns anything else (ready, or an error) ends it
+    /// and is recorded as one `poll_wait` from the run's start to that return, with the
+    /// number of not-ready polls and that query's result. Queries of other objects meanwhile
+    /// neither join nor end it (a loop over several streams waits for all of them: the run
+    /// is the wait for the first one found pending; the next not-ready one opens the next
+    /// run), and calls that did not stall do not end it. A stall recorded meanwhile on the
+    /// thread ends it at that stall's start (`end_poll_run`). A run still open when its thread
+    /// or process ends is not recorded.
+    #[cold]
+    #[inline(never)]
+    fn poll_step(&self, api: Api, object: u64, flags: u8, result: u32) {
+        let Ok(run) = poll::RUN.try_with(std::cell::Cell::get) else {
+            return;
+        };
+        if run.start_ns == 0 {
+            // Only a not-ready result gets here without an open run.
+            poll::RUN.set(poll::Run {
+                start_ns: now_ns().max(1),
+                object,
+                polls: 1,
+                api,
+                flags,
+            });
+            return;
+        }
+        if run.api != api || run.object != object {
+            return;
+        }
+        if result == NOT_READY {
+            poll::RUN.set(poll::Run {
+                polls: run.polls.saturating_add(1),
+                ..run
+            });
+            return;
+        }
+        poll::RUN.set(poll::NONE);
+        self.emit_poll(run, now_ns(), result);
+    }
+
+    /// Ends this thread's open polling run at `end_ns` (a stall's start), as a `poll_wait`
+    /// that did not see the work done (result not-ready).
+    #[cold]
+    #[inline(never)]
+    fn end_poll_run(&self, end_ns: u64) {
+        let Ok(run) = poll::RUN.try_with(|c| c.replace(poll::NONE)) else {
+            return;
+        };
+        if run.start_ns != 0 {
+            self.emit_poll(run, end_ns.max(run.start_ns), NOT_READY);
+        }
+    }
+
+    fn emit_poll(&self, run: poll::Run, end_ns: u64, result: u32) {
+        let is_stream = matches!(
+            run.api,
+            Api::CudaStreamQuery | Api::CudaStreamQueryPtsz | Api::CuStreamQuery
+        );
+        let call = Call {
+            stream: if is_stream { run.object } else { 0 },
+            flags: run.flags,
+            ..Call::new(Kind::PollWait, run.api)
+        };
+        self.emit(
+            Kind::PollWait,
+            &call,
+            run.start_ns,
+            end_ns,
+            result,
+            run.polls,
+        );
+    }
 }
 
 /// Set once a hooked call of this process has returned from the real function.

@@ -54,6 +54,8 @@ pub struct Dist {
     total_ns: u64,
     max_ns: u64,
     bytes: u64,
+    /// `poll_wait` events: the not-ready queries of those recorded (`Record::polls`).
+    polls: u64,
 }
 
 impl Dist {
@@ -67,7 +69,18 @@ impl Dist {
             total_ns: 0,
             max_ns: 0,
             bytes: 0,
+            polls: 0,
         }
+    }
+
+    /// Adds the not-ready queries of a recorded `poll_wait`.
+    pub fn add_polls(&mut self, polls: u32) {
+        self.polls = self.polls.saturating_add(u64::from(polls));
+    }
+
+    /// The not-ready queries of the recorded `poll_wait` events.
+    pub fn polls(&self) -> u64 {
+        self.polls
     }
 
     /// Adds one event.
@@ -496,8 +509,9 @@ impl ProcessAgg {
         .into_iter()
         .flatten()
         {
-            slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
-                .record(r.duration_ns, r.bytes);
+            let d = slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG));
+            d.record(r.duration_ns, r.bytes);
+            d.add_polls(r.polls);
         }
         let site = if r.site > self.site_capacity {
             self.bad_site_records = self.bad_site_records.saturating_add(1);
@@ -658,6 +672,7 @@ mod tests {
             tid: 1,
             site,
             result: 0,
+            polls: 0,
         }
     }
 
@@ -682,6 +697,7 @@ mod tests {
             tid: 1,
             site,
             result: 0,
+            polls: 0,
         }
     }
 

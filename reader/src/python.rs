@@ -22,6 +22,15 @@ pub struct PyFrame {
     pub line: u32,
     /// Qualified name (`Trainer.step`, `<module>`); plain `co_name` on Python 3.10.
     pub function: String,
+    /// Not a frame: the mark where a stack deeper than the writer's table (32 frames) had
+    /// this many frames left out between its innermost and outermost ones (file, line and
+    /// function empty). Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl From<&PyFrameInfo> for PyFrame {
@@ -30,6 +39,7 @@ impl From<&PyFrameInfo> for PyFrame {
             file: f.file.clone(),
             line: f.line,
             function: f.function.clone(),
+            skipped: f.skipped,
         }
     }
 }
@@ -37,6 +47,9 @@ impl From<&PyFrameInfo> for PyFrame {
 impl PyFrame {
     /// `train.py:142 in train_step`, the form every view shows.
     pub fn text(&self) -> String {
+        if self.skipped > 0 {
+            return format!("... {} frames skipped ...", self.skipped);
+        }
         let file = if self.file.is_empty() {
             "?"
         } else {
@@ -55,7 +68,9 @@ impl PyFrame {
     /// dist-packages) and frozen modules.
     pub fn is_library(&self) -> bool {
         let f = self.file.as_str();
-        f.starts_with("<frozen ")
+        // The mark of skipped frames is nobody's code.
+        self.skipped > 0
+            || f.starts_with("<frozen ")
             || f.contains("/site-packages/")
             || f.contains("/dist-packages/")
             || stdlib_dir(f)
@@ -164,7 +179,8 @@ pub struct PythonReport {
     pub version: Option<String>,
     /// Recorded events whose thread had Python frames.
     pub stacks: u64,
-    /// Of those, stacks cut at the writer's depth limit (their outermost frames missing).
+    /// Of those, stacks deeper than the writer keeps (32 frames): from ABI 1.5 their middle is
+    /// left out (a `skipped` mark), before it their outermost frames were missing.
     pub truncated: u64,
     /// Walks stopped at a frame that failed validation.
     pub rejected: u64,
@@ -221,6 +237,7 @@ mod tests {
             file: file.into(),
             line,
             function: function.into(),
+            skipped: 0,
         }
     }
 

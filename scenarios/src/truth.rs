@@ -23,6 +23,19 @@ pub struct Truth {
     pub kinds: BTreeMap<&'static str, Tally>,
     /// Calls made through [`Truth::classified`] that do not stall, by API.
     pub non_stall: BTreeMap<&'static str, Tally>,
+    /// Spins on a query until it found the work done (`cudacalls` `poll=S`), by API.
+    pub polls: BTreeMap<&'static str, Spins>,
+}
+
+/// Spin loops on one query API: how many, how many of them saw the work pending at least
+/// once (each of those is one `poll_wait`), the not-ready answers, and the time from before
+/// the first query to after the last, summed over the spins that waited.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spins {
+    pub spins: u64,
+    pub waited: u64,
+    pub not_ready: u64,
+    pub wait_ns: u64,
 }
 
 impl Tally {
@@ -72,7 +85,26 @@ impl Truth {
         (r, ns)
     }
 
+    /// One spin on query `api` that got `not_ready` not-ready answers before the ready one,
+    /// taking `ns` from before its first query to after its last.
+    pub fn spin(&mut self, api: &'static str, not_ready: u64, ns: u64) {
+        let s = self.polls.entry(api).or_default();
+        s.spins += 1;
+        if not_ready > 0 {
+            s.waited += 1;
+            s.not_ready += not_ready;
+            s.wait_ns += ns;
+        }
+    }
+
     pub fn merge(&mut self, other: &Truth) {
+        for (k, v) in &other.polls {
+            let s = self.polls.entry(k).or_default();
+            s.spins += v.spins;
+            s.waited += v.waited;
+            s.not_ready += v.not_ready;
+            s.wait_ns += v.wait_ns;
+        }
         for (map, theirs) in [
             (&mut self.calls, &other.calls),
             (&mut self.kinds, &other.kinds),
@@ -84,7 +116,8 @@ impl Truth {
         }
     }
 
-    /// One JSON object: `{"pid":..,"calls":{"api":{"count":..,"bytes":..,"total_ns":..,"max_ns":..}}}`.
+    /// One JSON object: `{"pid":..,"calls":{"api":{"count":..,"bytes":..,"total_ns":..,"max_ns":..}},
+    /// "polls":{"api":{"spins":..,"waited":..,"not_ready":..,"wait_ns":..}}}`.
     pub fn to_json(&self, pid: u32) -> String {
         let calls: Vec<String> = self
             .calls
@@ -96,6 +129,20 @@ impl Truth {
                 )
             })
             .collect();
-        format!("{{\"pid\":{pid},\"calls\":{{{}}}}}", calls.join(","))
+        let polls: Vec<String> = self
+            .polls
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "\"{k}\":{{\"spins\":{},\"waited\":{},\"not_ready\":{},\"wait_ns\":{}}}",
+                    v.spins, v.waited, v.not_ready, v.wait_ns
+                )
+            })
+            .collect();
+        format!(
+            "{{\"pid\":{pid},\"calls\":{{{}}},\"polls\":{{{}}}}}",
+            calls.join(","),
+            polls.join(",")
+        )
     }
 }

@@ -94,6 +94,12 @@ fn assert_matches_truth(p: &Value, truth: &Value) {
         }
         let stalls = count(&apis[api]);
         let quiet = count(&calls[api]);
+        if is_query(api) {
+            // Every query is a call that did not stall; the runs of them that waited are
+            // poll_wait events on top (polling_until_ready_is_one_poll_wait_per_spin).
+            assert_eq!(quiet, count(t), "{api}: queries");
+            continue;
+        }
         assert_eq!(
             stalls + quiet,
             count(t),
@@ -107,7 +113,11 @@ fn assert_matches_truth(p: &Value, truth: &Value) {
 }
 
 fn is_hooked(api: &str) -> bool {
-    syncspy_abi_names().contains(&api)
+    syncspy_abi_names().contains(&api) || is_query(api)
+}
+
+fn is_query(api: &str) -> bool {
+    ["cudaStreamQuery", "cudaStreamQuery_ptsz", "cudaEventQuery"].contains(&api)
 }
 
 fn syncspy_abi_names() -> Vec<&'static str> {
@@ -229,6 +239,76 @@ fn every_call_is_classified_and_counted_exactly() {
     );
     assert_eq!(dir("memcpy_pageable", "d2h"), (3, 3 * 3000));
     assert_eq!(dir("memcpy_sync", "h2h"), (3, 3 * 512));
+}
+
+#[test]
+fn polling_until_ready_is_one_poll_wait_per_spin() {
+    let c = cudacalls();
+    // Per iteration: 20 ms of stream work polled with cudaStreamQuery; 5 ms polled through
+    // an event; a poll of the idle stream (ready at once: no wait); a sync in the middle of
+    // nothing (its own stall, no poll run open).
+    let r = syncspy_run(
+        "poll",
+        &[],
+        &[
+            &c,
+            "--iters",
+            "4",
+            "busy=s1:20000",
+            "poll=s1",
+            "busy=s1:5000",
+            "poll-event=s1",
+            "poll=s1",
+            "sync=s1",
+        ],
+    );
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let t = &r.truth[0];
+    let p = r.proc_of(t["pid"].as_u64().unwrap());
+    assert_matches_truth(p, t);
+    let (sq, eq) = (
+        &t["polls"]["cudaStreamQuery"],
+        &t["polls"]["cudaEventQuery"],
+    );
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    assert_eq!((n(sq, "spins"), n(sq, "waited")), (8, 4), "{t}");
+    assert_eq!((n(eq, "spins"), n(eq, "waited")), (4, 4), "{t}");
+    // One poll_wait per spin that saw the work pending, with exactly its not-ready answers.
+    let pw = kind(p, "poll_wait");
+    assert_eq!(count(pw), 8, "{pw}");
+    assert_eq!(
+        pw["polls"].as_u64(),
+        Some(n(sq, "not_ready") + n(eq, "not_ready"))
+    );
+    for (api, truth, busy_ns) in [
+        ("cudaStreamQuery", sq, 20_000_000),
+        ("cudaEventQuery", eq, 5_000_000),
+    ] {
+        let a = &p["apis"][api];
+        assert_eq!(count(a), 4, "{api}: {a}");
+        assert_eq!(a["polls"].as_u64(), truth["not_ready"].as_u64(), "{api}");
+        // Each wait runs from the first not-ready answer to the ready one: it covers the
+        // GPU's busy time (less the moment before the first answer) and no more than the
+        // program's own spin.
+        let total = a["total_ns"].as_u64().unwrap();
+        assert!(total >= 4 * (busy_ns - 1_000_000), "{api}: {total} ns");
+        assert!(total <= n(truth, "wait_ns"), "{api}: {total} > {truth}");
+    }
+    // The waits are host stalls like the others: in stall_ns and in the report's sites.
+    let stall: u64 = p["kinds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|k| k["total_ns"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(p["stall_ns"].as_u64().unwrap(), stall);
+    assert!(stall >= pw["total_ns"].as_u64().unwrap());
+    assert!(p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["kind"] == "poll_wait"));
+    assert_eq!(count(kind(p, "stream_sync")), 4);
 }
 
 #[test]

@@ -106,6 +106,7 @@ pub fn rec(kind: Kind, api: Api, duration_ns: u64, bytes: u64, site: u32) -> Rec
         tid: 1,
         site,
         result: 0,
+        polls: 0,
     }
 }
 

@@ -7,13 +7,14 @@ pub use syncspy_read::follow::ProcessKey;
 use crate::loghist::BAR_CELLS;
 
 /// The host stall kinds, in the order the monitor lists them.
-pub const STALL_KINDS: [Kind; 6] = [
+pub const STALL_KINDS: [Kind; 7] = [
     Kind::StreamSync,
     Kind::DeviceSync,
     Kind::EventSync,
     Kind::MemcpySync,
     Kind::MemcpyPageable,
     Kind::ImplicitSync,
+    Kind::PollWait,
 ];
 
 /// One refresh of everything the monitor knows.

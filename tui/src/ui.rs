@@ -53,6 +53,7 @@ pub fn short_kind(k: syncspy_abi::Kind) -> &'static str {
         MemcpyPageable => "pageable",
         ImplicitSync => "implicit",
         GpuIdle => "gpu_idle",
+        PollWait => "poll",
     }
 }
 

@@ -182,6 +182,7 @@ mod tests {
             tid: 1,
             site,
             result: 0,
+            polls: 0,
         }
     }
 

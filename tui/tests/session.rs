@@ -72,6 +72,7 @@ fn stall(w: &SegmentWriter, n: u64, dur_ns: u64) {
             tid: 1,
             site: 0,
             result: 0,
+            polls: 0,
         });
     }
 }

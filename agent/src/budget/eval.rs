@@ -669,6 +669,7 @@ forbid = true
             file: "/home/u/train.py".into(),
             line,
             function: function.into(),
+            skipped: 0,
         };
         let mut p = train_process();
         // Two `.item()` lines of one loop: the same native frames, two Python lines.

@@ -20,6 +20,7 @@ fn bench(c: &mut Criterion) {
         tid: 4,
         site: 5,
         result: 0,
+        polls: 0,
     };
     c.bench_function("segment_record_write", |b| {
         b.iter(|| w.record(std::hint::black_box(&rec)))

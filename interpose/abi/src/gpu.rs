@@ -147,6 +147,7 @@ impl SegmentWriter {
             tid: 0,
             site: NO_SITE,
             result: 0,
+            polls: 0,
         };
         let live = self.live();
         live.kinds[Kind::GpuIdle as usize].add(len_ns, 0);

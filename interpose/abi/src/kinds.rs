@@ -46,6 +46,7 @@ named_enum! {
         MemcpyPageable = 5 => "memcpy_pageable",
         ImplicitSync = 6 => "implicit_sync",
         GpuIdle = 7 => "gpu_idle",
+        PollWait = 8 => "poll_wait",
     }
 }
 
@@ -103,6 +104,11 @@ named_enum! {
         // Not a runtime entry point: the API of `gpu_idle` records, measured from the GPU's
         // activity (ABI 1.2).
         GpuActivity = 34 => "gpu_activity",
+        // Queries (ABI 1.5): a call that does not wait; a run of them that returned
+        // not-ready on one thread, up to the one that found the work done, is a `poll_wait`.
+        CudaStreamQuery = 35 => "cudaStreamQuery",
+        CudaStreamQueryPtsz = 36 => "cudaStreamQuery_ptsz",
+        CudaEventQuery = 37 => "cudaEventQuery",
         // The driver API (libcuda.so.1), from 40: one value per function, whatever its
         // version suffix (`_v2`) or per-thread form (`_ptds`/`_ptsz`, see FLAG_PER_THREAD).
         CuCtxSynchronize = 40 => "cuCtxSynchronize",
@@ -126,6 +132,8 @@ named_enum! {
         CuMemHostAlloc = 58 => "cuMemHostAlloc",
         CuMemHostRegister = 59 => "cuMemHostRegister",
         CuMemHostUnregister = 60 => "cuMemHostUnregister",
+        CuStreamQuery = 61 => "cuStreamQuery",
+        CuEventQuery = 62 => "cuEventQuery",
     }
 }
 

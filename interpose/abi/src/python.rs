@@ -43,8 +43,16 @@ pub const PY_UNSUPPORTED: u32 = 2;
 pub const STATE_WRITING: u32 = 1;
 pub const STATE_READY: u32 = 2;
 
-/// `PySiteEntry::flags`: the Python stack was deeper than `MAX_PY_FRAMES`.
+/// `PySiteEntry::flags`: the walk stopped before the outermost frame (a stack deeper than
+/// the walk goes, `MAX_PY_WALK` frames): the outermost frames are missing.
 pub const FLAG_TRUNCATED: u32 = 1;
+/// `PySiteEntry::flags` (ABI 1.5): the stack was deeper than `MAX_PY_FRAMES`; the entry keeps
+/// its innermost `MAX_PY_FRAMES / 2` frames, one `SKIPPED_CODE` frame whose line is the number
+/// of frames left out, and its outermost frames (where the user's code is).
+pub const FLAG_ELIDED: u32 = 2;
+/// The code id of the frame that stands for the frames left out of a deep stack (its line:
+/// how many). Never a code table id (those are at most 2^20).
+pub const SKIPPED_CODE: u32 = u32::MAX;
 
 /// The Python part of the header, written once by the creator before the segment is published.
 #[repr(C)]
@@ -358,8 +366,15 @@ impl SegmentWriter {
     }
 
     /// Fills and publishes the claimed Python entry of site `id`. Frames past `MAX_PY_FRAMES`
-    /// are dropped and the entry marked truncated.
-    pub fn publish_python_site(&self, id: u32, frames: &[PyFrameRef], truncated: bool) {
+    /// are dropped and the entry marked truncated. `elided`: a frame of `frames` is a
+    /// `SKIPPED_CODE` frame (`FLAG_ELIDED`).
+    pub fn publish_python_site(
+        &self,
+        id: u32,
+        frames: &[PyFrameRef],
+        truncated: bool,
+        elided: bool,
+    ) {
         let Some(e) = (id as usize)
             .checked_sub(1)
             .and_then(|i| self.py_sites().get(i))
@@ -375,8 +390,8 @@ impl SegmentWriter {
         }
         e.nframes.store(n as u32, Ordering::Relaxed);
         let cut = truncated || frames.len() > MAX_PY_FRAMES;
-        e.flags
-            .store(if cut { FLAG_TRUNCATED } else { 0 }, Ordering::Relaxed);
+        let flags = if cut { FLAG_TRUNCATED } else { 0 } | if elided { FLAG_ELIDED } else { 0 };
+        e.flags.store(flags, Ordering::Relaxed);
         e.state.store(STATE_READY, Ordering::Release);
     }
 
@@ -455,6 +470,9 @@ pub struct PyFrameInfo {
     pub function: String,
     /// 1-based source line of the instruction running in this frame; 0 when unknown.
     pub line: u32,
+    /// Not a frame but the mark of a deep stack's middle (ABI 1.5, `SKIPPED_CODE`): the number
+    /// of frames left out here (file, function and line empty). 0 for a frame.
+    pub skipped: u32,
 }
 
 /// The Python frames of one call site.
@@ -462,7 +480,7 @@ pub struct PyFrameInfo {
 pub struct PyStack {
     /// Innermost (the frame that made the CUDA call) first.
     pub frames: Vec<PyFrameInfo>,
-    /// The stack was deeper than `MAX_PY_FRAMES`; its outermost frames are missing.
+    /// The walk stopped before the outermost frame; the outermost frames are missing.
     pub truncated: bool,
 }
 
@@ -614,11 +632,21 @@ impl SegmentReader {
             .iter()
             .map(|f| {
                 let w = f.load(Ordering::Relaxed);
-                let (file, function) = self.code_names((w >> 32) as u32);
+                let code = (w >> 32) as u32;
+                if code == SKIPPED_CODE {
+                    return PyFrameInfo {
+                        file: String::new(),
+                        function: String::new(),
+                        line: 0,
+                        skipped: w as u32,
+                    };
+                }
+                let (file, function) = self.code_names(code);
                 PyFrameInfo {
                     file,
                     function,
                     line: w as u32,
+                    skipped: 0,
                 }
             })
             .collect();
@@ -711,6 +739,7 @@ mod tests {
                 PyFrameRef { code: 0, line: 0 },
             ],
             false,
+            false,
         );
 
         let r = SegmentReader::open(w.path()).unwrap();
@@ -724,12 +753,14 @@ mod tests {
                 PyFrameInfo {
                     file: "/src/train.py".into(),
                     function: "Trainer.step".into(),
-                    line: 142
+                    line: 142,
+                    skipped: 0,
                 },
                 PyFrameInfo {
                     file: String::new(),
                     function: String::new(),
-                    line: 0
+                    line: 0,
+                    skipped: 0,
                 },
             ]
         );

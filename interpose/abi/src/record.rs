@@ -31,6 +31,9 @@ pub struct Record {
     pub site: u32,
     /// The `cudaError_t` the real call returned.
     pub result: u32,
+    /// `poll_wait` (ABI 1.5): the queries of the run that returned not-ready; 0 for every
+    /// other kind. The upper half of w6.
+    pub polls: u32,
 }
 
 /// The call used a per-thread default stream variant (`_ptsz`/`_ptds`).
@@ -75,7 +78,7 @@ impl Record {
             self.stream,
             packed,
             self.tid as u64 | (self.site as u64) << 32,
-            self.result as u64,
+            self.result as u64 | (self.polls as u64) << 32,
         ]
     }
 
@@ -97,6 +100,7 @@ impl Record {
             tid: w[5] as u32,
             site: (w[5] >> 32) as u32,
             result: w[6] as u32,
+            polls: (w[6] >> 32) as u32,
         })
     }
 }
@@ -114,10 +118,10 @@ mod tests {
             any::<u8>(),
             any::<i32>(),
             any::<[u64; 4]>(),
-            any::<(u32, u32, u32)>(),
+            any::<(u32, u32, u32, u32)>(),
         )
             .prop_map(
-                |(kind, api, direction, flags, device, w, (tid, site, result))| Record {
+                |(kind, api, direction, flags, device, w, (tid, site, result, polls))| Record {
                     kind,
                     api,
                     direction,
@@ -130,6 +134,7 @@ mod tests {
                     tid,
                     site,
                     result,
+                    polls,
                 },
             )
     }

@@ -215,6 +215,7 @@ mod tests {
             tid,
             site: 0,
             result: 0,
+            polls: 0,
         }
     }
 

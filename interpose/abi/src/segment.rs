@@ -1200,6 +1200,7 @@ mod tests {
             tid: 1,
             site: 0,
             result: 0,
+            polls: 0,
         }
     }
 
@@ -1475,6 +1476,7 @@ mod tests {
             w.publish_python_site(
                 py_site,
                 &[crate::python::PyFrameRef { code, line: 4 }],
+                false,
                 false,
             );
             w.add_module(b"/x", 1, 2, 3, b"id");

@@ -154,6 +154,7 @@ fn rec(
         tid,
         site,
         result,
+        polls: 0,
     }
 }
 
@@ -295,10 +296,16 @@ fn write_v1_1_with_job(
             frame(CODE_MAIN, 210),
         ],
         false,
+        false,
     );
     assert_eq!(w.intern_python_site(SITE_A, PY_HASH_2), Some(PY_SITE_2));
     assert!(w.claim_python_site(PY_SITE_2));
-    w.publish_python_site(PY_SITE_2, &[frame(CODE_STEP, 150), frame(0, 0)], true);
+    w.publish_python_site(
+        PY_SITE_2,
+        &[frame(CODE_STEP, 150), frame(0, 0)],
+        true,
+        false,
+    );
     assert_eq!(w.intern_python_site(SITE_B, PY_HASH_3), Some(PY_SITE_3));
     assert!(w.claim_python_site(PY_SITE_3));
 
@@ -646,6 +653,7 @@ fn py_frame(file: &str, function: &str, line: u32) -> PyFrameInfo {
         file: file.into(),
         function: function.into(),
         line,
+        skipped: 0,
     }
 }
 

@@ -23,7 +23,8 @@ use crate::guard;
 use crate::hooks::memcpy::{per_thread, sync_stream};
 use crate::pinned;
 use crate::real::{Real, DRIVER_MISSING};
-use crate::runtime::{self, hook, Call};
+use crate::runtime::{self, hook, hook_query, Call};
+use syncspy_abi::record::FLAG_PER_THREAD;
 
 /// `CUresult` as the C ABI carries it.
 pub type RawResult = u32;
@@ -157,6 +158,23 @@ unsafe fn event_sync(f: EventFn, event: CUevent, _ptds: bool) -> RawResult {
         // SAFETY: as in `ctx_sync`.
         || unsafe { f(event) },
     )
+}
+
+/// # Safety
+/// `f` is the real `cuStreamQuery` (or `_ptsz`) and `stream` the caller's.
+unsafe fn stream_query(f: StreamFn, stream: CUstream, ptds: bool) -> RawResult {
+    let flags = if ptds { FLAG_PER_THREAD } else { 0 };
+    // SAFETY: as in `ctx_sync`.
+    hook_query(Api::CuStreamQuery, stream as u64, flags, || unsafe {
+        f(stream)
+    })
+}
+
+/// # Safety
+/// `f` is the real `cuEventQuery` and `event` the caller's.
+unsafe fn event_query(f: EventFn, event: CUevent, _ptds: bool) -> RawResult {
+    // SAFETY: as in `ctx_sync`.
+    hook_query(Api::CuEventQuery, event as u64, 0, || unsafe { f(event) })
 }
 
 /// # Safety
@@ -659,6 +677,9 @@ family!(CtxSync, ctx_sync_w, ctx_sync: CtxSyncFn; (ctx: CUcontext); cuCtxSynchro
 family!(StreamSync, stream_sync_w, stream_sync: StreamFn; (stream: CUstream);
     cuStreamSynchronize = false, cuStreamSynchronize_ptsz = true);
 family!(EventSync, event_sync_w, event_sync: EventFn; (event: CUevent); cuEventSynchronize = false);
+family!(StreamQuery, stream_query_w, stream_query: StreamFn; (stream: CUstream);
+    cuStreamQuery = false, cuStreamQuery_ptsz = true);
+family!(EventQuery, event_query_w, event_query: EventFn; (event: CUevent); cuEventQuery = false);
 family!(Memcpy, memcpy_w, memcpy: MemcpyFn; (dst: CUdeviceptr, src: CUdeviceptr, n: usize);
     cuMemcpy = false, cuMemcpy_ptds = true);
 family!(HtoD, htod_w, htod: HtoDFn; (dst: CUdeviceptr, src: *const c_void, n: usize);
@@ -752,6 +773,8 @@ pub fn instance(family: Family, i: usize) -> *mut c_void {
         Family::CtxSync => instances!(ctx_sync_w),
         Family::StreamSync => instances!(stream_sync_w),
         Family::EventSync => instances!(event_sync_w),
+        Family::StreamQuery => instances!(stream_query_w),
+        Family::EventQuery => instances!(event_query_w),
         Family::Memcpy => instances!(memcpy_w),
         Family::HtoD => instances!(htod_w),
         Family::DtoH => instances!(dtoh_w),

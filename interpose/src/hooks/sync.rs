@@ -5,7 +5,7 @@ use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Kind};
 
 use super::{export_pair, real, RawError};
-use crate::runtime::{hook, Call};
+use crate::runtime::{hook, hook_query, Call};
 
 type NoArgs = unsafe extern "C" fn() -> RawError;
 pub type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
@@ -64,4 +64,39 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> RawError {
         // unchanged; the caller upholds its contract (this function's `# Safety`).
         || unsafe { f(event) },
     )
+}
+
+/// The body of `cudaStreamQuery` and its `_ptsz` variant: a call that does not wait, whose
+/// not-ready runs are `poll_wait`s (`runtime::hook_query`).
+///
+/// # Safety
+/// `f` is the real `cudaStreamQuery` (or its variant) and `stream` is the caller's, valid
+/// for it: it is forwarded unchanged.
+pub unsafe fn stream_query(
+    api: Api,
+    f: StreamFn,
+    stream: cudaStream_t,
+    per_thread: bool,
+) -> RawError {
+    let flags = if per_thread { FLAG_PER_THREAD } else { 0 };
+    // SAFETY: `f` is the real function and these are the caller's arguments, unchanged
+    // (this function's `# Safety`).
+    hook_query(api, stream as u64, flags, || unsafe { f(stream) })
+}
+
+export_pair! {
+    stream_query: StreamFn;
+    cudaStreamQuery = CudaStreamQuery,
+    cudaStreamQuery_ptsz = CudaStreamQueryPtsz;
+    (stream: cudaStream_t)
+}
+
+/// # Safety
+/// Same contract as the CUDA runtime function of the same name.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cudaEventQuery(event: cudaEvent_t) -> RawError {
+    let f = real!(c"cudaEventQuery", EventFn);
+    // SAFETY: `f` is the real `cudaEventQuery` and gets our caller's argument unchanged; the
+    // caller upholds its contract (this function's `# Safety`).
+    hook_query(Api::CudaEventQuery, event as u64, 0, || unsafe { f(event) })
 }

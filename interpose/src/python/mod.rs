@@ -99,7 +99,7 @@ fn attach(rt: &Runtime, py: &Python, native: u32) -> u32 {
         return native;
     }
     live.stacks.fetch_add(1, Ordering::Relaxed);
-    if w.truncated {
+    if w.truncated || w.skipped > 0 {
         live.truncated.fetch_add(1, Ordering::Relaxed);
     }
     if let Some(site) = cache::lookup(native, w.hash) {
@@ -121,7 +121,14 @@ fn combine(rt: &Runtime, py: &Python, native: u32, w: &Walk) -> u32 {
     };
     if rt.seg.claim_python_site(site) {
         let mut refs = [PyFrameRef { code: 0, line: 0 }; MAX_PY_FRAMES];
-        for (r, &(code, instr)) in refs.iter_mut().zip(&w.frames[..w.n]) {
+        for (i, (r, &(code, instr))) in refs.iter_mut().zip(&w.frames[..w.n]).enumerate() {
+            if w.skipped > 0 && i == walk::INNER {
+                *r = PyFrameRef {
+                    code: syncspy_abi::python::SKIPPED_CODE,
+                    line: w.skipped,
+                };
+                continue;
+            }
             // SAFETY: `code` was accepted by the walk of this thread's live frames, which
             // cannot change while the thread is in this hook.
             unsafe {
@@ -133,7 +140,8 @@ fn combine(rt: &Runtime, py: &Python, native: u32, w: &Walk) -> u32 {
                 r.line = decode::line(py, code, instr).unwrap_or(0);
             }
         }
-        rt.seg.publish_python_site(site, &refs[..w.n], w.truncated);
+        rt.seg
+            .publish_python_site(site, &refs[..w.n], w.truncated, w.skipped > 0);
     }
     site
 }
@@ -393,11 +401,34 @@ mod tests {
     #[test]
     fn the_walk_is_bounded_and_stops_at_a_foreign_code_object() {
         let py = fake::python();
+        // Deeper than the entry: the 16 innermost, the mark of the 19 left out, the 15
+        // outermost (where the user's code is), in order.
         let deep = fake::Stack::new(&[1; 50]);
         let mut w = Walk::new();
         // SAFETY: well-formed fake frames.
         unsafe { walk::walk(&py, deep.tstate, &mut w) };
-        assert_eq!((w.n, w.truncated, w.rejected), (MAX_PY_FRAMES, true, false));
+        assert_eq!(
+            (w.n, w.truncated, w.rejected),
+            (MAX_PY_FRAMES, false, false)
+        );
+        assert_eq!(w.skipped, 19);
+        let kept: Vec<usize> = w.frames.iter().map(|f| f.0).collect();
+        let mut want: Vec<usize> = deep.codes[..16].to_vec();
+        want.push(0);
+        want.extend(&deep.codes[35..]);
+        assert_eq!(kept, want);
+        assert_eq!(w.frames[walk::INNER], (0, 19));
+        // Exactly full: no mark.
+        let full = fake::Stack::new(&[1; MAX_PY_FRAMES]);
+        // SAFETY: as above.
+        unsafe { walk::walk(&py, full.tstate, &mut w) };
+        assert_eq!((w.n, w.skipped, w.truncated), (MAX_PY_FRAMES, 0, false));
+        assert_eq!(w.frames[MAX_PY_FRAMES - 1].0, full.codes[MAX_PY_FRAMES - 1]);
+        // Past what the walk visits: the outermost frames are missing (truncated).
+        let deeper = fake::Stack::new(&vec![1; walk::MAX_STEPS + 10]);
+        // SAFETY: as above.
+        unsafe { walk::walk(&py, deeper.tstate, &mut w) };
+        assert_eq!((w.n, w.truncated), (MAX_PY_FRAMES, true));
         // A code object of another type (a wrong layout would look like this) ends the walk,
         // keeping the frames inside it.
         let mut bad = fake::Stack::new(&[1, 2, 3]);

@@ -17,16 +17,28 @@ use syncspy_abi::python::MAX_PY_FRAMES;
 
 use super::layout::{Python, OWNED_BY_CSTACK};
 
-/// Frames visited at most (shim frames are skipped without being kept).
-const MAX_STEPS: usize = 4 * MAX_PY_FRAMES;
+/// Frames visited at most (shim frames are skipped without being kept): past Python's
+/// default recursion limit (1000), so the outermost frames (the user's) are reached.
+pub const MAX_STEPS: usize = 1024;
+/// Of a stack deeper than `MAX_PY_FRAMES`: the innermost frames kept, then one skipped-frames
+/// mark, then the `OUTER` outermost.
+pub const INNER: usize = MAX_PY_FRAMES / 2;
+pub const OUTER: usize = MAX_PY_FRAMES - INNER - 1;
+/// Frames after the innermost `INNER` are kept in a ring of this many slots (the entries
+/// `INNER..MAX_PY_FRAMES` of `frames`): the last ones seen, the outermost.
+const RING: usize = MAX_PY_FRAMES - INNER;
 
 /// The frames of one walk, innermost first.
 pub struct Walk {
     /// Code object address and instruction offset in code units.
     pub frames: [(usize, u32); MAX_PY_FRAMES],
     pub n: usize,
-    /// More frames were beyond `MAX_PY_FRAMES`.
+    /// The walk stopped at `MAX_STEPS` before the outermost frame.
     pub truncated: bool,
+    /// Frames left out of the middle of a stack deeper than `MAX_PY_FRAMES`: then
+    /// `frames[INNER]` is the mark (`(0, skipped)`), the innermost before it, the outermost
+    /// after. 0 otherwise.
+    pub skipped: u32,
     /// A frame failed validation and ended the walk.
     pub rejected: bool,
     /// Hash of (code, instruction, first line) of every kept frame; never 0 when `n > 0`.
@@ -39,6 +51,7 @@ impl Walk {
             frames: [(0, 0); MAX_PY_FRAMES],
             n: 0,
             truncated: false,
+            skipped: 0,
             rejected: false,
             hash: 0,
         }
@@ -76,6 +89,7 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
     let l = &py.layout;
     w.n = 0;
     w.truncated = false;
+    w.skipped = 0;
     w.rejected = false;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     if !plausible(tstate) {
@@ -96,7 +110,15 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
         // SAFETY: checked above; see the module comment.
         f = unsafe { word(f, current) };
     }
-    for _ in 0..MAX_STEPS {
+    // Frames kept so far, counting those the ring overwrote.
+    let mut seen = 0usize;
+    let mut steps = 0;
+    loop {
+        if steps == MAX_STEPS {
+            w.truncated = f != 0;
+            break;
+        }
+        steps += 1;
         if f == 0 {
             break;
         }
@@ -150,16 +172,32 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
                 }
             },
         };
-        if w.n == MAX_PY_FRAMES {
-            w.truncated = true;
-            break;
-        }
         // SAFETY: `code` was checked above.
         let first = unsafe { std::ptr::read_volatile((code + l.code_firstlineno) as *const i32) };
+        // Every frame is in the hash, those left out too: the site is the whole stack.
         h = mix(mix(mix(h, code as u64), u64::from(instr)), first as u64);
-        w.frames[w.n] = (code, instr);
-        w.n += 1;
+        let slot = if seen < INNER {
+            seen
+        } else {
+            INNER + (seen - INNER) % RING
+        };
+        w.frames[slot] = (code, instr);
+        seen += 1;
         f = previous;
     }
     w.hash = h | 1;
+    if seen <= MAX_PY_FRAMES {
+        w.n = seen;
+        return;
+    }
+    // Deeper than the entry: the innermost, the mark, the last `OUTER` seen in order.
+    let mut outer = [(0usize, 0u32); OUTER];
+    for (i, o) in outer.iter_mut().enumerate() {
+        let k = seen - OUTER + i;
+        *o = w.frames[INNER + (k - INNER) % RING];
+    }
+    w.skipped = u32::try_from(seen - INNER - OUTER).unwrap_or(u32::MAX);
+    w.frames[INNER] = (0, w.skipped);
+    w.frames[INNER + 1..].copy_from_slice(&outer);
+    w.n = MAX_PY_FRAMES;
 }

@@ -67,6 +67,10 @@ pub struct Stats {
     pub max_ns: u64,
     #[serde(default)]
     pub recorded_count: u64,
+    /// `poll_wait` only: the queries that answered not-ready in the recorded events (of
+    /// `recorded_count`); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub polls: u64,
 }
 
 /// Calls that did not stall (pinned async copies, `cudaFree(NULL)`, ...): counted, not timed.
@@ -366,6 +370,7 @@ fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
         p99_ns: q(0.99),
         max_ns: t.max_ns,
         recorded_count: d.map(Dist::count).unwrap_or(0),
+        polls: d.map(Dist::polls).unwrap_or(0),
     }
 }
 

@@ -18,6 +18,8 @@
 //! sync-a=S  sync-b=S   cudaStreamSynchronize from one function reached via two callers
 //! device-sync          cudaDeviceSynchronize
 //! event-sync=S         cudaEventRecord on S, then cudaEventSynchronize
+//! poll=S               spin on cudaStreamQuery(S) until it is not cudaErrorNotReady
+//! poll-event=S         cudaEventRecord on S, then spin on cudaEventQuery the same way
 //! memcpy=DIR:BYTES[:MEM]   memcpy-ptds=DIR:BYTES   memcpy-default=DIR:BYTES
 //! async=DIR:BYTES:MEM:S    async-ptsz=DIR:BYTES:MEM:S
 //! memcpy2d=DIR:W:H         async2d=DIR:W:H:MEM:S
@@ -316,6 +318,32 @@ fn run_op(c: &mut Ctx, op: &str) {
                     c.t.call("cudaEventSynchronize", 0, || cudaEventSynchronize(e)),
                     op,
                 );
+            }
+            "poll" | "poll-event" => {
+                let (s, e) = (c.stream(a[0]), c.event);
+                let api = if name == "poll" {
+                    "cudaStreamQuery"
+                } else {
+                    check(c.t.call("cudaEventRecord", 0, || cudaEventRecord(e, s)), op);
+                    "cudaEventQuery"
+                };
+                let t0 = std::time::Instant::now();
+                let mut not_ready = 0;
+                loop {
+                    let rc = c.t.call(api, 0, || {
+                        if name == "poll" {
+                            cudaStreamQuery(s)
+                        } else {
+                            cudaEventQuery(e)
+                        }
+                    });
+                    if rc != cudaError_t::cudaErrorNotReady {
+                        check(rc, op);
+                        break;
+                    }
+                    not_ready += 1;
+                }
+                c.t.spin(api, not_ready, t0.elapsed().as_nanos() as u64);
             }
             "memcpy" | "memcpy-ptds" | "memcpy-default" => {
                 let n = num(a[1]);

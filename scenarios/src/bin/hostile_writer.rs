@@ -75,6 +75,7 @@ fn main() {
                     tid: (n % 64) as u32,
                     site,
                     result: 0,
+                    polls: 0,
                 });
             }
             // Totals near the top of their range: readers must saturate, not wrap.

@@ -387,6 +387,23 @@ pub extern "C" fn cuEventSynchronize(e: CUevent) -> CuResult {
     face(|| cudaEventSynchronize(e.cast()))
 }
 
+/// `cuStreamQuery`: `CUDA_SUCCESS` when idle, `CUDA_ERROR_NOT_READY` (600, as the runtime's
+/// code) while work is pending.
+#[no_mangle]
+pub extern "C" fn cuStreamQuery(s: CUstream) -> CuResult {
+    face(|| cudaStreamQuery(s.cast()))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamQuery_ptsz(s: CUstream) -> CuResult {
+    face(|| cudaStreamQuery_ptsz(s.cast()))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(e: CUevent) -> CuResult {
+    face(|| cudaEventQuery(e.cast()))
+}
+
 macro_rules! copies {
     ($($name:ident, $async_name:ident, $kind:expr, $ptds:literal;)*) => {$(
         /// # Safety
@@ -494,6 +511,9 @@ fn lookup(name: &[u8], ptds: bool) -> Option<*mut c_void> {
         (b"cuStreamSynchronize", false) => cuStreamSynchronize as *mut c_void,
         (b"cuStreamSynchronize", true) => cuStreamSynchronize_ptsz as *mut c_void,
         (b"cuEventSynchronize", _) => cuEventSynchronize as *mut c_void,
+        (b"cuStreamQuery", false) => cuStreamQuery as *mut c_void,
+        (b"cuStreamQuery", true) => cuStreamQuery_ptsz as *mut c_void,
+        (b"cuEventQuery", _) => cuEventQuery as *mut c_void,
         (b"cuMemcpy", false) => cuMemcpy as *mut c_void,
         (b"cuMemcpy", true) => cuMemcpy_ptds as *mut c_void,
         (b"cuMemcpyHtoD", false) => cuMemcpyHtoD_v2 as *mut c_void,
