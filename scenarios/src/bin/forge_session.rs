@@ -40,6 +40,7 @@ fn main() {
             tid: me,
             site: 0,
             result: 0,
+            polls: 0,
         });
     }
     println!("{}", w.path().display());
