@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 26 on a GPU host: polling waits (torch Event.query and CuPy Stream.done spins,
+# scripts/gpu-polling.py) against the program's own count, and a torch.compile loop whose
+# compile-time waits run deep in Python (scripts/gpu-compile-deep.py): where its sites are
+# named. Needs .gpu/ (scripts/gpu-stage.sh). Results in RESULTS_DIR (default
+# ./gpu-results/frameworks): frameworks.md, the reports.
+#
+#   bash scripts/gpu-frameworks.sh
+set -uo pipefail
+. "$(dirname "$0")/gpu-host.sh" frameworks
+R=$RESULTS_DIR
+export SYNCSPY_DIR; SYNCSPY_DIR=$(mktemp -d /dev/shm/syncspy-fw.XXXXXX)
+trap 'rm -rf "$SYNCSPY_DIR"' EXIT
+"$G/syncspy" run --report "$R/polling.json" -- "$PY" scripts/gpu-polling.py --iters 20 \
+  >"$R/polling.out" 2>"$R/polling.err"
+echo $? >"$R/polling.exit"
+"$G/syncspy" run --report "$R/compile.json" -- "$PY" scripts/gpu-compile-deep.py \
+  >"$R/compile.out" 2>"$R/compile.err"
+echo $? >"$R/compile.exit"
+"$PY" - "$R" >"$R/frameworks.md" <<'PYEOF'
+import json, sys, os
+R = sys.argv[1]
+truth = json.loads([l for l in open(f"{R}/polling.out") if l.startswith("{")][-1])
+rep = json.load(open(f"{R}/polling.json"))
+p = max(rep["processes"], key=lambda p: p["kinds"].get("poll_wait", {}).get("count", 0))
+pw = p["kinds"].get("poll_wait", {})
+apis = {a: s for a, s in p["apis"].items() if "Query" in a}
+print("## Polling waits\n")
+print(f"program's truth: {truth}\n")
+print("| what | program | syncspy |\n| --- | --- | --- |")
+waits = truth["torch_waits"] + truth["cupy_waits"]
+print(f"| spins that waited (poll_wait count) | {waits} | {pw.get('count', 0)} |")
+nr = truth["torch_queries"] - 20 + (truth["cupy_queries"] - 20 if truth["cupy_queries"] else 0)
+print(f"| not-ready answers (polls) | {nr} | {pw.get('polls', 'n/a')} |")
+for a, s in sorted(apis.items()):
+    print(f"| {a} | | {s['count']} waits, {s['total_ns']/1e6:.2f} ms |")
+print(f"| calls that did not stall | | {p.get('non_stall_calls', {})} |")
+sites = [(s["kind"], s.get("location"), s["count"]) for s in p["sites"] if s["kind"] == "poll_wait"]
+print(f"\npoll_wait sites: {sites}\n")
+print("## torch.compile, deep stacks\n")
+rep = json.load(open(f"{R}/compile.json"))
+for p in rep["processes"]:
+    if not p["sites"]:
+        continue
+    n = len(p["sites"])
+    user = [s for s in p["sites"] if "gpu-compile-deep.py" in (s.get("location") or "")]
+    print(f"pid {p['pid']}: {n} sites, {len(user)} named at the script; truncated stacks: {p.get('python', {})}")
+    for s in p["sites"][:12]:
+        sk = any("skipped" in json.dumps(f) for f in s.get("python", []))
+        print(f"- {s['kind']} {s['api']} x{s['count']} at {s.get('location')}{' (middle skipped)' if sk else ''}")
+PYEOF
+cat "$R/frameworks.md"
