@@ -304,3 +304,74 @@ fn many_preloaded_processes_with_no_reader_keep_the_folder_under_its_cap() {
         .count();
     assert!(full < left.len(), "no segment was shrunk: {left:?}");
 }
+
+#[test]
+fn a_burst_of_short_preloaded_jobs_under_a_folder_cap_is_all_counted_by_a_running_agent() {
+    // 100 back-to-back jobs, each a few ms, with a folder cap that the next job's reclaim
+    // enforces at once: before, it removed ended segments the agent had not opened yet (it
+    // counted 25 to 99 of 100).
+    const JOBS: u64 = 100;
+    let d = TempDir::new("lifecycle-burst");
+    let lib = d.path().join("lib");
+    let seg = d.path().join("seg");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(&seg).unwrap();
+    std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join("libcudart.so.13")).unwrap();
+    let mut agent = Running(
+        Command::new(SYNCSPY)
+            .args([
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--interval-ms",
+                "1000",
+                "--retain-secs",
+                "0",
+                "--token-file",
+            ])
+            .arg(d.path().join("agent.token"))
+            .env("SYNCSPY_DIR", &seg)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
+    let addr = eventually("the agent's address", || {
+        let l = lines.next()?.ok()?;
+        let rest = l.split("serving http://").nth(1)?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    std::thread::spawn(move || for _ in lines {});
+    for i in 0..JOBS {
+        let o = Command::new(cudacalls())
+            .args(["--iters", "1", "sync=s1"])
+            .env("LD_PRELOAD", artifact("libsyncspy.so"))
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("SYNCSPY_DIR", &seg)
+            .env("SYNCSPY_RING", "4096")
+            .env("SYNCSPY_DIR_CAP_MB", "1")
+            .env("SYNCSPY_LINGER_MS", "0")
+            .env("SYNCSPY_GPU_IDLE", "off")
+            .env_remove("SYNCSPY_SESSION")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "job {i}: {}", text(&o.stderr));
+    }
+    let events = r#"syncspy_stall_events_total{program="cudacalls",kind="stream_sync"}"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let m = loop {
+        let m = metrics(&addr);
+        let done = metric(&m, events) >= Some(JOBS) && segments(&seg).is_empty();
+        if done || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        metric(&m, events),
+        Some(JOBS),
+        "segments left: {:?}\n{m}",
+        segments(&seg)
+    );
+    assert!(segments(&seg).is_empty(), "{:?}", segments(&seg));
+}
