@@ -259,6 +259,22 @@ impl LiveSnapshot {
     pub fn gpu_busy(&self) -> (u64, u64) {
         self.gpu.as_ref().map(GpuStatus::busy).unwrap_or_default()
     }
+
+    /// (active ns, busy ns) of the GPU, all devices together: its time from each device's
+    /// first work to its last final one (busy time, the gaps and the short gaps), so without
+    /// the set-up before and the teardown after. The one definition of the GPU's idle share
+    /// every view shows (`1 - busy / active`).
+    pub fn gpu_active(&self) -> (u64, u64) {
+        let (span, busy) = self.gpu_busy();
+        let short: u64 = self.gpu.as_ref().map_or(0, |g| {
+            g.devices
+                .iter()
+                .map(|d| d.short_gap_ns)
+                .fold(0, u64::saturating_add)
+        });
+        let between = self.kind(Kind::GpuIdle).total_ns.saturating_add(short);
+        (busy.saturating_add(between).min(span.max(busy)), busy)
+    }
 }
 
 /// What a GPU idle gap is blamed on (reader-side attribution, [`GapCauses`]).

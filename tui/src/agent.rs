@@ -292,8 +292,12 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         state: state_of(r),
         events_per_s: None,
         stall_per_s: None,
-        gpu_idle_share: r.gpu.idle_share.or((r.gpu.measured && r.wall_ns > 0)
-            .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64)),
+        gpu_idle_share: r
+            .gpu
+            .active_idle_share
+            .or(r.gpu.idle_share)
+            .or((r.gpu.measured && r.wall_ns > 0)
+                .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64)),
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,

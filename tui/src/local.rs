@@ -148,7 +148,9 @@ impl Extra {
             x.ended_seen = Some(now_ns);
         }
         x.rates.sample(now_ns, events, stall);
-        let (span, busy) = f.agg.live.gpu_busy();
+        // The GPU's active time (first work to last), the reader's one definition: set-up
+        // and teardown are no idle the program's waits made.
+        let (span, busy) = f.agg.live.gpu_active();
         x.gpu_samples.push_back((now_ns, span, busy));
         if let Some(g) = &f.agg.live.gpu {
             let devices = g.devices.iter().map(|d| (d.device, d.span_ns, d.busy_ns));
@@ -160,13 +162,13 @@ impl Extra {
         }
     }
 
-    /// The share of the traced time the GPU ran nothing: over the last seconds when the
+    /// The share of its active time the GPU ran nothing: over the last seconds when the
     /// tracer accounted time in them, else over the whole run; `None` while not measured.
     fn gpu_idle_share(&self, a: &ProcessAgg) -> Option<f64> {
         idle_share(
             self.gpu_samples.front(),
             self.gpu_samples.back(),
-            a.live.gpu_busy(),
+            a.live.gpu_active(),
         )
     }
 

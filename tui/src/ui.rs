@@ -389,7 +389,7 @@ impl App {
             Some(s) => Line::from(vec![
                 label,
                 Span::raw(format!(
-                    "{} of the traced time (the last seconds, trailing by about one)",
+                    "{} of its active time (the last seconds, trailing by about one)",
                     percent(s)
                 )),
             ]),
@@ -807,9 +807,9 @@ impl App {
         lines.push(Line::raw(
             "STALL/S: seconds the host waited per second of wall time. Counts and totals are \
              exact (library counters); percentiles come from the records this monitor read. \
-             GPU IDLE: the share of the traced time the GPU ran nothing, over the last seconds \
-             (from GPU activity records, which trail by about a second); 'n/m' when not \
-             measured.",
+             GPU IDLE: the share of its active time (from its first work to its last: not the \
+             program's set-up or teardown) the GPU ran nothing, over the last seconds (from GPU \
+             activity records, which trail by about a second); 'n/m' when not measured.",
         ));
         Paragraph::new(lines)
             .wrap(Wrap { trim: true })

@@ -563,18 +563,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         .collect();
     let causes = merge_gap_causes(causes);
     let g = a.live.gpu.as_ref();
-    // Idle between work: the gaps (exact totals of their records) and the short ones.
-    let between: u64 = a
-        .live
-        .kind(Kind::GpuIdle)
-        .total_ns
-        .saturating_add(g.map_or(0, |g| {
-            g.devices
-                .iter()
-                .map(|d| d.short_gap_ns)
-                .fold(0, u64::saturating_add)
-        }));
-    let active_span_ns = busy.saturating_add(between).min(span.max(busy));
+    let (active_span_ns, _) = a.live.gpu_active();
     Gpu {
         idle: IdleStats {
             count: idle.count,
