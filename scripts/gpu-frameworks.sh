@@ -50,3 +50,19 @@ for p in rep["processes"]:
         print(f"- {s['kind']} {s['api']} x{s['count']} at {s.get('location')}{' (middle skipped)' if sk else ''}")
 PYEOF
 cat "$R/frameworks.md"
+# A sync inside CUDA graph capture.
+"$G/syncspy" run --report "$R/graphs.json" -- "$PY" scripts/gpu-graphs.py \
+  >"$R/graphs.out" 2>"$R/graphs.err"
+"$PY" - "$R" >>"$R/frameworks.md" <<'PYEOF'
+import json, sys
+R = sys.argv[1]
+print("\n## A sync inside CUDA graph capture\n")
+print("program: " + open(f"{R}/graphs.out").read().strip() + "\n")
+rep = json.load(open(f"{R}/graphs.json"))
+for p in rep["processes"]:
+    for s in p["sites"]:
+        if s.get("capture_failures") or "graphs.py" in (s.get("location") or ""):
+            print(f"- {s['kind']} {s['api']} x{s['count']} at {s.get('location')}: "
+                  f"capture_failures {s.get('capture_failures', 0)}; advice: {s.get('advice')}")
+PYEOF
+tail -20 "$R/frameworks.md"

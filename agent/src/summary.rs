@@ -405,6 +405,14 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             fmt_ns(s.total_ns),
             fmt_ns(s.p99_ns)
         );
+        if s.capture_failures > 0 {
+            let _ = writeln!(
+                out,
+                "        !! {} of these calls ran while their stream was capturing a CUDA graph: \
+                 they failed (error 900) and broke the capture",
+                s.capture_failures
+            );
+        }
         if frames.is_empty() {
             let _ = writeln!(out, "        (no stack captured)");
         }

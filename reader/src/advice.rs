@@ -40,6 +40,13 @@ pub fn advice(kind: &str, api: &str, count: u64, frames: &[String]) -> Option<&'
     }
 }
 
+/// A sync made while its stream was capturing a CUDA graph (`torch.cuda.graph`,
+/// `cudaStreamBeginCapture`): the call fails and the capture with it.
+pub const CAPTURE: &str =
+    "this call ran while its stream was capturing a CUDA graph and broke the \
+                           capture (error 900, cudaErrorStreamCaptureUnsupported): move the \
+                           `.item()`, `nonzero`, blocking copy or synchronize out of the captured \
+                           region, or read the value after the graph replays";
 const ITEM: &str = "`.item()` (or `float()`, `int()`, `.tolist()`) waits for all GPU work queued \
                     before it: keep the value on the GPU (sum losses into a tensor) and read it \
                     once every N steps";

@@ -429,6 +429,11 @@ impl Lifecycle {
 }
 
 /// Everything known about one process (one segment).
+/// `cudaErrorStreamCaptureUnsupported` and `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (the same
+/// number): a synchronizing call made while its stream was capturing a CUDA graph; the
+/// capture is invalidated.
+pub const CAPTURE_UNSUPPORTED: u32 = 900;
+
 pub struct ProcessAgg {
     pub pid: u32,
     pub start_ticks: u64,
@@ -466,6 +471,9 @@ pub struct ProcessAgg {
     /// The distributed job the process is a rank of (ABI 1.3); set by whoever opened the
     /// segment (`SegmentReader::job`), `None` by `new`.
     pub job: Option<syncspy_abi::job::JobInfo>,
+    /// Per call site, its calls that failed because their stream was capturing a CUDA graph
+    /// (`cudaErrorStreamCaptureUnsupported`, 900): each broke the capture.
+    capture_failures: SiteMap<u64>,
     /// Where the process lives seen from this reader (host pid, container); set by whoever
     /// opened the segment (`place::place`), the default by `new`.
     pub placement: crate::place::Placement,
@@ -494,6 +502,7 @@ impl ProcessAgg {
             copies: BTreeMap::new(),
             gap_causes: GapCauses::default(),
             job: None,
+            capture_failures: SiteMap::default(),
             placement: crate::place::Placement::default(),
         }
     }
@@ -541,6 +550,9 @@ impl ProcessAgg {
             api: r.api,
         };
         let full = self.sites.len() >= MAX_SITE_KEYS;
+        if r.result == CAPTURE_UNSUPPORTED && (!full || self.sites.contains_key(&key)) {
+            *self.capture_failures.entry(key).or_default() += 1;
+        }
         match self.sites.get_mut(&key) {
             Some(d) => d.record(r.duration_ns, r.bytes),
             None if full => {
@@ -604,6 +616,12 @@ impl ProcessAgg {
     }
 
     /// Call sites, largest recorded total first (ties: more calls first, then key order).
+    /// The calls of call site `key` that broke a CUDA graph's capture (made while their
+    /// stream was capturing: `cudaErrorStreamCaptureUnsupported`).
+    pub fn capture_failures(&self, key: &SiteKey) -> u64 {
+        self.capture_failures.get(key).copied().unwrap_or(0)
+    }
+
     pub fn sites_by_total(&self) -> Vec<(SiteKey, &Dist)> {
         let mut v: Vec<_> = self.sites.iter().map(|(k, d)| (*k, d)).collect();
         v.sort_by(|a, b| {

@@ -125,6 +125,10 @@ pub struct Site {
     /// What to do about it, when the pattern is certain (see `advice.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advice: Option<String>,
+    /// Its calls made while their stream was capturing a CUDA graph, which failed and broke
+    /// the capture (`cudaErrorStreamCaptureUnsupported`, 900); left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capture_failures: u64,
 }
 
 /// GPU-side figures, from the GPU part of the segment (ABI 1.2) and its `gpu_idle` records.
@@ -632,6 +636,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
         native: Vec<Frame>,
         python: Vec<PyFrame>,
         dist: Dist,
+        capture_failures: u64,
     }
     let mut order: Vec<Acc> = Vec::new();
     let mut merged: HashMap<Key, usize> = HashMap::new();
@@ -654,6 +659,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             };
             if let Some(&i) = merged.get(&k) {
                 order[i].dist.merge(d);
+                order[i].capture_failures += f.agg.capture_failures(&key);
                 continue;
             }
             merged.insert(k, order.len());
@@ -667,6 +673,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             native,
             python,
             dist,
+            capture_failures: f.agg.capture_failures(&key),
         });
     }
     // Sites that print alike are one row (`alike`).
@@ -679,7 +686,10 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
             Some((acc.kind, acc.api, texts))
         },
-        |(a, _), (b, _)| a.dist.merge(&b.dist),
+        |(a, _), (b, _)| {
+            a.dist.merge(&b.dist);
+            a.capture_failures += b.capture_failures;
+        },
     );
     let mut sites: Vec<Site> = alike
         .into_iter()
@@ -690,8 +700,12 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             };
             let d = &acc.dist;
             let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
-            let advice = crate::advice::advice(acc.kind.name(), acc.api.name(), d.count(), &texts)
-                .map(str::to_string);
+            let advice = if acc.capture_failures > 0 {
+                Some(crate::advice::CAPTURE.to_string())
+            } else {
+                crate::advice::advice(acc.kind.name(), acc.api.name(), d.count(), &texts)
+                    .map(str::to_string)
+            };
             Site {
                 kind: acc.kind.name().to_string(),
                 api: acc.api.name().to_string(),
@@ -710,6 +724,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 location,
                 python: acc.python,
                 advice,
+                capture_failures: acc.capture_failures,
             }
         })
         .collect();
@@ -976,6 +991,36 @@ mod tests {
             ]
         );
         assert!((merged[0].share - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_sync_that_broke_a_graph_capture_is_flagged_at_its_site() {
+        // `.item()` inside `torch.cuda.graph(...)`: the sync fails at once with error 900
+        // and the capture is lost.
+        let dir = TempDir::new("report-capture");
+        let w = writer(dir.path(), 23, 4096);
+        let site = w.intern_site(&[0x10]).unwrap();
+        let mut r = rec(Kind::StreamSync, Api::CudaStreamSynchronize, 2_000, 0, site);
+        r.result = crate::aggregate::CAPTURE_UNSUPPORTED;
+        w.record(&r);
+        let other = w.intern_site(&[0x20]).unwrap();
+        w.record(&rec(
+            Kind::StreamSync,
+            Api::CudaStreamSynchronize,
+            9_000,
+            0,
+            other,
+        ));
+        w.mark_exited(0);
+        let rep = report_of(dir.path());
+        let sites = &rep.processes[0].sites;
+        let broke = sites.iter().find(|s| s.site_id == site).unwrap();
+        assert_eq!(broke.capture_failures, 1);
+        assert_eq!(broke.advice.as_deref(), Some(crate::advice::CAPTURE));
+        let fine = sites.iter().find(|s| s.site_id == other).unwrap();
+        assert_eq!(fine.capture_failures, 0);
+        let json = serde_json::to_value(fine).unwrap();
+        assert!(json.get("capture_failures").is_none(), "left out when 0");
     }
 
     #[test]
