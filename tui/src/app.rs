@@ -380,6 +380,14 @@ impl App {
         v
     }
 
+    /// Selects the first process listed now. Interactively the selection stays on a process
+    /// while the list re-sorts; a printed screen (`--print`) details its top row instead of
+    /// the first process the monitor happened to see (an exited one, at times).
+    pub fn select_top(&mut self) {
+        self.selected = None;
+        self.clamp_selections();
+    }
+
     /// The selected process, or the first listed.
     pub fn current(&self) -> Option<&Proc> {
         let procs = self.processes();

@@ -222,5 +222,9 @@ pub fn print_screen(
     if let Some(e) = source.failure() {
         return Err(e);
     }
+    // The process detailed is the top row (the GPU pane's stays the one it traced).
+    if gpu.is_none() {
+        app.select_top();
+    }
     Ok(crate::ui::screen_text(&app, width, height))
 }

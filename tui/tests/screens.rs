@@ -176,6 +176,22 @@ fn app_with(s: Snapshot) -> App {
 }
 
 #[test]
+fn a_printed_screen_details_the_top_row_not_the_first_process_seen() {
+    // The monitor saw the exited loader first; the running trainer now sorts above it.
+    let mut app = app_with(Snapshot {
+        processes: vec![loader()],
+        ..snapshot()
+    });
+    app.update(Action::Data(Box::new(snapshot())));
+    assert_eq!(app.processes()[0].pid, 614);
+    // Interactively the selection stays where it was while the list re-sorts...
+    assert_eq!(app.current().unwrap().pid, 700);
+    // ...a printed screen details its top row.
+    app.select_top();
+    assert_eq!(app.current().unwrap().pid, 614);
+}
+
+#[test]
 fn print_text_is_the_screen_without_trailing_spaces() {
     let app = app_with(snapshot());
     let text = syncspy_tui::ui::screen_text(&app, 100, 30);
