@@ -3,13 +3,13 @@
 //! processes' segments are reclaimed without any reader.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 mod common;
 use common::{
-    artifact, cudacalls, eventually, metric, metrics, run_sim, Running, TempDir, SYNCSPY,
+    artifact, cudacalls, eventually, metric, metrics, run_sim, start_agent, Running, TempDir,
+    SYNCSPY,
 };
 
 /// Names of the segment files in `dir` (not leases, registrations or temporaries).
@@ -32,31 +32,11 @@ fn ten_short_runs_in_a_row_are_all_counted_by_a_running_agent() {
     let d = TempDir::new("lifecycle-agent");
     // A slow interval: the agent must not depend on scanning between a job's start and
     // its end (inotify wakes it; the run hands its segments over).
-    let mut agent = Running(
-        Command::new(SYNCSPY)
-            .args([
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--interval-ms",
-                "2000",
-                "--retain-secs",
-                "0",
-                "--token-file",
-            ])
-            .arg(d.path().join("agent.token"))
-            .env("SYNCSPY_DIR", d.path())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (_agent, addr) = start_agent(
+        d.path(),
+        &d.path().join("agent.token"),
+        &["--interval-ms", "2000", "--retain-secs", "0"],
     );
-    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
-    let addr = eventually("the agent's address", || {
-        let l = lines.next()?.ok()?;
-        let rest = l.split("serving http://").nth(1)?;
-        Some(rest.split('/').next()?.to_string())
-    });
-    std::thread::spawn(move || for _ in lines {});
 
     let c = cudacalls();
     for i in 0..10 {
@@ -317,31 +297,11 @@ fn a_burst_of_short_preloaded_jobs_under_a_folder_cap_is_all_counted_by_a_runnin
     std::fs::create_dir_all(&lib).unwrap();
     std::fs::create_dir_all(&seg).unwrap();
     std::os::unix::fs::symlink(artifact("libsimcudart.so"), lib.join("libcudart.so.13")).unwrap();
-    let mut agent = Running(
-        Command::new(SYNCSPY)
-            .args([
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--interval-ms",
-                "1000",
-                "--retain-secs",
-                "0",
-                "--token-file",
-            ])
-            .arg(d.path().join("agent.token"))
-            .env("SYNCSPY_DIR", &seg)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (_agent, addr) = start_agent(
+        &seg,
+        &d.path().join("agent.token"),
+        &["--interval-ms", "1000", "--retain-secs", "0"],
     );
-    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
-    let addr = eventually("the agent's address", || {
-        let l = lines.next()?.ok()?;
-        let rest = l.split("serving http://").nth(1)?;
-        Some(rest.split('/').next()?.to_string())
-    });
-    std::thread::spawn(move || for _ in lines {});
     for i in 0..JOBS {
         let o = Command::new(cudacalls())
             .args(["--iters", "1", "sync=s1"])

@@ -3,15 +3,14 @@
 //! count and time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{eventually, Running, TempDir, SYNCSPY};
+use common::{start_agent, TempDir};
 
 /// One scrape: whether a whole `/metrics` answer came back within 5 s.
 fn probe(addr: &str) -> bool {
@@ -31,22 +30,7 @@ fn probe(addr: &str) -> bool {
 #[test]
 fn metrics_answer_while_a_user_holds_and_reopens_hundreds_of_idle_connections() {
     let d = TempDir::new("metrics-flood");
-    let mut agent = Running(
-        Command::new(SYNCSPY)
-            .args(["agent", "--listen", "127.0.0.1:0", "--token-file"])
-            .arg(d.path().join("agent.token"))
-            .env("SYNCSPY_DIR", d.path())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
-    let addr = eventually("the agent's address", || {
-        let l = lines.next()?.ok()?;
-        let rest = l.split("serving http://").nth(1)?;
-        Some(rest.split('/').next()?.to_string())
-    });
-    std::thread::spawn(move || for _ in lines {});
+    let (_agent, addr) = start_agent(d.path(), &d.path().join("agent.token"), &[]);
     assert!(probe(&addr), "no answer before the flood");
 
     // 300 connections that send nothing and are opened again as soon as they close, for at

@@ -5,12 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod common;
-use common::{artifact, eventually, metrics, Running, TempDir, SYNCSPY};
+use common::{artifact, eventually, metrics, start_agent, TempDir, SYNCSPY};
 
 const HOST_STALLS: [&str; 3] = ["device_sync", "stream_sync", "implicit_sync"];
 
@@ -57,29 +57,7 @@ fn get(addr: &str, path: &str, token: &str) -> String {
 fn one_process_reads_the_same_in_every_view() {
     let d = TempDir::new("views");
     let token = d.path().join("agent.token");
-    let mut agent = Running(
-        Command::new(SYNCSPY)
-            .args([
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--retain-secs",
-                "3600",
-                "--token-file",
-            ])
-            .arg(&token)
-            .env("SYNCSPY_DIR", d.path())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(agent.0.stderr.take().unwrap()).lines();
-    let addr = eventually("the agent's address", || {
-        let l = lines.next()?.ok()?;
-        let rest = l.split("serving http://").nth(1)?;
-        Some(rest.split('/').next()?.to_string())
-    });
-    std::thread::spawn(move || for _ in lines {});
+    let (_agent, addr) = start_agent(d.path(), &token, &["--retain-secs", "3600"]);
 
     // The run: its summary on stderr, its JSON report. GPU traced all along.
     let report = d.path().join("r.json");

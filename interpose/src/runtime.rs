@@ -519,6 +519,21 @@ fn current_device() -> i32 {
     }
 }
 
+/// What every hook does first: the runtime, when recording and not re-entered from the
+/// library's own work; `None` tells the hook to forward the call, with errno as it came.
+/// A call made while the library initialises is counted as missed.
+#[inline(always)]
+fn enter(errno_in: i32) -> Option<(&'static Runtime, Reentry)> {
+    let Some(rt) = Runtime::active() else {
+        if STATE.load(Ordering::Relaxed) == INITIALIZING {
+            MISSED.fetch_add(1, Ordering::Relaxed);
+        }
+        set_errno(errno_in);
+        return None;
+    };
+    Some((rt, Reentry::enter()?))
+}
+
 /// The one path every hook takes. `describe` classifies the call (only when recording);
 /// `real` performs it. Non-stalling calls are counted and forwarded untimed; stalls are
 /// timed and recorded. Panics in the library's own work disable recording and never reach
@@ -527,14 +542,7 @@ fn current_device() -> i32 {
 pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 {
     // The library's own work (initialisation, pointer queries) must not leave errno changed.
     let errno_in = errno();
-    let Some(rt) = Runtime::active() else {
-        if STATE.load(Ordering::Relaxed) == INITIALIZING {
-            MISSED.fetch_add(1, Ordering::Relaxed);
-        }
-        set_errno(errno_in);
-        return real();
-    };
-    let Some(_reentry) = Reentry::enter() else {
+    let Some((rt, _reentry)) = enter(errno_in) else {
         return real();
     };
     let described = catch_unwind(AssertUnwindSafe(describe));
@@ -582,14 +590,7 @@ pub const NOT_READY: u32 = 600;
 #[inline(always)]
 pub fn hook_query(api: Api, object: u64, flags: u8, real: impl FnOnce() -> u32) -> u32 {
     let errno_in = errno();
-    let Some(rt) = Runtime::active() else {
-        if STATE.load(Ordering::Relaxed) == INITIALIZING {
-            MISSED.fetch_add(1, Ordering::Relaxed);
-        }
-        set_errno(errno_in);
-        return real();
-    };
-    let Some(_reentry) = Reentry::enter() else {
+    let Some((rt, _reentry)) = enter(errno_in) else {
         return real();
     };
     set_errno(errno_in);

@@ -36,7 +36,7 @@ pub struct AgentSource {
     pid: Option<u32>,
     window_secs: u64,
     /// Per process: its stall rates, over the agent's collection times.
-    prev: HashMap<ProcessKey, Rates>,
+    rates: HashMap<ProcessKey, Rates>,
     /// Per process: counts and totals at the last reset, per kind and per site.
     baseline: HashMap<ProcessKey, Baseline>,
     last: Vec<Proc>,
@@ -137,7 +137,7 @@ impl AgentSource {
             addr,
             pid,
             window_secs,
-            prev: HashMap::new(),
+            rates: HashMap::new(),
             baseline: HashMap::new(),
             last: Vec::new(),
             reset_pending: false,
@@ -429,7 +429,7 @@ impl Source for AgentSource {
                     let mut p = proc_of(r, self.baseline.get(&key));
                     // Over the agent's collection times (the snapshot's), not this
                     // monitor's refreshes: it may see one collection several times.
-                    let rates = self.prev.entry(key).or_default();
+                    let rates = self.rates.entry(key).or_default();
                     rates.sample(snap.time_unix_ns, r.stall_events(), r.stall_ns);
                     if let Some((ev, st)) = rates.per_second().filter(|_| !p.state.ended()) {
                         p.events_per_s = Some(ev);
@@ -462,7 +462,7 @@ impl Source for AgentSource {
                 // (a node agent sees many short jobs over days).
                 let listed: std::collections::HashSet<ProcessKey> =
                     procs.iter().map(|p| p.key()).collect();
-                self.prev.retain(|k, _| listed.contains(k));
+                self.rates.retain(|k, _| listed.contains(k));
                 self.baseline.retain(|k, _| listed.contains(k));
                 self.busy.retain(|k, _| listed.contains(k));
                 self.last = procs;

@@ -71,3 +71,29 @@ pub fn metric(body: &str, line_start: &str) -> Option<u64> {
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l[line_start.len()..].trim().parse().ok())
 }
+
+/// `syncspy agent --listen 127.0.0.1:0 ARGS... --token-file TOKEN` following the segment
+/// folder `segments`, once it serves: the agent (killed when dropped) and its address. Its
+/// stderr is drained so that it never blocks on a full pipe.
+pub fn start_agent(segments: &Path, token: &Path, args: &[&str]) -> (Running, String) {
+    use std::io::BufRead;
+    let mut agent = Running(
+        std::process::Command::new(SYNCSPY)
+            .args(["agent", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .arg("--token-file")
+            .arg(token)
+            .env("SYNCSPY_DIR", segments)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(agent.0.stderr.take().unwrap()).lines();
+    let addr = eventually("the agent's address", || {
+        let l = lines.next()?.ok()?;
+        let rest = l.split("serving http://").nth(1)?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    std::thread::spawn(move || for _ in lines {});
+    (agent, addr)
+}

@@ -131,16 +131,7 @@ impl Drop for OwnedFile {
 /// lock is held (any namespace), or `owner` runs (files of readers without the lock, and
 /// this namespace). Only a file found dead both ways is void.
 fn reader_file_live(path: &Path, owner: Owner) -> bool {
-    use std::os::fd::AsFd;
-    let locked = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .is_ok_and(|f| {
-            f.metadata().is_ok_and(|m| m.file_type().is_file())
-                && crate::origin::lock_state(f.as_fd()) == crate::origin::LockState::Held
-        });
-    locked || owner.running()
+    lock_held(path) || owner.running()
 }
 
 /// Registers this process as a reader of `dir` (see the module's documentation).
@@ -557,20 +548,18 @@ pub fn shrink(path: &Path) -> io::Result<u64> {
     Ok(before.saturating_sub(after))
 }
 
-/// Whether a writer holds the liveness lock on the segment file at `path` (`origin`
-/// module): a cheap test before mapping it. `false` when it cannot be told (not a regular
-/// file, no locks): the caller then looks closer.
-fn writer_locked(path: &Path) -> bool {
+/// Whether someone holds a write lock (`crate::origin`) on the regular file at `path`,
+/// opened without following a link or blocking; `false` when it cannot be told.
+fn lock_held(path: &Path) -> bool {
     use std::os::fd::AsFd;
-    let Ok(f) = OpenOptions::new()
+    OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(path)
-    else {
-        return false;
-    };
-    f.metadata().is_ok_and(|m| m.file_type().is_file())
-        && crate::origin::lock_state(f.as_fd()) == crate::origin::LockState::Held
+        .is_ok_and(|f| {
+            f.metadata().is_ok_and(|m| m.file_type().is_file())
+                && crate::origin::lock_state(f.as_fd()) == crate::origin::LockState::Held
+        })
 }
 
 /// Removes `path` if it is still the file with inode `ino`.
@@ -630,7 +619,8 @@ pub fn reclaim(dir: &Path, policy: Policy, skip: &dyn Fn(&Path) -> bool) -> io::
         }
         out.bytes_left += allocated(&meta);
         let path = entry.path();
-        if meta.uid() != uid || skip(&path) || writer_locked(&path) {
+        // A held lock: its writer runs (a cheap test before mapping the file).
+        if meta.uid() != uid || skip(&path) || lock_held(&path) {
             continue;
         }
         let Ok(r) = SegmentReader::open(&path) else {
