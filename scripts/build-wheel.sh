@@ -14,14 +14,14 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 case "${1:-}" in
   --debug)
-    cargo build --locked -p syncspy-interpose -p syncspy-agent -p syncspy-tui
+    cargo build --locked -p syncspy-interpose -p syncspy-cli -p syncspy-tui
     bin="$target/debug"
     ;;
   --no-build)
     bin=${2:?"--no-build DIR"}
     ;;
   "")
-    cargo build --release --locked -p syncspy-interpose -p syncspy-agent -p syncspy-tui
+    cargo build --release --locked -p syncspy-interpose -p syncspy-cli -p syncspy-tui
     bin="$target/release"
     ;;
   *)

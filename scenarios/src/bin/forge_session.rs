@@ -1,4 +1,4 @@
-//! A forged segment, for the hostile tests (agent/tests/hostile.rs): another local user who
+//! A forged segment, for the hostile tests (cli/tests/hostile.rs): another local user who
 //! learnt a `syncspy run`'s session id writes a segment of that session for a process of its
 //! own, with 5,000 stream syncs, to make the run's budget fail.
 //!

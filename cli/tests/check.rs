@@ -455,7 +455,7 @@ fn the_readme_budget_example_is_a_valid_budget() {
         .expect("README section on syncspy check")..];
     let start = section.find("```toml\n").expect("a toml example") + "```toml\n".len();
     let example = &section[start..start + section[start..].find("```").unwrap()];
-    let b = syncspy_agent::budget::parse("README.md", example).unwrap();
+    let b = syncspy_cli::budget::parse("README.md", example).unwrap();
     assert_eq!(b.rules.len(), 3);
     assert!(b.iterations.is_some());
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use syncspy_agent::check::{self, CheckOptions, EXIT_NOT_CHECKED};
-use syncspy_agent::daemon::{self, DaemonOptions};
-use syncspy_agent::present::{self, Format};
-use syncspy_agent::run::{self, RunOptions, EXIT_SETUP};
+use syncspy_cli::check::{self, CheckOptions, EXIT_NOT_CHECKED};
+use syncspy_cli::daemon::{self, DaemonOptions};
+use syncspy_cli::present::{self, Format};
+use syncspy_cli::run::{self, RunOptions, EXIT_SETUP};
 
 const RUN_AFTER_HELP: &str = "\
 Environment:
@@ -200,7 +200,7 @@ struct RunArgs {
     trace: Option<PathBuf>,
     /// Events the trace keeps at most: the first N; the summary and the trace say when
     /// events were cut (each kept event costs 64 bytes of memory until CMD ends)
-    #[arg(long, value_name = "N", default_value_t = syncspy_agent::trace::DEFAULT_TRACE_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = syncspy_cli::trace::DEFAULT_TRACE_LIMIT)]
     trace_limit: usize,
     /// Use the simulated CUDA runtime (libsimcudart.so, as libcudart.so.13) instead of the
     /// real one: no GPU needed
@@ -331,7 +331,7 @@ fn main() -> ExitCode {
             gpu_idle,
             top_args,
         } => {
-            let mut opts = syncspy_agent::attach::AttachOptions::new(pid);
+            let mut opts = syncspy_cli::attach::AttachOptions::new(pid);
             opts.gpu_idle = gpu_idle;
             opts.duration = duration
                 .filter(|d| d.is_finite() && *d >= 0.0)
@@ -346,7 +346,7 @@ fn main() -> ExitCode {
             {
                 opts.lease_ms = ms;
             }
-            match syncspy_agent::attach::attach(&opts) {
+            match syncspy_cli::attach::attach(&opts) {
                 Ok(_) => 0,
                 Err(e) => {
                     eprintln!("syncspy: {e}");
@@ -354,20 +354,18 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Detach { pid } => match syncspy_agent::attach::detach(pid) {
+        Cmd::Detach { pid } => match syncspy_cli::attach::detach(pid) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("syncspy: {e}");
                 e.exit_code()
             }
         },
-        Cmd::Demo { sim, iters, tui } => {
-            syncspy_agent::demo::demo(&syncspy_agent::demo::DemoOptions {
-                sim: sim.then_some(true),
-                iters,
-                tui,
-            })
-        }
+        Cmd::Demo { sim, iters, tui } => syncspy_cli::demo::demo(&syncspy_cli::demo::DemoOptions {
+            sim: sim.then_some(true),
+            iters,
+            tui,
+        }),
         Cmd::Top { args } => top(&args),
         Cmd::Snapshot {
             segment,
@@ -375,13 +373,13 @@ fn main() -> ExitCode {
             until_ns,
             tid,
         } => {
-            let opts = syncspy_agent::window::WindowOptions {
+            let opts = syncspy_cli::window::WindowOptions {
                 segment,
                 since_ns,
                 until_ns,
                 tids: tid,
             };
-            match syncspy_agent::window::read(&opts).and_then(|w| {
+            match syncspy_cli::window::read(&opts).and_then(|w| {
                 serde_json::to_string(&w).map_err(|e| format!("cannot write JSON: {e}"))
             }) {
                 Ok(json) => {

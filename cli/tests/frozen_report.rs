@@ -179,7 +179,7 @@ fn markdown_keeps_the_budget_verdict() {
     let out = stdout_of(&report(&["--format", "markdown"], &frozen()));
     assert!(
         out.contains(
-            "#### Budget `agent/tests/data/budget.toml`: OVER BUDGET (2 failed, 0 not evaluated, \
+            "#### Budget `cli/tests/data/budget.toml`: OVER BUDGET (2 failed, 0 not evaluated, \
              2 passed, 2 not measured)"
         ),
         "{out}"

@@ -1554,7 +1554,7 @@ fn layout() -> Vec<(String, usize, usize)> {
 }
 
 fn contracts() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/contracts.md");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/contracts.md");
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
