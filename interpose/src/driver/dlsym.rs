@@ -1,4 +1,6 @@
-//! `dlsym`, interposed: a lookup of a driver function that syncspy wraps gets the wrapper.
+//! `dlsym`, interposed: a lookup of a driver function that syncspy wraps gets the wrapper,
+//! and a lookup of a runtime function syncspy exports, on the runtime's own handle, gets the
+//! exported hook (`intercepted_runtime`: ctypes and cuda-python find the runtime that way).
 //!
 //! Programs that load the driver themselves (the CUDA runtime, static or shared; XLA's stubs;
 //! cudarc) call `dlsym(handle, "cuGetProcAddress_v2")` or
@@ -8,7 +10,7 @@
 //!
 //! The exported `dlsym` is a few instructions (x86-64 only): it asks `route` which function
 //! should answer, then jumps there with the caller's arguments and return address intact.
-//! Every name but the wrapped driver functions goes to the real `dlsym` by that jump, so the
+//! Every other name goes to the real `dlsym` by that jump, so the
 //! loader still sees the caller's own return address, and `RTLD_NEXT` keeps meaning "after
 //! the caller". The wrapped names are answered by `intercepted`, which calls the real `dlsym`
 //! and hands out a wrapper for what it found. An `RTLD_NEXT` lookup is never intercepted: it
@@ -89,8 +91,29 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char) -> DlsymFn {
     let name = unsafe { CStr::from_ptr(name) };
     if super::wants(name.to_bytes()) {
         intercepted
+    } else if crate::hooks::exports::hook(name.to_bytes()).is_some() {
+        intercepted_runtime
     } else {
         real
+    }
+}
+
+/// `dlsym` for a runtime function syncspy exports (`hooks::exports`): a program that looks
+/// the runtime up on its own handle (ctypes, cuda-python) gets the exported hook, which then
+/// records its calls under the name it called. Only when what the real lookup found is the
+/// very function the hook forwards to: a second runtime (another copy, another version) keeps
+/// its own functions, unseen as before, rather than have its calls sent to the first one.
+unsafe extern "C" fn intercepted_runtime(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: `route` sends only non-null names here, the caller's C string.
+    let name = unsafe { CStr::from_ptr(name) };
+    // SAFETY: the program's own handle, which it passed to dlsym.
+    let p = unsafe { real(handle, name) };
+    if p.is_null() || !crate::runtime::tracking() {
+        return p;
+    }
+    match crate::hooks::exports::hook(name.to_bytes()) {
+        Some(hook) if hook != p && crate::real::lookup_runtime(name) == p => hook,
+        _ => p,
     }
 }
 

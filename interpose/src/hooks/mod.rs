@@ -10,6 +10,7 @@
 // The exported names are the CUDA runtime's.
 #![allow(non_snake_case)]
 
+pub mod exports;
 pub mod memcpy;
 pub mod memory;
 pub mod sync;
