@@ -66,3 +66,46 @@ for p in rep["processes"]:
                   f"capture_failures {s.get('capture_failures', 0)}; advice: {s.get('advice')}")
 PYEOF
 tail -20 "$R/frameworks.md"
+# Graph replays counted as GPU busy: the program's CUDA events against the report's busy time
+# over its active span, for replays and for the same kernels launched one by one.
+for mode in graph eager; do
+  flag=; [ "$mode" = eager ] && flag=--eager
+  SYNCSPY_GPU_IDLE=1 "$G/syncspy" run --report "$R/replay-$mode.json" -- "$PY" \
+    scripts/gpu-graph-replay.py $flag >"$R/replay-$mode.out" 2>"$R/replay-$mode.err"
+done
+"$PY" - "$R" >>"$R/frameworks.md" <<'PYEOF'
+import json, sys
+R = sys.argv[1]
+print("\n## CUDA graph replays counted as GPU busy\n")
+print("| launch | program: busy ms / span ms (share) | syncspy: busy ms / active span ms (share) | kernels traced |")
+print("| --- | --- | --- | --- |")
+for mode in ("graph", "eager"):
+    try:
+        truth = json.loads([l for l in open(f"{R}/replay-{mode}.out") if l.startswith("{")][-1])
+        rep = json.load(open(f"{R}/replay-{mode}.json"))
+    except Exception as e:
+        print(f"| {mode} | failed: {e} | | |")
+        continue
+    g = max((p["gpu"] for p in rep["processes"]), key=lambda g: g.get("active_span_ns", 0))
+    span = g.get("active_span_ns", 0) / 1e6
+    busy = span * (1 - g.get("active_idle_share", 1.0))
+    print(f"| {mode} | {truth['busy_ms']:.1f} / {truth['span_ms']:.1f} ({truth['busy_share']:.3f}) "
+          f"| {busy:.1f} / {span:.1f} ({busy / span if span else 0:.3f}) | {g.get('measured')} |")
+PYEOF
+tail -8 "$R/frameworks.md"
+# The runtime called through ctypes (and cuda-python when installed): reported under the
+# runtime names, at the script's lines.
+"$G/syncspy" run --report "$R/ctypes.json" -- "$PY" scripts/gpu-ctypes.py \
+  >"$R/ctypes.out" 2>"$R/ctypes.err"
+echo $? >"$R/ctypes.exit"
+"$PY" - "$R" >>"$R/frameworks.md" <<'PYEOF'
+import json, sys
+R = sys.argv[1]
+print("\n## The runtime through ctypes\n")
+print("program: " + open(f"{R}/ctypes.out").read().strip() + f"; exit {open(f'{R}/ctypes.exit').read().strip()}\n")
+rep = json.load(open(f"{R}/ctypes.json"))
+for p in rep["processes"]:
+    for s in p["sites"]:
+        print(f"- {s['kind']} {s['api']} x{s['count']} at {s.get('location')}")
+PYEOF
+tail -6 "$R/frameworks.md"
