@@ -311,6 +311,55 @@ fn polling_until_ready_is_one_poll_wait_per_spin() {
     assert_eq!(count(kind(p, "stream_sync")), 4);
 }
 
+/// The rules that end a polling run (runtime::poll_step): a stall on the thread ends it at
+/// the stall's start, as a wait that never saw the work done; queries of another object
+/// neither join nor end it; only the query of its own object that finds the work done does.
+#[test]
+fn polling_runs_end_at_a_stall_or_at_their_own_objects_ready_answer() {
+    let c = cudacalls();
+    // Per iteration: (1) one not-ready query of s1, then a sync of s1: a run of 1 poll,
+    // ended by the sync. (2) s1 busy for 20 ms: one query of s1 opens a run; a spin on an
+    // event recorded on s1, until it is done (another object: its not-ready answers are not
+    // the run's and open no run of their own); then a spin on s1, whose first answer (ready:
+    // the event said the work is done) ends the run.
+    let r = syncspy_run(
+        "poll-rules",
+        &[],
+        &[
+            &c,
+            "--iters",
+            "3",
+            "busy=s1:5000",
+            "query=s1",
+            "sync=s1",
+            "busy=s1:20000",
+            "query=s1",
+            "poll-event=s1",
+            "poll=s1",
+        ],
+    );
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let t = &r.truth[0];
+    let p = r.proc_of(t["pid"].as_u64().unwrap());
+    assert_matches_truth(p, t);
+    let n = |api: &str, k: &str| t["polls"][api][k].as_u64().unwrap();
+    // The program's own view: every event spin waited; every s1 spin found the work done.
+    assert_eq!(n("cudaEventQuery", "waited"), 3, "{t}");
+    assert_eq!(n("cudaStreamQuery", "not_ready"), 0, "{t}");
+    // Two runs per iteration, both of cudaStreamQuery and of 1 poll (the opening query):
+    // the one the sync ended and the one the s1 spin's ready answer ended. The event spin,
+    // inside an open run, made none.
+    let sq = &p["apis"]["cudaStreamQuery"];
+    assert_eq!(count(sq), 6, "{sq}");
+    assert_eq!(sq["polls"].as_u64(), Some(6), "{sq}");
+    assert_eq!(count(&p["apis"]["cudaEventQuery"]), 0, "{}", p["apis"]);
+    assert_eq!(count(kind(p, "poll_wait")), 6);
+    assert_eq!(count(kind(p, "stream_sync")), 3);
+    // The s1 runs cover most of its 20 ms of work each.
+    let total = sq["total_ns"].as_u64().unwrap();
+    assert!(total >= 3 * 15_000_000, "{total} ns");
+}
+
 #[test]
 fn stall_durations_are_the_waits_that_happened() {
     let c = cudacalls();
@@ -650,6 +699,40 @@ fn assert_matches_truth_driver(p: &Value, truth: &Value) {
         let bytes = p["apis"][api]["bytes"].as_u64().unwrap_or(0)
             + p["non_stall_calls"][api]["bytes"].as_u64().unwrap_or(0);
         assert_eq!(bytes, t["bytes"].as_u64().unwrap(), "{api}: bytes");
+    }
+}
+
+/// Polling through the driver (`cuStreamQuery`, `cuEventQuery`), found each way a program
+/// finds driver functions: one poll_wait per spin that saw the work pending, with exactly
+/// the program's not-ready answers, under the driver names; every query also a call that did
+/// not stall.
+#[test]
+fn driver_polling_is_one_poll_wait_per_spin_however_the_driver_was_found() {
+    let prog = artifact("drivercalls").to_string_lossy().into_owned();
+    for mode in ["procaddr", "static", "dlsym"] {
+        let r = syncspy_run(mode, &[("DRIVERCALLS_POLL", "1")], &[&prog, mode, "3"]);
+        assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+        let t = &r.truth[0];
+        let p = r.proc_of(t["pid"].as_u64().unwrap());
+        for api in ["cuStreamQuery", "cuEventQuery"] {
+            let truth = &t["polls"][api];
+            // A spin that found the 1 ms of work already done (a busy machine) did not wait.
+            let waited = truth["waited"].as_u64().unwrap();
+            assert!(waited >= 1, "{mode}: {t}");
+            let a = &p["apis"][api];
+            assert_eq!(count(a), waited, "{mode} {api}: {}", p["apis"]);
+            assert_eq!(a["polls"], truth["not_ready"], "{mode} {api}");
+            assert_eq!(
+                count(&p["non_stall_calls"][api]),
+                count(&t["calls"][api]),
+                "{mode} {api}"
+            );
+        }
+        let waited: u64 = ["cuStreamQuery", "cuEventQuery"]
+            .iter()
+            .map(|a| t["polls"][a]["waited"].as_u64().unwrap())
+            .sum();
+        assert_eq!(count(kind(p, "poll_wait")), waited, "{mode}");
     }
 }
 

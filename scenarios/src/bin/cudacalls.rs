@@ -20,6 +20,7 @@
 //! event-sync=S         cudaEventRecord on S, then cudaEventSynchronize
 //! poll=S               spin on cudaStreamQuery(S) until it is not cudaErrorNotReady
 //! poll-event=S         cudaEventRecord on S, then spin on cudaEventQuery the same way
+//! query=S              one cudaStreamQuery(S), whatever it answers (no spin)
 //! memcpy=DIR:BYTES[:MEM]   memcpy-ptds=DIR:BYTES   memcpy-default=DIR:BYTES
 //! async=DIR:BYTES:MEM:S    async-ptsz=DIR:BYTES:MEM:S
 //! memcpy2d=DIR:W:H         async2d=DIR:W:H:MEM:S
@@ -318,6 +319,13 @@ fn run_op(c: &mut Ctx, op: &str) {
                     c.t.call("cudaEventSynchronize", 0, || cudaEventSynchronize(e)),
                     op,
                 );
+            }
+            "query" => {
+                let s = c.stream(a[0]);
+                let rc = c.t.call("cudaStreamQuery", 0, || cudaStreamQuery(s));
+                if rc != cudaError_t::cudaErrorNotReady {
+                    check(rc, op);
+                }
             }
             "poll" | "poll-event" => {
                 let (s, e) = (c.stream(a[0]), c.event);

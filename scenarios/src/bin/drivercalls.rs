@@ -21,7 +21,9 @@
 //! (event sync); `cuCtxSynchronize` (device sync); `cuStreamSynchronize_ptsz` of the
 //! per-thread default stream (stream sync; `static` and `procaddr` only); `cuMemcpyDtoD`
 //! (not a stall). Set-up and tear-down: `cuMemAllocHost`, `cuMemHostRegister`,
-//! `cuMemHostUnregister`, `cuMemFreeHost`, `cuMemFree` (implicit syncs).
+//! `cuMemHostUnregister`, `cuMemFreeHost`, `cuMemFree` (implicit syncs). With
+//! `DRIVERCALLS_POLL=1`, each iteration also polls a 1 ms host function with `cuStreamQuery`
+//! until it is done, then one through an event with `cuEventQuery` (polling waits).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::process::ExitCode;
@@ -54,6 +56,8 @@ struct Driver {
     stream_sync: unsafe extern "C" fn(CUstream) -> Res,
     stream_sync_ptsz: Option<unsafe extern "C" fn(CUstream) -> Res>,
     event_sync: unsafe extern "C" fn(CUevent) -> Res,
+    stream_query: unsafe extern "C" fn(CUstream) -> Res,
+    event_query: unsafe extern "C" fn(CUevent) -> Res,
     htod: unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> Res,
     dtoh: unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> Res,
     dtod: unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> Res,
@@ -151,6 +155,8 @@ fn load(mode: &str) -> Result<Driver, String> {
             // SAFETY: as in `f!`.
             .map(|p| unsafe { cast(p) }),
         event_sync: f!(c"cuEventSynchronize", c"cuEventSynchronize"),
+        stream_query: f!(c"cuStreamQuery", c"cuStreamQuery"),
+        event_query: f!(c"cuEventQuery", c"cuEventQuery"),
         htod: f!(c"cuMemcpyHtoD", c"cuMemcpyHtoD_v2"),
         dtoh: f!(c"cuMemcpyDtoH", c"cuMemcpyDtoH_v2"),
         dtod: f!(c"cuMemcpyDtoD", c"cuMemcpyDtoD_v2"),
@@ -177,7 +183,12 @@ fn check(rc: Res, what: &str) -> Result<(), String> {
     }
 }
 
+/// `CUDA_ERROR_NOT_READY`: what a query answers while work is pending.
+const NOT_READY: Res = 600;
+
 fn run(mode: &str, iters: u32) -> Result<Truth, String> {
+    // DRIVERCALLS_POLL=1: each iteration also spins on cuStreamQuery and cuEventQuery.
+    let poll = std::env::var_os("DRIVERCALLS_POLL").is_some_and(|v| v == "1");
     let d = load(mode)?;
     let mut t = Truth::default();
     const N: usize = 4096;
@@ -268,6 +279,36 @@ fn run(mode: &str, iters: u32) -> Result<Truth, String> {
                 }),
                 "ctx sync",
             )?;
+            if poll {
+                // A 1 ms host function polled with cuStreamQuery until done, then one
+                // polled through an event with cuEventQuery.
+                for api in ["cuStreamQuery", "cuEventQuery"] {
+                    check(
+                        (d.host_func)(s, Some(sleep_1ms), std::ptr::null_mut()),
+                        "cuLaunchHostFunc",
+                    )?;
+                    if api == "cuEventQuery" {
+                        check((d.event_record)(e, s), "cuEventRecord")?;
+                    }
+                    let t0 = std::time::Instant::now();
+                    let mut not_ready = 0;
+                    loop {
+                        let rc = t.call(api, 0, || {
+                            if api == "cuStreamQuery" {
+                                (d.stream_query)(s)
+                            } else {
+                                (d.event_query)(e)
+                            }
+                        });
+                        if rc != NOT_READY {
+                            check(rc, api)?;
+                            break;
+                        }
+                        not_ready += 1;
+                    }
+                    t.spin(api, not_ready, t0.elapsed().as_nanos() as u64);
+                }
+            }
             if let Some(f) = d.stream_sync_ptsz {
                 let k = Kind::StreamSync;
                 let per_thread = std::ptr::null_mut();
