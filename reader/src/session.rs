@@ -121,10 +121,11 @@ impl SessionOptions {
 
     /// The registration this session makes, if any.
     fn scope(&self) -> Option<Scope> {
-        self.register.then(|| match self.session {
+        let scope = match self.session {
             Some(s) => Scope::Session(s),
             None => Scope::All,
-        })
+        };
+        self.register.then_some(scope)
     }
 }
 
@@ -315,10 +316,7 @@ impl<S> ReaderSession<S> {
     /// One round: register if not yet, scan, drain every ring into `sink` (each record with
     /// its segment's key and the caller's state for it). Returns the problems found since the
     /// last call, each once.
-    pub fn step(
-        &mut self,
-        sink: impl FnMut(SegmentKey, &mut S, &Record),
-    ) -> Vec<SessionProblem> {
+    pub fn step(&mut self, sink: impl FnMut(SegmentKey, &mut S, &Record)) -> Vec<SessionProblem> {
         self.register();
         self.scan();
         self.follower.poll_each(sink);
@@ -528,13 +526,14 @@ mod tests {
         let p = s.step(|_, _, _| {});
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(matches!(&p[0], SessionProblem::Scan { dir, .. } if dir == &gone));
-        assert!(p[0].to_string().starts_with(&format!("cannot read {}: ", gone.display())));
+        assert!(p[0]
+            .to_string()
+            .starts_with(&format!("cannot read {}: ", gone.display())));
         assert!(s.step(|_, _, _| {}).is_empty(), "said once");
         // At the end too: not said again, and the reclaim's failure not on top of it.
-        let mut s2: ReaderSession =
-            ReaderSession::new(SessionOptions::new(&gone).reclaim(Some(Policy::from_lookup(
-                &|_| None,
-            ))));
+        let mut s2: ReaderSession = ReaderSession::new(
+            SessionOptions::new(&gone).reclaim(Some(Policy::from_lookup(&|_| None))),
+        );
         let done = s2.finish(|_, _, _| {});
         assert_eq!(done.problems.len(), 1, "{:?}", done.problems);
         assert!(matches!(done.problems[0], SessionProblem::Scan { .. }));
@@ -553,7 +552,13 @@ mod tests {
         assert!(!s.registered());
         let p = s.step(|_, _, _| {});
         assert!(
-            p.iter().any(|p| matches!(p, SessionProblem::Register { scope: Scope::All, .. })),
+            p.iter().any(|p| matches!(
+                p,
+                SessionProblem::Register {
+                    scope: Scope::All,
+                    ..
+                }
+            )),
             "{p:?}"
         );
         assert!(p.iter().any(|p| matches!(p, SessionProblem::Scan { .. })));
@@ -595,9 +600,10 @@ mod tests {
             assert_eq!(!done.removed.is_empty(), removed, "{removal:?}");
             assert!(w.path().exists(), "{removal:?}");
         }
-        let keep = dir
-            .path()
-            .join(format!(".{}.keep", w.path().file_name().unwrap().to_string_lossy()));
+        let keep = dir.path().join(format!(
+            ".{}.keep",
+            w.path().file_name().unwrap().to_string_lossy()
+        ));
         assert!(keep.exists(), "marked kept");
         std::fs::remove_file(&keep).unwrap();
         let mut s: ReaderSession = ReaderSession::new(

@@ -14,8 +14,8 @@ use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
-use syncspy_read::session::{ReaderSession, SessionOptions};
 use syncspy_read::report::location_of;
+use syncspy_read::session::{ReaderSession, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
 
 use crate::busy::BusyHistory;
@@ -308,7 +308,9 @@ impl LocalSource {
         if views.is_empty() {
             return;
         }
-        self.reader.follower_mut().forget(|f| f.ended() && f.unlinked());
+        self.reader
+            .follower_mut()
+            .forget(|f| f.ended() && f.unlinked());
         self.retired.extend(views);
         if self.retired.len() > MAX_ENDED {
             let cut = self.retired.len() - MAX_ENDED;
