@@ -5,8 +5,9 @@
 //! A [`Collector`] scans and drains the segments every `interval` and keeps a [`Snapshot`];
 //! HTTP requests are answered from the latest snapshot, so a scrape never waits for a scan.
 //!
-//! The agent registers as a reader of the whole folder and takes a lease on every segment it
-//! follows (`syncspy_abi::lifecycle`), so that `syncspy run` hands its ended segments over
+//! The agent reads its folder through one reader session (`syncspy_read::session`): it
+//! registers as a reader of the whole folder and takes a lease on every segment it follows
+//! (`syncspy_abi::lifecycle`), so that `syncspy run` hands its ended segments over
 //! instead of removing them before the agent has read them; it watches the folder with
 //! inotify, so a new segment is opened at once, not at the next interval.
 //!
@@ -20,7 +21,7 @@
 //! processes' segments after their linger, and the folder's size cap).
 //!
 //! Segment folders private to a pod or container (their own `/dev/shm`) are found through
-//! `/proc` (`crate::pods`) and followed each with a `Follower` of its own, read-only: the
+//! `/proc` (`crate::pods`) and followed each with a reader session of its own, read-only: the
 //! agent writes no registration or lease there and reclaims nothing there (the pod's own
 //! library does). What a lease would say (that the agent reads a segment) lives only in the
 //! agent's memory: the segments it follows, kept mapped until forgotten like the others.
