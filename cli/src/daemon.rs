@@ -5,8 +5,9 @@
 //! A [`Collector`] scans and drains the segments every `interval` and keeps a [`Snapshot`];
 //! HTTP requests are answered from the latest snapshot, so a scrape never waits for a scan.
 //!
-//! The agent registers as a reader of the whole folder and takes a lease on every segment it
-//! follows (`syncspy_abi::lifecycle`), so that `syncspy run` hands its ended segments over
+//! The agent reads its folder through one reader session (`syncspy_read::session`): it
+//! registers as a reader of the whole folder and takes a lease on every segment it follows
+//! (`syncspy_abi::lifecycle`), so that `syncspy run` hands its ended segments over
 //! instead of removing them before the agent has read them; it watches the folder with
 //! inotify, so a new segment is opened at once, not at the next interval.
 //!
@@ -20,7 +21,7 @@
 //! processes' segments after their linger, and the folder's size cap).
 //!
 //! Segment folders private to a pod or container (their own `/dev/shm`) are found through
-//! `/proc` (`crate::pods`) and followed each with a `Follower` of its own, read-only: the
+//! `/proc` (`crate::pods`) and followed each with a reader session of its own, read-only: the
 //! agent writes no registration or lease there and reclaims nothing there (the pod's own
 //! library does). What a lease would say (that the agent reads a segment) lives only in the
 //! agent's memory: the segments it follows, kept mapped until forgotten like the others.
@@ -36,13 +37,14 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
 
-use syncspy_abi::lifecycle::{self, OwnedFile, Policy, Scope};
+use syncspy_abi::lifecycle::{self, Policy, Scope};
 use syncspy_abi::Kind;
 
 use crate::{metrics, pods};
-use syncspy_read::follow::{Followed, Follower};
+use syncspy_read::follow::Followed;
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::process_report;
+use syncspy_read::session::{ReaderSession, SessionOptions, SessionProblem};
 pub use syncspy_read::snapshot::{
     latency_of, ForgottenProgram, Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS,
     SNAPSHOT_VERSION,
@@ -119,7 +121,8 @@ pub fn program_of(argv: &[String]) -> String {
 
 /// A pod's (or container's) own segment folder, followed read-only (`crate::pods`).
 struct PodFolder {
-    follower: Follower,
+    /// Reads without leases or a registration: nothing is written into a pod's folder.
+    reader: ReaderSession,
     id: pods::FolderId,
     mnt_ns: u64,
     /// Where it is, for people (`/proc/<pid>/root/dev/shm`, through the process it was
@@ -137,7 +140,8 @@ struct PodFolder {
 /// Follows all segments of a folder, and of the pods' own folders, and keeps the host's
 /// totals.
 pub struct Collector {
-    follower: Follower,
+    /// The folder's reader: registered for every segment, leasing each, watched.
+    reader: ReaderSession,
     /// Pods' folders (`crate::pods`), at most `pods::MAX_POD_FOLDERS`.
     pods: Vec<PodFolder>,
     discovery: pods::Discovery,
@@ -153,15 +157,13 @@ pub struct Collector {
     forgotten: BTreeMap<String, ForgottenProgram>,
     warnings: Vec<String>,
     host: String,
-    /// This agent's registration as a reader of the folder (removed when dropped).
-    registration: Option<OwnedFile>,
     policy: Policy,
 }
 
 impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
         let mut c = Collector {
-            follower: Follower::new(dir, None).with_leases(),
+            reader: ReaderSession::new(SessionOptions::new(dir).claiming().watch(true)),
             pods: Vec::new(),
             discovery: pods::Discovery::new(),
             pod_watch: None,
@@ -173,35 +175,20 @@ impl Collector {
             forgotten: BTreeMap::new(),
             warnings: Vec::new(),
             host: hostname(),
-            registration: None,
             policy: Policy::from_env(),
         };
-        c.register();
-        if let Err(e) = c.follower.watch() {
-            c.warn(format!(
-                "cannot watch {} with inotify ({e}): new segments are found at each interval",
-                c.follower.dir().display()
-            ));
-        }
+        let problems = c.reader.take_problems();
+        c.warn_new(problems);
         c
     }
 
-    /// Registers as a reader of the folder (again, if the folder was missing before).
-    fn register(&mut self) {
-        if self.registration.is_some() {
-            return;
-        }
-        match lifecycle::register(self.follower.dir(), Scope::All) {
-            Ok(r) => self.registration = Some(r),
-            Err(e) => {
-                let w = format!(
-                    "cannot register as a reader of {} ({e}): `syncspy run` jobs that end \
-                     before the next scan may be missed",
-                    self.follower.dir().display()
-                );
-                if !self.warnings.contains(&w) {
-                    self.warn(w);
-                }
+    /// Warns of each problem: a segment's always (the session says each once), the
+    /// folder's (unreadable, not registered) when not already among the warnings kept.
+    fn warn_new(&mut self, problems: Vec<SessionProblem>) {
+        for p in problems {
+            let w = p.to_string();
+            if matches!(p, SessionProblem::Segment(_)) || !self.warnings.contains(&w) {
+                self.warn(w);
             }
         }
     }
@@ -211,7 +198,7 @@ impl Collector {
     pub fn wait(&mut self, timeout: Duration) {
         use std::os::fd::AsRawFd;
         let Some(pw) = &mut self.pod_watch else {
-            self.follower.wait(timeout);
+            self.reader.wait(timeout);
             return;
         };
         let mut fds = vec![libc::pollfd {
@@ -219,7 +206,7 @@ impl Collector {
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let Some(fd) = self.follower.watch_fd() {
+        if let Some(fd) = self.reader.follower().watch_fd() {
             fds.push(libc::pollfd {
                 fd: fd.as_raw_fd(),
                 events: libc::POLLIN,
@@ -233,7 +220,7 @@ impl Collector {
         // Drain both queues (what appeared is found by the scans).
         let mut buf = [0u8; 4096];
         while pw.read_events(&mut buf).is_ok_and(|e| e.count() > 0) {}
-        self.follower.wait(Duration::ZERO);
+        self.reader.wait(Duration::ZERO);
     }
 
     /// A discovery pass, when due: follows the pods' folders found, refreshes where the
@@ -243,7 +230,7 @@ impl Collector {
         if !self.discovery.due(std::time::Instant::now()) {
             return;
         }
-        let host = std::fs::metadata(self.follower.dir())
+        let host = std::fs::metadata(self.reader.dir())
             .ok()
             .map(|m| (m.dev(), m.ino()));
         let known: Vec<pods::FolderId> = self.pods.iter().map(|p| p.id).chain(host).collect();
@@ -279,7 +266,7 @@ impl Collector {
         }
         // Folders of gone mount namespaces whose segments are all forgotten are closed.
         self.pods
-            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
+            .retain(|p| !(p.gone && p.reader.processes().is_empty()));
         if over != self.pods_over_cap {
             self.pods_over_cap = over;
             if over > 0 {
@@ -319,7 +306,7 @@ impl Collector {
         );
         self.pods.push(PodFolder {
             // No leases, no registration: nothing is written into a pod's folder.
-            follower: Follower::new(path, None),
+            reader: ReaderSession::new(SessionOptions::new(path)),
             id: found.id,
             mnt_ns: found.mnt_ns,
             describe,
@@ -354,37 +341,22 @@ impl Collector {
     /// One round: find new segments, drain all, forget (and maybe remove) those that ended
     /// more than `retain` ago.
     pub fn step(&mut self) {
-        if let Err(e) = self.follower.scan() {
-            let w = format!("cannot read {}: {e}", self.follower.dir().display());
-            if !self.warnings.contains(&w) {
-                self.warn(w);
-            }
-        }
-        let problems: Vec<String> = self
-            .follower
-            .take_new_problems()
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
-        for p in problems {
-            self.warn(p);
-        }
-        self.register();
-        self.follower.poll();
+        let problems = self.reader.step(|_, _, _| {});
+        self.warn_new(problems);
         self.discover();
         let mut problems = Vec::new();
         for p in self.pods.iter_mut() {
-            if !p.gone {
-                if let Err(e) = p.follower.scan() {
-                    problems.push(format!("cannot read {}: {e}", p.describe));
-                }
+            // A gone pod's folder is not scanned: its segments are drained until forgotten.
+            let found = if p.gone {
+                p.reader.poll(|_, _, _| {})
+            } else {
+                p.reader.step(|_, _, _| {})
+            };
+            // Named for people, not as the agent reaches it (/proc/self/fd/N).
+            let dir = p.reader.dir().display().to_string();
+            for pr in found {
+                problems.push(pr.to_string().replace(&dir, &p.describe));
             }
-            let dir = p.follower.dir().display().to_string();
-            for pr in p.follower.take_new_problems() {
-                let pr = pr.to_string().replace(&dir, &p.describe);
-                problems.push(pr);
-            }
-            p.follower.poll();
         }
         for w in problems {
             if !self.warnings.contains(&w) {
@@ -397,7 +369,7 @@ impl Collector {
         // The live `syncspy run`s: their ended segments are kept (and leased) until the run
         // ends, so that the run hands them over rather than removes them.
         let me = lifecycle::Owner::me();
-        let runs: Vec<u64> = lifecycle::Readers::survey(self.follower.dir())
+        let runs: Vec<u64> = lifecycle::Readers::survey(self.reader.dir())
             .map(|r| {
                 r.registered
                     .iter()
@@ -421,7 +393,7 @@ impl Collector {
                     now.saturating_sub(end) >= retain
                 }
         };
-        let gone = self.follower.forget(stale);
+        let gone = self.reader.follower_mut().forget(stale);
         for mut f in gone {
             self.retire(&mut f, false);
         }
@@ -439,23 +411,23 @@ impl Collector {
         let gone: Vec<Followed> = self
             .pods
             .iter_mut()
-            .flat_map(|p| p.follower.forget(pod_stale))
+            .flat_map(|p| p.reader.follower_mut().forget(pod_stale))
             .collect();
         for mut f in gone {
             self.retire(&mut f, true);
         }
         self.pods
-            .retain(|p| !(p.gone && p.follower.processes().is_empty()));
+            .retain(|p| !(p.gone && p.reader.processes().is_empty()));
         if !self.keep_segments {
             let followed: std::collections::HashSet<PathBuf> = self
-                .follower
+                .reader
                 .processes()
                 .iter()
                 .map(|f| f.reader.path().to_path_buf())
                 .collect();
             let skip = |p: &std::path::Path| followed.contains(p);
-            if let Err(e) = lifecycle::reclaim(self.follower.dir(), self.policy, &skip) {
-                let w = format!("cannot reclaim in {}: {e}", self.follower.dir().display());
+            if let Err(e) = lifecycle::reclaim(self.reader.dir(), self.policy, &skip) {
+                let w = format!("cannot reclaim in {}: {e}", self.reader.dir().display());
                 if !self.warnings.contains(&w) {
                     self.warn(w);
                 }
@@ -502,19 +474,19 @@ impl Collector {
         let now = monotonic_ns();
         let mut processes = Vec::new();
         let followed: Vec<&Followed> = self
-            .follower
+            .reader
             .processes()
             .iter()
-            .chain(self.pods.iter().flat_map(|p| p.follower.processes()))
+            .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
             .collect();
         let argvs: Vec<Vec<String>> = followed.iter().map(|f| f.agg.argv.clone()).collect();
         drop(followed);
         let labels: Vec<String> = argvs.iter().map(|a| self.label(a)).collect();
         let followed = self
-            .follower
+            .reader
             .processes()
             .iter()
-            .chain(self.pods.iter().flat_map(|p| p.follower.processes()));
+            .chain(self.pods.iter().flat_map(|p| p.reader.processes()));
         for (f, program) in followed.zip(labels) {
             processes.push(SnapshotProcess {
                 program,
@@ -531,14 +503,14 @@ impl Collector {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0),
-            segment_dir: self.follower.dir().display().to_string(),
+            segment_dir: self.reader.dir().display().to_string(),
             processes,
             forgotten: self.forgotten.clone(),
-            segments_skipped: self.follower.problems().len()
+            segments_skipped: self.reader.segment_problems().len()
                 + self
                     .pods
                     .iter()
-                    .map(|p| p.follower.problems().len())
+                    .map(|p| p.reader.segment_problems().len())
                     .sum::<usize>(),
             warnings,
         }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use crate::signals::Forwarder;
 use crate::summary;
 use crate::trace::TraceSink;
-use syncspy_read::follow::Follower;
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::session::{ReaderSession, Removal, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
 
 /// Exit code of a setup error (library not found, segment folder unusable, report not
@@ -483,9 +483,28 @@ fn cannot_start(cmd: &OsStr, e: &io::Error) -> RunError {
     })
 }
 
-/// Runs the command to its end and reports. Prints segment problems as they appear and,
-/// unless `print_summary` is off, the summary to stderr at the end.
-pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
+/// What `run` sets up before the command starts.
+struct Prepared {
+    program: OsString,
+    lib: PathBuf,
+    seg_dir: PathBuf,
+    session: u64,
+    /// Where the library leaves why a process could not record.
+    failed_dir: PrivateDir,
+    /// The simulated runtime's folder, under `--sim`.
+    sim_dir: Option<SimDir>,
+    /// The monitor and the command's log, under `--tui`.
+    tui: Option<(PathBuf, PathBuf)>,
+    /// The log, open, until the command has it.
+    log_file: Option<std::fs::File>,
+    /// This run's reader session, registered before the command starts.
+    reader: ReaderSession,
+}
+
+/// Checks the command, finds the libraries and the segment folder, checks the output paths,
+/// picks the session, and registers as its reader, so that an agent leaves this run's ended
+/// segments to it.
+fn prepare(opts: &RunOptions) -> Result<Prepared, RunError> {
     let Some(program) = opts.command.first() else {
         return Err(RunError::Setup(
             "no command given: syncspy run [OPTIONS] -- CMD [ARGS...]".into(),
@@ -508,21 +527,24 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     }
     let session = new_session();
     let failed_dir = PrivateDir::create("failed")?;
-    // Registered for this session: an agent leaves this run's ended segments to it.
-    let registration = match syncspy_abi::lifecycle::register(
-        &seg_dir,
-        syncspy_abi::lifecycle::Scope::Session(session),
-    ) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!(
-                "syncspy: warning: cannot register as a reader of {} ({e}): an agent may \
-                     remove this run's segments before they are read",
-                seg_dir.display()
-            );
-            None
-        }
-    };
+    // Another user's segment counts only when its process is one this run started. Ended
+    // segments are removed at the end, or handed over to a reader that still wants them (an
+    // agent); then what nobody reads any more is reclaimed (this run's kept ones aside).
+    let mut reader: ReaderSession = ReaderSession::new(
+        SessionOptions::new(&seg_dir)
+            .session(Some(session))
+            .tree(std::process::id())
+            .claiming()
+            .removal(if opts.keep_segments {
+                Removal::Keep
+            } else {
+                Removal::Ended
+            })
+            .reclaim(Some(syncspy_abi::lifecycle::Policy::from_env())),
+    );
+    for p in reader.take_problems() {
+        eprintln!("syncspy: warning: {p}");
+    }
     let sim_dir = if opts.sim {
         let sim_lib = find_library(
             SIM_LIB_NAME,
@@ -552,23 +574,50 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         Some((_, log)) => Some(open_log(log)?),
         None => None,
     };
+    Ok(Prepared {
+        program: program.clone(),
+        lib,
+        seg_dir,
+        session,
+        failed_dir,
+        sim_dir,
+        tui,
+        log_file,
+        reader,
+    })
+}
 
-    let mut cmd = Command::new(program);
+/// The command, started, and what watches it.
+struct Started {
+    started: Instant,
+    /// Passes the signals `syncspy run` gets on to the command.
+    forwarder: Forwarder,
+    /// `syncspy-top`, under `--tui`.
+    monitor: Option<std::process::Child>,
+    /// Reads the command's captured standard output.
+    stdout_reader: Option<std::thread::JoinHandle<Vec<u8>>>,
+    /// The command's exit status, and when it came.
+    exited: mpsc::Receiver<(io::Result<ExitStatus>, Instant)>,
+}
+
+/// The command with the library preloaded, the session and the folders in its environment.
+fn command(opts: &RunOptions, prep: &Prepared) -> Command {
+    let mut cmd = Command::new(&prep.program);
     cmd.args(&opts.command[1..]);
     cmd.env(
         "LD_PRELOAD",
         prepend_list(
-            lib.as_os_str(),
+            prep.lib.as_os_str(),
             std::env::var_os("LD_PRELOAD").as_deref(),
             ":",
         ),
     );
-    cmd.env(SESSION_ENV, session.to_string());
-    cmd.env(FAILED_DIR_ENV, &failed_dir.0);
+    cmd.env(SESSION_ENV, prep.session.to_string());
+    cmd.env(FAILED_DIR_ENV, &prep.failed_dir.0);
     if std::env::var_os(DIR_ENV).is_some_and(|v| !v.is_empty()) {
-        cmd.env(DIR_ENV, &seg_dir);
+        cmd.env(DIR_ENV, &prep.seg_dir);
     }
-    if let Some(d) = &sim_dir {
+    if let Some(d) = &prep.sim_dir {
         cmd.env(
             "LD_LIBRARY_PATH",
             prepend_list(
@@ -578,10 +627,17 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             ),
         );
     }
+    cmd
+}
 
+/// Starts the command (and the monitor, under `--tui`), forwarding signals to it; its exit
+/// status arrives through `Started::exited` the moment it exits.
+fn start(opts: &RunOptions, prep: &mut Prepared) -> Result<Started, RunError> {
+    let mut cmd = command(opts, prep);
     let forwarder = Forwarder::install()
         .map_err(|e| RunError::Setup(format!("cannot install signal handlers: {e}")))?;
     let started = Instant::now();
+    let log_file = prep.log_file.take();
     if let Some(f) = &log_file {
         let stdio = |f: &std::fs::File| {
             f.try_clone()
@@ -599,29 +655,29 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         Ok(c) => c,
         Err(e) => {
             // Nothing was written to the log: do not leave it behind.
-            if let Some((_, log)) = &tui {
+            if let Some((_, log)) = &prep.tui {
                 if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() == 0) {
                     let _ = std::fs::remove_file(log);
                 }
             }
-            return Err(cannot_start(program, &e));
+            return Err(cannot_start(&prep.program, &e));
         }
     };
     forwarder.set_child(child.id());
-    if opts.announce_session && tui.is_none() && {
+    if opts.announce_session && prep.tui.is_none() && {
         use std::io::IsTerminal;
         io::stderr().is_terminal()
     } {
-        eprintln!("{}", session_line(session));
+        eprintln!("{}", session_line(prep.session));
     }
     drop(log_file);
     // The monitor, attached to the terminal, follows this run's session only.
-    let mut monitor = match &tui {
+    let monitor = match &prep.tui {
         Some((top, log)) => match Command::new(top)
             .arg("--session")
-            .arg(session.to_string())
+            .arg(prep.session.to_string())
             .arg("--dir")
-            .arg(&seg_dir)
+            .arg(&prep.seg_dir)
             .spawn()
         {
             Ok(m) => Some(m),
@@ -637,9 +693,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         },
         None => None,
     };
-    // While the monitor owns the screen, syncspy's own warnings wait until it ends.
-    let defer_notes = monitor.is_some();
-    let mut notes: Vec<String> = Vec::new();
     // Read while the command runs, so that a full pipe never blocks it.
     let stdout_reader = child.stdout.take().map(|mut out| {
         std::thread::spawn(move || {
@@ -649,51 +702,69 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         })
     });
     // Waiting in a thread ends the run the moment the command exits, not at the next poll.
-    let (tx, rx) = mpsc::channel();
+    let (tx, exited) = mpsc::channel();
     std::thread::spawn(move || {
         let r = child.wait();
         Forwarder::clear_child();
         let _ = tx.send((r, Instant::now()));
     });
+    Ok(Started {
+        started,
+        forwarder,
+        monitor,
+        stdout_reader,
+        exited,
+    })
+}
 
-    // Another user's segment counts only when its process is one this run started.
-    let mut follower: Follower = Follower::new(&seg_dir, Some(session))
-        .with_leases()
-        .with_tree(std::process::id());
-    let mut trace = opts
-        .trace
-        .as_ref()
-        .map(|_| TraceSink::new(opts.trace_limit));
-    let mut scan_failed = false;
-    let mut step = |follower: &mut Follower, trace: &mut Option<TraceSink>| {
-        let mut say = |m: String| {
-            if defer_notes {
-                notes.push(m);
-            } else {
-                eprintln!("{m}");
-            }
-        };
-        if let Err(e) = follower.scan() {
-            if !scan_failed {
-                say(format!(
-                    "syncspy: warning: cannot read {}: {e}",
-                    follower.dir().display()
-                ));
-                scan_failed = true;
-            }
+/// syncspy's own warnings while the command runs: printed at once, or, while the monitor
+/// owns the screen, held until it ends.
+struct Notes {
+    defer: bool,
+    held: Vec<String>,
+}
+
+impl Notes {
+    fn say(&mut self, m: String) {
+        if self.defer {
+            self.held.push(m);
+        } else {
+            eprintln!("{m}");
         }
-        for p in follower.take_new_problems() {
-            say(format!("syncspy: warning: {p}"));
+    }
+
+    fn flush(&mut self) {
+        for n in self.held.drain(..) {
+            eprintln!("{n}");
         }
-        follower.poll_each(|key, _, r| {
-            if let Some(t) = trace.as_mut() {
-                t.push(key, *r);
-            }
-        });
-    };
-    let (status, ended) = loop {
-        step(&mut follower, &mut trace);
-        match rx.recv_timeout(opts.poll_interval) {
+    }
+}
+
+/// One round of reading: new segments, their problems said, the records drained (into the
+/// trace, when one is written).
+fn read_step(reader: &mut ReaderSession, trace: &mut Option<TraceSink>, notes: &mut Notes) {
+    let problems = reader.step(|key, _, r| {
+        if let Some(t) = trace.as_mut() {
+            t.push(key, *r);
+        }
+    });
+    for p in problems {
+        notes.say(format!("syncspy: warning: {p}"));
+    }
+}
+
+/// Reads the session until the command ends, then, under the monitor, until the user quits
+/// it. Returns the command's exit status and when it ended.
+fn follow_until_end(
+    opts: &RunOptions,
+    reader: &mut ReaderSession,
+    trace: &mut Option<TraceSink>,
+    notes: &mut Notes,
+    st: &mut Started,
+) -> (io::Result<ExitStatus>, Instant) {
+    let ended = loop {
+        read_step(reader, trace, notes);
+        match st.exited.recv_timeout(opts.poll_interval) {
             Ok(x) => break x,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -705,9 +776,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         }
     };
     // The command ended; the monitor shows it as exited until the user quits it.
-    if let Some(m) = &mut monitor {
+    if let Some(m) = &mut st.monitor {
         let status = loop {
-            step(&mut follower, &mut trace);
+            read_step(reader, trace, notes);
             match m.try_wait() {
                 Ok(Some(s)) => break Ok(s),
                 Ok(None) => std::thread::sleep(opts.poll_interval),
@@ -720,9 +791,30 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             Err(e) => eprintln!("syncspy: warning: cannot wait for {TOP_NAME}: {e}"),
         }
     }
-    drop(forwarder);
+    ended
+}
+
+/// After the command: the final drain, the report with the processes that could not record
+/// and the trace's cut, the clean-up (segments removed or kept, the folder reclaimed, the
+/// registration dropped), the summary, and the files written.
+fn finish_run(
+    opts: &RunOptions,
+    prep: Prepared,
+    st: Started,
+    (status, ended): (io::Result<ExitStatus>, Instant),
+    mut trace: Option<TraceSink>,
+    mut notes: Notes,
+) -> Result<RunOutcome, RunError> {
+    let Prepared {
+        mut reader,
+        failed_dir,
+        sim_dir,
+        tui,
+        ..
+    } = prep;
+    drop(st.forwarder);
     // Ends when every holder of the pipe's write end (the command, its descendants) has.
-    let stdout = stdout_reader.map(|h| h.join().unwrap_or_default());
+    let stdout = st.stdout_reader.map(|h| h.join().unwrap_or_default());
     let exit_code = match status {
         Ok(s) => exit_code_of(s),
         Err(e) => {
@@ -730,15 +822,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             EXIT_SETUP
         }
     };
-
-    step(&mut follower, &mut trace);
-    follower.final_drain_each(|key, _, r| {
+    let done = reader.finish(|key, _, r| {
         if let Some(t) = trace.as_mut() {
             t.push(key, *r);
         }
     });
-    for n in notes {
-        eprintln!("{n}");
+    notes.flush();
+    for p in &done.problems {
+        eprintln!("syncspy: warning: {p}");
     }
     if let Some((_, log)) = &tui {
         eprintln!("syncspy: the command's output is in {}", log.display());
@@ -750,13 +841,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         exit_code,
-        wall_ns: u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX),
+        wall_ns: u64::try_from((ended - st.started).as_nanos()).unwrap_or(u64::MAX),
     };
     let mut sym = Symbolizer::new();
     let mut report = report::build(
         &run_info,
-        follower.processes(),
-        follower.problems(),
+        reader.processes(),
+        reader.segment_problems(),
         &mut sym,
         monotonic_ns(),
     );
@@ -776,38 +867,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             ));
         }
     }
-    // Ended segments are removed, or handed over to a reader that still wants them (an
-    // agent); then what nobody reads any more is reclaimed (this run's kept ones aside).
-    let removed_segments = if opts.keep_segments {
-        // Marked, so that no agent or reclaimer removes them either.
-        for f in follower.processes() {
-            if let Err(e) = syncspy_abi::lifecycle::keep(f.reader.path()) {
-                eprintln!(
-                    "syncspy: warning: cannot mark {} as kept: {e}",
-                    f.reader.path().display()
-                );
-            }
-        }
-        Vec::new()
-    } else {
-        let (removed, failed) = follower.remove_ended_segments();
-        for (p, e) in failed {
-            eprintln!("syncspy: warning: cannot remove {}: {e}", p.display());
-        }
-        removed
-    };
-    let mine: std::collections::HashSet<PathBuf> = follower
-        .processes()
-        .iter()
-        .map(|f| f.reader.path().to_path_buf())
-        .collect();
-    let skip = |p: &Path| mine.contains(p) && opts.keep_segments;
-    let _ = syncspy_abi::lifecycle::reclaim(
-        &seg_dir,
-        syncspy_abi::lifecycle::Policy::from_env(),
-        &skip,
-    );
-    drop(registration);
     drop(sim_dir);
     if opts.print_summary {
         eprint!("{}", summary::render(&report));
@@ -823,7 +882,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         })?;
     }
     if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
-        crate::trace::write(path, sink, follower.processes(), &report.command, &mut sym).map_err(
+        crate::trace::write(path, sink, reader.processes(), &report.command, &mut sym).map_err(
             |e| {
                 RunError::Report(format!(
                     "cannot write the trace to {}: {e} (the command exited with {exit_code})",
@@ -847,10 +906,27 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     Ok(RunOutcome {
         exit_code,
         report,
-        removed_segments,
+        removed_segments: done.removed,
         stdout,
         unrecorded,
     })
+}
+
+/// Runs the command to its end and reports. Prints segment problems as they appear and,
+/// unless `print_summary` is off, the summary to stderr at the end.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
+    let mut prep = prepare(opts)?;
+    let mut st = start(opts, &mut prep)?;
+    let mut notes = Notes {
+        defer: st.monitor.is_some(),
+        held: Vec::new(),
+    };
+    let mut trace = opts
+        .trace
+        .as_ref()
+        .map(|_| TraceSink::new(opts.trace_limit));
+    let ended = follow_until_end(opts, &mut prep.reader, &mut trace, &mut notes, &mut st);
+    finish_run(opts, prep, st, ended, trace, notes)
 }
 
 #[cfg(test)]

@@ -335,3 +335,42 @@ fn a_burst_of_short_preloaded_jobs_under_a_folder_cap_is_all_counted_by_a_runnin
     );
     assert!(segments(&seg).is_empty(), "{:?}", segments(&seg));
 }
+
+/// Issue 24: the segment folder moved away while a run reads it. The run says once that it
+/// cannot read it (not at every poll, and not silently), keeps what it read before, and
+/// ends with the command's status.
+#[test]
+fn a_segment_folder_that_goes_away_under_a_run_is_said_once() {
+    let d = TempDir::new("lifecycle-scan-error");
+    let seg = d.path().join("seg");
+    std::fs::create_dir(&seg).unwrap();
+    let report = d.path().join("r.json");
+    let script = format!(
+        "{} --iters 3 sync=s1 && sleep 0.5 && mv \"$SYNCSPY_DIR\" \"$SYNCSPY_DIR.moved\" && \
+         sleep 0.5",
+        cudacalls()
+    );
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        .env("SYNCSPY_DIR", &seg)
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let said = format!("syncspy: warning: cannot read {}: ", seg.display());
+    assert_eq!(err.matches(&said).count(), 1, "{err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let calls: u64 = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["apis"]["cudaStreamSynchronize"]["count"].as_u64())
+        .sum();
+    assert_eq!(calls, 3, "{r:#}");
+}

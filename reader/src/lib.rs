@@ -4,6 +4,8 @@
 //!
 //! - [`follow`]: discover the segments in `SYNCSPY_DIR` and drain their rings; each followed
 //!   segment has a stable [`follow::SegmentKey`] and a slot for the caller's own state.
+//! - [`session`]: the reader protocol every front end follows on top of `follow`: scan,
+//!   register, lease, drain, final drain, removal, problems said once.
 //! - [`aggregate`]: per-process exact totals and latency histograms.
 //! - [`alike`]: the merge rules every view shares (sites that print alike, gap causes at
 //!   one line).
@@ -29,6 +31,7 @@ pub mod report;
 /// The report's `jobs` section (`report::jobs`), by its old name.
 pub use report::jobs;
 pub mod safe_file;
+pub mod session;
 pub mod snapshot;
 pub mod symbolize;
 pub mod text;

@@ -428,6 +428,80 @@ fn a_child_forked_while_attached_is_recorded_and_one_forked_after_is_not() {
     assert_eq!(t.exit(0).0.code(), Some(0));
 }
 
+/// Issue 24: attach reads under the reader protocol. It registers as the reader of its
+/// session and leases what it follows, so a reclaimer that passes while it has not scanned
+/// yet (the library's before it makes a segment, an agent's) leaves the segment of a child
+/// that already ended to it; its calls are in the report.
+#[test]
+fn a_reclaimer_leaves_an_ended_child_to_the_attach_that_has_not_read_it_yet() {
+    use syncspy_abi::lifecycle::{reclaim, Policy};
+    let dir = TempDir::new("attach-reclaim");
+    let mut t = Target::start(NOW, &[]);
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    let regs: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!(".syncspy-reader-{}-", a.child.id())))
+        .collect();
+    assert_eq!(regs.len(), 1, "attach registers as a reader: {regs:?}");
+    // The attacher, stopped, reads nothing while the child runs and ends.
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGSTOP) };
+    assert_eq!(t.cmd("fork 4"), "done fork 4 0");
+    let policy = Policy {
+        linger_ns: 0,
+        cap_bytes: 0,
+    };
+    let swept = reclaim(dir.path(), policy, &|_| false);
+    // SAFETY: as above.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGCONT) };
+    let swept = swept.unwrap();
+    assert!(swept.removed.is_empty(), "{:?}", swept.removed);
+    assert_eq!(t.cmd("sync 1"), "done sync 1");
+    let r = a.finish();
+    let procs = r["processes"].as_array().unwrap();
+    let child: u64 = procs
+        .iter()
+        .filter(|p| p["pid"].as_i64() != Some(t.pid as i64))
+        .filter_map(|p| p["apis"]["cudaStreamSynchronize"]["count"].as_u64())
+        .sum();
+    assert_eq!(child, 4, "{r:#}");
+    // Read, then removed, with the lease and the registration.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| !n.to_string_lossy().starts_with("report-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(t.exit(0).0.code(), Some(0));
+}
+
+/// Issue 24: the segment folder moved away while attached: attach says it cannot read it
+/// (it used to drop that silently), and reports what it read before.
+#[test]
+fn a_segment_folder_that_goes_away_under_an_attach_is_said() {
+    let dir = TempDir::new("attach-scan-error");
+    let seg = dir.path().join("seg");
+    std::fs::create_dir(&seg).unwrap();
+    let mut t = Target::start(NOW, &[]);
+    let seg_env = seg.to_string_lossy().into_owned();
+    let mut a = start_attach(&t, &dir, &[], &[("SYNCSPY_DIR", &seg_env)]).unwrap();
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    // Followed once a poll (100 ms) has seen it.
+    std::thread::sleep(Duration::from_millis(500));
+    // The control file goes with the folder: the attach ends.
+    std::fs::rename(&seg, dir.path().join("seg-moved")).unwrap();
+    let st = a.child.wait().unwrap();
+    a.log.extend(a.stderr.iter().map(|l| l + "\n"));
+    assert!(st.success(), "{st}: {}", a.log);
+    let said = format!("syncspy: warning: cannot read {}: ", seg.display());
+    assert_eq!(a.log.matches(&said).count(), 1, "{}", a.log);
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&a.report).unwrap()).unwrap();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 2);
+}
+
 #[test]
 fn the_thread_attach_chooses_itself_and_syncspy_detach_ends_it() {
     let dir = TempDir::new("attach-auto");

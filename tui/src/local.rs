@@ -10,11 +10,12 @@ use std::sync::mpsc;
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
 use syncspy_read::aggregate::{GapCause, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
-use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
+use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
 use syncspy_read::report::location_of;
+use syncspy_read::session::{ReaderSession, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
 
 use crate::busy::BusyHistory;
@@ -226,7 +227,8 @@ fn idle_share(
 
 /// Follows every segment of a folder (or one pid's, or one session's).
 pub struct LocalSource {
-    follower: Follower<Extra>,
+    /// Reads without leases or a registration: the monitor writes nothing in the folder.
+    reader: ReaderSession<Extra>,
     window_secs: u64,
     problems: Vec<String>,
     sym: SymWorker,
@@ -238,7 +240,7 @@ pub struct LocalSource {
 impl LocalSource {
     pub fn new(dir: PathBuf, pid: Option<u32>, window_secs: u64) -> LocalSource {
         LocalSource {
-            follower: follower(dir, None, pid, window_secs),
+            reader: reader(dir, None, pid, window_secs),
             window_secs,
             problems: Vec::new(),
             sym: SymWorker::new(),
@@ -250,12 +252,12 @@ impl LocalSource {
     pub fn with_session(self, session: Option<u64>) -> LocalSource {
         // The follower is replaced: only before the first step, while nothing is followed.
         debug_assert!(
-            self.follower.processes().is_empty(),
+            self.reader.processes().is_empty(),
             "with_session after a step"
         );
-        let dir = self.follower.dir().to_path_buf();
-        let follower = follower(dir, session, self.follower.pid(), self.window_secs);
-        LocalSource { follower, ..self }
+        let dir = self.reader.dir().to_path_buf();
+        let reader = reader(dir, session, self.reader.follower().pid(), self.window_secs);
+        LocalSource { reader, ..self }
     }
 
     fn note(&mut self, p: String) {
@@ -268,33 +270,24 @@ impl LocalSource {
         }
     }
 
-    fn scan(&mut self) {
-        if let Err(e) = self.follower.scan() {
-            let p = format!("cannot read {}: {e}", self.follower.dir().display());
-            self.note(p);
+    /// Scans, drains every ring into the segments' windows and samples their rates; notes
+    /// the problems found. Returns the time of the poll.
+    fn read(&mut self) -> u64 {
+        let now_s = monotonic_ns() / 1_000_000_000;
+        let problems = self.reader.step(|_, x, r| x.add(r, now_s));
+        for p in problems {
+            self.note(p.to_string());
         }
-        let new: Vec<String> = self
-            .follower
-            .take_new_problems()
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
-        for p in new {
-            self.note(p);
-        }
-    }
-
-    fn poll(&mut self, now_ns: u64) {
-        let now_s = now_ns / 1_000_000_000;
-        self.follower.poll_each(|_, x, r| x.add(r, now_s));
-        for f in self.follower.processes_mut() {
+        let now_ns = monotonic_ns();
+        for f in self.reader.follower_mut().processes_mut() {
             Extra::polled(f, now_ns);
         }
+        now_ns
     }
 
     /// Stops following the processes `drop` picks.
     fn forget_where(&mut self, drop: impl Fn(&Followed<Extra>) -> bool) {
-        for gone in self.follower.forget(drop) {
+        for gone in self.reader.follower_mut().forget(drop) {
             self.sym.forget(gone.key().process);
         }
     }
@@ -307,7 +300,7 @@ impl LocalSource {
         }
         let sym = &mut self.sym;
         let mut views = Vec::new();
-        for f in self.follower.processes_mut() {
+        for f in self.reader.follower_mut().processes_mut() {
             if f.ended() && f.unlinked() {
                 views.push(view(f, sym, now_ns));
             }
@@ -315,7 +308,9 @@ impl LocalSource {
         if views.is_empty() {
             return;
         }
-        self.follower.forget(|f| f.ended() && f.unlinked());
+        self.reader
+            .follower_mut()
+            .forget(|f| f.ended() && f.unlinked());
         self.retired.extend(views);
         if self.retired.len() > MAX_ENDED {
             let cut = self.retired.len() - MAX_ENDED;
@@ -325,12 +320,12 @@ impl LocalSource {
 
     /// Segments this source has mapped now.
     pub fn mapped(&self) -> usize {
-        self.follower.processes().len()
+        self.reader.processes().len()
     }
 
     fn drop_oldest_ended(&mut self) {
         let mut times: Vec<u64> = self
-            .follower
+            .reader
             .processes()
             .iter()
             .filter_map(|f| f.state.ended_seen)
@@ -344,14 +339,15 @@ impl LocalSource {
     }
 }
 
-/// A follower whose segments each carry the monitor's `Extra`.
-fn follower(
+/// A reader session whose segments each carry the monitor's `Extra`.
+fn reader(
     dir: PathBuf,
     session: Option<u64>,
     pid: Option<u32>,
     window_secs: u64,
-) -> Follower<Extra> {
-    Follower::with_state(dir, session, move |_| Extra::new(window_secs)).with_pid(pid)
+) -> ReaderSession<Extra> {
+    let opts = SessionOptions::new(dir).session(session).pid(pid);
+    ReaderSession::with_state(opts, move |_| Extra::new(window_secs))
 }
 
 /// The monitor's view of one followed process; asks `sym` for the stacks it lacks.
@@ -661,20 +657,19 @@ fn site_row(
 impl Source for LocalSource {
     fn step(&mut self) -> Snapshot {
         self.sym.collect();
-        self.scan();
-        let now = monotonic_ns();
-        self.poll(now);
+        let now = self.read();
         self.drop_oldest_ended();
         self.retire_unlinked(now);
         let sym = &mut self.sym;
         let mut processes: Vec<Proc> = self
-            .follower
+            .reader
+            .follower_mut()
             .processes_mut()
             .map(|f| view(f, sym, now))
             .collect();
         processes.extend(self.retired.iter().cloned());
         Snapshot {
-            source: self.follower.dir().display().to_string(),
+            source: self.reader.dir().display().to_string(),
             processes,
             problems: self.problems.clone(),
             window_secs: self.window_secs,
@@ -685,7 +680,7 @@ impl Source for LocalSource {
     fn request_gpu_trace(&mut self, process: ProcessKey, secs: u64) -> Result<String, String> {
         use syncspy_abi::control::RequestError;
         let f = self
-            .follower
+            .reader
             .processes()
             .iter()
             .find(|f| f.key().process == process && !f.ended())
@@ -704,7 +699,7 @@ impl Source for LocalSource {
     }
 
     fn reset(&mut self) {
-        for f in self.follower.processes_mut() {
+        for f in self.reader.follower_mut().processes_mut() {
             Extra::reset(f);
         }
     }

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use syncspy_read::follow::Follower;
+use syncspy_read::follow::Followed;
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::session::{ReaderSession, Removal, SessionOptions, SessionProblem};
 use syncspy_read::symbolize::Symbolizer;
 
 use crate::run::{
@@ -554,6 +555,18 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     }
     let _ = std::fs::remove_file(&report_out);
     let session = new_session();
+    // This attach's reader, registered for its session before the library can make a
+    // segment and leasing each one it follows, so that no reclaimer (the library's, an
+    // agent's) removes an ended segment (a child that exited) before it is drained.
+    let mut reader: ReaderSession = ReaderSession::new(
+        SessionOptions::new(&places.seg_out)
+            .session(Some(session))
+            .claiming()
+            .removal(Removal::All),
+    );
+    for p in reader.take_problems() {
+        eprintln!("syncspy: warning: {p}");
+    }
     let control_file = write_control(
         &control_out,
         &control_text(
@@ -647,14 +660,21 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // which owns the screen).
     let mut status = (monitor.is_none() && opts.print_summary && stderr_is_terminal())
         .then(|| Status::new(t.pid, opts.duration));
-    let mut follower: Follower = Follower::new(&places.seg_out, Some(session));
+    // Problems said as they come, on their own line (not over the status line).
+    let say = |status: &mut Option<Status>, problems: Vec<SessionProblem>| {
+        for p in problems {
+            if let Some(s) = status {
+                s.clear_line();
+            }
+            eprintln!("syncspy: warning: {p}");
+        }
+    };
     let mut last_touch = Instant::now();
     let mut gone = false;
     loop {
-        let _ = follower.scan();
-        follower.poll();
+        say(&mut status, reader.step(|_, _, _| {}));
         if let Some(s) = &mut status {
-            s.show(&follower, started.elapsed());
+            s.show(reader.processes(), started.elapsed());
         }
         if STOP.load(Ordering::Relaxed) {
             break;
@@ -714,9 +734,10 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         .map(str::to_string)
         .collect();
     let _ = std::fs::remove_file(&report_out);
-    let _ = follower.scan();
-    follower.poll();
-    follower.final_drain();
+    // The final drain, then this attach's segments removed (read; the process keeps its
+    // mapping), then the registration dropped.
+    let done = reader.finish(|_, _, _| {});
+    say(&mut None, done.problems);
     let run_info = RunInfo {
         command: t.cmdline.clone(),
         exit_code: 0,
@@ -725,18 +746,14 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     let mut sym = Symbolizer::new();
     let mut report = report::build(
         &run_info,
-        follower.processes(),
-        follower.problems(),
+        reader.processes(),
+        reader.segment_problems(),
         &mut sym,
         monotonic_ns(),
     );
     report.attached_pid = Some(t.pid as u32);
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
         report.warnings.push(format!("attach: {c}"));
-    }
-    // The segments of this attach are read: remove them (the process keeps its mapping).
-    for p in follower.processes() {
-        let _ = p.remove_file();
     }
     if opts.print_summary {
         for c in &coverage {
@@ -797,7 +814,7 @@ impl Status {
         }
     }
 
-    fn show(&mut self, follower: &Follower, elapsed: Duration) {
+    fn show(&mut self, followed: &[Followed], elapsed: Duration) {
         if self
             .last
             .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
@@ -806,7 +823,7 @@ impl Status {
         }
         self.last = Some(Instant::now());
         let (mut events, mut stall_ns) = (0u64, 0u64);
-        for f in follower.processes() {
+        for f in followed {
             for k in syncspy_abi::Kind::ALL.iter().filter(|k| k.is_host_stall()) {
                 events = events.saturating_add(f.agg.live.kind(*k).count);
             }
@@ -820,6 +837,13 @@ impl Status {
 
     fn clear(self) {
         if self.last.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
+
+    /// Clears the line drawn, for a message; the next `show` draws it again at once.
+    fn clear_line(&mut self) {
+        if self.last.take().is_some() {
             eprint!("\r\x1b[K");
         }
     }
