@@ -298,7 +298,9 @@ impl Symbolizer {
         } {
             self.note(format!("{why}; its frames are shown as offsets"));
             Usable::No
-        } else if let Some(why) = beside_not_regular(&m.path) {
+        } else if let Some(why) =
+            beside_not_regular(&m.path).or_else(|| others_can_plant_beside(&m.path))
+        {
             self.note(format!(
                 "{why}; the frames of {} are shown without file and line",
                 m.path
@@ -345,6 +347,43 @@ fn beside_not_regular(module: &str) -> Option<String> {
             Err(_) => None,
         },
     }
+}
+
+/// Why the files blazesym would look for debug information in, beside a module, are not safe
+/// to open: the module's file is another user's (its `.gnu_debuglink` could name any path,
+/// `../../tmp/fifo`), or its folder, or the `.debug` folder in it, is another user's or
+/// writable by every user (where a FIFO named like the debug file could be planted). Then
+/// no debug link is followed (ELF symbols only). Root's and this reader's own files are
+/// trusted; group-writable folders are (members of a group are trusted with each other's
+/// folders already).
+fn others_can_plant_beside(module: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    let trusted = |md: &std::fs::Metadata| md.uid() == 0 || md.uid() == euid;
+    // Where blazesym looks: beside the file the path resolves to.
+    let file = std::fs::canonicalize(module).ok()?;
+    let md = std::fs::metadata(&file).ok()?;
+    if !trusted(&md) {
+        return Some(format!(
+            "{} belongs to another user (uid {}): its debug links are not followed",
+            file.display(),
+            md.uid()
+        ));
+    }
+    let dir = file.parent()?;
+    for d in [dir.to_path_buf(), dir.join(".debug")] {
+        match std::fs::metadata(&d) {
+            Ok(md) if !trusted(&md) || md.mode() & 0o002 != 0 => {
+                return Some(format!(
+                    "{} can be written by other users: debug files in it are not opened",
+                    d.display()
+                ))
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 fn describe(name: &str, ci: Option<&CodeInfo<'_>>, module: &str) -> String {
@@ -499,6 +538,63 @@ pub(crate) mod tests {
             notes
                 .iter()
                 .any(|n| n.contains("cudacalls.dwp is not a regular file")),
+            "{notes:?}"
+        );
+    }
+
+    /// A module in a folder every user can write (here with a debug link whose file was
+    /// replaced by a FIFO, as a user could plant one): its debug link is not followed, so
+    /// the FIFO cannot block the reader; ELF symbols still name the function.
+    #[test]
+    fn a_module_in_a_folder_every_user_can_write_follows_no_debug_link() {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let dir = syncspy_test_support::TempDir::new("sym-debuglink");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let mut m = own_module();
+        let copy = dir.path().join("prog");
+        let debug = dir.path().join("prog.debug");
+        std::fs::copy(&m.path, &copy).unwrap();
+        // A debug link to prog.debug (objcopy computes its CRC from the file), then the
+        // debug file replaced by a FIFO.
+        std::fs::write(&debug, b"debug").unwrap();
+        let st = std::process::Command::new("objcopy")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&copy)
+            .status()
+            .expect("objcopy (binutils) is needed");
+        assert!(st.success());
+        std::fs::remove_file(&debug).unwrap();
+        syncspy_test_support::mkfifo(&debug);
+        m.path = copy.to_string_lossy().into_owned();
+        // The copy keeps the test binary's build id; the address is the test binary's.
+        let addr = known_return_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mm = m.clone();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            let frames = s.frame(addr, std::slice::from_ref(&mm));
+            let _ = tx.send((frames, s.notes().to_vec()));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        // Unblock a reader that did open it (the test fails then; no thread left behind).
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&debug);
+        let (frames, notes) =
+            got.expect("symbolization blocked on the FIFO the module's debug link names");
+        assert!(
+            frames
+                .last()
+                .unwrap()
+                .text
+                .contains("syncspy_known_function_for_symbolization"),
+            "{frames:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("can be written by other users")),
             "{notes:?}"
         );
     }
