@@ -107,7 +107,7 @@ fn kinds_of(r: &Report) -> BTreeMap<String, Amounts> {
     let mut m: BTreeMap<String, Amounts> = BTreeMap::new();
     for p in &r.processes {
         for (k, s) in &p.kinds {
-            m.entry(k.clone())
+            m.entry(k.to_string())
                 .or_default()
                 .add(s.count, s.total_ns, s.bytes);
         }
@@ -120,7 +120,7 @@ fn sites_of(r: &Report) -> BTreeMap<SiteKey, Amounts> {
     for p in &r.processes {
         for s in &p.sites {
             let frames = user_frames(s).into_iter().map(str::to_string).collect();
-            m.entry((s.kind.clone(), s.api.clone(), frames))
+            m.entry((s.kind.to_string(), s.api.to_string(), frames))
                 .or_default()
                 .add(s.count, s.total_ns, s.bytes);
         }

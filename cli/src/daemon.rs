@@ -476,7 +476,7 @@ impl Collector {
             if t.count > 0 {
                 entry
                     .kinds
-                    .entry(k.name().to_string())
+                    .entry((*k).into())
                     .or_default()
                     .add(t.count, t.total_ns, t.bytes);
             }

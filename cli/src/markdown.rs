@@ -3,8 +3,6 @@
 
 use std::fmt::Write as _;
 
-use syncspy_abi::Kind;
-
 use crate::budget::CheckStatus;
 use crate::summary::{
     fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, shell_words, user_frames,
@@ -112,14 +110,13 @@ pub fn render(r: &Report) -> String {
             "| kind | count | total | p50 | p99 | max | bytes | wall |"
         );
         let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        let mut names: Vec<&String> = p.kinds.keys().collect();
-        names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
-        for n in names {
-            let k = &p.kinds[n];
+        let mut names: Vec<_> = p.kinds.iter().collect();
+        names.sort_by_key(|(n, _)| n.order());
+        for (n, k) in names {
             let _ = writeln!(
                 o,
                 "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
-                md_cell(n),
+                md_cell(n.as_str()),
                 k.count,
                 fmt_ns(k.total_ns),
                 fmt_ns(k.p50_ns),
@@ -154,8 +151,8 @@ pub fn render(r: &Report) -> String {
                 o,
                 "| {} | `{}` | `{}` | {at} | {} | {} | {} |",
                 i + 1,
-                md_cell(&s.kind),
-                md_cell(&s.api),
+                md_cell(s.kind.as_str()),
+                md_cell(s.api.as_str()),
                 s.count,
                 fmt_ns(s.total_ns),
                 fmt_ns(s.p99_ns)

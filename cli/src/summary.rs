@@ -3,8 +3,6 @@
 
 use std::fmt::Write as _;
 
-use syncspy_abi::Kind;
-
 use syncspy_read::report::{ProcessReport, Report, Site};
 use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
@@ -363,10 +361,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         "kind", "count", "total ms", "p50", "p99", "max", "bytes", "wall"
     );
     // Kinds in their numeric order, unknown names (a newer writer) after.
-    let mut names: Vec<&String> = p.kinds.keys().collect();
-    names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
-    for name in names {
-        let k = &p.kinds[name];
+    let mut names: Vec<_> = p.kinds.iter().collect();
+    names.sort_by_key(|(n, _)| n.order());
+    for (name, k) in names {
         let (p50, p99) = if k.recorded_count == 0 && k.count > 0 {
             ("-".to_string(), "-".to_string())
         } else {
@@ -688,7 +685,7 @@ mod tests {
             stall_ns: 3_920_000_000,
             overhead_ns: 612_000_000,
             kinds: [(
-                "stream_sync".to_string(),
+                "stream_sync".into(),
                 syncspy_read::report::Stats {
                     count: 3,
                     total_ns: 3_920_000_000,

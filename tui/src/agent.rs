@@ -12,7 +12,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use syncspy_abi::Kind;
+use syncspy_read::names::{ApiName, KindName};
 use syncspy_read::report::ProcessReport;
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
@@ -52,8 +52,8 @@ pub struct AgentSource {
 
 #[derive(Default)]
 struct Baseline {
-    kinds: HashMap<String, (u64, u64)>,
-    sites: HashMap<(u32, String, String), (u64, u64)>,
+    kinds: HashMap<KindName, (u64, u64)>,
+    sites: HashMap<(u32, KindName, ApiName), (u64, u64)>,
     gpu: GpuBaseline,
 }
 
@@ -257,7 +257,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         .sites
         .iter()
         .filter_map(|s| {
-            let kind = Kind::from_name(&s.kind)?;
+            let kind = s.kind.known()?;
             let (bc, bt) = base
                 .and_then(|b| b.sites.get(&(s.site_id, s.kind.clone(), s.api.clone())))
                 .copied()
@@ -265,7 +265,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
             Some(SiteRow {
                 site_id: s.site_id,
                 kind,
-                api: s.api.clone(),
+                api: s.api.to_string(),
                 count: s.count.saturating_sub(bc),
                 total_ns: s.total_ns.saturating_sub(bt),
                 p99_ns: s.p99_ns,

@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{ProcessReport, HOST_BUSY_ELSEWHERE};
+use crate::names::{ApiName, KindName};
 
 /// The job of one process, as the report shows it (`processes[].job`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -110,8 +111,8 @@ pub struct RankReport {
 /// A rank's top call site.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct TopSite {
-    pub kind: String,
-    pub api: String,
+    pub kind: KindName,
+    pub api: ApiName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
     /// Its stall time (host basis) or the GPU idle time behind it (GPU basis).
@@ -256,8 +257,8 @@ fn gpu_behind(p: &ProcessReport) -> Option<(u64, Option<TopSite>)> {
     let total = causes.iter().map(|c| c.total_ns).sum();
     causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
     let top = causes.first().map(|c| TopSite {
-        kind: c.cause.clone(),
-        api: c.api.clone(),
+        kind: KindName::new(&c.cause),
+        api: ApiName::new(&c.api),
         location: c.location.clone(),
         total_ns: c.total_ns,
     });

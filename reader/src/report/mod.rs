@@ -13,6 +13,7 @@ use syncspy_abi::{Api, Kind};
 
 use crate::aggregate::{Dist, GapCause, Lifecycle, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
+use crate::names::{ApiName, DirectionName, KindName};
 use crate::python::{self, PyFrame, PythonReport};
 use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
 use syncspy_abi::modules::Module;
@@ -92,8 +93,8 @@ pub struct CopyStats {
 /// records received.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Site {
-    pub kind: String,
-    pub api: String,
+    pub kind: KindName,
+    pub api: ApiName,
     pub count: u64,
     pub total_ns: u64,
     pub p99_ns: u64,
@@ -280,8 +281,8 @@ pub struct ProcessReport {
     pub stall_ns: u64,
     /// From the segment's creation to the process's end (or to the report, if it runs).
     pub wall_ns: u64,
-    pub kinds: BTreeMap<String, Stats>,
-    pub apis: BTreeMap<String, Stats>,
+    pub kinds: BTreeMap<KindName, Stats>,
+    pub apis: BTreeMap<ApiName, Stats>,
     /// Largest `total_ns` first.
     pub sites: Vec<Site>,
     pub gpu: Gpu,
@@ -333,11 +334,11 @@ pub struct ProcessReport {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub refused_site_records: u64,
     #[serde(default)]
-    pub non_stall_calls: BTreeMap<String, CallCount>,
+    pub non_stall_calls: BTreeMap<ApiName, CallCount>,
     /// Copies among the records received, by kind then direction (`h2d`, `d2h`, `d2d`,
     /// `h2h`): count, bytes, total_ns.
     #[serde(default)]
-    pub copies: BTreeMap<String, BTreeMap<String, CopyStats>>,
+    pub copies: BTreeMap<KindName, BTreeMap<DirectionName, CopyStats>>,
     /// The segment file.
     #[serde(default)]
     pub segment: String,
@@ -434,12 +435,12 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
     let kinds = a
         .kinds_seen()
         .into_iter()
-        .map(|k| (k.name().to_string(), stats(a.live.kind(k), a.kind_dist(k))))
+        .map(|k| (k.into(), stats(a.live.kind(k), a.kind_dist(k))))
         .collect();
     let apis = a
         .apis_seen()
         .into_iter()
-        .map(|x| (x.name().to_string(), stats(a.live.api(x), a.api_dist(x))))
+        .map(|x| (x.into(), stats(a.live.api(x), a.api_dist(x))))
         .collect();
     let non_stall_calls = a
         .calls_seen()
@@ -447,7 +448,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         .map(|x| {
             let t = a.live.calls(x);
             (
-                x.name().to_string(),
+                x.into(),
                 CallCount {
                     count: t.count,
                     bytes: t.bytes,
@@ -455,10 +456,10 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
             )
         })
         .collect();
-    let mut copies: BTreeMap<String, BTreeMap<String, CopyStats>> = BTreeMap::new();
+    let mut copies: BTreeMap<KindName, BTreeMap<DirectionName, CopyStats>> = BTreeMap::new();
     for ((kind, dir), (count, bytes, total_ns)) in a.copies() {
-        copies.entry(kind.name().to_string()).or_default().insert(
-            dir.name().to_string(),
+        copies.entry((*kind).into()).or_default().insert(
+            (*dir).into(),
             CopyStats {
                 count: *count,
                 bytes: *bytes,
@@ -522,7 +523,7 @@ impl ProcessReport {
     pub fn stall_events(&self) -> u64 {
         self.kinds
             .iter()
-            .filter(|(k, _)| Kind::from_name(k).is_some_and(Kind::is_host_stall))
+            .filter(|(k, _)| k.known().is_some_and(Kind::is_host_stall))
             .map(|(_, s)| s.count)
             .fold(0u64, u64::saturating_add)
     }
@@ -707,8 +708,8 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                     .map(str::to_string)
             };
             Site {
-                kind: acc.kind.name().to_string(),
-                api: acc.api.name().to_string(),
+                kind: acc.kind.into(),
+                api: acc.api.into(),
                 count: d.count(),
                 total_ns: d.total_ns(),
                 p99_ns: d.quantile(0.99),
@@ -1282,7 +1283,7 @@ mod tests {
         // Gaps are no host stall, no API and no call site.
         assert_eq!(p.stall_ns, 3 * 1_500_000);
         assert!(!p.apis.contains_key("gpu_activity"));
-        assert!(p.sites.iter().all(|s| s.kind != "gpu_idle"));
+        assert!(p.sites.iter().all(|s| s.kind != Kind::GpuIdle));
         assert_eq!(p.kinds["gpu_idle"].count, 4);
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(
