@@ -540,7 +540,7 @@ impl Collector {
                     .iter()
                     .map(|p| p.follower.problems().len())
                     .sum::<usize>(),
-            warnings,
+            warnings: warnings.into(),
         }
     }
 }

@@ -214,7 +214,7 @@ pub fn render(r: &Report) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(o);
         for w in &r.warnings {
-            let _ = writeln!(o, "> warning: {}", md_cell(w));
+            let _ = writeln!(o, "> warning: {}", md_cell(&w.to_string()));
         }
     }
     // Text from segments and reports (command lines, frames) may hold escape sequences.

@@ -182,8 +182,7 @@ pub fn render(r: &Report) -> String {
     // When processes said why they could not record, that reason is given instead of a guess.
     let failed = r
         .warnings
-        .iter()
-        .any(|w| w.contains(syncspy_read::report::COULD_NOT_RECORD));
+        .any(|w| matches!(w, syncspy_read::warning::Warning::CouldNotRecord { .. }));
     if r.processes.is_empty() && !failed {
         let _ = writeln!(
             out,
@@ -583,6 +582,27 @@ mod tests {
     }
 
     #[test]
+    fn only_the_could_not_record_warning_replaces_the_guess_about_no_process() {
+        let guess = "no instrumented process reported";
+        let mut r = Report {
+            command: vec!["./x".into()],
+            ..Report::default()
+        };
+        // A warning that merely quotes the words (a folder named so) is not that warning.
+        r.warnings
+            .push("cannot read /srv/2 processes could not record: here: denied");
+        assert!(render(&r).contains(guess));
+        r.warnings
+            .push(syncspy_read::warning::Warning::could_not_record(&["EMFILE".into()]).unwrap());
+        let out = render(&r);
+        assert!(!out.contains(guess), "{out}");
+        assert!(
+            out.contains("syncspy: warning: 1 process could not record: EMFILE"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn summary_shows_kinds_sites_without_runtime_frames_and_losses() {
         let mut p = ProcessReport {
             pid: 7,
@@ -640,7 +660,7 @@ mod tests {
                     ..ProcessReport::default()
                 },
             ],
-            warnings: vec!["skipped /dev/shm/syncspy-1-2: bad".into()],
+            warnings: vec!["skipped /dev/shm/syncspy-1-2: bad"].into(),
             ..Report::default()
         };
         let s = render(&r);

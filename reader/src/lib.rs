@@ -16,6 +16,8 @@
 //!   straggler.
 //! - [`rates`]: rates over a window, right whatever the source's refresh.
 //! - [`place`]: where a segment's process lives seen from here: its host pid and container.
+//! - [`warning`]: what readers warn about, one variant per kind of warning, its text in one
+//!   place.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
@@ -36,5 +38,6 @@ pub mod snapshot;
 pub mod symbolize;
 pub mod text;
 pub mod verdict;
+pub mod warning;
 
 pub use syncspy_abi::clock::monotonic_ns;

@@ -112,8 +112,8 @@ pub struct Snapshot {
     pub forgotten: BTreeMap<String, ForgottenProgram>,
     /// Files in the segment folder that could not be read.
     pub segments_skipped: usize,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "<[crate::warning::Warning]>::is_empty")]
+    pub warnings: crate::warning::Warnings,
 }
 
 /// Where `syncspy agent` writes, and `syncspy-top --agent` reads, the token that

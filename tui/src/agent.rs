@@ -412,7 +412,7 @@ impl Source for AgentSource {
         match self.fetch() {
             Ok(snap) => {
                 self.failed = None;
-                problems.extend(snap.warnings.iter().cloned());
+                problems.extend(snap.warnings.iter().map(ToString::to_string));
                 let mut procs = Vec::new();
                 for sp in &snap.processes {
                     let r = &sp.report;

@@ -16,6 +16,7 @@ use crate::follow::{Followed, SegmentProblem};
 use crate::names::{ApiName, DirectionName, KindName};
 use crate::python::{self, PyFrame, PythonReport};
 use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
+use crate::warning::{Warning, Warnings};
 use syncspy_abi::modules::Module;
 
 /// `syncspy_report` of the reports this code writes and reads.
@@ -35,8 +36,8 @@ pub struct Report {
     /// order their segments were created.
     pub processes: Vec<ProcessReport>,
     /// Segments that could not be read, symbol files that could not be used.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "<[Warning]>::is_empty")]
+    pub warnings: Warnings,
     /// Processes grouped by distributed job (`processes[].job.id`), by job id; left out
     /// when no process is a rank of a job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -255,10 +256,6 @@ pub fn merge_gap_causes(causes: Vec<GapCauseReport>) -> Vec<GapCauseReport> {
 
 /// `GapCauseReport::cause` of gaps no host stall explains.
 pub const HOST_BUSY_ELSEWHERE: &str = "host_busy_elsewhere";
-
-/// The warning of a run some of whose processes could not record, in its summary and
-/// report: `N processes could not record: <reason>`.
-pub const COULD_NOT_RECORD: &str = "could not record: ";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IdleStats {
@@ -761,7 +758,7 @@ pub fn build<S>(
         .map(|f| process_report(f, sym, now_ns))
         .collect();
     let jobs = jobs::jobs_of(&processes);
-    let mut warnings: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    let mut warnings: Warnings = problems.iter().map(Warning::from).collect();
     warnings.extend(sym.notes().iter().cloned());
     Report {
         syncspy_report: REPORT_VERSION,
@@ -1360,8 +1357,13 @@ mod tests {
         assert_eq!(r.processes.len(), 1);
         assert_eq!(r.processes[0].pid, 24);
         assert_eq!(r.warnings.len(), 1);
-        assert!(r.warnings[0].contains("syncspy-26-1"), "{:?}", r.warnings);
-        assert!(r.warnings[0].contains("truncated"), "{:?}", r.warnings);
+        match &r.warnings[0] {
+            Warning::SegmentSkipped { path, why } => {
+                assert!(path.ends_with("syncspy-26-1"), "{path}");
+                assert!(why.contains("truncated"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
