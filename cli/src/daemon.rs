@@ -639,13 +639,13 @@ pub fn gpu_trace(snapshot: &Snapshot, query: &str) -> (u16, String) {
         .iter()
         // The pid on this node first: processes of other PID namespaces (pods) share small
         // pids (1, often).
-        .filter(|p| p.report.state == "running")
+        .filter(|p| p.report.state.is_running())
         .find(|p| p.report.host_pid == Some(pid))
         .or_else(|| {
             snapshot
                 .processes
                 .iter()
-                .filter(|p| p.report.state == "running")
+                .filter(|p| p.report.state.is_running())
                 .find(|p| p.report.pid == pid && p.report.host_pid.is_none())
         })
     else {

@@ -34,7 +34,7 @@ fn pct(part: u64, whole: u64) -> String {
 /// segment older than ABI 1.2).
 fn render_gpu(o: &mut String, p: &ProcessReport) {
     let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
+    let Some(state) = g.state.as_ref() else {
         return;
     };
     let _ = writeln!(o);
@@ -47,7 +47,7 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(o, "**GPU:** {}", md_cell(&gpu_measured(g, busy)));
-    if state == "yielded" {
+    if *state == syncspy_read::names::GpuState::Yielded {
         let _ = writeln!(
             o,
             "(another tool took the activity source over: not measured since)"

@@ -285,7 +285,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut live: Vec<&SnapshotProcess> = s
         .processes
         .iter()
-        .filter(|p| p.report.state == "running")
+        .filter(|p| p.report.state.is_running())
         .collect();
     live.sort_by_key(|p| std::cmp::Reverse(p.report.stall_ns));
     for p in live.into_iter().take(MAX_PROCESS_INFO) {
@@ -325,7 +325,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         processes
             .get_or_create(&StateLabels {
                 program: p.program.clone(),
-                state: r.state.clone(),
+                state: r.state.name().to_string(),
             })
             .inc();
     }

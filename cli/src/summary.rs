@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use syncspy_read::names::{GpuState, Name};
 use syncspy_read::report::{ProcessReport, Report, Site};
 use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
@@ -60,14 +61,14 @@ fn has_events(p: &ProcessReport) -> bool {
 pub const TOP_CAUSES: usize = 5;
 
 /// Why a process's GPU was not measured, from its `gpu.state`.
-pub fn gpu_not_measured(state: &str) -> &str {
-    match state {
-        "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
-        "unavailable" => "no activity source (CUPTI not found or refused)",
-        "yielded" => "another tool took the GPU activity source over",
-        "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
-        "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
-        s => s,
+pub fn gpu_not_measured(state: &Name<GpuState>) -> &str {
+    match state.known() {
+        Some(GpuState::Off) => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
+        Some(GpuState::Unavailable) => "no activity source (CUPTI not found or refused)",
+        Some(GpuState::Yielded) => "another tool took the GPU activity source over",
+        Some(GpuState::Tracing) => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
+        Some(GpuState::Paused) => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
+        Some(GpuState::Unknown) | None => state.as_str(),
     }
 }
 
@@ -89,7 +90,7 @@ pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
         "busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
-        g.mode.as_deref().unwrap_or("?"),
+        g.mode.as_ref().map_or("?", Name::as_str),
         active,
         g.idle.count,
         fmt_ns(g.min_gap_ns),
@@ -112,7 +113,7 @@ pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
 /// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
 fn render_gpu(out: &mut String, p: &ProcessReport) {
     let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
+    let Some(state) = g.state.as_ref() else {
         return;
     };
     let Some(busy) = g.busy_fraction else {
@@ -120,7 +121,7 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(out, "  GPU: {}", gpu_measured(g, busy));
-    if g.state.as_deref() == Some("yielded") {
+    if *state == GpuState::Yielded {
         let _ = writeln!(
             out,
             "  GPU: another tool took the activity source over: not measured since"
@@ -157,8 +158,8 @@ pub fn render(r: &Report) -> String {
             let runs = r
                 .processes
                 .iter()
-                .any(|p| p.host_pid.unwrap_or(p.pid) == pid && p.state == "running")
-                || r.processes.iter().all(|p| p.state == "running");
+                .any(|p| p.host_pid.unwrap_or(p.pid) == pid && p.state.is_running())
+                || r.processes.iter().all(|p| p.state.is_running());
             let _ = writeln!(
                 out,
                 "syncspy: attached to process {pid} (`{cmd}`) for {}; {}",
@@ -312,11 +313,7 @@ fn render_losses(out: &mut String, p: &ProcessReport) {
 }
 
 fn render_process(out: &mut String, p: &ProcessReport) {
-    let state = match (p.state.as_str(), p.exit_status) {
-        ("exited", Some(s)) => format!("exited {s}"),
-        ("", _) => "?".to_string(),
-        (s, _) => s.to_string(),
-    };
+    let state = p.state.label();
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -609,8 +606,7 @@ mod tests {
             cmdline: "python train.py".into(),
             wall_ns: 2_000_000_000,
             stall_ns: 500_000_000,
-            state: "exited".into(),
-            exit_status: Some(0),
+            state: syncspy_read::report::ProcessState::Exited(Some(0)),
             lost_records: 12,
             dropped_events: 2,
             recorded_events: 88,

@@ -12,7 +12,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use syncspy_read::names::{ApiName, KindName};
+use syncspy_read::names::{ApiName, KindName, Name};
 use syncspy_read::report::ProcessReport;
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
@@ -223,16 +223,6 @@ pub fn parse_response(buf: &[u8]) -> anyhow::Result<AgentSnapshot> {
     serde_json::from_slice(&buf[split + 4..]).context("not a syncspy agent snapshot")
 }
 
-fn state_of(r: &ProcessReport) -> State {
-    match (r.state.as_str(), r.exit_status) {
-        ("running", _) => State::Running,
-        ("exited", Some(s)) => State::Exited(s),
-        ("exited", None) => State::Exited(0),
-        ("gone", _) => State::Gone,
-        _ => State::Unknown,
-    }
-}
-
 /// The monitor's view of one process of a snapshot, less `base`.
 fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
     let mut kinds = Vec::new();
@@ -289,7 +279,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
         command: r.cmdline.clone(),
-        state: state_of(r),
+        state: State::from(&r.state),
         events_per_s: None,
         stall_per_s: None,
         gpu_idle_share: r
@@ -325,7 +315,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
 /// stay since start (the agent sends no distribution of the gaps, the pane says so: its
 /// `bars` are `None`); `None` for segments without a GPU part.
 fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<GpuView> {
-    let state = g.state.as_deref()?;
+    let state = g.state.as_ref()?;
     let gb = base.map(|b| &b.gpu);
     let (n0, t0) = gb.map(|b| b.idle).unwrap_or_default();
     let mut devices: Vec<GpuDeviceView> = g
@@ -339,7 +329,10 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
         .collect();
     devices.sort_by_key(|d| d.device);
     Some(GpuView {
-        tracing: format!("{state}, mode {}", g.mode.as_deref().unwrap_or("unknown")),
+        tracing: format!(
+            "{state}, mode {}",
+            g.mode.as_ref().map_or("unknown", Name::as_str)
+        ),
         devices,
         gaps: GapStats {
             count: g.idle.count.saturating_sub(n0),

@@ -42,6 +42,19 @@ pub enum State {
     Unknown,
 }
 
+/// The report's state as the monitor shows it (a name it does not know is `Unknown`).
+impl From<&syncspy_read::report::ProcessState> for State {
+    fn from(s: &syncspy_read::report::ProcessState) -> Self {
+        use syncspy_read::report::ProcessState as P;
+        match s {
+            P::Running => State::Running,
+            P::Exited(s) => State::Exited(s.unwrap_or(0)),
+            P::Gone => State::Gone,
+            P::Unknown | P::Other(_) => State::Unknown,
+        }
+    }
+}
+
 impl State {
     pub fn ended(self) -> bool {
         matches!(self, State::Exited(_) | State::Gone)

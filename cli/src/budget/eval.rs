@@ -559,8 +559,7 @@ mod tests {
             pid: 100,
             cmdline: "python train.py".into(),
             wall_ns: 1_000_000_000,
-            state: "exited".into(),
-            exit_status: Some(0),
+            state: syncspy_read::report::ProcessState::Exited(Some(0)),
             ..ProcessReport::default()
         };
         p.kinds

@@ -379,7 +379,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 local_rank: j.and_then(|j| j.local_rank),
                 group_rank: j.and_then(|j| j.group_rank),
                 pid: p.pid,
-                state: p.state.clone(),
+                state: p.state.name().to_string(),
                 stall_ns: p.stall_ns,
                 wall_ns: p.wall_ns,
                 gpu_idle_behind_stalls_ns: g.as_ref().map(|(t, _)| *t),

@@ -2,6 +2,9 @@
 //! on keep their meaning; the extra fields here add to them.
 
 pub mod jobs;
+mod state;
+
+pub use state::ProcessState;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -11,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use syncspy_abi::layout::TotalsSnapshot;
 use syncspy_abi::{Api, Kind};
 
-use crate::aggregate::{Dist, GapCause, Lifecycle, ProcessAgg, SITE_SIGFIG};
+use crate::aggregate::{Dist, GapCause, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
-use crate::names::{ApiName, DirectionName, KindName};
+use crate::names::{ApiName, DirectionName, GpuMode, GpuState, KindName, Name};
 use crate::python::{self, PyFrame, PythonReport};
 use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
 use crate::warning::{Warning, Warnings};
@@ -160,10 +163,10 @@ pub struct Gpu {
     /// The library's GPU tracing: `off`, `tracing`, `paused`, `unavailable`, `yielded`
     /// (absent for segments older than ABI 1.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<Name<GpuState>>,
     /// `SYNCSPY_GPU_IDLE` of the process: `off`, `on`, `duty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<String>,
+    pub mode: Option<Name<GpuMode>>,
     /// Gaps shorter than this are only counted (`devices[].short_gaps`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_gap_ns: u64,
@@ -283,13 +286,11 @@ pub struct ProcessReport {
     /// Largest `total_ns` first.
     pub sites: Vec<Site>,
     pub gpu: Gpu,
-    /// `running`, `exited`, `gone` (ended without the library's exit handler: killed by a
-    /// signal or `_exit`), or `unknown`.
-    #[serde(default)]
-    pub state: String,
-    /// The status the process passed to `exit` (only when `state` is `exited`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_status: Option<i32>,
+    /// In the JSON, `state`: `running`, `exited`, `gone` (ended without the library's exit
+    /// handler: killed by a signal or `_exit`), or `unknown`; and `exit_status`: the status
+    /// the process passed to `exit` (only when `state` is `exited`).
+    #[serde(flatten)]
+    pub state: ProcessState,
     #[serde(default)]
     pub start_ticks: u64,
     /// Ring records this reader never received (overwritten before it read them, or
@@ -478,11 +479,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         apis,
         sites,
         gpu,
-        state: life.name().to_string(),
-        exit_status: match life {
-            Lifecycle::Exited(s) => Some(s),
-            _ => None,
-        },
+        state: life.into(),
         start_ticks: a.start_ticks,
         lost_records: a.lost,
         corrupt_records: a.corrupt,
@@ -579,8 +576,8 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         idle_share: busy_fraction.map(|b| 1.0 - b),
         active_span_ns,
         active_idle_share: fraction(active_span_ns.saturating_sub(busy), active_span_ns),
-        state: g.map(|g| g.state_name().to_string()),
-        mode: g.map(|g| g.mode_name().to_string()),
+        state: g.map(|g| Name::new(g.state_name())),
+        mode: g.map(|g| Name::new(g.mode_name())),
         min_gap_ns: g.map_or(0, |g| g.min_gap_ns),
         dropped_records: g.map_or(0, |g| g.dropped),
         late_ns: g.map_or(0, |g| g.late_ns),
@@ -1086,8 +1083,7 @@ mod tests {
         let p = &r.processes[0];
         assert_eq!(p.pid, 21);
         assert_eq!(p.cmdline, "./train --epochs 3");
-        assert_eq!(p.state, "exited");
-        assert_eq!(p.exit_status, Some(0));
+        assert_eq!(p.state, ProcessState::Exited(Some(0)));
         assert_eq!((p.lost_records, p.dropped_events), (0, 0));
         assert_eq!(p.recorded_events, 113);
         assert_eq!(p.overhead_ns, 999);
@@ -1248,8 +1244,11 @@ mod tests {
         assert_eq!(gpu.busy_fraction, Some(0.75));
         assert_eq!(gpu.idle_share, Some(0.25));
         assert_eq!(
-            (gpu.state.as_deref(), gpu.mode.as_deref()),
-            (Some("tracing"), Some("on"))
+            (
+                gpu.state.as_ref().and_then(Name::known),
+                gpu.mode.as_ref().and_then(Name::known)
+            ),
+            (Some(GpuState::Tracing), Some(GpuMode::On))
         );
         assert_eq!((gpu.idle.count, gpu.idle.total_ns), (4, 6_500_000));
         assert_eq!(gpu.idle.max_ns, 2_000_000);
