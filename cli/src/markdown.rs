@@ -67,9 +67,7 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
             c.share * 100.0,
             c.count,
             fmt_ns(c.total_ns),
-            c.location
-                .as_deref()
-                .map_or_else(|| "-".to_string(), md_code)
+            c.cause.location().map_or_else(|| "-".to_string(), md_code)
         );
     }
 }
@@ -300,9 +298,12 @@ mod tests {
                 ..GpuDevice::default()
             }],
             causes: vec![GapCauseReport {
-                cause: "stream_sync".into(),
-                api: "cudaStreamSynchronize".into(),
-                location: Some("train.py:42 in step".into()),
+                cause: syncspy_read::report::IdleCause::parse(
+                    "stream_sync",
+                    "cudaStreamSynchronize",
+                    0,
+                    Some("train.py:42 in step".into()),
+                ),
                 count: 3,
                 total_ns: 2_500_000,
                 share: 1.0,

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use syncspy_read::names::{GpuState, Name};
-use syncspy_read::report::{ProcessReport, Report, Site};
+use syncspy_read::report::{IdleCause, ProcessReport, Report, Site};
 use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
 /// Call sites listed per process.
@@ -103,10 +103,9 @@ pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
 
 /// What a gap cause was: the host's stall (kind and API) or its own work.
 pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
-    if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
-        "host busy elsewhere (no CUDA stall)".to_string()
-    } else {
-        format!("{} {}", c.cause, c.api)
+    match &c.cause {
+        IdleCause::Stall(s) => format!("{} {}", s.kind, s.api),
+        IdleCause::HostBusyElsewhere => "host busy elsewhere (no CUDA stall)".to_string(),
     }
 }
 
@@ -133,8 +132,8 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     let _ = writeln!(out, "  GPU idle gaps by cause (host side):");
     for c in g.causes.iter().take(TOP_CAUSES) {
         let at = c
-            .location
-            .as_deref()
+            .cause
+            .location()
             .map(|l| format!("  at {l}"))
             .unwrap_or_default();
         let _ = writeln!(
@@ -763,16 +762,18 @@ mod tests {
             }],
             causes: vec![
                 GapCauseReport {
-                    cause: "stream_sync".into(),
-                    api: "cudaStreamSynchronize".into(),
-                    site_id: 1,
-                    location: Some("train.py:142 in step".into()),
+                    cause: IdleCause::parse(
+                        "stream_sync",
+                        "cudaStreamSynchronize",
+                        1,
+                        Some("train.py:142 in step".into()),
+                    ),
                     count: 3,
                     total_ns: 6_000_000,
                     share: 6.0 / 6.5,
                 },
                 GapCauseReport {
-                    cause: syncspy_read::report::HOST_BUSY_ELSEWHERE.into(),
+                    cause: IdleCause::HostBusyElsewhere,
                     count: 1,
                     total_ns: 500_000,
                     share: 0.5 / 6.5,

@@ -64,8 +64,8 @@ struct GpuBaseline {
     idle: (u64, u64),
     /// Per device: gaps too short to be written, count and time.
     short_gaps: HashMap<i32, (u64, u64)>,
-    /// Per (cause, api, site): count, total.
-    causes: HashMap<(String, String, u32), (u64, u64)>,
+    /// Per cause (`IdleCause::key`): count, total.
+    causes: HashMap<Option<(KindName, ApiName, u32)>, (u64, u64)>,
 }
 
 impl Baseline {
@@ -99,12 +99,7 @@ impl Baseline {
                     .gpu
                     .causes
                     .iter()
-                    .map(|c| {
-                        (
-                            (c.cause.clone(), c.api.clone(), c.site_id),
-                            (c.count, c.total_ns),
-                        )
-                    })
+                    .map(|c| (c.cause.key(), (c.count, c.total_ns)))
                     .collect(),
             },
         }
@@ -365,17 +360,14 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
         .iter()
         .filter_map(|c| {
             let (n0, t0) = base
-                .and_then(|b| b.causes.get(&(c.cause.clone(), c.api.clone(), c.site_id)))
+                .and_then(|b| b.causes.get(&c.cause.key()))
                 .copied()
                 .unwrap_or_default();
             let count = c.count.saturating_sub(n0);
             (count > 0).then(|| GapCauseRow {
-                cause: c.cause.clone(),
-                api: c.api.clone(),
                 count,
                 total_ns: c.total_ns.saturating_sub(t0),
-                share: c.share,
-                location: c.location.clone().unwrap_or_default(),
+                ..c.clone()
             })
         })
         .collect();
@@ -523,16 +515,20 @@ mod tests {
 #[cfg(test)]
 mod reset_tests {
     use super::{gpu_view, Baseline};
-    use syncspy_read::report::{GapCauseReport, Gpu, GpuDevice, IdleStats, ProcessReport};
+    use syncspy_read::report::{
+        GapCauseReport, Gpu, GpuDevice, IdleCause, IdleStats, ProcessReport,
+    };
 
     const MS: u64 = 1_000_000;
 
     fn cause(cause: &str, api: &str, site_id: u32, count: u64, total_ns: u64) -> GapCauseReport {
         GapCauseReport {
-            cause: cause.into(),
-            api: api.into(),
-            site_id,
-            location: (site_id != 0).then(|| format!("train.py:{site_id}")),
+            cause: IdleCause::parse(
+                cause,
+                api,
+                site_id,
+                (site_id != 0).then(|| format!("train.py:{site_id}")),
+            ),
             count,
             total_ns,
             share: 0.0,
@@ -621,7 +617,7 @@ mod reset_tests {
         let rows: Vec<(&str, u64, u64)> = v
             .causes
             .iter()
-            .map(|c| (c.cause.as_str(), c.count, c.total_ns))
+            .map(|c| (c.cause.name(), c.count, c.total_ns))
             .collect();
         assert_eq!(
             rows,
@@ -632,7 +628,7 @@ mod reset_tests {
         );
         assert!((v.causes[0].share - 50.0 / 60.0).abs() < 1e-9);
         assert!((v.causes[1].share - 10.0 / 60.0).abs() < 1e-9);
-        assert_eq!(v.causes[1].location, "train.py:3");
+        assert_eq!(v.causes[1].cause.location(), Some("train.py:3"));
 
         // Without a reset: the agent's figures as they are.
         let mut since_start = after.clone();
@@ -641,7 +637,7 @@ mod reset_tests {
         assert_eq!((v.gaps.count, v.gaps.total_ns), (16, 160 * MS));
         assert_eq!(v.short_gaps, (135, 3 * MS / 2 + MS / 20));
         assert_eq!(v.causes.len(), 3);
-        assert_eq!(v.causes[0].cause, "stream_sync");
+        assert_eq!(v.causes[0].cause.name(), "stream_sync");
         assert_eq!(v.causes[0].share, 0.5);
         assert_eq!(v.tracing, "tracing, mode on");
     }

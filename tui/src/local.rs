@@ -14,7 +14,7 @@ use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
-use syncspy_read::report::location_of;
+use syncspy_read::report::{location_of, IdleCause, StallSite};
 use syncspy_read::symbolize::Symbolizer;
 
 use crate::busy::BusyHistory;
@@ -563,22 +563,20 @@ fn gpu_view(
         causes
             .into_iter()
             .map(|(cause, count, total_ns)| {
-                let (cause, api, location) = match cause {
+                let cause = match cause {
                     GapCause::Stall(k) => {
                         let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
-                        (k.kind.name().to_string(), row.api, row.location)
+                        IdleCause::Stall(StallSite {
+                            kind: k.kind.into(),
+                            api: k.api.into(),
+                            site_id: 0,
+                            location: Some(row.location).filter(|l| !l.is_empty()),
+                        })
                     }
-                    GapCause::HostBusyElsewhere => (
-                        syncspy_read::report::HOST_BUSY_ELSEWHERE.to_string(),
-                        String::new(),
-                        String::new(),
-                    ),
+                    GapCause::HostBusyElsewhere => IdleCause::HostBusyElsewhere,
                 };
-                syncspy_read::report::GapCauseReport {
+                GapCauseRow {
                     cause,
-                    api,
-                    site_id: 0,
-                    location: Some(location).filter(|l| !l.is_empty()),
                     count,
                     total_ns,
                     share: total_ns as f64 / received as f64,
@@ -586,17 +584,7 @@ fn gpu_view(
             })
             .collect(),
     );
-    let mut causes: Vec<GapCauseRow> = causes
-        .into_iter()
-        .map(|c| GapCauseRow {
-            cause: c.cause,
-            api: c.api,
-            count: c.count,
-            total_ns: c.total_ns,
-            share: c.share,
-            location: c.location.unwrap_or_default(),
-        })
-        .collect();
+    let mut causes = causes;
     causes.truncate(MAX_GAP_CAUSES);
     Some(GpuView {
         tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),

@@ -149,20 +149,8 @@ pub struct GpuDeviceView {
     pub per_second: Vec<Option<f64>>,
 }
 
-/// The idle gaps blamed on one cause.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GapCauseRow {
-    /// A host stall kind (`stream_sync`) or `host_busy_elsewhere`.
-    pub cause: String,
-    /// The stalling call (`cudaStreamSynchronize`); empty for `host_busy_elsewhere`.
-    pub api: String,
-    pub count: u64,
-    pub total_ns: u64,
-    /// Of the idle time of the gaps received.
-    pub share: f64,
-    /// Where the program made the stalling call; empty when none.
-    pub location: String,
-}
+/// The idle gaps blamed on one cause: the report's row, whichever the source.
+pub use syncspy_read::report::GapCauseReport as GapCauseRow;
 
 /// A process's place in a distributed job.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ProcessReport, HOST_BUSY_ELSEWHERE};
+use super::ProcessReport;
 use crate::names::{ApiName, KindName};
 
 /// The job of one process, as the report shows it (`processes[].job`).
@@ -252,15 +252,15 @@ fn gpu_behind(p: &ProcessReport) -> Option<(u64, Option<TopSite>)> {
         .gpu
         .causes
         .iter()
-        .filter(|c| c.cause != HOST_BUSY_ELSEWHERE)
+        .filter_map(|c| Some((c.cause.stall()?, c.total_ns)))
         .collect();
-    let total = causes.iter().map(|c| c.total_ns).sum();
-    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
-    let top = causes.first().map(|c| TopSite {
-        kind: KindName::new(&c.cause),
-        api: ApiName::new(&c.api),
-        location: c.location.clone(),
-        total_ns: c.total_ns,
+    let total = causes.iter().map(|c| c.1).sum();
+    causes.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let top = causes.first().map(|(s, total_ns)| TopSite {
+        kind: s.kind.clone(),
+        api: s.api.clone(),
+        location: s.location.clone(),
+        total_ns: *total_ns,
     });
     Some((total, top))
 }
@@ -476,7 +476,7 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{GapCauseReport, Site};
+    use crate::report::{GapCauseReport, IdleCause, Site};
 
     fn proc(pid: u32, job: Option<(&str, u32)>, stall_ms: u64, site: &str) -> ProcessReport {
         ProcessReport {
@@ -637,14 +637,17 @@ mod tests {
             p.gpu.measured = true;
             p.gpu.causes = vec![
                 GapCauseReport {
-                    cause: "stream_sync".into(),
-                    api: "cudaStreamSynchronize".into(),
-                    location: Some(line.into()),
+                    cause: IdleCause::parse(
+                        "stream_sync",
+                        "cudaStreamSynchronize",
+                        0,
+                        Some(line.into()),
+                    ),
                     total_ns: behind * 1_000_000,
                     ..GapCauseReport::default()
                 },
                 GapCauseReport {
-                    cause: HOST_BUSY_ELSEWHERE.into(),
+                    cause: IdleCause::HostBusyElsewhere,
                     total_ns: 900_000_000,
                     ..GapCauseReport::default()
                 },

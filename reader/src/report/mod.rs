@@ -1,9 +1,11 @@
 //! The JSON report, version 1 (docs/contracts.md, "The JSON report, version 1"): the fields other tools rely
 //! on keep their meaning; the extra fields here add to them.
 
+mod cause;
 pub mod jobs;
 mod state;
 
+pub use cause::{IdleCause, StallSite, HOST_BUSY_ELSEWHERE};
 pub use state::ProcessState;
 
 use std::collections::{BTreeMap, HashMap};
@@ -216,17 +218,12 @@ pub struct GpuDevice {
 /// The idle gaps blamed on one cause.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct GapCauseReport {
-    /// A host-stall kind (`stream_sync`, ...), or `host_busy_elsewhere`.
-    pub cause: String,
-    /// The stalling API; `""` for `host_busy_elsewhere`.
-    #[serde(default)]
-    pub api: String,
-    /// The stall's call site (0 when none was captured or for `host_busy_elsewhere`).
-    #[serde(default)]
-    pub site_id: u32,
-    /// Where the program made the stalling call (as `sites[].location`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
+    /// In the JSON, `cause`: a host-stall kind (`stream_sync`, ...) or `host_busy_elsewhere`;
+    /// `api`: the stalling API (`""` for `host_busy_elsewhere`); `site_id`: the stall's call
+    /// site (0 when none was captured, or for `host_busy_elsewhere`); `location`: where the
+    /// program made the stalling call (as `sites[].location`).
+    #[serde(flatten)]
+    pub cause: IdleCause,
     pub count: u64,
     pub total_ns: u64,
     /// Of the idle time of the gaps received.
@@ -242,10 +239,9 @@ pub fn merge_gap_causes(causes: Vec<GapCauseReport>) -> Vec<GapCauseReport> {
     let mut out = crate::alike::group(
         causes,
         |c| {
-            c.location
-                .as_ref()
-                .filter(|l| !l.is_empty())
-                .map(|l| (c.cause.clone(), c.api.clone(), l.clone()))
+            let s = c.cause.stall()?;
+            let l = c.cause.location()?;
+            Some((s.kind.clone(), s.api.clone(), l.to_string()))
         },
         |a, b| {
             a.count = a.count.saturating_add(b.count);
@@ -256,9 +252,6 @@ pub fn merge_gap_causes(causes: Vec<GapCauseReport>) -> Vec<GapCauseReport> {
     out.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
     out
 }
-
-/// `GapCauseReport::cause` of gaps no host stall explains.
-pub const HOST_BUSY_ELSEWHERE: &str = "host_busy_elsewhere";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IdleStats {
@@ -538,22 +531,17 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
     let causes = causes
         .into_iter()
         .map(|(cause, count, total_ns)| {
-            let (name, api, site_id, location) = match cause {
-                GapCause::Stall(k) => (
-                    k.kind.name().to_string(),
-                    k.api.name().to_string(),
-                    k.site,
-                    site_location(f, k.site, modules, sym),
-                ),
-                GapCause::HostBusyElsewhere => {
-                    (HOST_BUSY_ELSEWHERE.to_string(), String::new(), 0, None)
-                }
+            let cause = match cause {
+                GapCause::Stall(k) => IdleCause::Stall(StallSite {
+                    kind: k.kind.into(),
+                    api: k.api.into(),
+                    site_id: k.site,
+                    location: site_location(f, k.site, modules, sym),
+                }),
+                GapCause::HostBusyElsewhere => IdleCause::HostBusyElsewhere,
             };
             GapCauseReport {
-                cause: name,
-                api,
-                site_id,
-                location,
+                cause,
                 count,
                 total_ns,
                 share: fraction(total_ns, received).unwrap_or(0.0),
@@ -943,10 +931,12 @@ mod tests {
 
     fn cause(c: &str, api: &str, total_ns: u64, location: &str, site_id: u32) -> GapCauseReport {
         GapCauseReport {
-            cause: c.into(),
-            api: api.into(),
-            site_id,
-            location: (!location.is_empty()).then(|| location.into()),
+            cause: IdleCause::parse(
+                c,
+                api,
+                site_id,
+                (!location.is_empty()).then(|| location.into()),
+            ),
             count: 1,
             total_ns,
             share: total_ns as f64 / 100.0,
@@ -967,11 +957,11 @@ mod tests {
             .iter()
             .map(|r| {
                 (
-                    r.cause.as_str(),
-                    r.location.as_deref(),
+                    r.cause.name(),
+                    r.cause.location(),
                     r.count,
                     r.total_ns,
-                    r.site_id,
+                    r.cause.site_id(),
                 )
             })
             .collect();
@@ -1256,25 +1246,26 @@ mod tests {
         assert_eq!(gpu.devices[0].short_gaps, 3);
         assert_eq!(gpu.causes.len(), 2);
         let c = &gpu.causes[0];
+        let s = c.cause.stall().unwrap();
         assert_eq!(
             (
-                c.cause.as_str(),
-                c.api.as_str(),
-                c.site_id,
+                s.kind.known(),
+                s.api.known(),
+                s.site_id,
                 c.count,
                 c.total_ns
             ),
             (
-                "stream_sync",
-                "cudaStreamSynchronize",
+                Some(Kind::StreamSync),
+                Some(Api::CudaStreamSynchronize),
                 sync_site,
                 3,
                 6_000_000
             )
         );
-        assert_eq!(c.location.as_deref(), Some("0x10"));
+        assert_eq!(c.cause.location(), Some("0x10"));
         assert!((c.share - 6.0 / 6.5).abs() < 1e-9, "{}", c.share);
-        assert_eq!(gpu.causes[1].cause, HOST_BUSY_ELSEWHERE);
+        assert_eq!(gpu.causes[1].cause, IdleCause::HostBusyElsewhere);
         assert_eq!(gpu.causes[1].total_ns, 500_000);
         // Gaps are no host stall, no API and no call site.
         assert_eq!(p.stall_ns, 3 * 1_500_000);
