@@ -277,12 +277,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         state: State::from(&r.state),
         events_per_s: None,
         stall_per_s: None,
-        gpu_idle_share: r
-            .gpu
-            .active_idle_share
-            .or(r.gpu.idle_share)
-            .or((r.gpu.measured && r.wall_ns > 0)
-                .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64)),
+        gpu_idle_share: r.gpu.idle_share_shown(),
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,
@@ -514,7 +509,7 @@ mod tests {
 
 #[cfg(test)]
 mod reset_tests {
-    use super::{gpu_view, Baseline};
+    use super::{gpu_view, proc_of, Baseline};
     use syncspy_read::report::{
         GapCauseReport, Gpu, GpuDevice, IdleCause, IdleStats, ProcessReport,
     };
@@ -565,6 +560,30 @@ mod reset_tests {
             },
             ..ProcessReport::default()
         }
+    }
+
+    #[test]
+    fn the_idle_share_is_the_readers_not_one_recomputed_here() {
+        // Gaps arrived, but no device time became final: the reader tells no share, and
+        // neither does the monitor (the local source shows none either), rather than gap
+        // time over wall time.
+        let mut r = report(
+            IdleStats {
+                count: 2,
+                total_ns: 40 * MS,
+                ..IdleStats::default()
+            },
+            Vec::new(),
+            Vec::new(),
+        );
+        r.wall_ns = 100 * MS;
+        r.gpu.measured = true;
+        assert_eq!(proc_of(&r, None).gpu_idle_share, None);
+        // Over the active span when the reader has it, else over the accounted time.
+        r.gpu.idle_share = Some(0.4);
+        assert_eq!(proc_of(&r, None).gpu_idle_share, Some(0.4));
+        r.gpu.active_idle_share = Some(0.1);
+        assert_eq!(proc_of(&r, None).gpu_idle_share, Some(0.1));
     }
 
     #[test]

@@ -9,12 +9,14 @@ use std::sync::mpsc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
-use syncspy_read::aggregate::{GapCause, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::follow::{Followed, Follower, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
-use syncspy_read::report::{location_of, IdleCause, StallSite};
+use syncspy_read::report::{
+    collectives_of, fraction, location_of, IdleCause, ProcessState, StallSite,
+};
 use syncspy_read::symbolize::Symbolizer;
 
 use crate::busy::BusyHistory;
@@ -453,12 +455,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
 
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());
-    let state = match a.lifecycle() {
-        Lifecycle::Running => State::Running,
-        Lifecycle::Exited(s) => State::Exited(s),
-        Lifecycle::Gone => State::Gone,
-        Lifecycle::Unknown => State::Unknown,
-    };
+    let state = State::from(&ProcessState::from(a.lifecycle()));
     let proc = Proc {
         pid: a.pid,
         start_ticks: a.start_ticks,
@@ -483,12 +480,9 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         job: a.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
             rank: j.rank,
-            collective: a
-                .live
-                .control
-                .as_ref()
+            collective: collectives_of(&a.live)
                 .zip(a.live.gpu.as_ref())
-                .map(|(c, g)| (c.collectives.iter().map(|d| d.busy_ns).sum(), g.traced_ns)),
+                .map(|((ns, _), g)| (ns, g.traced_ns)),
         }),
         gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };
@@ -547,7 +541,7 @@ fn gpu_view(
         .iter()
         .map(|dev| GpuDeviceView {
             device: dev.device,
-            busy_share: (dev.span_ns > 0).then(|| dev.busy_ns as f64 / dev.span_ns as f64),
+            busy_share: fraction(dev.busy_ns, dev.span_ns),
             per_second: t.busy.shares(dev.device, now_s),
         })
         .collect();

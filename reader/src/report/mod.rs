@@ -516,8 +516,28 @@ impl ProcessReport {
     }
 }
 
-fn fraction(part: u64, whole: u64) -> Option<f64> {
+/// `part / whole`; `None` when `whole` is 0 (nothing accounted: no share to tell).
+pub fn fraction(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// Time in collective (NCCL) kernels and how many ran, all devices (ABI 1.4); `None` for
+/// older segments.
+pub fn collectives_of(live: &crate::aggregate::LiveSnapshot) -> Option<(u64, u64)> {
+    live.control.as_ref().map(|c| {
+        c.collectives.iter().fold((0u64, 0u64), |(ns, n), d| {
+            (ns.saturating_add(d.busy_ns), n.saturating_add(d.count))
+        })
+    })
+}
+
+impl Gpu {
+    /// The share of the GPU's time it ran nothing, as every view shows it: over its active
+    /// time (first work to last) when known, else over the accounted time; `None` when not
+    /// measured.
+    pub fn idle_share_shown(&self) -> Option<f64> {
+        self.active_idle_share.or(self.idle_share)
+    }
 }
 
 /// The `gpu` section of a followed process.
@@ -588,16 +608,8 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         causes,
         traced_ns: g.map_or(0, |g| g.traced_ns),
         records: g.map_or(0, |g| g.records),
-        collective_ns: a
-            .live
-            .control
-            .as_ref()
-            .map(|c| c.collectives.iter().map(|d| d.busy_ns).sum()),
-        collectives: a
-            .live
-            .control
-            .as_ref()
-            .map_or(0, |c| c.collectives.iter().map(|d| d.count).sum()),
+        collective_ns: collectives_of(&a.live).map(|c| c.0),
+        collectives: collectives_of(&a.live).map_or(0, |c| c.1),
     }
 }
 
