@@ -307,7 +307,6 @@ mod tests {
                 count: 3,
                 total_ns: 2_500_000,
                 share: 1.0,
-                ..GapCauseReport::default()
             }],
             ..Gpu::default()
         };

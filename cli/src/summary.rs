@@ -777,7 +777,6 @@ mod tests {
                     count: 1,
                     total_ns: 500_000,
                     share: 0.5 / 6.5,
-                    ..GapCauseReport::default()
                 },
             ],
             ..Gpu::default()

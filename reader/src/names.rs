@@ -58,11 +58,12 @@ impl<T: Vocabulary> Name<T> {
         }
     }
 
-    /// The value, when this build knows it.
+    /// The value, when this build knows it (also for an `Other` built by hand with a known
+    /// name).
     pub fn known(&self) -> Option<T> {
         match self {
             Name::Known(v) => Some(*v),
-            Name::Other(_) => None,
+            Name::Other(s) => T::from_name(s),
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use syncspy_read::names::{ApiName, KindName, Name};
-use syncspy_read::report::ProcessReport;
+use syncspy_read::report::{CauseKey, ProcessReport};
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
 use crate::busy::BusyHistory;
@@ -65,7 +65,7 @@ struct GpuBaseline {
     /// Per device: gaps too short to be written, count and time.
     short_gaps: HashMap<i32, (u64, u64)>,
     /// Per cause (`IdleCause::key`): count, total.
-    causes: HashMap<Option<(KindName, ApiName, u32)>, (u64, u64)>,
+    causes: HashMap<Option<CauseKey>, (u64, u64)>,
 }
 
 impl Baseline {

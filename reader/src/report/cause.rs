@@ -9,6 +9,9 @@ use crate::names::{ApiName, KindName};
 /// `cause` of gaps no host stall explains.
 pub const HOST_BUSY_ELSEWHERE: &str = "host_busy_elsewhere";
 
+/// A stall cause's identity: kind, API, call site.
+pub type CauseKey = (KindName, ApiName, u32);
+
 /// The host's part in a gap.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "CauseFields", into = "CauseFields")]
@@ -74,7 +77,7 @@ impl IdleCause {
 
     /// What identifies the cause across refreshes of the same process: kind, API and site;
     /// `None` for host busy elsewhere.
-    pub fn key(&self) -> Option<(KindName, ApiName, u32)> {
+    pub fn key(&self) -> Option<CauseKey> {
         self.stall()
             .map(|s| (s.kind.clone(), s.api.clone(), s.site_id))
     }

@@ -5,7 +5,7 @@ mod cause;
 pub mod jobs;
 mod state;
 
-pub use cause::{IdleCause, StallSite, HOST_BUSY_ELSEWHERE};
+pub use cause::{CauseKey, IdleCause, StallSite, HOST_BUSY_ELSEWHERE};
 pub use state::ProcessState;
 
 use std::collections::{BTreeMap, HashMap};
