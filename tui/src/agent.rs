@@ -250,26 +250,18 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
             Some(SiteRow {
                 site_id: s.site_id,
                 kind,
-                api: s.api.to_string(),
+                api: s.api.clone(),
                 count: s.count.saturating_sub(bc),
                 total_ns: s.total_ns.saturating_sub(bt),
                 p99_ns: s.p99_ns,
                 max_ns: s.max_ns,
-                location: s
-                    .location
-                    .clone()
-                    .or_else(|| s.frames.first().cloned())
-                    .unwrap_or_else(|| "(no stack captured)".into()),
+                location: SiteRow::location_of(s.site_id, s.location.as_deref(), &s.frames),
                 frames: s.frames.clone(),
             })
         })
         .filter(|s| s.count > 0)
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
-    let stall_ns = kinds
-        .iter()
-        .map(|k| k.total_ns)
-        .fold(0, u64::saturating_add);
     Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
@@ -281,11 +273,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,
-        all: Scope {
-            kinds,
-            sites,
-            stall_ns,
-        },
+        all: Scope::new(kinds, sites),
         recent: None,
         job: r.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
@@ -319,9 +307,9 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
         .collect();
     devices.sort_by_key(|d| d.device);
     Some(GpuView {
-        tracing: format!(
-            "{state}, mode {}",
-            g.mode.as_ref().map_or("unknown", Name::as_str)
+        tracing: GpuView::tracing_label(
+            state.as_str(),
+            g.mode.as_ref().map_or("unknown", Name::as_str),
         ),
         devices,
         gaps: GapStats {

@@ -387,10 +387,6 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             bars: Some(t.cum[i].bars()),
         });
     }
-    let all_stall = all_kinds
-        .iter()
-        .map(|r| r.total_ns)
-        .fold(0, u64::saturating_add);
     let mut want = Vec::new();
     let all_sites: Vec<SiteRow> = a
         .sites_by_total()
@@ -448,10 +444,6 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             )
         })
         .collect();
-    let recent_stall = recent_kinds
-        .iter()
-        .map(|r| r.total_ns)
-        .fold(0, u64::saturating_add);
 
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());
@@ -467,16 +459,8 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         dropped: a.live.events_dropped,
         lost: a.lost,
         wall_ns,
-        all: Scope {
-            kinds: all_kinds,
-            sites: all_sites,
-            stall_ns: all_stall,
-        },
-        recent: Some(Scope {
-            kinds: recent_kinds,
-            sites: recent_sites,
-            stall_ns: recent_stall,
-        }),
+        all: Scope::new(all_kinds, all_sites),
+        recent: Some(Scope::new(recent_kinds, recent_sites)),
         job: a.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
             rank: j.rank,
@@ -581,7 +565,7 @@ fn gpu_view(
     let mut causes = causes;
     causes.truncate(MAX_GAP_CAUSES);
     Some(GpuView {
-        tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),
+        tracing: GpuView::tracing_label(g.state_name(), g.mode_name()),
         devices,
         gaps,
         short_gaps: g.devices.iter().fold((0, 0), |(n, t), d| {
@@ -614,9 +598,7 @@ fn site_row(
             site: k.site,
         }) {
             Some((frames, loc)) => (
-                loc.clone()
-                    .or_else(|| frames.first().cloned())
-                    .unwrap_or_else(|| format!("site {}", k.site)),
+                SiteRow::location_of(k.site, loc.as_deref(), frames),
                 frames.clone(),
             ),
             None => {
@@ -630,7 +612,7 @@ fn site_row(
     SiteRow {
         site_id: k.site,
         kind: k.kind,
-        api: k.api.name().to_string(),
+        api: k.api.into(),
         count,
         total_ns,
         p99_ns,

@@ -3,6 +3,7 @@
 
 use syncspy_abi::Kind;
 pub use syncspy_read::follow::ProcessKey;
+use syncspy_read::names::ApiName;
 
 use crate::loghist::BAR_CELLS;
 
@@ -121,6 +122,11 @@ pub struct GpuView {
 }
 
 impl GpuView {
+    /// `tracing, mode duty`: the library's GPU tracing state and mode (both sources).
+    pub fn tracing_label(state: &str, mode: &str) -> String {
+        format!("{state}, mode {mode}")
+    }
+
     /// Whether anything was measured (time accounted on some device, or a gap).
     pub fn measured(&self) -> bool {
         self.gaps.count > 0 || self.devices.iter().any(|d| d.busy_share.is_some())
@@ -201,6 +207,19 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The figures of one period; its host stall time is its kinds' (both sources).
+    pub fn new(kinds: Vec<KindRow>, sites: Vec<SiteRow>) -> Scope {
+        let stall_ns = kinds
+            .iter()
+            .map(|k| k.total_ns)
+            .fold(0, u64::saturating_add);
+        Scope {
+            kinds,
+            sites,
+            stall_ns,
+        }
+    }
+
     pub fn kind(&self, k: Kind) -> Option<&KindRow> {
         self.kinds.iter().find(|r| r.kind == k)
     }
@@ -225,7 +244,7 @@ pub struct KindRow {
 pub struct SiteRow {
     pub site_id: u32,
     pub kind: Kind,
-    pub api: String,
+    pub api: ApiName,
     pub count: u64,
     pub total_ns: u64,
     pub p99_ns: u64,
@@ -238,21 +257,37 @@ pub struct SiteRow {
 }
 
 impl SiteRow {
+    /// The `location` a site shows once its stack is known (both sources): where the
+    /// program called, else its innermost frame, else its id; a placeholder for site 0.
+    pub fn location_of(site_id: u32, location: Option<&str>, frames: &[String]) -> String {
+        if site_id == 0 {
+            return "(no stack captured)".to_string();
+        }
+        location
+            .or(frames.first().map(String::as_str))
+            .map_or_else(|| format!("site {site_id}"), str::to_string)
+    }
+
     /// What to do about this site, when its frames name a pattern with certainty.
     pub fn advice(&self) -> Option<&'static str> {
-        syncspy_read::advice::advice(self.kind.name(), &self.api, self.count, &self.frames)
+        syncspy_read::advice::advice(
+            self.kind.name(),
+            self.api.as_str(),
+            self.count,
+            &self.frames,
+        )
     }
 
     /// What identifies a site across refreshes (its rank and numbers change).
     pub fn key(&self) -> (u32, Kind, &str) {
-        (self.site_id, self.kind, &self.api)
+        (self.site_id, self.kind, self.api.as_str())
     }
 
     /// Whether `needle` (lower case) appears in anything the user sees of this site.
     pub fn matches(&self, needle: &str) -> bool {
         needle.is_empty()
             || self.location.to_lowercase().contains(needle)
-            || self.api.to_lowercase().contains(needle)
+            || self.api.as_str().to_lowercase().contains(needle)
             || self.kind.name().contains(needle)
             || self
                 .frames
@@ -324,6 +359,36 @@ pub fn percent(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_sources_share_the_rows_rules() {
+        let row = |kind, total_ns| KindRow {
+            kind,
+            count: 1,
+            total_ns,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            bars: None,
+        };
+        let s = Scope::new(
+            vec![row(Kind::StreamSync, 30), row(Kind::DeviceSync, u64::MAX)],
+            Vec::new(),
+        );
+        assert_eq!(s.stall_ns, u64::MAX);
+        let frames = vec!["f (a.rs:1)".to_string()];
+        assert_eq!(
+            SiteRow::location_of(0, Some("x.py:1"), &frames),
+            "(no stack captured)"
+        );
+        assert_eq!(SiteRow::location_of(4, Some("x.py:1"), &frames), "x.py:1");
+        assert_eq!(SiteRow::location_of(4, None, &frames), "f (a.rs:1)");
+        assert_eq!(SiteRow::location_of(4, None, &[]), "site 4");
+        assert_eq!(
+            GpuView::tracing_label("paused", "duty"),
+            "paused, mode duty"
+        );
+    }
 
     #[test]
     fn durations_and_counts_read_well() {

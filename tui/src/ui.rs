@@ -599,7 +599,7 @@ impl App {
                     }),
                 ];
                 if wide {
-                    cells.push(Cell::from(s.api.clone()));
+                    cells.push(Cell::from(s.api.to_string()));
                 }
                 cells.push(Cell::from(short_location(&s.location)));
                 let mut row = Row::new(cells);
