@@ -222,7 +222,7 @@ pub fn render(r: &Report) -> String {
 fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
     let _ = writeln!(out);
     let _ = writeln!(out, "{}", j.summary());
-    let score = if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+    let score = if j.basis == syncspy_read::jobs::Basis::GpuIdle {
         "GPU idle*"
     } else {
         "score"
@@ -254,7 +254,7 @@ fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
             }
         );
     }
-    if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+    if j.basis == syncspy_read::jobs::Basis::GpuIdle {
         let _ = writeln!(
             out,
             "  * GPU idle time behind the rank's own host stalls: the time its GPU sat still \

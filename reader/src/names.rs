@@ -162,7 +162,7 @@ macro_rules! text_vocabulary {
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum $name { $($(#[$vmeta])* $variant,)+ }
 
-        impl Vocabulary for $name {
+        impl $crate::names::Vocabulary for $name {
             fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)+ }
             }
@@ -171,13 +171,14 @@ macro_rules! text_vocabulary {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str($crate::names::Vocabulary::name(*self))
             }
         }
     };
 }
+pub(crate) use text_vocabulary;
 
 text_vocabulary! {
     /// The library's GPU tracing (`gpu.state`).

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ProcessReport;
-use crate::names::{ApiName, KindName};
+use crate::names::{ApiName, KindName, Name};
 
 /// The job of one process, as the report shows it (`processes[].job`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -64,12 +64,17 @@ impl JobRef {
     }
 }
 
-/// `JobReport::basis`: the other ranks' wait in collective kernels.
-pub const BASIS_COLLECTIVE: &str = "collective_wait";
-/// `JobReport::basis`: GPU idle time blamed on the rank's own host stalls.
-pub const BASIS_GPU_IDLE: &str = "gpu_idle_behind_host_stalls";
-/// `JobReport::basis`: the rank's host stall time.
-pub const BASIS_HOST_STALL: &str = "host_stall";
+crate::names::text_vocabulary! {
+    /// What a job's straggler score measures (`JobReport::basis`).
+    Basis {
+        /// The other ranks' wait in collective kernels.
+        Collective => "collective_wait",
+        /// GPU idle time blamed on the rank's own host stalls.
+        GpuIdle => "gpu_idle_behind_host_stalls",
+        /// The rank's host stall time.
+        HostStall => "host_stall",
+    }
+}
 
 /// A score must exceed the others' median by this factor, and by `MIN_EXCESS_NS`.
 pub const STRAGGLER_FACTOR: f64 = 1.25;
@@ -163,8 +168,9 @@ pub struct JobReport {
     pub ranks: Vec<RankReport>,
     /// Host stall time over all ranks.
     pub stall_ns: u64,
-    /// What `score_ns` measures: `gpu_idle_behind_host_stalls` or `host_stall`.
-    pub basis: String,
+    /// What `score_ns` measures: `collective_wait`, `gpu_idle_behind_host_stalls` or
+    /// `host_stall`.
+    pub basis: Name<Basis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub straggler: Option<Straggler>,
 }
@@ -178,13 +184,13 @@ impl JobReport {
             Some(w) => format!("{seen} of {w} ranks"),
             None => format!("{seen} ranks"),
         };
-        let what = match self.basis.as_str() {
-            BASIS_COLLECTIVE => "collective-kernel time",
-            BASIS_GPU_IDLE => "GPU idle behind host stalls",
-            _ => "host stalls",
+        let what = match self.basis.known() {
+            Some(Basis::Collective) => "collective-kernel time",
+            Some(Basis::GpuIdle) => "GPU idle behind host stalls",
+            Some(Basis::HostStall) | None => "host stalls",
         };
         let tail = match &self.straggler {
-            Some(s) if self.basis == BASIS_COLLECTIVE => {
+            Some(s) if self.basis == Basis::Collective => {
                 let rank = s
                     .rank
                     .map_or(format!("pid {}", s.pid), |r| format!("rank {r}"));
@@ -217,7 +223,7 @@ impl JobReport {
                     ms(s.excess_ns)
                 )
             }
-            None if self.basis == BASIS_COLLECTIVE => {
+            None if self.basis == Basis::Collective => {
                 "no straggler (the ranks' collective-kernel times agree)".to_string()
             }
             None => format!("no straggler ({what} within {STRAGGLER_FACTOR}x of the median)"),
@@ -416,7 +422,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 .and_then(|r| r.top_site.clone());
             s
         });
-        return finish(id, ps, ranks, BASIS_COLLECTIVE, straggler);
+        return finish(id, ps, ranks, Basis::Collective, straggler);
     }
     let straggler = ranks
         .iter()
@@ -447,9 +453,9 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
             })
         });
     let basis = if on_gpu {
-        BASIS_GPU_IDLE
+        Basis::GpuIdle
     } else {
-        BASIS_HOST_STALL
+        Basis::HostStall
     };
     finish(id, ps, ranks, basis, straggler)
 }
@@ -458,7 +464,7 @@ fn finish(
     id: &str,
     ps: &[&ProcessReport],
     ranks: Vec<RankReport>,
-    basis: &str,
+    basis: Basis,
     straggler: Option<Straggler>,
 ) -> JobReport {
     let first = ps.first().and_then(|p| p.job.as_ref());
@@ -468,7 +474,7 @@ fn finish(
         world_size: ps.iter().filter_map(|p| p.job.as_ref()?.world_size).max(),
         stall_ns: ranks.iter().map(|r| r.stall_ns).sum(),
         ranks,
-        basis: basis.to_string(),
+        basis: basis.into(),
         straggler,
     }
 }
@@ -525,7 +531,7 @@ mod tests {
             traced(proc(23, Some(("j", 3)), 40, "train.py:50"), 5_000, 160),
         ];
         let j = &jobs_of(&ps)[0];
-        assert_eq!(j.basis, BASIS_COLLECTIVE);
+        assert_eq!(j.basis, Basis::Collective);
         let s = j.straggler.as_ref().expect("a straggler");
         assert_eq!((s.rank, s.pid, s.score_ns), (Some(1), 21, 20_000_000));
         assert_eq!(s.waited_ranks, Some(3));
@@ -556,14 +562,14 @@ mod tests {
             traced(proc(1, Some(("e", 0)), 40, "t.py:1"), 10_000, 100),
             traced(proc(2, Some(("e", 1)), 40, "t.py:1"), 10_000, 103),
         ]);
-        assert_eq!(even[0].basis, BASIS_COLLECTIVE);
+        assert_eq!(even[0].basis, Basis::Collective);
         assert_eq!(even[0].straggler, None);
         assert!(even[0].summary().contains("collective-kernel times agree"));
 
         // One rank without a collective measurement (an older library): the host basis.
         let mut mixed = ps.clone();
         mixed[2].gpu.collective_ns = None;
-        assert_ne!(jobs_of(&mixed)[0].basis, BASIS_COLLECTIVE);
+        assert_ne!(jobs_of(&mixed)[0].basis, Basis::Collective);
         // No rank ran a collective kernel (gloo): not the collective basis either.
         let none: Vec<_> = ps
             .iter()
@@ -573,7 +579,7 @@ mod tests {
                 p
             })
             .collect();
-        assert_ne!(jobs_of(&none)[0].basis, BASIS_COLLECTIVE);
+        assert_ne!(jobs_of(&none)[0].basis, Basis::Collective);
     }
 
     #[test]
@@ -590,7 +596,7 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         let a = &jobs[0];
         assert_eq!(a.id, "a");
-        assert_eq!(a.basis, BASIS_HOST_STALL);
+        assert_eq!(a.basis, Basis::HostStall);
         let ranks: Vec<_> = a.ranks.iter().map(|r| r.rank.unwrap()).collect();
         assert_eq!(ranks, [0, 1, 2, 3]);
         assert_eq!(a.stall_ns, 180_000_000);
@@ -654,7 +660,7 @@ mod tests {
             ];
         }
         let jobs = jobs_of(&[r0.clone(), r1.clone()]);
-        assert_eq!(jobs[0].basis, BASIS_GPU_IDLE);
+        assert_eq!(jobs[0].basis, Basis::GpuIdle);
         let s = jobs[0].straggler.as_ref().unwrap();
         assert_eq!((s.rank, s.score_ns), (Some(1), 80_000_000));
         assert_eq!(
@@ -664,7 +670,7 @@ mod tests {
         // A rank whose GPU was not measured: back to host stalls for the whole job.
         r1.gpu.measured = false;
         let jobs = jobs_of(&[r0, r1]);
-        assert_eq!(jobs[0].basis, BASIS_HOST_STALL);
+        assert_eq!(jobs[0].basis, Basis::HostStall);
         assert_eq!(jobs[0].straggler.as_ref().unwrap().rank, Some(0));
     }
 
