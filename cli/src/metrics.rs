@@ -419,26 +419,26 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
         return;
     }
     // The jobs with the most stall time keep their id.
-    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns), j.id.clone()));
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns()), j.id().to_string()));
     for (i, j) in jobs.iter().enumerate() {
         let job_id = if i < MAX_JOBS {
-            j.id.clone()
+            j.id().to_string()
         } else {
             "other".to_string()
         };
         let jl = JobLabels {
             job_id: job_id.clone(),
         };
-        ranks.get_or_create(&jl).inc_by(j.ranks.len() as i64);
+        ranks.get_or_create(&jl).inc_by(j.ranks().len() as i64);
         if i < MAX_JOBS {
-            if let Some(st) = &j.straggler {
+            if let Some(st) = j.straggler() {
                 if let Some(r) = st.rank {
                     straggler.get_or_create(&jl).set(i64::from(r));
                 }
                 excess.get_or_create(&jl).set(st.excess_ns as f64 / 1e9);
             }
         }
-        for (k, r) in j.ranks.iter().enumerate() {
+        for (k, r) in j.ranks().iter().enumerate() {
             let rank = match r.rank {
                 _ if i >= MAX_JOBS || k >= MAX_RANKS => "other".to_string(),
                 Some(r) => r.to_string(),

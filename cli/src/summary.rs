@@ -222,7 +222,7 @@ pub fn render(r: &Report) -> String {
 fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
     let _ = writeln!(out);
     let _ = writeln!(out, "{}", j.summary());
-    let score = if j.basis == syncspy_read::jobs::Basis::GpuIdle {
+    let score = if *j.basis() == syncspy_read::jobs::Basis::GpuIdle {
         "GPU idle*"
     } else {
         "score"
@@ -232,8 +232,8 @@ fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
         "  {:>6} {:>8} {:>6} {:>12} {:>12}  top call site",
         "rank", "pid", "node", "host stalls", score
     );
-    let straggler = j.straggler.as_ref().map(|s| s.pid);
-    for r in &j.ranks {
+    let straggler = j.straggler().map(|s| s.pid);
+    for r in j.ranks() {
         let opt = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
         let _ = writeln!(
             out,
@@ -254,7 +254,7 @@ fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
             }
         );
     }
-    if j.basis == syncspy_read::jobs::Basis::GpuIdle {
+    if *j.basis() == syncspy_read::jobs::Basis::GpuIdle {
         let _ = writeln!(
             out,
             "  * GPU idle time behind the rank's own host stalls: the time its GPU sat still \

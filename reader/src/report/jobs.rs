@@ -156,26 +156,57 @@ pub struct Straggler {
     pub top_site: Option<TopSite>,
 }
 
-/// One job: the processes of a report with the same job id.
+/// One job: the processes of a report with the same job id. Built by [`jobs_of`] (or read
+/// from a report), never edited: its ranks, basis and straggler agree with each other.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct JobReport {
-    pub id: String,
-    pub launcher: String,
-    /// The largest world size a rank reported; `None` when none did.
+    id: String,
+    launcher: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub world_size: Option<u32>,
-    /// Ranks seen, by rank (unknown ranks last, by pid).
-    pub ranks: Vec<RankReport>,
-    /// Host stall time over all ranks.
-    pub stall_ns: u64,
-    /// What `score_ns` measures: `collective_wait`, `gpu_idle_behind_host_stalls` or
-    /// `host_stall`.
-    pub basis: Name<Basis>,
+    world_size: Option<u32>,
+    ranks: Vec<RankReport>,
+    stall_ns: u64,
+    basis: Name<Basis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub straggler: Option<Straggler>,
+    straggler: Option<Straggler>,
 }
 
 impl JobReport {
+    /// The job id the ranks share.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The launcher whose environment named the job (`torchelastic`, `slurm`, ...).
+    pub fn launcher(&self) -> &str {
+        &self.launcher
+    }
+
+    /// The largest world size a rank reported; `None` when none did.
+    pub fn world_size(&self) -> Option<u32> {
+        self.world_size
+    }
+
+    /// Ranks seen, by rank (unknown ranks last, by pid).
+    pub fn ranks(&self) -> &[RankReport] {
+        &self.ranks
+    }
+
+    /// Host stall time over all ranks.
+    pub fn stall_ns(&self) -> u64 {
+        self.stall_ns
+    }
+
+    /// What the ranks' `score_ns` measures.
+    pub fn basis(&self) -> &Name<Basis> {
+        &self.basis
+    }
+
+    /// The rank the others waited for, when one stands out.
+    pub fn straggler(&self) -> Option<&Straggler> {
+        self.straggler.as_ref()
+    }
+
     /// One line: `job exp-7 (torchelastic, 4 of 8 ranks): straggler rank 3, stream_sync at
     /// train.py:88, 120 ms (others' median 20 ms)`.
     pub fn summary(&self) -> String {
