@@ -732,7 +732,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     );
     report.attached_pid = Some(t.pid as u32);
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
-        report.warnings.push(syncspy_read::warning::Warning::Attach(c.clone()));
+        report
+            .warnings
+            .push(syncspy_read::warning::Warning::Attach(c.clone()));
     }
     // The segments of this attach are read: remove them (the process keeps its mapping).
     for p in follower.processes() {
