@@ -296,7 +296,7 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
     let state = g.state.as_ref()?;
     let gb = base.map(|b| &b.gpu);
     let (n0, t0) = gb.map(|b| b.idle).unwrap_or_default();
-    let mut devices: Vec<GpuDeviceView> = g
+    let devices: Vec<GpuDeviceView> = g
         .devices
         .iter()
         .map(|d| GpuDeviceView {
@@ -305,8 +305,7 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
             per_second: Vec::new(),
         })
         .collect();
-    devices.sort_by_key(|d| d.device);
-    Some(GpuView {
+    let view = GpuView {
         tracing: GpuView::tracing_label(
             state.as_str(),
             g.mode.as_ref().map_or("unknown", Name::as_str),
@@ -332,7 +331,8 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
         }),
         min_gap_ns: g.min_gap_ns,
         causes: gap_causes(g, gb),
-    })
+    };
+    Some(view.in_display_order())
 }
 
 /// The gaps' causes less `base`, most idle time first; after a reset, a cause's share is of
@@ -368,9 +368,7 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
         }
     }
     // The agent's causes are merged already (`syncspy_read::alike`); since a reset the
-    // order is by the time blamed since then.
-    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
-    causes.truncate(crate::local::MAX_GAP_CAUSES);
+    // order is by the time blamed since then (`GpuView::in_display_order`).
     causes
 }
 

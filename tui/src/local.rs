@@ -32,8 +32,7 @@ use crate::Source;
 pub const MAX_SITES_SHOWN: usize = 100;
 /// Ended processes kept (the oldest beyond this are forgotten).
 pub const MAX_ENDED: usize = 64;
-/// Gap causes the GPU pane lists.
-pub const MAX_GAP_CAUSES: usize = 8;
+pub use crate::model::MAX_GAP_CAUSES;
 /// Problems listed at most (the oldest beyond this are dropped).
 const MAX_PROBLEMS: usize = 20;
 /// Period over which events/s and stall/s are measured.
@@ -520,7 +519,7 @@ fn gpu_view(
         max_ns,
         bars: Some(t.gaps.bars()),
     };
-    let mut devices: Vec<GpuDeviceView> = g
+    let devices: Vec<GpuDeviceView> = g
         .devices
         .iter()
         .map(|dev| GpuDeviceView {
@@ -529,7 +528,6 @@ fn gpu_view(
             per_second: t.busy.shares(dev.device, now_s),
         })
         .collect();
-    devices.sort_by_key(|d| d.device);
     let causes = a.gap_causes.by_total();
     let received = causes
         .iter()
@@ -562,9 +560,7 @@ fn gpu_view(
             })
             .collect(),
     );
-    let mut causes = causes;
-    causes.truncate(MAX_GAP_CAUSES);
-    Some(GpuView {
+    let view = GpuView {
         tracing: GpuView::tracing_label(g.state_name(), g.mode_name()),
         devices,
         gaps,
@@ -576,7 +572,8 @@ fn gpu_view(
         }),
         min_gap_ns: g.min_gap_ns,
         causes,
-    })
+    };
+    Some(view.in_display_order())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -121,7 +121,19 @@ pub struct GpuView {
     pub causes: Vec<GapCauseRow>,
 }
 
+/// Gap causes the GPU pane lists.
+pub const MAX_GAP_CAUSES: usize = 8;
+
 impl GpuView {
+    /// The pane as both sources list it: devices by number, causes most idle time first
+    /// (at most [`MAX_GAP_CAUSES`]).
+    pub fn in_display_order(mut self) -> GpuView {
+        self.devices.sort_by_key(|d| d.device);
+        self.causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+        self.causes.truncate(MAX_GAP_CAUSES);
+        self
+    }
+
     /// `tracing, mode duty`: the library's GPU tracing state and mode (both sources).
     pub fn tracing_label(state: &str, mode: &str) -> String {
         format!("{state}, mode {mode}")
@@ -388,6 +400,24 @@ mod tests {
             GpuView::tracing_label("paused", "duty"),
             "paused, mode duty"
         );
+        let cause = |total_ns| GapCauseRow {
+            total_ns,
+            ..GapCauseRow::default()
+        };
+        let device = |device| GpuDeviceView {
+            device,
+            ..GpuDeviceView::default()
+        };
+        let v = GpuView {
+            devices: vec![device(1), device(0)],
+            causes: (0..10).map(cause).collect(),
+            ..GpuView::default()
+        }
+        .in_display_order();
+        let devices: Vec<i32> = v.devices.iter().map(|d| d.device).collect();
+        assert_eq!(devices, [0, 1]);
+        let totals: Vec<u64> = v.causes.iter().map(|c| c.total_ns).collect();
+        assert_eq!(totals, [9, 8, 7, 6, 5, 4, 3, 2]);
     }
 
     #[test]
