@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use syncspy_abi::Kind;
+use syncspy_read::names::{ApiName, KindName};
 
 use crate::budget::CheckStatus;
 use crate::markdown::{md_cell, md_code};
@@ -40,15 +40,15 @@ pub struct Side {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KindChange {
-    pub kind: String,
+    pub kind: KindName,
     pub before: Amounts,
     pub after: Amounts,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SiteChange {
-    pub kind: String,
-    pub api: String,
+    pub kind: KindName,
+    pub api: ApiName,
     /// The frames that identify the site (innermost first); empty when no stack was captured.
     pub frames: Vec<String>,
     pub before: Amounts,
@@ -94,17 +94,10 @@ fn side(file: &str, r: &Report) -> Side {
     }
 }
 
-fn kind_order(name: &str) -> (u8, String) {
-    (
-        Kind::from_name(name).map(|k| k as u8).unwrap_or(u8::MAX),
-        name.to_string(),
-    )
-}
+type SiteKey = (KindName, ApiName, Vec<String>);
 
-type SiteKey = (String, String, Vec<String>);
-
-fn kinds_of(r: &Report) -> BTreeMap<String, Amounts> {
-    let mut m: BTreeMap<String, Amounts> = BTreeMap::new();
+fn kinds_of(r: &Report) -> BTreeMap<KindName, Amounts> {
+    let mut m: BTreeMap<KindName, Amounts> = BTreeMap::new();
     for p in &r.processes {
         for (k, s) in &p.kinds {
             m.entry(k.clone())
@@ -140,8 +133,9 @@ fn rules_of(r: &Report) -> BTreeMap<String, CheckStatus> {
 /// Compares `before` (read from `before_file`) with `after`.
 pub fn compare(before_file: &str, before: &Report, after_file: &str, after: &Report) -> Comparison {
     let (kb, ka) = (kinds_of(before), kinds_of(after));
-    let mut names: Vec<&String> = kb.keys().chain(ka.keys()).collect();
-    names.sort_by_key(|n| kind_order(n));
+    // Kinds in their numeric order, unknown names (a newer writer) after, by name.
+    let mut names: Vec<&KindName> = kb.keys().chain(ka.keys()).collect();
+    names.sort_by_key(|n| (n.order(), *n));
     names.dedup();
     let kinds = names
         .into_iter()
@@ -389,7 +383,7 @@ pub fn render_markdown(c: &Comparison) -> String {
         let _ = writeln!(
             o,
             "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
-            md_cell(&k.kind),
+            md_cell(k.kind.as_str()),
             k.before.count,
             k.after.count,
             change(k.before.count, k.after.count, count_text),
@@ -426,8 +420,8 @@ pub fn render_markdown(c: &Comparison) -> String {
             let _ = writeln!(
                 o,
                 "| `{}` | `{}` | {at} | {} → {} | {} | {} | {} |",
-                md_cell(&s.kind),
-                md_cell(&s.api),
+                md_cell(s.kind.as_str()),
+                md_cell(s.api.as_str()),
                 s.before.count,
                 s.after.count,
                 fmt_ns(s.before.total_ns),
@@ -544,17 +538,17 @@ mod tests {
         assert_eq!(c.before.processes, 2);
         assert_eq!(c.before.stall_ns, 12_000_000);
         assert_eq!(c.kinds.len(), 2);
-        assert_eq!(c.kinds[0].kind, "stream_sync");
+        assert_eq!(c.kinds[0].kind.as_str(), "stream_sync");
         assert_eq!(c.kinds[0].before.count, 12);
         assert_eq!(c.kinds[0].after.count, 3);
-        assert_eq!(c.kinds[1].kind, "memcpy_pageable");
+        assert_eq!(c.kinds[1].kind.as_str(), "memcpy_pageable");
         assert_eq!(c.kinds[1].before, Amounts::default());
         // The runtime frame is not part of the site's identity.
         assert_eq!(c.sites[0].frames, vec!["step (a|b.cc:1)"]);
         assert_eq!(c.sites[0].before.total_ns, 12_000_000);
         assert_eq!(c.sites[0].after.total_ns, 3_000_000);
         // -9 ms is a larger change than +4 ms.
-        assert_eq!(c.sites[1].kind, "memcpy_pageable");
+        assert_eq!(c.sites[1].kind.as_str(), "memcpy_pageable");
 
         let t = render_text(&c);
         assert!(t.contains("-9 (-75.0%)"), "{t}");

@@ -448,7 +448,7 @@ impl Collector {
             if t.count > 0 {
                 entry
                     .kinds
-                    .entry(k.name().to_string())
+                    .entry((*k).into())
                     .or_default()
                     .add(t.count, t.total_ns, t.bytes);
             }
@@ -512,7 +512,7 @@ impl Collector {
                     .iter()
                     .map(|p| p.reader.segment_problems().len())
                     .sum::<usize>(),
-            warnings,
+            warnings: warnings.into(),
         }
     }
 }
@@ -611,13 +611,13 @@ pub fn gpu_trace(snapshot: &Snapshot, query: &str) -> (u16, String) {
         .iter()
         // The pid on this node first: processes of other PID namespaces (pods) share small
         // pids (1, often).
-        .filter(|p| p.report.state == "running")
+        .filter(|p| p.report.state.is_running())
         .find(|p| p.report.host_pid == Some(pid))
         .or_else(|| {
             snapshot
                 .processes
                 .iter()
-                .filter(|p| p.report.state == "running")
+                .filter(|p| p.report.state.is_running())
                 .find(|p| p.report.pid == pid && p.report.host_pid.is_none())
         })
     else {

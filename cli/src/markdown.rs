@@ -3,8 +3,6 @@
 
 use std::fmt::Write as _;
 
-use syncspy_abi::Kind;
-
 use crate::budget::CheckStatus;
 use crate::summary::{
     fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, shell_words, user_frames,
@@ -36,7 +34,7 @@ fn pct(part: u64, whole: u64) -> String {
 /// segment older than ABI 1.2).
 fn render_gpu(o: &mut String, p: &ProcessReport) {
     let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
+    let Some(state) = g.state.as_ref() else {
         return;
     };
     let _ = writeln!(o);
@@ -49,7 +47,7 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(o, "**GPU:** {}", md_cell(&gpu_measured(g, busy)));
-    if state == "yielded" {
+    if *state == syncspy_read::names::GpuState::Yielded {
         let _ = writeln!(
             o,
             "(another tool took the activity source over: not measured since)"
@@ -69,9 +67,7 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
             c.share * 100.0,
             c.count,
             fmt_ns(c.total_ns),
-            c.location
-                .as_deref()
-                .map_or_else(|| "-".to_string(), md_code)
+            c.cause.location().map_or_else(|| "-".to_string(), md_code)
         );
     }
 }
@@ -112,14 +108,13 @@ pub fn render(r: &Report) -> String {
             "| kind | count | total | p50 | p99 | max | bytes | wall |"
         );
         let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        let mut names: Vec<&String> = p.kinds.keys().collect();
-        names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
-        for n in names {
-            let k = &p.kinds[n];
+        let mut names: Vec<_> = p.kinds.iter().collect();
+        names.sort_by_key(|(n, _)| n.order());
+        for (n, k) in names {
             let _ = writeln!(
                 o,
                 "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
-                md_cell(n),
+                md_cell(n.as_str()),
                 k.count,
                 fmt_ns(k.total_ns),
                 fmt_ns(k.p50_ns),
@@ -154,8 +149,8 @@ pub fn render(r: &Report) -> String {
                 o,
                 "| {} | `{}` | `{}` | {at} | {} | {} | {} |",
                 i + 1,
-                md_cell(&s.kind),
-                md_cell(&s.api),
+                md_cell(s.kind.as_str()),
+                md_cell(s.api.as_str()),
                 s.count,
                 fmt_ns(s.total_ns),
                 fmt_ns(s.p99_ns)
@@ -217,7 +212,7 @@ pub fn render(r: &Report) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(o);
         for w in &r.warnings {
-            let _ = writeln!(o, "> warning: {}", md_cell(w));
+            let _ = writeln!(o, "> warning: {}", md_cell(&w.to_string()));
         }
     }
     // Text from segments and reports (command lines, frames) may hold escape sequences.
@@ -303,13 +298,15 @@ mod tests {
                 ..GpuDevice::default()
             }],
             causes: vec![GapCauseReport {
-                cause: "stream_sync".into(),
-                api: "cudaStreamSynchronize".into(),
-                location: Some("train.py:42 in step".into()),
+                cause: syncspy_read::report::IdleCause::parse(
+                    "stream_sync",
+                    "cudaStreamSynchronize",
+                    0,
+                    Some("train.py:42 in step".into()),
+                ),
                 count: 3,
                 total_ns: 2_500_000,
                 share: 1.0,
-                ..GapCauseReport::default()
             }],
             ..Gpu::default()
         };

@@ -26,6 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
+use syncspy_read::names::KindName;
 use syncspy_read::snapshot::{Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS};
 
 /// The content type of [`render`]'s output.
@@ -239,18 +240,17 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     );
 
     // Live processes and forgotten ones add into the same series.
-    let kind_labels = |program: &str, kind: &str| KindLabels {
+    let kind_labels = |program: &str, kind: &KindName| KindLabels {
         program: program.to_string(),
         kind: kind.to_string(),
     };
     // GPU idle gaps are records of the segment like the stalls, but the GPU's time, not the
     // host's: they have series of their own.
-    let gpu_idle_kind = syncspy_abi::Kind::GpuIdle.name();
-    let add_kind = |program: &str, kind: &str, count: u64, total_ns: u64, n_bytes: u64| {
+    let add_kind = |program: &str, kind: &KindName, count: u64, total_ns: u64, n_bytes: u64| {
         let pl = ProgramLabels {
             program: program.to_string(),
         };
-        if kind == gpu_idle_kind {
+        if *kind == syncspy_abi::Kind::GpuIdle {
             add_sat(&gpu_gaps.get_or_create(&pl), count);
             gpu_idle.get_or_create(&pl).inc_by(total_ns as f64 / 1e9);
             return;
@@ -260,9 +260,9 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
         add_sat(&bytes.get_or_create(&l), n_bytes);
     };
-    let add_latency = |program: &str, latency: &BTreeMap<String, Latency>| {
+    let add_latency = |program: &str, latency: &BTreeMap<KindName, Latency>| {
         for (kind, l) in latency {
-            if kind == gpu_idle_kind {
+            if *kind == syncspy_abi::Kind::GpuIdle {
                 gpu_gap_durations
                     .get_or_create(&ProgramLabels {
                         program: program.to_string(),
@@ -285,7 +285,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut live: Vec<&SnapshotProcess> = s
         .processes
         .iter()
-        .filter(|p| p.report.state == "running")
+        .filter(|p| p.report.state.is_running())
         .collect();
     live.sort_by_key(|p| std::cmp::Reverse(p.report.stall_ns));
     for p in live.into_iter().take(MAX_PROCESS_INFO) {
@@ -325,7 +325,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         processes
             .get_or_create(&StateLabels {
                 program: p.program.clone(),
-                state: r.state.clone(),
+                state: r.state.name().to_string(),
             })
             .inc();
     }
@@ -419,26 +419,26 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
         return;
     }
     // The jobs with the most stall time keep their id.
-    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns), j.id.clone()));
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns()), j.id().to_string()));
     for (i, j) in jobs.iter().enumerate() {
         let job_id = if i < MAX_JOBS {
-            j.id.clone()
+            j.id().to_string()
         } else {
             "other".to_string()
         };
         let jl = JobLabels {
             job_id: job_id.clone(),
         };
-        ranks.get_or_create(&jl).inc_by(j.ranks.len() as i64);
+        ranks.get_or_create(&jl).inc_by(j.ranks().len() as i64);
         if i < MAX_JOBS {
-            if let Some(st) = &j.straggler {
+            if let Some(st) = j.straggler() {
                 if let Some(r) = st.rank {
                     straggler.get_or_create(&jl).set(i64::from(r));
                 }
                 excess.get_or_create(&jl).set(st.excess_ns as f64 / 1e9);
             }
         }
-        for (k, r) in j.ranks.iter().enumerate() {
+        for (k, r) in j.ranks().iter().enumerate() {
             let rank = match r.rank {
                 _ if i >= MAX_JOBS || k >= MAX_RANKS => "other".to_string(),
                 Some(r) => r.to_string(),
@@ -782,10 +782,10 @@ mod tests {
                 // (100 ms, 316 ms].
                 latency: [
                     (
-                        "stream_sync".to_string(),
+                        "stream_sync".into(),
                         lat(4, 15_000_000_000, &[(0, 2), (5, 1), (13, 1)]),
                     ),
-                    ("gpu_idle".to_string(), lat(2, 250_000_000, &[(9, 2)])),
+                    ("gpu_idle".into(), lat(2, 250_000_000, &[(9, 2)])),
                 ]
                 .into_iter()
                 .collect(),

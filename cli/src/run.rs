@@ -20,6 +20,7 @@ use syncspy_read::monotonic_ns;
 use syncspy_read::report::{self, Report, RunInfo};
 use syncspy_read::session::{ReaderSession, Removal, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
+use syncspy_read::warning::Warning;
 
 /// Exit code of a setup error (library not found, segment folder unusable, report not
 /// writable).
@@ -49,8 +50,6 @@ pub const SESSION_ENV: &str = "SYNCSPY_SESSION";
 /// A folder, private to one `syncspy run`, where the library leaves one file per process
 /// whose segment could not be created (named `<pid>-<start ticks>`, holding the reason).
 pub const FAILED_DIR_ENV: &str = "SYNCSPY_FAILED_DIR";
-/// How the run reports such processes: `N processes could not record: <reason>`.
-pub use syncspy_read::report::COULD_NOT_RECORD;
 /// The live monitor `syncspy run --tui` starts, found next to syncspy like the library.
 pub const TOP_NAME: &str = "syncspy-top";
 
@@ -132,27 +131,11 @@ impl RunOutcome {
     }
 }
 
-/// `N processes could not record: <reason>` for the reasons the library left; `None` when
-/// there are none. The distinct reasons are listed, the most frequent first.
-pub fn unrecorded_message(reasons: &[String]) -> Option<String> {
-    if reasons.is_empty() {
-        return None;
-    }
-    let mut counts: Vec<(usize, &str)> = Vec::new();
-    for r in reasons {
-        match counts.iter_mut().find(|(_, s)| *s == r.as_str()) {
-            Some((n, _)) => *n += 1,
-            None => counts.push((1, r.as_str())),
-        }
-    }
-    counts.sort_by_key(|c| std::cmp::Reverse(c.0));
-    let n = reasons.len();
-    let list: Vec<&str> = counts.iter().map(|(_, s)| *s).collect();
-    Some(format!(
-        "{n} process{} {COULD_NOT_RECORD}{}",
-        if n == 1 { "" } else { "es" },
-        list.join("; ")
-    ))
+/// How the run reports such processes ([`Warning::CouldNotRecord`]:
+/// `N processes could not record: <reason>`) for the reasons the library left; `None` when
+/// there are none.
+pub fn unrecorded_message(reasons: &[String]) -> Option<Warning> {
+    Warning::could_not_record(reasons)
 }
 
 /// The reasons left in the failure folder, one per process.
@@ -858,13 +841,13 @@ fn finish_run(
     }
     if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
         if sink.cut() > 0 {
-            report.warnings.push(format!(
-                "the trace {} holds only the first {} of {} recorded events (raise \
-                 --trace-limit)",
-                path.display(),
-                sink.events().len(),
-                sink.seen()
-            ));
+            report
+                .warnings
+                .push(syncspy_read::warning::Warning::TraceCut {
+                    path: path.display().to_string(),
+                    kept: sink.events().len() as u64,
+                    seen: sink.seen(),
+                });
         }
     }
     drop(sim_dir);

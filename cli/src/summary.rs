@@ -3,9 +3,8 @@
 
 use std::fmt::Write as _;
 
-use syncspy_abi::Kind;
-
-use syncspy_read::report::{ProcessReport, Report, Site};
+use syncspy_read::names::{GpuState, Name};
+use syncspy_read::report::{IdleCause, ProcessReport, Report, Site};
 use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
 /// Call sites listed per process.
@@ -62,14 +61,14 @@ fn has_events(p: &ProcessReport) -> bool {
 pub const TOP_CAUSES: usize = 5;
 
 /// Why a process's GPU was not measured, from its `gpu.state`.
-pub fn gpu_not_measured(state: &str) -> &str {
-    match state {
-        "off" => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
-        "unavailable" => "no activity source (CUPTI not found or refused)",
-        "yielded" => "another tool took the GPU activity source over",
-        "tracing" => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
-        "paused" => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
-        s => s,
+pub fn gpu_not_measured(state: &Name<GpuState>) -> &str {
+    match state.known() {
+        Some(GpuState::Off) => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
+        Some(GpuState::Unavailable) => "no activity source (CUPTI not found or refused)",
+        Some(GpuState::Yielded) => "another tool took the GPU activity source over",
+        Some(GpuState::Tracing) => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
+        Some(GpuState::Paused) => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
+        Some(GpuState::Unknown) | None => state.as_str(),
     }
 }
 
@@ -91,7 +90,7 @@ pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
         "busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
-        g.mode.as_deref().unwrap_or("?"),
+        g.mode.as_ref().map_or("?", Name::as_str),
         active,
         g.idle.count,
         fmt_ns(g.min_gap_ns),
@@ -104,17 +103,16 @@ pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
 
 /// What a gap cause was: the host's stall (kind and API) or its own work.
 pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
-    if c.cause == syncspy_read::report::HOST_BUSY_ELSEWHERE {
-        "host busy elsewhere (no CUDA stall)".to_string()
-    } else {
-        format!("{} {}", c.cause, c.api)
+    match &c.cause {
+        IdleCause::Stall(s) => format!("{} {}", s.kind, s.api),
+        IdleCause::HostBusyElsewhere => "host busy elsewhere (no CUDA stall)".to_string(),
     }
 }
 
 /// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
 fn render_gpu(out: &mut String, p: &ProcessReport) {
     let g = &p.gpu;
-    let Some(state) = g.state.as_deref() else {
+    let Some(state) = g.state.as_ref() else {
         return;
     };
     let Some(busy) = g.busy_fraction else {
@@ -122,7 +120,7 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(out, "  GPU: {}", gpu_measured(g, busy));
-    if g.state.as_deref() == Some("yielded") {
+    if *state == GpuState::Yielded {
         let _ = writeln!(
             out,
             "  GPU: another tool took the activity source over: not measured since"
@@ -134,8 +132,8 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     let _ = writeln!(out, "  GPU idle gaps by cause (host side):");
     for c in g.causes.iter().take(TOP_CAUSES) {
         let at = c
-            .location
-            .as_deref()
+            .cause
+            .location()
             .map(|l| format!("  at {l}"))
             .unwrap_or_default();
         let _ = writeln!(
@@ -159,8 +157,8 @@ pub fn render(r: &Report) -> String {
             let runs = r
                 .processes
                 .iter()
-                .any(|p| p.host_pid.unwrap_or(p.pid) == pid && p.state == "running")
-                || r.processes.iter().all(|p| p.state == "running");
+                .any(|p| p.host_pid.unwrap_or(p.pid) == pid && p.state.is_running())
+                || r.processes.iter().all(|p| p.state.is_running());
             let _ = writeln!(
                 out,
                 "syncspy: attached to process {pid} (`{cmd}`) for {}; {}",
@@ -184,8 +182,7 @@ pub fn render(r: &Report) -> String {
     // When processes said why they could not record, that reason is given instead of a guess.
     let failed = r
         .warnings
-        .iter()
-        .any(|w| w.contains(syncspy_read::report::COULD_NOT_RECORD));
+        .any(|w| matches!(w, syncspy_read::warning::Warning::CouldNotRecord { .. }));
     if r.processes.is_empty() && !failed {
         let _ = writeln!(
             out,
@@ -225,7 +222,7 @@ pub fn render(r: &Report) -> String {
 fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
     let _ = writeln!(out);
     let _ = writeln!(out, "{}", j.summary());
-    let score = if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+    let score = if *j.basis() == syncspy_read::jobs::Basis::GpuIdle {
         "GPU idle*"
     } else {
         "score"
@@ -235,8 +232,8 @@ fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
         "  {:>6} {:>8} {:>6} {:>12} {:>12}  top call site",
         "rank", "pid", "node", "host stalls", score
     );
-    let straggler = j.straggler.as_ref().map(|s| s.pid);
-    for r in &j.ranks {
+    let straggler = j.straggler().map(|s| s.pid);
+    for r in j.ranks() {
         let opt = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
         let _ = writeln!(
             out,
@@ -257,7 +254,7 @@ fn render_job(out: &mut String, j: &syncspy_read::jobs::JobReport) {
             }
         );
     }
-    if j.basis == syncspy_read::jobs::BASIS_GPU_IDLE {
+    if *j.basis() == syncspy_read::jobs::Basis::GpuIdle {
         let _ = writeln!(
             out,
             "  * GPU idle time behind the rank's own host stalls: the time its GPU sat still \
@@ -315,11 +312,7 @@ fn render_losses(out: &mut String, p: &ProcessReport) {
 }
 
 fn render_process(out: &mut String, p: &ProcessReport) {
-    let state = match (p.state.as_str(), p.exit_status) {
-        ("exited", Some(s)) => format!("exited {s}"),
-        ("", _) => "?".to_string(),
-        (s, _) => s.to_string(),
-    };
+    let state = p.state.label();
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -363,10 +356,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         "kind", "count", "total ms", "p50", "p99", "max", "bytes", "wall"
     );
     // Kinds in their numeric order, unknown names (a newer writer) after.
-    let mut names: Vec<&String> = p.kinds.keys().collect();
-    names.sort_by_key(|n| Kind::from_name(n).map(|k| k as u8).unwrap_or(u8::MAX));
-    for name in names {
-        let k = &p.kinds[name];
+    let mut names: Vec<_> = p.kinds.iter().collect();
+    names.sort_by_key(|(n, _)| n.order());
+    for (name, k) in names {
         let (p50, p99) = if k.recorded_count == 0 && k.count > 0 {
             ("-".to_string(), "-".to_string())
         } else {
@@ -586,14 +578,34 @@ mod tests {
     }
 
     #[test]
+    fn only_the_could_not_record_warning_replaces_the_guess_about_no_process() {
+        let guess = "no instrumented process reported";
+        let mut r = Report {
+            command: vec!["./x".into()],
+            ..Report::default()
+        };
+        // A warning that merely quotes the words (a folder named so) is not that warning.
+        r.warnings
+            .push("cannot read /srv/2 processes could not record: here: denied");
+        assert!(render(&r).contains(guess));
+        r.warnings
+            .push(syncspy_read::warning::Warning::could_not_record(&["EMFILE".into()]).unwrap());
+        let out = render(&r);
+        assert!(!out.contains(guess), "{out}");
+        assert!(
+            out.contains("syncspy: warning: 1 process could not record: EMFILE"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn summary_shows_kinds_sites_without_runtime_frames_and_losses() {
         let mut p = ProcessReport {
             pid: 7,
             cmdline: "python train.py".into(),
             wall_ns: 2_000_000_000,
             stall_ns: 500_000_000,
-            state: "exited".into(),
-            exit_status: Some(0),
+            state: syncspy_read::report::ProcessState::Exited(Some(0)),
             lost_records: 12,
             dropped_events: 2,
             recorded_events: 88,
@@ -643,7 +655,7 @@ mod tests {
                     ..ProcessReport::default()
                 },
             ],
-            warnings: vec!["skipped /dev/shm/syncspy-1-2: bad".into()],
+            warnings: vec!["skipped /dev/shm/syncspy-1-2: bad"].into(),
             ..Report::default()
         };
         let s = render(&r);
@@ -688,7 +700,7 @@ mod tests {
             stall_ns: 3_920_000_000,
             overhead_ns: 612_000_000,
             kinds: [(
-                "stream_sync".to_string(),
+                "stream_sync".into(),
                 syncspy_read::report::Stats {
                     count: 3,
                     total_ns: 3_920_000_000,
@@ -750,20 +762,21 @@ mod tests {
             }],
             causes: vec![
                 GapCauseReport {
-                    cause: "stream_sync".into(),
-                    api: "cudaStreamSynchronize".into(),
-                    site_id: 1,
-                    location: Some("train.py:142 in step".into()),
+                    cause: IdleCause::parse(
+                        "stream_sync",
+                        "cudaStreamSynchronize",
+                        1,
+                        Some("train.py:142 in step".into()),
+                    ),
                     count: 3,
                     total_ns: 6_000_000,
                     share: 6.0 / 6.5,
                 },
                 GapCauseReport {
-                    cause: syncspy_read::report::HOST_BUSY_ELSEWHERE.into(),
+                    cause: IdleCause::HostBusyElsewhere,
                     count: 1,
                     total_ns: 500_000,
                     share: 0.5 / 6.5,
-                    ..GapCauseReport::default()
                 },
             ],
             ..Gpu::default()

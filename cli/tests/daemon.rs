@@ -314,7 +314,7 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
             program: "p".into(),
             report: p,
             latency: [(
-                "gpu_idle".to_string(),
+                "gpu_idle".into(),
                 syncspy_cli::daemon::Latency {
                     count: 1,
                     sum_ns: 50_000,
@@ -333,7 +333,7 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
                 program: "p".into(),
                 report: r,
                 latency: [(
-                    "stream_sync".to_string(),
+                    "stream_sync".into(),
                     syncspy_cli::daemon::Latency {
                         count: 1,
                         sum_ns: 1_000,

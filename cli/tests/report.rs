@@ -164,3 +164,69 @@ fn two_reports_compare_per_kind_and_per_site() {
     assert!(t.contains("x3 -> x5"), "{t}");
     assert!(t.contains("+2 (+66.7%)"), "{t}");
 }
+
+/// A report from a newer syncspy, with names this one does not know (a kind, an API, a copy
+/// direction, a process state, a GPU state and mode, a gap cause, a warning): read and shown
+/// in every format, written back unchanged, never refused.
+#[test]
+fn names_this_build_does_not_know_are_read_shown_and_kept() {
+    let d = TempDir::new("report-unknown-names");
+    let stats = r#"{"count":2,"total_ns":3000000,"bytes":0,"p50_ns":1000000,"p90_ns":2000000,
+        "p99_ns":2000000,"max_ns":2000000,"recorded_count":2}"#;
+    let json = format!(
+        r#"{{"syncspy_report":1,"command":["./new"],"exit_code":0,"wall_ns":9000000,
+        "processes":[{{"pid":5,"cmdline":"./new","dropped_events":0,"stall_ns":3000000,
+        "wall_ns":9000000,"kinds":{{"tensor_sync":{stats},"stream_sync":{stats}}},
+        "apis":{{"cudaTensorWait":{stats}}},
+        "sites":[{{"kind":"tensor_sync","api":"cudaTensorWait","count":2,"total_ns":3000000,
+        "p99_ns":2000000,"frames":["f (new.rs:3)"]}}],
+        "gpu":{{"idle":{{"count":1,"total_ns":1000,"p50_ns":1000,"p99_ns":1000,"max_ns":1000}},
+        "busy_fraction":0.5,"measured":true,"state":"throttled","mode":"sampled",
+        "causes":[{{"cause":"tensor_sync","api":"cudaTensorWait","site_id":3,"count":1,
+        "total_ns":1000,"share":1.0}}]}},
+        "state":"frozen","copies":{{"tensor_sync":{{"x2y":{{"count":1,"bytes":8,"total_ns":5}}}}}}}}],
+        "warnings":["a warning of a newer syncspy"]}}"#
+    );
+    let path = d.path().join("new.json");
+    std::fs::write(&path, &json).unwrap();
+    let p = path.to_str().unwrap();
+    // The markdown names no process state.
+    for (format, shown) in [
+        (
+            "text",
+            &["tensor_sync", "[frozen]", "a warning of a newer syncspy"][..],
+        ),
+        (
+            "markdown",
+            &["tensor_sync", "a warning of a newer syncspy"][..],
+        ),
+    ] {
+        let o = report(&["--format", format, p]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{format}: {}", text(&o.stderr));
+        for shown in shown {
+            assert!(out.contains(shown), "{format}: no {shown} in\n{out}");
+        }
+    }
+    let o = report(&["--format", "json", p]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let back: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want: Value = serde_json::from_str(&json).unwrap();
+    // Every name as it was (fields the file left out come back with their defaults).
+    for at in [
+        "/processes/0/kinds/tensor_sync",
+        "/processes/0/apis/cudaTensorWait",
+        "/processes/0/sites/0/kind",
+        "/processes/0/sites/0/api",
+        "/processes/0/gpu/state",
+        "/processes/0/gpu/mode",
+        "/processes/0/gpu/causes/0",
+        "/processes/0/state",
+        "/processes/0/copies",
+        "/warnings",
+    ] {
+        assert!(want.pointer(at).is_some(), "{at}");
+        assert_eq!(back.pointer(at), want.pointer(at), "{at}");
+    }
+    assert_eq!(back["processes"][0].get("exit_status"), None);
+}

@@ -7,6 +7,8 @@
 //! - [`session`]: the reader protocol every front end follows on top of `follow`: scan,
 //!   register, lease, drain, final drain, removal, problems said once.
 //! - [`aggregate`]: per-process exact totals and latency histograms.
+//! - [`names`]: kinds, APIs and other closed vocabularies as enums that serialize by name,
+//!   unknown names kept as text.
 //! - [`alike`]: the merge rules every view shares (sites that print alike, gap causes at
 //!   one line).
 //! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
@@ -16,6 +18,8 @@
 //!   straggler.
 //! - [`rates`]: rates over a window, right whatever the source's refresh.
 //! - [`place`]: where a segment's process lives seen from here: its host pid and container.
+//! - [`warning`]: what readers warn about, one variant per kind of warning, its text in one
+//!   place.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
@@ -24,6 +28,7 @@ pub mod advice;
 pub mod aggregate;
 pub mod alike;
 pub mod follow;
+pub mod names;
 pub mod place;
 pub mod python;
 pub mod rates;
@@ -36,5 +41,6 @@ pub mod snapshot;
 pub mod symbolize;
 pub mod text;
 pub mod verdict;
+pub mod warning;
 
 pub use syncspy_abi::clock::monotonic_ns;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use syncspy_abi::Kind;
 
 use crate::aggregate::{Dist, ProcessAgg, HALF_DECADES_NS};
+use crate::names::KindName;
 use crate::report::ProcessReport;
 
 /// Count, time and bytes of a kind or a site in one report.
@@ -67,10 +68,10 @@ impl Latency {
 }
 
 /// Recorded latency buckets per kind name, of the kinds with records.
-pub fn latency_of(a: &ProcessAgg) -> BTreeMap<String, Latency> {
+pub fn latency_of(a: &ProcessAgg) -> BTreeMap<KindName, Latency> {
     Kind::ALL
         .iter()
-        .filter_map(|k| Some((k.name().to_string(), Latency::of(a.kind_dist(*k)?))))
+        .filter_map(|k| Some(((*k).into(), Latency::of(a.kind_dist(*k)?))))
         .collect()
 }
 
@@ -82,16 +83,16 @@ pub struct SnapshotProcess {
     #[serde(flatten)]
     pub report: ProcessReport,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub latency: BTreeMap<String, Latency>,
+    pub latency: BTreeMap<KindName, Latency>,
 }
 
 /// What the processes of one program that ended and were forgotten added up to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ForgottenProgram {
     pub processes: u64,
-    pub kinds: BTreeMap<String, Amounts>,
+    pub kinds: BTreeMap<KindName, Amounts>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub latency: BTreeMap<String, Latency>,
+    pub latency: BTreeMap<KindName, Latency>,
     pub dropped_events: u64,
     pub lost_records: u64,
     pub overhead_ns: u64,
@@ -111,8 +112,8 @@ pub struct Snapshot {
     pub forgotten: BTreeMap<String, ForgottenProgram>,
     /// Files in the segment folder that could not be read.
     pub segments_skipped: usize,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "<[crate::warning::Warning]>::is_empty")]
+    pub warnings: crate::warning::Warnings,
 }
 
 /// Where `syncspy agent` writes, and `syncspy-top --agent` reads, the token that

@@ -69,8 +69,8 @@ pub struct LimitResult {
 /// A call site that counted for a rule.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SiteHit {
-    pub kind: String,
-    pub api: String,
+    pub kind: crate::names::KindName,
+    pub api: crate::names::ApiName,
     pub count: u64,
     pub total_ns: u64,
     pub bytes: u64,

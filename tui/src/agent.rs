@@ -12,8 +12,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use syncspy_abi::Kind;
-use syncspy_read::report::ProcessReport;
+use syncspy_read::names::{ApiName, KindName, Name};
+use syncspy_read::report::{CauseKey, ProcessReport};
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
 use crate::busy::BusyHistory;
@@ -52,8 +52,8 @@ pub struct AgentSource {
 
 #[derive(Default)]
 struct Baseline {
-    kinds: HashMap<String, (u64, u64)>,
-    sites: HashMap<(u32, String, String), (u64, u64)>,
+    kinds: HashMap<KindName, (u64, u64)>,
+    sites: HashMap<(u32, KindName, ApiName), (u64, u64)>,
     gpu: GpuBaseline,
 }
 
@@ -64,8 +64,8 @@ struct GpuBaseline {
     idle: (u64, u64),
     /// Per device: gaps too short to be written, count and time.
     short_gaps: HashMap<i32, (u64, u64)>,
-    /// Per (cause, api, site): count, total.
-    causes: HashMap<(String, String, u32), (u64, u64)>,
+    /// Per cause (`IdleCause::key`): count, total.
+    causes: HashMap<Option<CauseKey>, (u64, u64)>,
 }
 
 impl Baseline {
@@ -99,12 +99,7 @@ impl Baseline {
                     .gpu
                     .causes
                     .iter()
-                    .map(|c| {
-                        (
-                            (c.cause.clone(), c.api.clone(), c.site_id),
-                            (c.count, c.total_ns),
-                        )
-                    })
+                    .map(|c| (c.cause.key(), (c.count, c.total_ns)))
                     .collect(),
             },
         }
@@ -223,16 +218,6 @@ pub fn parse_response(buf: &[u8]) -> anyhow::Result<AgentSnapshot> {
     serde_json::from_slice(&buf[split + 4..]).context("not a syncspy agent snapshot")
 }
 
-fn state_of(r: &ProcessReport) -> State {
-    match (r.state.as_str(), r.exit_status) {
-        ("running", _) => State::Running,
-        ("exited", Some(s)) => State::Exited(s),
-        ("exited", None) => State::Exited(0),
-        ("gone", _) => State::Gone,
-        _ => State::Unknown,
-    }
-}
-
 /// The monitor's view of one process of a snapshot, less `base`.
 fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
     let mut kinds = Vec::new();
@@ -257,7 +242,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         .sites
         .iter()
         .filter_map(|s| {
-            let kind = Kind::from_name(&s.kind)?;
+            let kind = s.kind.known()?;
             let (bc, bt) = base
                 .and_then(|b| b.sites.get(&(s.site_id, s.kind.clone(), s.api.clone())))
                 .copied()
@@ -270,42 +255,25 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 total_ns: s.total_ns.saturating_sub(bt),
                 p99_ns: s.p99_ns,
                 max_ns: s.max_ns,
-                location: s
-                    .location
-                    .clone()
-                    .or_else(|| s.frames.first().cloned())
-                    .unwrap_or_else(|| "(no stack captured)".into()),
+                location: SiteRow::location_of(s.site_id, s.location.as_deref(), &s.frames),
                 frames: s.frames.clone(),
             })
         })
         .filter(|s| s.count > 0)
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
-    let stall_ns = kinds
-        .iter()
-        .map(|k| k.total_ns)
-        .fold(0, u64::saturating_add);
     Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
         command: r.cmdline.clone(),
-        state: state_of(r),
+        state: State::from(&r.state),
         events_per_s: None,
         stall_per_s: None,
-        gpu_idle_share: r
-            .gpu
-            .active_idle_share
-            .or(r.gpu.idle_share)
-            .or((r.gpu.measured && r.wall_ns > 0)
-                .then(|| r.gpu.idle.total_ns as f64 / r.wall_ns as f64)),
+        gpu_idle_share: r.gpu.idle_share_shown(),
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,
-        all: Scope {
-            kinds,
-            sites,
-            stall_ns,
-        },
+        all: Scope::new(kinds, sites),
         recent: None,
         job: r.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
@@ -325,10 +293,10 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
 /// stay since start (the agent sends no distribution of the gaps, the pane says so: its
 /// `bars` are `None`); `None` for segments without a GPU part.
 fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<GpuView> {
-    let state = g.state.as_deref()?;
+    let state = g.state.as_ref()?;
     let gb = base.map(|b| &b.gpu);
     let (n0, t0) = gb.map(|b| b.idle).unwrap_or_default();
-    let mut devices: Vec<GpuDeviceView> = g
+    let devices: Vec<GpuDeviceView> = g
         .devices
         .iter()
         .map(|d| GpuDeviceView {
@@ -337,9 +305,11 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
             per_second: Vec::new(),
         })
         .collect();
-    devices.sort_by_key(|d| d.device);
-    Some(GpuView {
-        tracing: format!("{state}, mode {}", g.mode.as_deref().unwrap_or("unknown")),
+    let view = GpuView {
+        tracing: GpuView::tracing_label(
+            state.as_str(),
+            g.mode.as_ref().map_or("unknown", Name::as_str),
+        ),
         devices,
         gaps: GapStats {
             count: g.idle.count.saturating_sub(n0),
@@ -361,7 +331,8 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
         }),
         min_gap_ns: g.min_gap_ns,
         causes: gap_causes(g, gb),
-    })
+    };
+    Some(view.in_display_order())
 }
 
 /// The gaps' causes less `base`, most idle time first; after a reset, a cause's share is of
@@ -372,17 +343,14 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
         .iter()
         .filter_map(|c| {
             let (n0, t0) = base
-                .and_then(|b| b.causes.get(&(c.cause.clone(), c.api.clone(), c.site_id)))
+                .and_then(|b| b.causes.get(&c.cause.key()))
                 .copied()
                 .unwrap_or_default();
             let count = c.count.saturating_sub(n0);
             (count > 0).then(|| GapCauseRow {
-                cause: c.cause.clone(),
-                api: c.api.clone(),
                 count,
                 total_ns: c.total_ns.saturating_sub(t0),
-                share: c.share,
-                location: c.location.clone().unwrap_or_default(),
+                ..c.clone()
             })
         })
         .collect();
@@ -400,9 +368,7 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
         }
     }
     // The agent's causes are merged already (`syncspy_read::alike`); since a reset the
-    // order is by the time blamed since then.
-    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
-    causes.truncate(crate::local::MAX_GAP_CAUSES);
+    // order is by the time blamed since then (`GpuView::in_display_order`).
     causes
 }
 
@@ -412,7 +378,7 @@ impl Source for AgentSource {
         match self.fetch() {
             Ok(snap) => {
                 self.failed = None;
-                problems.extend(snap.warnings.iter().cloned());
+                problems.extend(snap.warnings.iter().map(ToString::to_string));
                 let mut procs = Vec::new();
                 for sp in &snap.processes {
                     let r = &sp.report;
@@ -529,17 +495,21 @@ mod tests {
 
 #[cfg(test)]
 mod reset_tests {
-    use super::{gpu_view, Baseline};
-    use syncspy_read::report::{GapCauseReport, Gpu, GpuDevice, IdleStats, ProcessReport};
+    use super::{gpu_view, proc_of, Baseline};
+    use syncspy_read::report::{
+        GapCauseReport, Gpu, GpuDevice, IdleCause, IdleStats, ProcessReport,
+    };
 
     const MS: u64 = 1_000_000;
 
     fn cause(cause: &str, api: &str, site_id: u32, count: u64, total_ns: u64) -> GapCauseReport {
         GapCauseReport {
-            cause: cause.into(),
-            api: api.into(),
-            site_id,
-            location: (site_id != 0).then(|| format!("train.py:{site_id}")),
+            cause: IdleCause::parse(
+                cause,
+                api,
+                site_id,
+                (site_id != 0).then(|| format!("train.py:{site_id}")),
+            ),
             count,
             total_ns,
             share: 0.0,
@@ -576,6 +546,30 @@ mod reset_tests {
             },
             ..ProcessReport::default()
         }
+    }
+
+    #[test]
+    fn the_idle_share_is_the_readers_not_one_recomputed_here() {
+        // Gaps arrived, but no device time became final: the reader tells no share, and
+        // neither does the monitor (the local source shows none either), rather than gap
+        // time over wall time.
+        let mut r = report(
+            IdleStats {
+                count: 2,
+                total_ns: 40 * MS,
+                ..IdleStats::default()
+            },
+            Vec::new(),
+            Vec::new(),
+        );
+        r.wall_ns = 100 * MS;
+        r.gpu.measured = true;
+        assert_eq!(proc_of(&r, None).gpu_idle_share, None);
+        // Over the active span when the reader has it, else over the accounted time.
+        r.gpu.idle_share = Some(0.4);
+        assert_eq!(proc_of(&r, None).gpu_idle_share, Some(0.4));
+        r.gpu.active_idle_share = Some(0.1);
+        assert_eq!(proc_of(&r, None).gpu_idle_share, Some(0.1));
     }
 
     #[test]
@@ -628,7 +622,7 @@ mod reset_tests {
         let rows: Vec<(&str, u64, u64)> = v
             .causes
             .iter()
-            .map(|c| (c.cause.as_str(), c.count, c.total_ns))
+            .map(|c| (c.cause.name(), c.count, c.total_ns))
             .collect();
         assert_eq!(
             rows,
@@ -639,7 +633,7 @@ mod reset_tests {
         );
         assert!((v.causes[0].share - 50.0 / 60.0).abs() < 1e-9);
         assert!((v.causes[1].share - 10.0 / 60.0).abs() < 1e-9);
-        assert_eq!(v.causes[1].location, "train.py:3");
+        assert_eq!(v.causes[1].cause.location(), Some("train.py:3"));
 
         // Without a reset: the agent's figures as they are.
         let mut since_start = after.clone();
@@ -648,7 +642,7 @@ mod reset_tests {
         assert_eq!((v.gaps.count, v.gaps.total_ns), (16, 160 * MS));
         assert_eq!(v.short_gaps, (135, 3 * MS / 2 + MS / 20));
         assert_eq!(v.causes.len(), 3);
-        assert_eq!(v.causes[0].cause, "stream_sync");
+        assert_eq!(v.causes[0].cause.name(), "stream_sync");
         assert_eq!(v.causes[0].share, 0.5);
         assert_eq!(v.tracing, "tracing, mode on");
     }

@@ -509,7 +509,7 @@ impl App {
                     // the ranking changes; an open stack whose site left the view closes.
                     let key = self
                         .selected_site()
-                        .map(|r| (r.site_id, r.kind, r.api.clone()));
+                        .map(|r| (r.site_id, r.kind, r.api.to_string()));
                     self.snapshot = *s;
                     if let Some((id, kind, api)) = key {
                         let at = self

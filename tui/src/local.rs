@@ -9,12 +9,14 @@ use std::sync::mpsc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
-use syncspy_read::aggregate::{GapCause, Lifecycle, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
-use syncspy_read::report::location_of;
+use syncspy_read::report::{
+    collectives_of, fraction, location_of, IdleCause, ProcessState, StallSite,
+};
 use syncspy_read::session::{ReaderSession, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
 
@@ -31,8 +33,7 @@ use crate::Source;
 pub const MAX_SITES_SHOWN: usize = 100;
 /// Ended processes kept (the oldest beyond this are forgotten).
 pub const MAX_ENDED: usize = 64;
-/// Gap causes the GPU pane lists.
-pub const MAX_GAP_CAUSES: usize = 8;
+pub use crate::model::MAX_GAP_CAUSES;
 /// Problems listed at most (the oldest beyond this are dropped).
 const MAX_PROBLEMS: usize = 20;
 /// Period over which events/s and stall/s are measured.
@@ -381,10 +382,6 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             bars: Some(t.cum[i].bars()),
         });
     }
-    let all_stall = all_kinds
-        .iter()
-        .map(|r| r.total_ns)
-        .fold(0, u64::saturating_add);
     let mut want = Vec::new();
     let all_sites: Vec<SiteRow> = a
         .sites_by_total()
@@ -442,19 +439,10 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             )
         })
         .collect();
-    let recent_stall = recent_kinds
-        .iter()
-        .map(|r| r.total_ns)
-        .fold(0, u64::saturating_add);
 
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());
-    let state = match a.lifecycle() {
-        Lifecycle::Running => State::Running,
-        Lifecycle::Exited(s) => State::Exited(s),
-        Lifecycle::Gone => State::Gone,
-        Lifecycle::Unknown => State::Unknown,
-    };
+    let state = State::from(&ProcessState::from(a.lifecycle()));
     let proc = Proc {
         pid: a.pid,
         start_ticks: a.start_ticks,
@@ -466,25 +454,14 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         dropped: a.live.events_dropped,
         lost: a.lost,
         wall_ns,
-        all: Scope {
-            kinds: all_kinds,
-            sites: all_sites,
-            stall_ns: all_stall,
-        },
-        recent: Some(Scope {
-            kinds: recent_kinds,
-            sites: recent_sites,
-            stall_ns: recent_stall,
-        }),
+        all: Scope::new(all_kinds, all_sites),
+        recent: Some(Scope::new(recent_kinds, recent_sites)),
         job: a.job.as_ref().map(|j| crate::model::RankOf {
             job: j.id.clone(),
             rank: j.rank,
-            collective: a
-                .live
-                .control
-                .as_ref()
+            collective: collectives_of(&a.live)
                 .zip(a.live.gpu.as_ref())
-                .map(|(c, g)| (c.collectives.iter().map(|d| d.busy_ns).sum(), g.traced_ns)),
+                .map(|((ns, _), g)| (ns, g.traced_ns)),
         }),
         gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };
@@ -538,16 +515,15 @@ fn gpu_view(
         max_ns,
         bars: Some(t.gaps.bars()),
     };
-    let mut devices: Vec<GpuDeviceView> = g
+    let devices: Vec<GpuDeviceView> = g
         .devices
         .iter()
         .map(|dev| GpuDeviceView {
             device: dev.device,
-            busy_share: (dev.span_ns > 0).then(|| dev.busy_ns as f64 / dev.span_ns as f64),
+            busy_share: fraction(dev.busy_ns, dev.span_ns),
             per_second: t.busy.shares(dev.device, now_s),
         })
         .collect();
-    devices.sort_by_key(|d| d.device);
     let causes = a.gap_causes.by_total();
     let received = causes
         .iter()
@@ -559,22 +535,20 @@ fn gpu_view(
         causes
             .into_iter()
             .map(|(cause, count, total_ns)| {
-                let (cause, api, location) = match cause {
+                let cause = match cause {
                     GapCause::Stall(k) => {
                         let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
-                        (k.kind.name().to_string(), row.api, row.location)
+                        IdleCause::Stall(StallSite {
+                            kind: k.kind.into(),
+                            api: k.api.into(),
+                            site_id: 0,
+                            location: Some(row.location).filter(|l| !l.is_empty()),
+                        })
                     }
-                    GapCause::HostBusyElsewhere => (
-                        syncspy_read::report::HOST_BUSY_ELSEWHERE.to_string(),
-                        String::new(),
-                        String::new(),
-                    ),
+                    GapCause::HostBusyElsewhere => IdleCause::HostBusyElsewhere,
                 };
-                syncspy_read::report::GapCauseReport {
+                GapCauseRow {
                     cause,
-                    api,
-                    site_id: 0,
-                    location: Some(location).filter(|l| !l.is_empty()),
                     count,
                     total_ns,
                     share: total_ns as f64 / received as f64,
@@ -582,20 +556,8 @@ fn gpu_view(
             })
             .collect(),
     );
-    let mut causes: Vec<GapCauseRow> = causes
-        .into_iter()
-        .map(|c| GapCauseRow {
-            cause: c.cause,
-            api: c.api,
-            count: c.count,
-            total_ns: c.total_ns,
-            share: c.share,
-            location: c.location.unwrap_or_default(),
-        })
-        .collect();
-    causes.truncate(MAX_GAP_CAUSES);
-    Some(GpuView {
-        tracing: format!("{}, mode {}", g.state_name(), g.mode_name()),
+    let view = GpuView {
+        tracing: GpuView::tracing_label(g.state_name(), g.mode_name()),
         devices,
         gaps,
         short_gaps: g.devices.iter().fold((0, 0), |(n, t), d| {
@@ -606,7 +568,8 @@ fn gpu_view(
         }),
         min_gap_ns: g.min_gap_ns,
         causes,
-    })
+    };
+    Some(view.in_display_order())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -628,9 +591,7 @@ fn site_row(
             site: k.site,
         }) {
             Some((frames, loc)) => (
-                loc.clone()
-                    .or_else(|| frames.first().cloned())
-                    .unwrap_or_else(|| format!("site {}", k.site)),
+                SiteRow::location_of(k.site, loc.as_deref(), frames),
                 frames.clone(),
             ),
             None => {
@@ -644,7 +605,7 @@ fn site_row(
     SiteRow {
         site_id: k.site,
         kind: k.kind,
-        api: k.api.name().to_string(),
+        api: k.api.into(),
         count,
         total_ns,
         p99_ns,

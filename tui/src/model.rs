@@ -3,6 +3,7 @@
 
 use syncspy_abi::Kind;
 pub use syncspy_read::follow::ProcessKey;
+use syncspy_read::names::ApiName;
 
 use crate::loghist::BAR_CELLS;
 
@@ -40,6 +41,19 @@ pub enum State {
     /// Ended without the library's exit handler (killed, `_exit`).
     Gone,
     Unknown,
+}
+
+/// The report's state as the monitor shows it (a name it does not know is `Unknown`).
+impl From<&syncspy_read::report::ProcessState> for State {
+    fn from(s: &syncspy_read::report::ProcessState) -> Self {
+        use syncspy_read::report::ProcessState as P;
+        match s {
+            P::Running => State::Running,
+            P::Exited(s) => State::Exited(s.unwrap_or(0)),
+            P::Gone => State::Gone,
+            P::Unknown | P::Other(_) => State::Unknown,
+        }
+    }
 }
 
 impl State {
@@ -107,7 +121,24 @@ pub struct GpuView {
     pub causes: Vec<GapCauseRow>,
 }
 
+/// Gap causes the GPU pane lists.
+pub const MAX_GAP_CAUSES: usize = 8;
+
 impl GpuView {
+    /// The pane as both sources list it: devices by number, causes most idle time first
+    /// (at most [`MAX_GAP_CAUSES`]).
+    pub fn in_display_order(mut self) -> GpuView {
+        self.devices.sort_by_key(|d| d.device);
+        self.causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+        self.causes.truncate(MAX_GAP_CAUSES);
+        self
+    }
+
+    /// `tracing, mode duty`: the library's GPU tracing state and mode (both sources).
+    pub fn tracing_label(state: &str, mode: &str) -> String {
+        format!("{state}, mode {mode}")
+    }
+
     /// Whether anything was measured (time accounted on some device, or a gap).
     pub fn measured(&self) -> bool {
         self.gaps.count > 0 || self.devices.iter().any(|d| d.busy_share.is_some())
@@ -136,20 +167,8 @@ pub struct GpuDeviceView {
     pub per_second: Vec<Option<f64>>,
 }
 
-/// The idle gaps blamed on one cause.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GapCauseRow {
-    /// A host stall kind (`stream_sync`) or `host_busy_elsewhere`.
-    pub cause: String,
-    /// The stalling call (`cudaStreamSynchronize`); empty for `host_busy_elsewhere`.
-    pub api: String,
-    pub count: u64,
-    pub total_ns: u64,
-    /// Of the idle time of the gaps received.
-    pub share: f64,
-    /// Where the program made the stalling call; empty when none.
-    pub location: String,
-}
+/// The idle gaps blamed on one cause: the report's row, whichever the source.
+pub use syncspy_read::report::GapCauseReport as GapCauseRow;
 
 /// A process's place in a distributed job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,6 +219,19 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// The figures of one period; its host stall time is its kinds' (both sources).
+    pub fn new(kinds: Vec<KindRow>, sites: Vec<SiteRow>) -> Scope {
+        let stall_ns = kinds
+            .iter()
+            .map(|k| k.total_ns)
+            .fold(0, u64::saturating_add);
+        Scope {
+            kinds,
+            sites,
+            stall_ns,
+        }
+    }
+
     pub fn kind(&self, k: Kind) -> Option<&KindRow> {
         self.kinds.iter().find(|r| r.kind == k)
     }
@@ -224,7 +256,7 @@ pub struct KindRow {
 pub struct SiteRow {
     pub site_id: u32,
     pub kind: Kind,
-    pub api: String,
+    pub api: ApiName,
     pub count: u64,
     pub total_ns: u64,
     pub p99_ns: u64,
@@ -237,21 +269,37 @@ pub struct SiteRow {
 }
 
 impl SiteRow {
+    /// The `location` a site shows once its stack is known (both sources): where the
+    /// program called, else its innermost frame, else its id; a placeholder for site 0.
+    pub fn location_of(site_id: u32, location: Option<&str>, frames: &[String]) -> String {
+        if site_id == 0 {
+            return "(no stack captured)".to_string();
+        }
+        location
+            .or(frames.first().map(String::as_str))
+            .map_or_else(|| format!("site {site_id}"), str::to_string)
+    }
+
     /// What to do about this site, when its frames name a pattern with certainty.
     pub fn advice(&self) -> Option<&'static str> {
-        syncspy_read::advice::advice(self.kind.name(), &self.api, self.count, &self.frames)
+        syncspy_read::advice::advice(
+            self.kind.name(),
+            self.api.as_str(),
+            self.count,
+            &self.frames,
+        )
     }
 
     /// What identifies a site across refreshes (its rank and numbers change).
     pub fn key(&self) -> (u32, Kind, &str) {
-        (self.site_id, self.kind, &self.api)
+        (self.site_id, self.kind, self.api.as_str())
     }
 
     /// Whether `needle` (lower case) appears in anything the user sees of this site.
     pub fn matches(&self, needle: &str) -> bool {
         needle.is_empty()
             || self.location.to_lowercase().contains(needle)
-            || self.api.to_lowercase().contains(needle)
+            || self.api.as_str().to_lowercase().contains(needle)
             || self.kind.name().contains(needle)
             || self
                 .frames
@@ -323,6 +371,54 @@ pub fn percent(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_sources_share_the_rows_rules() {
+        let row = |kind, total_ns| KindRow {
+            kind,
+            count: 1,
+            total_ns,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            bars: None,
+        };
+        let s = Scope::new(
+            vec![row(Kind::StreamSync, 30), row(Kind::DeviceSync, u64::MAX)],
+            Vec::new(),
+        );
+        assert_eq!(s.stall_ns, u64::MAX);
+        let frames = vec!["f (a.rs:1)".to_string()];
+        assert_eq!(
+            SiteRow::location_of(0, Some("x.py:1"), &frames),
+            "(no stack captured)"
+        );
+        assert_eq!(SiteRow::location_of(4, Some("x.py:1"), &frames), "x.py:1");
+        assert_eq!(SiteRow::location_of(4, None, &frames), "f (a.rs:1)");
+        assert_eq!(SiteRow::location_of(4, None, &[]), "site 4");
+        assert_eq!(
+            GpuView::tracing_label("paused", "duty"),
+            "paused, mode duty"
+        );
+        let cause = |total_ns| GapCauseRow {
+            total_ns,
+            ..GapCauseRow::default()
+        };
+        let device = |device| GpuDeviceView {
+            device,
+            ..GpuDeviceView::default()
+        };
+        let v = GpuView {
+            devices: vec![device(1), device(0)],
+            causes: (0..10).map(cause).collect(),
+            ..GpuView::default()
+        }
+        .in_display_order();
+        let devices: Vec<i32> = v.devices.iter().map(|d| d.device).collect();
+        assert_eq!(devices, [0, 1]);
+        let totals: Vec<u64> = v.causes.iter().map(|c| c.total_ns).collect();
+        assert_eq!(totals, [9, 8, 7, 6, 5, 4, 3, 2]);
+    }
 
     #[test]
     fn durations_and_counts_read_well() {

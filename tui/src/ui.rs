@@ -15,6 +15,7 @@ use unicode_width::UnicodeWidthStr;
 use crate::app::{App, Pane, ProcSort};
 use crate::loghist::BAR_CELLS;
 use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
+use syncspy_read::report::{IdleCause, HOST_BUSY_ELSEWHERE};
 
 const ASCII_BORDER: border::Set = border::Set {
     top_left: "+",
@@ -535,10 +536,9 @@ impl App {
             lines.push(Line::styled("no gap received yet", dim()));
         }
         for c in &g.causes {
-            let what = if c.api.is_empty() {
-                c.cause.clone()
-            } else {
-                format!("{} {}", c.cause, c.api)
+            let what = match &c.cause {
+                IdleCause::Stall(s) => format!("{} {}", s.kind, s.api),
+                IdleCause::HostBusyElsewhere => HOST_BUSY_ELSEWHERE.to_string(),
             };
             lines.push(Line::raw(format!(
                 "{:>6}  {:<40} {:>6} {:>9}  {}",
@@ -546,7 +546,7 @@ impl App {
                 what,
                 count(c.count),
                 dur(c.total_ns, self.ascii),
-                short_location(&c.location)
+                short_location(c.cause.location().unwrap_or_default())
             )));
         }
         Paragraph::new(lines).render(inner, buf);
@@ -599,7 +599,7 @@ impl App {
                     }),
                 ];
                 if wide {
-                    cells.push(Cell::from(s.api.clone()));
+                    cells.push(Cell::from(s.api.to_string()));
                 }
                 cells.push(Cell::from(short_location(&s.location)));
                 let mut row = Row::new(cells);

@@ -10,6 +10,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::{Color, Modifier};
 use ratatui::Terminal;
 use syncspy_abi::Kind;
+use syncspy_read::report::IdleCause;
 use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
 use syncspy_tui::model::{
     GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Scope, SiteRow, Snapshot, State,
@@ -804,20 +805,21 @@ fn gpu_view() -> GpuView {
         min_gap_ns: 10_000,
         causes: vec![
             GapCauseRow {
-                cause: "stream_sync".into(),
-                api: "cudaStreamSynchronize".into(),
+                cause: IdleCause::parse(
+                    "stream_sync",
+                    "cudaStreamSynchronize",
+                    0,
+                    Some("/home/u/train.py:142 in train_step".into()),
+                ),
                 count: 30,
                 total_ns: 287_000_000,
                 share: 0.82,
-                location: "/home/u/train.py:142 in train_step".into(),
             },
             GapCauseRow {
-                cause: "host_busy_elsewhere".into(),
-                api: String::new(),
+                cause: IdleCause::HostBusyElsewhere,
                 count: 11,
                 total_ns: 63_000_000,
                 share: 0.18,
-                location: String::new(),
             },
         ],
     }

@@ -753,7 +753,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     );
     report.attached_pid = Some(t.pid as u32);
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
-        report.warnings.push(format!("attach: {c}"));
+        report
+            .warnings
+            .push(syncspy_read::warning::Warning::Attach(c.clone()));
     }
     if opts.print_summary {
         for c in &coverage {

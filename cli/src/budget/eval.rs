@@ -94,16 +94,16 @@ fn site_match(s: &Site, sites: &[String], allow: &[String]) -> Match {
     }
 }
 
-/// The kind names a rule counts: its own, or every host-stall kind.
-fn kind_names(kinds: &[Kind]) -> Vec<&'static str> {
+/// The kinds a rule counts: its own, or every host-stall kind.
+fn rule_kinds(kinds: &[Kind]) -> Vec<Kind> {
     if kinds.is_empty() {
         Kind::ALL
             .iter()
+            .copied()
             .filter(|k| k.is_host_stall())
-            .map(|k| k.name())
             .collect()
     } else {
-        kinds.iter().map(|k| k.name()).collect()
+        kinds.to_vec()
     }
 }
 
@@ -113,13 +113,17 @@ fn select<'a>(
     sites: &[String],
     allow: &[String],
 ) -> Selection<'a> {
-    let names = kind_names(kinds);
+    let kinds = rule_kinds(kinds);
     let mut sel = Selection::default();
-    let of_kinds = || p.sites.iter().filter(|s| names.contains(&s.kind.as_str()));
+    let of_kinds = || {
+        p.sites
+            .iter()
+            .filter(|s| s.kind.known().is_some_and(|k| kinds.contains(&k)))
+    };
     if sites.is_empty() && allow.is_empty() {
         // Exact header totals.
-        for n in &names {
-            if let Some(k) = p.kinds.get(*n) {
+        for n in &kinds {
+            if let Some(k) = p.kinds.get(n.name()) {
                 let (c, t, b) = (k.count as f64, k.total_ns as f64, k.bytes as f64);
                 sel.count.add(c, c);
                 sel.total_ns.add(t, t);
@@ -148,8 +152,10 @@ fn select<'a>(
         }
     }
     // What the header counted beyond the records received: could be anywhere.
-    for n in &names {
-        let Some(k) = p.kinds.get(*n) else { continue };
+    for n in &kinds {
+        let Some(k) = p.kinds.get(n.name()) else {
+            continue;
+        };
         let seen = p.sites.iter().filter(|s| s.kind == *n);
         let (mut c, mut t, mut b) = (0u64, 0u64, 0u64);
         for s in seen {
@@ -553,8 +559,7 @@ mod tests {
             pid: 100,
             cmdline: "python train.py".into(),
             wall_ns: 1_000_000_000,
-            state: "exited".into(),
-            exit_status: Some(0),
+            state: syncspy_read::report::ProcessState::Exited(Some(0)),
             ..ProcessReport::default()
         };
         p.kinds

@@ -31,7 +31,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ProcessReport, HOST_BUSY_ELSEWHERE};
+use super::ProcessReport;
+use crate::names::{ApiName, KindName, Name};
 
 /// The job of one process, as the report shows it (`processes[].job`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -63,12 +64,17 @@ impl JobRef {
     }
 }
 
-/// `JobReport::basis`: the other ranks' wait in collective kernels.
-pub const BASIS_COLLECTIVE: &str = "collective_wait";
-/// `JobReport::basis`: GPU idle time blamed on the rank's own host stalls.
-pub const BASIS_GPU_IDLE: &str = "gpu_idle_behind_host_stalls";
-/// `JobReport::basis`: the rank's host stall time.
-pub const BASIS_HOST_STALL: &str = "host_stall";
+crate::names::text_vocabulary! {
+    /// What a job's straggler score measures (`JobReport::basis`).
+    Basis {
+        /// The other ranks' wait in collective kernels.
+        Collective => "collective_wait",
+        /// GPU idle time blamed on the rank's own host stalls.
+        GpuIdle => "gpu_idle_behind_host_stalls",
+        /// The rank's host stall time.
+        HostStall => "host_stall",
+    }
+}
 
 /// A score must exceed the others' median by this factor, and by `MIN_EXCESS_NS`.
 pub const STRAGGLER_FACTOR: f64 = 1.25;
@@ -110,8 +116,8 @@ pub struct RankReport {
 /// A rank's top call site.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct TopSite {
-    pub kind: String,
-    pub api: String,
+    pub kind: KindName,
+    pub api: ApiName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
     /// Its stall time (host basis) or the GPU idle time behind it (GPU basis).
@@ -150,25 +156,57 @@ pub struct Straggler {
     pub top_site: Option<TopSite>,
 }
 
-/// One job: the processes of a report with the same job id.
+/// One job: the processes of a report with the same job id. Built by [`jobs_of`] (or read
+/// from a report), never edited: its ranks, basis and straggler agree with each other.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct JobReport {
-    pub id: String,
-    pub launcher: String,
-    /// The largest world size a rank reported; `None` when none did.
+    id: String,
+    launcher: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub world_size: Option<u32>,
-    /// Ranks seen, by rank (unknown ranks last, by pid).
-    pub ranks: Vec<RankReport>,
-    /// Host stall time over all ranks.
-    pub stall_ns: u64,
-    /// What `score_ns` measures: `gpu_idle_behind_host_stalls` or `host_stall`.
-    pub basis: String,
+    world_size: Option<u32>,
+    ranks: Vec<RankReport>,
+    stall_ns: u64,
+    basis: Name<Basis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub straggler: Option<Straggler>,
+    straggler: Option<Straggler>,
 }
 
 impl JobReport {
+    /// The job id the ranks share.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The launcher whose environment named the job (`torchelastic`, `slurm`, ...).
+    pub fn launcher(&self) -> &str {
+        &self.launcher
+    }
+
+    /// The largest world size a rank reported; `None` when none did.
+    pub fn world_size(&self) -> Option<u32> {
+        self.world_size
+    }
+
+    /// Ranks seen, by rank (unknown ranks last, by pid).
+    pub fn ranks(&self) -> &[RankReport] {
+        &self.ranks
+    }
+
+    /// Host stall time over all ranks.
+    pub fn stall_ns(&self) -> u64 {
+        self.stall_ns
+    }
+
+    /// What the ranks' `score_ns` measures.
+    pub fn basis(&self) -> &Name<Basis> {
+        &self.basis
+    }
+
+    /// The rank the others waited for, when one stands out.
+    pub fn straggler(&self) -> Option<&Straggler> {
+        self.straggler.as_ref()
+    }
+
     /// One line: `job exp-7 (torchelastic, 4 of 8 ranks): straggler rank 3, stream_sync at
     /// train.py:88, 120 ms (others' median 20 ms)`.
     pub fn summary(&self) -> String {
@@ -177,13 +215,13 @@ impl JobReport {
             Some(w) => format!("{seen} of {w} ranks"),
             None => format!("{seen} ranks"),
         };
-        let what = match self.basis.as_str() {
-            BASIS_COLLECTIVE => "collective-kernel time",
-            BASIS_GPU_IDLE => "GPU idle behind host stalls",
-            _ => "host stalls",
+        let what = match self.basis.known() {
+            Some(Basis::Collective) => "collective-kernel time",
+            Some(Basis::GpuIdle) => "GPU idle behind host stalls",
+            Some(Basis::HostStall) | None => "host stalls",
         };
         let tail = match &self.straggler {
-            Some(s) if self.basis == BASIS_COLLECTIVE => {
+            Some(s) if self.basis == Basis::Collective => {
                 let rank = s
                     .rank
                     .map_or(format!("pid {}", s.pid), |r| format!("rank {r}"));
@@ -216,7 +254,7 @@ impl JobReport {
                     ms(s.excess_ns)
                 )
             }
-            None if self.basis == BASIS_COLLECTIVE => {
+            None if self.basis == Basis::Collective => {
                 "no straggler (the ranks' collective-kernel times agree)".to_string()
             }
             None => format!("no straggler ({what} within {STRAGGLER_FACTOR}x of the median)"),
@@ -251,15 +289,15 @@ fn gpu_behind(p: &ProcessReport) -> Option<(u64, Option<TopSite>)> {
         .gpu
         .causes
         .iter()
-        .filter(|c| c.cause != HOST_BUSY_ELSEWHERE)
+        .filter_map(|c| Some((c.cause.stall()?, c.total_ns)))
         .collect();
-    let total = causes.iter().map(|c| c.total_ns).sum();
-    causes.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
-    let top = causes.first().map(|c| TopSite {
-        kind: c.cause.clone(),
-        api: c.api.clone(),
-        location: c.location.clone(),
-        total_ns: c.total_ns,
+    let total = causes.iter().map(|c| c.1).sum();
+    causes.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let top = causes.first().map(|(s, total_ns)| TopSite {
+        kind: s.kind.clone(),
+        api: s.api.clone(),
+        location: s.location.clone(),
+        total_ns: *total_ns,
     });
     Some((total, top))
 }
@@ -378,7 +416,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 local_rank: j.and_then(|j| j.local_rank),
                 group_rank: j.and_then(|j| j.group_rank),
                 pid: p.pid,
-                state: p.state.clone(),
+                state: p.state.name().to_string(),
                 stall_ns: p.stall_ns,
                 wall_ns: p.wall_ns,
                 gpu_idle_behind_stalls_ns: g.as_ref().map(|(t, _)| *t),
@@ -415,7 +453,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 .and_then(|r| r.top_site.clone());
             s
         });
-        return finish(id, ps, ranks, BASIS_COLLECTIVE, straggler);
+        return finish(id, ps, ranks, Basis::Collective, straggler);
     }
     let straggler = ranks
         .iter()
@@ -446,9 +484,9 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
             })
         });
     let basis = if on_gpu {
-        BASIS_GPU_IDLE
+        Basis::GpuIdle
     } else {
-        BASIS_HOST_STALL
+        Basis::HostStall
     };
     finish(id, ps, ranks, basis, straggler)
 }
@@ -457,7 +495,7 @@ fn finish(
     id: &str,
     ps: &[&ProcessReport],
     ranks: Vec<RankReport>,
-    basis: &str,
+    basis: Basis,
     straggler: Option<Straggler>,
 ) -> JobReport {
     let first = ps.first().and_then(|p| p.job.as_ref());
@@ -467,7 +505,7 @@ fn finish(
         world_size: ps.iter().filter_map(|p| p.job.as_ref()?.world_size).max(),
         stall_ns: ranks.iter().map(|r| r.stall_ns).sum(),
         ranks,
-        basis: basis.to_string(),
+        basis: basis.into(),
         straggler,
     }
 }
@@ -475,7 +513,7 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{GapCauseReport, Site};
+    use crate::report::{GapCauseReport, IdleCause, Site};
 
     fn proc(pid: u32, job: Option<(&str, u32)>, stall_ms: u64, site: &str) -> ProcessReport {
         ProcessReport {
@@ -524,7 +562,7 @@ mod tests {
             traced(proc(23, Some(("j", 3)), 40, "train.py:50"), 5_000, 160),
         ];
         let j = &jobs_of(&ps)[0];
-        assert_eq!(j.basis, BASIS_COLLECTIVE);
+        assert_eq!(j.basis, Basis::Collective);
         let s = j.straggler.as_ref().expect("a straggler");
         assert_eq!((s.rank, s.pid, s.score_ns), (Some(1), 21, 20_000_000));
         assert_eq!(s.waited_ranks, Some(3));
@@ -555,14 +593,14 @@ mod tests {
             traced(proc(1, Some(("e", 0)), 40, "t.py:1"), 10_000, 100),
             traced(proc(2, Some(("e", 1)), 40, "t.py:1"), 10_000, 103),
         ]);
-        assert_eq!(even[0].basis, BASIS_COLLECTIVE);
+        assert_eq!(even[0].basis, Basis::Collective);
         assert_eq!(even[0].straggler, None);
         assert!(even[0].summary().contains("collective-kernel times agree"));
 
         // One rank without a collective measurement (an older library): the host basis.
         let mut mixed = ps.clone();
         mixed[2].gpu.collective_ns = None;
-        assert_ne!(jobs_of(&mixed)[0].basis, BASIS_COLLECTIVE);
+        assert_ne!(jobs_of(&mixed)[0].basis, Basis::Collective);
         // No rank ran a collective kernel (gloo): not the collective basis either.
         let none: Vec<_> = ps
             .iter()
@@ -572,7 +610,7 @@ mod tests {
                 p
             })
             .collect();
-        assert_ne!(jobs_of(&none)[0].basis, BASIS_COLLECTIVE);
+        assert_ne!(jobs_of(&none)[0].basis, Basis::Collective);
     }
 
     #[test]
@@ -589,7 +627,7 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         let a = &jobs[0];
         assert_eq!(a.id, "a");
-        assert_eq!(a.basis, BASIS_HOST_STALL);
+        assert_eq!(a.basis, Basis::HostStall);
         let ranks: Vec<_> = a.ranks.iter().map(|r| r.rank.unwrap()).collect();
         assert_eq!(ranks, [0, 1, 2, 3]);
         assert_eq!(a.stall_ns, 180_000_000);
@@ -636,21 +674,24 @@ mod tests {
             p.gpu.measured = true;
             p.gpu.causes = vec![
                 GapCauseReport {
-                    cause: "stream_sync".into(),
-                    api: "cudaStreamSynchronize".into(),
-                    location: Some(line.into()),
+                    cause: IdleCause::parse(
+                        "stream_sync",
+                        "cudaStreamSynchronize",
+                        0,
+                        Some(line.into()),
+                    ),
                     total_ns: behind * 1_000_000,
                     ..GapCauseReport::default()
                 },
                 GapCauseReport {
-                    cause: HOST_BUSY_ELSEWHERE.into(),
+                    cause: IdleCause::HostBusyElsewhere,
                     total_ns: 900_000_000,
                     ..GapCauseReport::default()
                 },
             ];
         }
         let jobs = jobs_of(&[r0.clone(), r1.clone()]);
-        assert_eq!(jobs[0].basis, BASIS_GPU_IDLE);
+        assert_eq!(jobs[0].basis, Basis::GpuIdle);
         let s = jobs[0].straggler.as_ref().unwrap();
         assert_eq!((s.rank, s.score_ns), (Some(1), 80_000_000));
         assert_eq!(
@@ -660,7 +701,7 @@ mod tests {
         // A rank whose GPU was not measured: back to host stalls for the whole job.
         r1.gpu.measured = false;
         let jobs = jobs_of(&[r0, r1]);
-        assert_eq!(jobs[0].basis, BASIS_HOST_STALL);
+        assert_eq!(jobs[0].basis, Basis::HostStall);
         assert_eq!(jobs[0].straggler.as_ref().unwrap().rank, Some(0));
     }
 
