@@ -1604,7 +1604,10 @@ fn this_build_writes_abi_1_6_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6)]);
+    assert_eq!(
+        files,
+        [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6)]
+    );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 

@@ -419,6 +419,14 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         for f in frames {
             let _ = writeln!(out, "        at {f}");
         }
+        if let Some(w) = &s.waited_by {
+            let who = if w.main_thread {
+                ""
+            } else {
+                " (a non-main thread)"
+            };
+            let _ = writeln!(out, "        waited for by {}{who}", w.short());
+        }
         if let Some(a) = &s.advice {
             let _ = writeln!(out, "        advice: {a}");
         }

@@ -235,7 +235,11 @@ fn check(python: &str) {
     for e in &native {
         let w = r.reader.waited_by(e.0).expect("the main thread waited");
         assert!(w.main, "{python}");
-        assert_eq!(lines(&w.stack.frames)[0], f("main", "main_cthread"), "{python}");
+        assert_eq!(
+            lines(&w.stack.frames)[0],
+            f("main", "main_cthread"),
+            "{python}"
+        );
     }
     // Sites with frames of their own have no waiter.
     assert!(r

@@ -76,7 +76,11 @@ fn run(python: &str) -> Run {
                 .is_some_and(|n| n.starts_with("syncspy-"))
         })
         .collect();
-    assert_eq!(found.len(), 1, "one instrumented process: {found:?} ({err})");
+    assert_eq!(
+        found.len(),
+        1,
+        "one instrumented process: {found:?} ({err})"
+    );
     let reader = SegmentReader::open(&found[0]).unwrap();
     let mut records = Vec::new();
     reader.poll(&mut Cursor::from_start(), usize::MAX, 0, |r| {
@@ -100,9 +104,18 @@ fn check(python: &str) {
     let script = pycaller::fixture("waits.py");
     let status = r.reader.python_status();
     assert_eq!(status.state, PythonState::Supported, "{python}: {status}");
-    assert_eq!(r.events.len(), 3 + 2 + 4 + 2, "{python}: {:?}", r.events);
+    assert_eq!(
+        r.events.len(),
+        3 + 2 + 4 + 2 + 1,
+        "{python}: {:?}",
+        r.events
+    );
     // No stall happened on a thread with Python frames: no site has frames of its own.
-    assert!(r.events.iter().all(|e| e.0 == 0), "{python}: {:?}", r.events);
+    assert!(
+        r.events.iter().all(|e| e.0 == 0),
+        "{python}: {:?}",
+        r.events
+    );
     // (function, line, main) of the waiting thread's innermost frame in the script, with the
     // lines of the script's frames under it.
     let waiting = |e: &(usize, Option<PyWaiter>)| {
@@ -117,17 +130,22 @@ fn check(python: &str) {
         Some((lines, w.main))
     };
     let count = |want: &[(&str, &str)], main: bool| {
-        let want: Vec<(String, u32)> = want
-            .iter()
-            .map(|(f, l)| (f.to_string(), m[*l]))
-            .collect();
+        let want: Vec<(String, u32)> = want.iter().map(|(f, l)| (f.to_string(), m[*l])).collect();
         r.events
             .iter()
             .filter(|e| waiting(e) == Some((want.clone(), main)))
             .count()
     };
-    let at_a = [("step", "wait_a"), ("main", "main_step"), ("<module>", "module")];
-    let at_b = [("fetch", "wait_b"), ("main", "main_fetch"), ("<module>", "module")];
+    let at_a = [
+        ("step", "wait_a"),
+        ("main", "main_step"),
+        ("<module>", "module"),
+    ];
+    let at_b = [
+        ("fetch", "wait_b"),
+        ("main", "main_fetch"),
+        ("<module>", "module"),
+    ];
     assert_eq!(count(&at_a, true), 3, "{python}: {:?}", r.events);
     assert_eq!(count(&at_b, true), 2, "{python}: {:?}", r.events);
     // The worker thread's stack: the waiting line first, then threading's frames.
@@ -144,6 +162,36 @@ fn check(python: &str) {
             .file
             .ends_with("threading.py"));
     }
+    // 63 frames deep (61 of `deep`, `main`, `<module>`), read from another thread: the 16
+    // innermost, the mark of the 32 left out, the 15 outermost.
+    let deep: Vec<_> = r
+        .events
+        .iter()
+        .filter_map(|e| e.1.as_ref())
+        .filter(|w| w.stack.frames.len() == 32)
+        .collect();
+    assert_eq!(deep.len(), 1, "{python}: {:?}", r.events);
+    let f = &deep[0].stack.frames;
+    assert!(deep[0].main && !deep[0].stack.truncated, "{python}");
+    assert_eq!(
+        (f[0].function.as_str(), f[0].line),
+        ("deep", m["deep_wait"])
+    );
+    assert!(f[1..16]
+        .iter()
+        .all(|x| x.function == "deep" && x.line == m["deep_rec"]));
+    assert_eq!(f[16].skipped, 32, "{python}: {f:?}");
+    assert!(f[17..30]
+        .iter()
+        .all(|x| x.function == "deep" && x.line == m["deep_rec"]));
+    assert_eq!(
+        (f[30].function.as_str(), f[30].line),
+        ("main", m["main_deep"])
+    );
+    assert_eq!(
+        (f[31].function.as_str(), f[31].line),
+        ("<module>", m["module"])
+    );
     // The main thread ran Python during busy()'s 4 stalls: no waiting line.
     assert_eq!(
         r.events.iter().filter(|e| e.1.is_none()).count(),
@@ -156,18 +204,27 @@ fn check(python: &str) {
         r.sites
             .iter()
             .zip(&r.events)
-            .filter(|(_, e)| waiting(e).is_some_and(|(l, _)| l.first().map(|f| f.1) == Some(m[line])))
+            .filter(|(_, e)| {
+                waiting(e).is_some_and(|(l, _)| l.first().map(|f| f.1) == Some(m[line]))
+            })
             .map(|(s, _)| *s)
             .collect()
     };
     let (a, b) = (sites_at("wait_a"), sites_at("wait_b"));
-    assert!(a.iter().all(|x| !b.contains(x)), "{python}: two lines share a site");
     assert!(
-        a.iter().any(|x| b.iter().any(|y| r.reader.site(*x) == r.reader.site(*y))),
+        a.iter().all(|x| !b.contains(x)),
+        "{python}: two lines share a site"
+    );
+    assert!(
+        a.iter()
+            .any(|x| b.iter().any(|y| r.reader.site(*x) == r.reader.site(*y))),
         "{python}: the two waiting lines' stalls have no native stack in common"
     );
     assert_eq!(status.rejected, 0, "{python}");
-    assert_eq!(status.stacks, 0, "{python}: no stall had Python frames of its own");
+    assert_eq!(
+        status.stacks, 0,
+        "{python}: no stall had Python frames of its own"
+    );
 }
 
 #[test]

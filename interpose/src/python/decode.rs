@@ -85,7 +85,12 @@ unsafe fn string<M: Mem>(
         return None;
     }
     // SAFETY: a `str` object (checked above).
-    let (len, state) = unsafe { (m.word(obj, l.unicode_length)?, m.read::<u32>(obj + l.unicode_state)?) };
+    let (len, state) = unsafe {
+        (
+            m.word(obj, l.unicode_length)?,
+            m.read::<u32>(obj + l.unicode_state)?,
+        )
+    };
     let kind = (state >> 2) & 7;
     let compact = state >> 5 & 1 == 1;
     let ascii = state >> 6 & 1 == 1;

@@ -434,7 +434,10 @@ mod tests {
                 holder: 360
             }
         );
-        assert_eq!((t(11).interp_threads_head, t(11).tstate_thread_id), (16, 152));
+        assert_eq!(
+            (t(11).interp_threads_head, t(11).tstate_thread_id),
+            (16, 152)
+        );
         assert_eq!(
             t(12).gil,
             GilAt::Interp {
@@ -443,7 +446,10 @@ mod tests {
                 holder: 8
             }
         );
-        assert_eq!((t(13).runtime_interp_main, t(13).runtime_main_thread), (640, 656));
+        assert_eq!(
+            (t(13).runtime_interp_main, t(13).runtime_main_thread),
+            (640, 656)
+        );
     }
 
     #[test]

@@ -145,13 +145,8 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         let site = rt.seg.intern_python_site(native, hash)?;
         if rt.seg.claim_python_site(site) {
             let refs = frame_refs(rt, py, m, &w);
-            rt.seg.publish_waiter_site(
-                site,
-                &refs[..w.n],
-                w.truncated,
-                w.skipped > 0,
-                main,
-            );
+            rt.seg
+                .publish_waiter_site(site, &refs[..w.n], w.truncated, w.skipped > 0, main);
         }
         cache::store(native, hash, site);
         Some(site)

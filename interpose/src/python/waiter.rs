@@ -64,8 +64,7 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<bool
         return Err(Miss::Unreadable);
     }
     // SAFETY: as above.
-    let main_tid =
-        unsafe { m.word(py.runtime, t.runtime_main_thread) }.ok_or(Miss::Unreadable)?;
+    let main_tid = unsafe { m.word(py.runtime, t.runtime_main_thread) }.ok_or(Miss::Unreadable)?;
     let (locked_at, holder_at) = match t.gil {
         GilAt::Runtime { locked, holder } => (py.runtime + locked, py.runtime + holder),
         GilAt::Interp {

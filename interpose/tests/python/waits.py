@@ -45,11 +45,19 @@ def other_thread():
     t.join()
 
 
+def deep(n):
+    # A waiting stack deeper than the 32 frames a site keeps.
+    if n == 0:
+        return lib.pc_worker_run(1)  # W:deep_wait
+    return deep(n - 1)  # W:deep_rec
+
+
 def main():
     step()  # W:main_step
     fetch()  # W:main_fetch
     busy()
     other_thread()
+    deep(60)  # W:main_deep
 
 
 main()  # W:module
