@@ -177,10 +177,12 @@ const FREE_NS: u64 = 5_000_000;
 impl Budget {
     /// Whether a read may start at `now_ns`.
     pub fn allow(now_ns: u64) -> bool {
-        let first = match FIRST_NS.compare_exchange(0, now_ns, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => now_ns,
-            Err(t) => t,
+        let first = match FIRST_NS.load(Ordering::Relaxed) {
+            0 => match FIRST_NS.compare_exchange(0, now_ns, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => now_ns,
+                Err(t) => t,
+            },
+            t => t,
         };
         SPENT_NS.load(Ordering::Relaxed) <= FREE_NS + now_ns.saturating_sub(first) / 50
     }

@@ -86,7 +86,10 @@ fn mix(h: u64, v: u64) -> u64 {
 /// # Safety
 /// `tstate` is the calling thread's `PyThreadState` (from `PyGILState_GetThisThreadState`),
 /// of the interpreter `py` describes, not finalizing.
-#[inline]
+///
+/// Kept out of line, as it was before the walk became generic: the per-stall hot path has the
+/// same shape (measured in docs/performance.md).
+#[inline(never)]
 pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
     // SAFETY: the caller's contract, which is `walk_with`'s for `Local`.
     unsafe { walk_with(py, &mut Local, tstate, w) }
