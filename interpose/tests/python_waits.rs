@@ -41,13 +41,18 @@ struct Run {
 }
 
 fn run(python: &str) -> Run {
+    run_script(python, "waits.py", &[])
+}
+
+fn run_script(python: &str, script: &str, args: &[&str]) -> Run {
     let dir = TempDir::new("waits");
     let lib = pycaller::build(dir.path(), &artifact("libsimcudart.so"));
     let segs = dir.path().join("segments");
     std::fs::create_dir_all(&segs).unwrap();
     let child = Command::new(python)
-        .arg(pycaller::fixture("waits.py"))
+        .arg(pycaller::fixture(script))
         .arg(&lib)
+        .args(args)
         .env("LD_PRELOAD", preload_library())
         .env("SYNCSPY_DIR", &segs)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -61,12 +66,15 @@ fn run(python: &str) -> Run {
         if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "{python} waits.py hung");
+        assert!(Instant::now() < deadline, "{python} {script} hung");
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
     std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(status.success(), "{python} waits.py failed: {err}");
+    assert!(
+        status.success(),
+        "{python} {script} failed: {status}: {err}"
+    );
     let found: Vec<_> = std::fs::read_dir(&segs)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -225,6 +233,33 @@ fn check(python: &str) {
         status.stacks, 0,
         "{python}: no stall had Python frames of its own"
     );
+}
+
+/// Frames that change under the reader (waits_churn.py): a thread recursing to random depths
+/// and releasing the GIL at the bottom while a C worker syncs 3000 times. No crash, every
+/// stall recorded, and every waiting stack kept is made of the script's frames, `threading`'s
+/// and `time.sleep`'s caller: torn reads are dropped, not recorded as garbage.
+#[test]
+fn a_waiting_thread_whose_frames_churn_is_read_safely() {
+    for python in pycaller::interpreters() {
+        let r = run_script(&python, "waits_churn.py", &["3000"]);
+        assert_eq!(r.events.len(), 3000, "{python}");
+        let script = pycaller::fixture("waits_churn.py");
+        // (The main thread, running Python, is off the GIL too at moments, when the other
+        // thread takes it: it may be named then, at its spinning line.)
+        let mut kept = 0;
+        for w in r.events.iter().filter_map(|e| e.1.as_ref()) {
+            kept += 1;
+            for f in w.stack.frames.iter().filter(|f| f.skipped == 0) {
+                assert!(
+                    Path::new(&f.file) == script || f.file.ends_with("threading.py"),
+                    "{python}: a frame of neither the script nor threading: {f:?}"
+                );
+                assert!(f.line > 0, "{python}: {f:?}");
+            }
+        }
+        eprintln!("{python}: {kept} of 3000 stalls got a waiting stack");
+    }
 }
 
 #[test]

@@ -131,10 +131,12 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
     if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
         return native;
     }
-    let t0 = crate::clock::now_ns();
-    if !waiter::Budget::allow(t0) {
+    if !waiter::Budget::allow(crate::clock::now_ns()) {
         return native;
     }
+    // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
+    // spend the budget.
+    let t0 = waiter::cpu_ns();
     let site = waiter::with_scratch(|m| {
         let mut w = Walk::new();
         let main = waiter::find(py, m, me, &mut w).ok()?;
@@ -152,7 +154,7 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         Some(site)
     })
     .flatten();
-    waiter::Budget::spend(crate::clock::now_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
     site.unwrap_or(native)
 }
 

@@ -30,7 +30,7 @@
 //! budget (`Budget`) keeps the total under 2% of the process's time (after a first 5 ms).
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::layout::{GilAt, Python};
 use super::mem::{Mem, Remote};
@@ -138,9 +138,11 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<bool
     Ok(is_main)
 }
 
-/// The one `Remote` (32 KB of page cache) that the process's stalls share, with its flag.
+/// The one `Remote` (32 KB of page cache) that the process's stalls share, with its flag:
+/// 0 free, else `guard::FORK_GEN + 1` of the holder's process, so a fork child whose parent
+/// had a reader mid-read (a thread the child does not have) takes it over.
 struct Scratch {
-    busy: AtomicBool,
+    busy: AtomicU32,
     mem: UnsafeCell<Remote>,
 }
 
@@ -148,26 +150,55 @@ struct Scratch {
 unsafe impl Sync for Scratch {}
 
 static SCRATCH: Scratch = Scratch {
-    busy: AtomicBool::new(false),
+    busy: AtomicU32::new(0),
     mem: UnsafeCell::new(Remote::new()),
 };
 
 /// Runs `f` with the shared page cache; `None` at once, without waiting, when another thread
 /// has it or another thread's memory cannot be read in this process.
 pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
-    if !Remote::available() || SCRATCH.busy.swap(true, Ordering::Acquire) {
+    if !Remote::available() {
         return None;
     }
-    // SAFETY: this thread set `busy` above and is the only one to reach `mem` until it clears
-    // it below; `f` cannot call back into here (the hooks do not re-enter).
+    let mine = crate::guard::FORK_GEN
+        .load(Ordering::Relaxed)
+        .wrapping_add(1)
+        .max(1);
+    let held = SCRATCH.busy.load(Ordering::Relaxed);
+    if held == mine
+        || SCRATCH
+            .busy
+            .compare_exchange(held, mine, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return None;
+    }
+    // SAFETY: this thread set `busy` above (from free, or from a parent process's holder that
+    // does not exist in this one) and is the only one to reach `mem` until it clears it below;
+    // `f` cannot call back into here (the hooks do not re-enter).
     let r = f(unsafe { &mut *SCRATCH.mem.get() });
-    SCRATCH.busy.store(false, Ordering::Release);
+    SCRATCH.busy.store(0, Ordering::Release);
     Some(r)
 }
 
-/// The process's budget for other-thread reads: their total time may not pass 5 ms plus 2%
-/// of the time since the first one, so a runtime that stalls many thousand times a second on
-/// its own threads loses at most that share of its time to them.
+/// The calling thread's CPU time in ns (0 if unreadable).
+pub fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a local out-pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The process's budget for other-thread reads: the CPU time they took may not pass 5 ms plus
+/// 2% of the wall time since the first one, so a runtime that stalls many thousand times a
+/// second on its own threads loses at most that share of its time to them.
 pub struct Budget;
 
 static SPENT_NS: AtomicU64 = AtomicU64::new(0);
