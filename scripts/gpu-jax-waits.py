@@ -20,6 +20,7 @@ ap = argparse.ArgumentParser(description=__doc__)
 ap.add_argument("--syncspy", default=os.path.join(ROOT, "target/release/syncspy"))
 ap.add_argument("--python", default=sys.executable)
 ap.add_argument("--iters", type=int, default=20)
+ap.add_argument("--keep", help="also copy the JSON report and the summary into this folder")
 args = ap.parse_args()
 
 script = os.path.join(ROOT, "scenarios/python/jax_sync.py")
@@ -32,6 +33,12 @@ with tempfile.TemporaryDirectory() as d:
         sys.exit(f"jax_sync.py under syncspy failed ({p.returncode})")
     truth = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
     rep = json.load(open(report))
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        with open(os.path.join(args.keep, "jax-waits.json"), "w") as f:
+            json.dump(rep, f, indent=1)
+        with open(os.path.join(args.keep, "jax-waits.summary"), "w") as f:
+            f.write(p.stderr)
 
 lines = truth["lines"]
 want = {f"jax_sync.py:{n}": name for name, n in lines.items()}
