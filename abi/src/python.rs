@@ -50,6 +50,14 @@ pub const FLAG_TRUNCATED: u32 = 1;
 /// its innermost `MAX_PY_FRAMES / 2` frames, one `SKIPPED_CODE` frame whose line is the number
 /// of frames left out, and its outermost frames (where the user's code is).
 pub const FLAG_ELIDED: u32 = 2;
+/// `PySiteEntry::flags` (ABI 1.6): the entry's frames are not the call site's own (its thread
+/// had none) but those of another Python thread that was waiting for the call, blocked outside
+/// the GIL, when it stalled ("waited for by"); `nframes` is 0 and `waiter_frames` counts them.
+/// `FLAG_TRUNCATED` and `FLAG_ELIDED` then describe that stack.
+pub const FLAG_WAITED_BY: u32 = 4;
+/// `PySiteEntry::flags` (ABI 1.6), with `FLAG_WAITED_BY`: the waiting thread was the
+/// interpreter's main thread.
+pub const FLAG_WAITER_MAIN: u32 = 8;
 /// The code id of the frame that stands for the frames left out of a deep stack (its line:
 /// how many). Never a code table id (those are at most 2^20).
 pub const SKIPPED_CODE: u32 = u32::MAX;
@@ -109,7 +117,9 @@ pub struct PySiteEntry {
     pub nframes: AtomicU32,
     /// `FLAG_*` bits.
     pub flags: AtomicU32,
-    pub _reserved: AtomicU32,
+    /// ABI 1.6, with `FLAG_WAITED_BY`: how many of `frames` are the waiting thread's
+    /// (`0..=MAX_PY_FRAMES`); 0 otherwise and in older segments (reserved, always 0, before).
+    pub waiter_frames: AtomicU32,
     /// `code id << 32 | line`, innermost first. Code id 0: the code table was full; line 0:
     /// the line table had no line for the instruction.
     pub frames: [AtomicU64; MAX_PY_FRAMES],
@@ -395,6 +405,42 @@ impl SegmentWriter {
         e.state.store(STATE_READY, Ordering::Release);
     }
 
+    /// Fills and publishes the claimed Python entry of site `id` with the frames of the Python
+    /// thread that waited for the call (`FLAG_WAITED_BY`; `main`: it was the main thread).
+    /// The entry's own frame count stays 0, so a reader older than ABI 1.6 sees a site with no
+    /// Python frames, as it saw it before, and never takes the waiter's frames for the site's.
+    pub fn publish_waiter_site(
+        &self,
+        id: u32,
+        frames: &[PyFrameRef],
+        truncated: bool,
+        elided: bool,
+        main: bool,
+    ) {
+        let Some(e) = (id as usize)
+            .checked_sub(1)
+            .and_then(|i| self.py_sites().get(i))
+        else {
+            return;
+        };
+        let n = frames.len().min(MAX_PY_FRAMES);
+        for (dst, f) in e.frames.iter().zip(&frames[..n]) {
+            dst.store(
+                u64::from(f.code) << 32 | u64::from(f.line),
+                Ordering::Relaxed,
+            );
+        }
+        e.nframes.store(0, Ordering::Relaxed);
+        e.waiter_frames.store(n as u32, Ordering::Relaxed);
+        let cut = truncated || frames.len() > MAX_PY_FRAMES;
+        let flags = FLAG_WAITED_BY
+            | if main { FLAG_WAITER_MAIN } else { 0 }
+            | if cut { FLAG_TRUNCATED } else { 0 }
+            | if elided { FLAG_ELIDED } else { 0 };
+        e.flags.store(flags, Ordering::Relaxed);
+        e.state.store(STATE_READY, Ordering::Release);
+    }
+
     /// The id of the code object identified by `key` (non-zero) in the code table. The first
     /// caller for a key claims an entry and `fill` decodes the names into it, so each code
     /// object is decoded once; `None` when the table is full around the key's home (counted).
@@ -482,6 +528,17 @@ pub struct PyStack {
     pub frames: Vec<PyFrameInfo>,
     /// The walk stopped before the outermost frame; the outermost frames are missing.
     pub truncated: bool,
+}
+
+/// The Python thread that waited for a call made on a thread with no Python frames (ABI 1.6):
+/// its frames at the moment the call stalled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PyWaiter {
+    /// The waiting thread's frames, innermost first (the line that waits, or calls the
+    /// library that waits).
+    pub stack: PyStack,
+    /// The waiting thread was the interpreter's main thread.
+    pub main: bool,
 }
 
 /// What the writing process's interpreter is.
@@ -628,8 +685,47 @@ impl SegmentReader {
         if n == 0 {
             return None;
         }
-        let frames = e.frames[..n]
-            .iter()
+        let frames = self.decode_frames(&e.frames[..n]);
+        Some(PyStack {
+            frames,
+            truncated: e.flags.load(Ordering::Relaxed) & FLAG_TRUNCATED != 0,
+        })
+    }
+
+    /// The Python thread that waited for call site `id` (ABI 1.6): set only for a site whose
+    /// own thread had no Python frames, and never together with `python_stack(id)`. `None`
+    /// for every other site, an unpublished entry, and segments older than 1.6.
+    pub fn waited_by(&self, id: u32) -> Option<PyWaiter> {
+        let py = self.v.py;
+        if self.frozen() || py.site_capacity == 0 || !self.intact() {
+            return None;
+        }
+        let idx = (id as usize).checked_sub(1)?;
+        if idx >= py.site_capacity {
+            return None;
+        }
+        // SAFETY: validated at open to lie inside the mapping, 64-byte aligned; atomics only.
+        let e = unsafe { &*(self.v.map.ptr.add(py.sites_offset) as *const PySiteEntry).add(idx) };
+        if e.state.load(Ordering::Acquire) != STATE_READY {
+            return None;
+        }
+        let flags = e.flags.load(Ordering::Relaxed);
+        let n = (e.waiter_frames.load(Ordering::Relaxed) as usize).min(MAX_PY_FRAMES);
+        if flags & FLAG_WAITED_BY == 0 || n == 0 || e.nframes.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let frames = self.decode_frames(&e.frames[..n]);
+        Some(PyWaiter {
+            stack: PyStack {
+                frames,
+                truncated: flags & FLAG_TRUNCATED != 0,
+            },
+            main: flags & FLAG_WAITER_MAIN != 0,
+        })
+    }
+
+    fn decode_frames(&self, raw: &[AtomicU64]) -> Vec<PyFrameInfo> {
+        raw.iter()
             .map(|f| {
                 let w = f.load(Ordering::Relaxed);
                 let code = (w >> 32) as u32;
@@ -649,11 +745,7 @@ impl SegmentReader {
                     skipped: 0,
                 }
             })
-            .collect();
-        Some(PyStack {
-            frames,
-            truncated: e.flags.load(Ordering::Relaxed) & FLAG_TRUNCATED != 0,
-        })
+            .collect()
     }
 
     /// `python_stack(id)`'s frames, or none.
@@ -772,6 +864,45 @@ mod tests {
         let st = r.python_status();
         assert_eq!(st.state, PythonState::Supported);
         assert_eq!(st.to_string(), "Python 3.11.7: frames recorded");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_waiter_stack_is_separate_from_the_sites_own_frames() {
+        let dir = tmpdir("waiter");
+        let w = SegmentWriter::create(&dir, &params(true)).unwrap();
+        let native = w.intern_site(&[0x1000, 0x2000]).unwrap();
+        let own = w.intern_python_site(native, 11).unwrap();
+        let waited = w.intern_python_site(native, 33).unwrap();
+        let code = w
+            .intern_code(0x99, |t| {
+                t.set_file(b"/src/jax_sync.py");
+                t.set_name(b"main");
+            })
+            .unwrap();
+        assert!(w.claim_python_site(own) && w.claim_python_site(waited));
+        w.publish_python_site(own, &[PyFrameRef { code, line: 7 }], false, false);
+        w.publish_waiter_site(waited, &[PyFrameRef { code, line: 21 }], false, false, true);
+        let r = SegmentReader::open(w.path()).unwrap();
+        // The waited-for site has no frames of its own (what a reader before 1.6 sees) ...
+        assert_eq!(r.python_stack(waited), None);
+        // ... and its waiter's, apart.
+        let got = r.waited_by(waited).unwrap();
+        assert!(got.main && !got.stack.truncated);
+        assert_eq!(
+            got.stack.frames,
+            vec![PyFrameInfo {
+                file: "/src/jax_sync.py".into(),
+                function: "main".into(),
+                line: 21,
+                skipped: 0,
+            }]
+        );
+        // A site with its own frames has no waiter, and the reverse.
+        assert_eq!(r.waited_by(own), None);
+        assert_eq!(r.python_frames(own)[0].line, 7);
+        assert_eq!(r.waited_by(native), None);
+        assert_eq!(r.waited_by(0), None);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

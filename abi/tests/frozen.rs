@@ -6,7 +6,8 @@
 //! `tests/data/segment-v1.3.bin` one written by ABI 1.3's, a rank of a torchrun job,
 //! `tests/data/segment-v1.4.bin` one written by ABI 1.4's, with a tracing request and
 //! collective-kernel time, `tests/data/segment-v1.5.bin` one written by ABI 1.5's, with the
-//! writer's namespaces and its liveness lock; all
+//! writer's namespaces and its liveness lock, `tests/data/segment-v1.6.bin` one written by
+//! ABI 1.6's, with a call site waited for by the main Python thread; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -34,7 +35,7 @@ use syncspy_abi::modules::{Module, ModuleEntry};
 use syncspy_abi::origin::{Origin, FLAG_LIVENESS_LOCK, ORIGIN_END};
 use syncspy_abi::python::{
     PyCodeEntry, PyFrameInfo, PyFrameRef, PyHeader, PyIdent, PyLive, PySiteEntry, PyStack,
-    PyVersion, PythonState, PythonStatus, PY_SUPPORTED,
+    PyVersion, PyWaiter, PythonState, PythonStatus, PY_SUPPORTED,
 };
 use syncspy_abi::record::{
     Record, FLAG_HOST_PINNED, FLAG_PER_THREAD, FLAG_STACK_TRUNCATED, NO_SITE,
@@ -59,6 +60,9 @@ const V1_4: &str = "segment-v1.4.bin";
 /// The frozen ABI 1.5 segment: the v1.4 contents written by a process in its own PID and
 /// mount namespaces, holding the liveness lock.
 const V1_5: &str = "segment-v1.5.bin";
+/// The frozen ABI 1.6 segment: the v1.5 contents and one call site waited for by the main
+/// Python thread (issue 26).
+const V1_6: &str = "segment-v1.6.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -102,6 +106,10 @@ const PY_SITE_1: u32 = 1;
 const PY_SITE_2: u32 = 12;
 /// Over native stack B, claimed by a writer that never published it.
 const PY_SITE_3: u32 = 2;
+/// v1.6: a stall over native stack B on a thread with no Python frames, waited for by the
+/// main thread (`FLAG_WAITED_BY`): the waiting stack, apart from the site's own (none).
+const PY_HASH_4: u64 = 0xdddd_eeee_ffff_0001;
+const PY_SITE_4: u32 = 3;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -463,10 +471,44 @@ fn write_v1_5(dir: &Path) -> PathBuf {
     )
 }
 
+/// Writes the v1.6 segment's contents: the v1.5 contents and the waited-for site.
+fn write_v1_6(dir: &Path) -> PathBuf {
+    let origin = Origin {
+        flags: 0,
+        ..origin_v1_5()
+    };
+    write_v1_4_with_more(dir, origin, |w| {
+        assert_eq!(w.intern_python_site(SITE_B, PY_HASH_4), Some(PY_SITE_4));
+        assert!(w.claim_python_site(PY_SITE_4));
+        w.publish_waiter_site(
+            PY_SITE_4,
+            &[
+                PyFrameRef {
+                    code: CODE_STEP,
+                    line: 133,
+                },
+                PyFrameRef {
+                    code: CODE_MAIN,
+                    line: 210,
+                },
+            ],
+            false,
+            false,
+            true,
+        );
+    })
+}
+
 /// The v1.4 contents written by a process in the namespaces `origin` names.
 fn write_v1_4_with(dir: &Path, origin: Origin) -> PathBuf {
+    write_v1_4_with_more(dir, origin, |_| {})
+}
+
+/// `write_v1_4_with`, then `more`.
+fn write_v1_4_with_more(dir: &Path, origin: Origin, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     let job = JobIdent::from_lookup(&job_env_v1_3, SESSION);
     write_v1_2_with_origin(dir, job, origin, |w| {
+        more(w);
         let want = control_v1_4();
         let c = w.control();
         c.trace_until_ns.store(want.trace_until_ns, Relaxed);
@@ -625,7 +667,7 @@ fn assert_common_contents(r: &SegmentReader, records: &[Record], sites_used: u32
     assert_eq!(r.site(SITE_A), Some(STACK_A.to_vec()));
     assert_eq!(r.site(SITE_B), Some(STACK_B.to_vec()));
     assert_eq!(r.site(NO_SITE), None);
-    assert_eq!(r.site(3), None, "a free entry");
+    assert_eq!(r.site(4), None, "a free entry");
     assert_eq!(r.modules(), vec![expected_module()]);
 }
 
@@ -705,9 +747,35 @@ fn assert_v1_5_contents(r: &SegmentReader) {
     assert_eq!(r.origin(), Some(origin_v1_5()));
 }
 
+/// Everything a reader finds in the v1.6 contents, wherever the regions are placed.
+fn assert_v1_6_contents(r: &SegmentReader) {
+    assert_v1_5_contents(r);
+    assert_eq!(r.site(PY_SITE_4), Some(STACK_B.to_vec()));
+    // What a reader before 1.6 sees: a site with no Python frames.
+    assert_eq!(r.python_stack(PY_SITE_4), None);
+    assert_eq!(
+        r.waited_by(PY_SITE_4),
+        Some(PyWaiter {
+            stack: PyStack {
+                frames: vec![
+                    py_frame(TRAIN_PY, "Trainer.step", 133),
+                    py_frame(TRAIN_PY, "<module>", 210),
+                ],
+                truncated: false,
+            },
+            main: true,
+        })
+    );
+    for id in [PY_SITE_1, PY_SITE_2, PY_SITE_3, SITE_A, SITE_B, NO_SITE, 17] {
+        assert_eq!(r.waited_by(id), None, "site {id}");
+    }
+}
+
 /// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
 fn assert_python_contents(r: &SegmentReader, records: &[Record]) {
-    assert_common_contents(r, records, 5);
+    // The v1.6 file has one site more: the waited-for one.
+    let waited = r.waited_by(PY_SITE_4).is_some();
+    assert_common_contents(r, records, if waited { 6 } else { 5 });
     let mc = r.live().apis[Api::CudaMemcpyAsync as usize].snapshot();
     assert_eq!(
         (mc.count, mc.bytes, mc.total_ns),
@@ -772,6 +840,10 @@ fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
 
 fn get_u64(bytes: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+fn get_u16(bytes: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes(bytes[at..at + 2].try_into().unwrap())
 }
 
 fn get_u32(bytes: &[u8], at: usize) -> u32 {
@@ -1185,18 +1257,58 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_5_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_6_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_5(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_5, &fresh);
+    let fresh = std::fs::read(write_v1_6(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_6, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.5 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.6 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+#[test]
+fn without_waiting_threads_the_current_writer_changes_only_the_minor_of_v1_5() {
+    let dir = TempDir::new("rewrite-1-5");
+    let fresh = std::fs::read(write_v1_5(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_5, &fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let differ: Vec<usize> = differing(&fresh, &frozen)
+        .into_iter()
+        .filter(|i| !(minor..minor + 2).contains(i))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the writer changed {} bytes of the v1.5 layout, first at offset {:?}",
+        differ.len(),
+        &differ[..differ.len().min(8)]
+    );
+    assert_eq!(get_u16(&frozen, minor), 5);
+    assert_eq!(get_u16(&fresh, minor), ABI_MINOR);
+}
+
+#[test]
+fn the_v1_6_file_reads_back_exactly() {
+    let path = data(V1_6);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables and the v1.5 header");
+    let r = SegmentReader::open(&path).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 6));
+    assert_eq!(r.ident().header_size, 7216);
+    // The waited-for entry, as docs/contracts.md describes it: state, nframes 0, flags
+    // (waited by, main), waiter_frames 2, then the frames.
+    let sites = get_u64(&bytes, offset_of!(Header, python.ident.sites_offset)) as usize;
+    let e = sites + (PY_SITE_4 as usize - 1) * size_of::<PySiteEntry>();
+    assert_eq!(get_u32(&bytes, e), 2, "state: ready");
+    assert_eq!(get_u32(&bytes, e + 4), 0, "nframes");
+    assert_eq!(get_u32(&bytes, e + 8), 4 | 8, "flags");
+    assert_eq!(get_u32(&bytes, e + 12), 2, "waiter_frames");
+    assert_eq!(get_u64(&bytes, e + 16), u64::from(CODE_STEP) << 32 | 133);
+    assert_v1_6_contents(&r);
 }
 
 #[test]
@@ -1301,15 +1413,15 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 6 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 7 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_6(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_7(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &6u16.to_ne_bytes(),
+        &7u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -1342,19 +1454,20 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 6] = [
+    let check: [(&str, AssertContents); 7] = [
         (V1_0, assert_v1_0_contents),
         (V1_1, assert_v1_1_contents),
         (V1_2, assert_v1_2_contents),
         (V1_3, assert_v1_3_contents),
         (V1_4, assert_v1_4_contents),
         (V1_5, assert_v1_5_contents),
+        (V1_6, assert_v1_6_contents),
     ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_6(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_7(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 6), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 7), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -1461,8 +1574,8 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_5_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 5));
+fn this_build_writes_abi_1_6_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 6));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
     assert_eq!(size_of::<Header>(), 7216);
@@ -1491,7 +1604,10 @@ fn this_build_writes_abi_1_5_and_its_file_is_the_newest() {
         })
         .collect();
     files.sort();
-    assert_eq!(files, [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]);
+    assert_eq!(
+        files,
+        [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6)]
+    );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
 
@@ -1546,7 +1662,7 @@ fn layout() -> Vec<(String, usize, usize)> {
     v.extend(fields!(ModuleEntry, "module.":
         state, path_len, build_id_len, _pad, bias, start, end, build_id, path, _reserved,
     ));
-    v.extend(fields!(PySiteEntry, "py_site.": state, nframes, flags, _reserved, frames));
+    v.extend(fields!(PySiteEntry, "py_site.": state, nframes, flags, waiter_frames, frames));
     v.extend(fields!(PyCodeEntry, "py_code.":
         key, state, file_len, name_len, first_line, _reserved, file, name,
     ));

@@ -411,6 +411,14 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         for f in frames {
             let _ = writeln!(out, "        at {f}");
         }
+        if let Some(w) = &s.waited_by {
+            let who = if w.main_thread {
+                ""
+            } else {
+                " (a non-main thread)"
+            };
+            let _ = writeln!(out, "        waited for by {}{who}", w.short());
+        }
         if let Some(a) = &s.advice {
             let _ = writeln!(out, "        advice: {a}");
         }
@@ -595,6 +603,69 @@ mod tests {
         assert!(
             out.contains("syncspy: warning: 1 process could not record: EMFILE"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_site_waited_for_by_a_python_line_says_so_apart_from_its_frames() {
+        use syncspy_read::python::{PyFrame, Waiter};
+        let frame = |file: &str, line, function: &str| PyFrame {
+            file: file.into(),
+            line,
+            function: function.into(),
+            skipped: 0,
+        };
+        let mut p = ProcessReport {
+            pid: 9,
+            wall_ns: 1_000_000_000,
+            ..ProcessReport::default()
+        };
+        p.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: 20,
+                total_ns: 5_000_000,
+                ..Stats::default()
+            },
+        );
+        let site = |line, main| Site {
+            kind: "stream_sync".into(),
+            api: "cudaStreamSynchronize".into(),
+            count: 10,
+            total_ns: 2_500_000,
+            frames: vec!["stream_executor::gpu::CudaTimer::GetElapsedDuration".into()],
+            frame_modules: vec!["libxla.so".into()],
+            waited_by: Some(Waiter {
+                location: Some(format!("/w/jax_sync.py:{line} in <module>")),
+                main_thread: main,
+                python: vec![
+                    frame(
+                        "/usr/lib/python3/site-packages/jax/_src/api.py",
+                        7,
+                        "device_get",
+                    ),
+                    frame("/w/jax_sync.py", line, "<module>"),
+                ],
+            }),
+            ..Site::default()
+        };
+        p.sites.push(site(48, true));
+        p.sites.push(site(49, false));
+        let r = Report {
+            syncspy_report: 1,
+            processes: vec![p],
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(s.contains("        waited for by jax_sync.py:48\n"), "{s}");
+        assert!(
+            s.contains("        waited for by jax_sync.py:49 (a non-main thread)\n"),
+            "{s}"
+        );
+        // The site's own frames stay the stalling thread's.
+        assert!(
+            s.contains("at stream_executor::gpu::CudaTimer::GetElapsedDuration"),
+            "{s}"
         );
     }
 

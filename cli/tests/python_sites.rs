@@ -127,6 +127,13 @@ fn report_summary_and_budget_name_the_scripts_lines() {
 /// line of the call, which the innermost 32 frames alone do not reach.
 #[test]
 fn deep_stacks_keep_both_ends_and_the_location_is_the_users_outer_line() {
+    // On every interpreter: python3 and each CPython 3.10+ pyenv has.
+    for python in pycaller::interpreters() {
+        deep_stack_on(&python);
+    }
+}
+
+fn deep_stack_on(python: &str) {
     let d = TempDir::new("py-deep");
     let lib = build_caller(d.path());
     let pkgs = d.path().join("site-packages");
@@ -146,7 +153,7 @@ fn deep_stacks_keep_both_ends_and_the_location_is_the_users_outer_line() {
     let report = d.path().join("r.json");
     let o = Command::new(SYNCSPY)
         .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
-        .arg("python3")
+        .arg(python)
         .arg(&script)
         .arg(&lib)
         .arg(&pkgs)
@@ -157,10 +164,14 @@ fn deep_stacks_keep_both_ends_and_the_location_is_the_users_outer_line() {
         .output()
         .expect("start syncspy");
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(o.status.code(), Some(0), "{python}: {stderr}");
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let p = &r["processes"][0];
-    assert_eq!(p["python"]["state"], "supported", "{}", p["python"]);
+    assert_eq!(
+        p["python"]["state"], "supported",
+        "{python}: {}",
+        p["python"]
+    );
     let script = script.to_str().unwrap();
     let site = p["sites"]
         .as_array()
@@ -188,6 +199,83 @@ fn deep_stacks_keep_both_ends_and_the_location_is_the_users_outer_line() {
     // The summary shows the user's line.
     assert!(
         stderr.contains(&format!("at {script}:{call_line} in main")),
+        "{stderr}"
+    );
+}
+
+/// Stalls on a C worker thread while a Python thread waits for it (issue 26): the report gives
+/// each site the waiting line as `waited_by`, apart from the site's own location and frames
+/// (the worker's, native), and the summary says "waited for by waits.py:N".
+#[test]
+fn the_report_names_the_line_that_waited_for_a_native_threads_stalls() {
+    let d = TempDir::new("py-waits");
+    let lib = build_caller(d.path());
+    let m = pycaller::markers_of("waits.py", "# W:");
+    let report = d.path().join("r.json");
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
+        .arg("python3")
+        .arg(fixture("waits.py"))
+        .arg(&lib)
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .expect("start syncspy");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let sites = r["processes"][0]["sites"].as_array().unwrap();
+    let script = fixture("waits.py");
+    let script = script.to_str().unwrap();
+    // (waiting location, main thread) -> count
+    let mut waited: BTreeMap<(String, bool), u64> = BTreeMap::new();
+    let mut unwaited = 0;
+    for s in sites {
+        assert!(
+            s["python"].is_null(),
+            "a worker's site has no Python frames: {s}"
+        );
+        let loc = s["location"].as_str().unwrap_or("");
+        assert!(
+            !loc.contains("waits.py"),
+            "the stall's own location stays native: {s}"
+        );
+        match s.get("waited_by") {
+            Some(w) => {
+                *waited
+                    .entry((
+                        w["location"].as_str().unwrap().to_string(),
+                        w["main_thread"].as_bool().unwrap(),
+                    ))
+                    .or_default() += s["count"].as_u64().unwrap();
+            }
+            None => unwaited += s["count"].as_u64().unwrap(),
+        }
+    }
+    let at = |name: &str, function: &str| format!("{script}:{} in {function}", m[name]);
+    let want: BTreeMap<(String, bool), u64> = [
+        ((at("wait_a", "step"), true), 3),
+        ((at("wait_b", "fetch"), true), 2),
+        ((at("thread_wait", "in_thread"), false), 2),
+        ((at("deep_wait", "deep"), true), 1),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(waited, want, "{sites:?}");
+    assert_eq!(unwaited, 4, "{sites:?}");
+    for line in ["wait_a", "wait_b"] {
+        assert!(
+            stderr.contains(&format!("waited for by waits.py:{}", m[line])),
+            "{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains(&format!(
+            "waited for by waits.py:{} (a non-main thread)",
+            m["thread_wait"]
+        )),
         "{stderr}"
     );
 }

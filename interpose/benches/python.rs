@@ -3,7 +3,9 @@
 //! function that returns at once:
 //! - `recorded_event_native_thread`: a stall (`cudaStreamSynchronize`) recorded with its
 //!   native stack (from the stack cache) on a thread without a Python thread state, as a C
-//!   thread, or a thread of a program without Python, pays: one static load, one call;
+//!   thread: since issue 26 it also takes the slow path that looks for a Python thread
+//!   waiting for it (here the fake interpreter's thread list is unreadable: one system call,
+//!   until the process-wide budget is spent, then the budget check alone);
 //! - `recorded_event_python_50_frames`: the same stall on a thread whose Python stack is 50
 //!   frames deep (32 kept): the walk, the hash, the per-thread site cache;
 //! - `python_site_50_frames`: the Python step alone.

@@ -5,8 +5,8 @@
 //! `threading.Thread`, and none for a C thread that never ran Python.
 //!
 //! Runs `python3` from PATH (it must exist: the test fails, not skips, without it), then every
-//! interpreter listed in `SYNCSPY_TEST_PYTHONS` (colon-separated paths), e.g. other CPython
-//! minors. Needs the workspace built (`cargo build --workspace`: libsyncspy.so and
+//! CPython 3.10+ that pyenv installed and every interpreter listed in `SYNCSPY_TEST_PYTHONS`
+//! (colon-separated paths): `pycaller::interpreters`. Needs the workspace built (`cargo build --workspace`: libsyncspy.so and
 //! libsimcudart.so) and a C compiler (`cc`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -226,10 +226,27 @@ fn check(python: &str) {
         "{python}: {w:?}"
     );
 
-    // A C thread that never ran Python: a native site, no Python frames.
+    // A C thread that never ran Python: a native site, no Python frames of its own; the main
+    // thread waited for it (blocked in pthread_join inside the ctypes call), and says where,
+    // apart (issue 26).
     let native: Vec<_> = r.events.iter().filter(|e| e.1.is_empty()).collect();
     assert_eq!(native.len(), 2, "{python}: {:?}", r.events);
     assert!(native.iter().all(|e| r.reader.site(e.0).is_some()));
+    for e in &native {
+        let w = r.reader.waited_by(e.0).expect("the main thread waited");
+        assert!(w.main, "{python}");
+        assert_eq!(
+            lines(&w.stack.frames)[0],
+            f("main", "main_cthread"),
+            "{python}"
+        );
+    }
+    // Sites with frames of their own have no waiter.
+    assert!(r
+        .events
+        .iter()
+        .filter(|e| !e.1.is_empty())
+        .all(|e| r.reader.waited_by(e.0).is_none()));
 
     assert_eq!(status.rejected, 0, "{python}");
     assert_eq!(status.stacks, 11, "{python}");
@@ -237,10 +254,7 @@ fn check(python: &str) {
 
 #[test]
 fn python_frames_name_each_sync_line_on_every_interpreter() {
-    check("python3");
-    if let Some(list) = std::env::var_os("SYNCSPY_TEST_PYTHONS") {
-        for p in std::env::split_paths(&list) {
-            check(p.to_str().unwrap());
-        }
+    for python in pycaller::interpreters() {
+        check(&python);
     }
 }

@@ -9,7 +9,7 @@
 //! packages: for `print(tensor)` that is the `print` line, not torch's `_tensor_str.py`.
 
 use serde::{Deserialize, Serialize};
-use syncspy_abi::python::{PyFrameInfo, PyStack, PythonState, PythonStatus};
+use syncspy_abi::python::{PyFrameInfo, PyStack, PyWaiter, PythonState, PythonStatus};
 
 use crate::symbolize::{is_runtime_module, Frame};
 
@@ -167,6 +167,45 @@ pub fn native_op(native: &[Frame]) -> Option<&str> {
 /// The frames of a recorded Python stack.
 pub fn frames_of(stack: &PyStack) -> Vec<PyFrame> {
     stack.frames.iter().map(PyFrame::from).collect()
+}
+
+/// The Python thread that waited for a call site's stalls (ABI 1.6): they happened on a thread
+/// with no Python frames (a runtime's worker: XLA's under JAX), while this thread was blocked
+/// outside the GIL at `location`. Never the site's own frames: a site has its own Python
+/// frames or a waiter, not both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Waiter {
+    /// The waiting thread's user line (`jax_sync.py:21 in main`): its innermost frame outside
+    /// the standard library and installed packages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// The waiting thread was the interpreter's main thread.
+    #[serde(default)]
+    pub main_thread: bool,
+    /// Its Python frames, innermost first.
+    #[serde(default)]
+    pub python: Vec<PyFrame>,
+}
+
+impl Waiter {
+    pub fn of(w: &PyWaiter) -> Waiter {
+        let python = frames_of(&w.stack);
+        Waiter {
+            location: user_frame(&python).map(|i| python[i].text()),
+            main_thread: w.main,
+            python,
+        }
+    }
+
+    /// `jax_sync.py:21 in main`, shortened to the file's name.
+    pub fn short(&self) -> String {
+        let Some(i) = user_frame(&self.python) else {
+            return "?".to_string();
+        };
+        let f = &self.python[i];
+        let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+        format!("{file}:{}", f.line)
+    }
 }
 
 /// The `python` section of a process's report; `None` when the process had no Python.

@@ -218,13 +218,47 @@ pub mod pycaller {
 
     /// Line numbers of the `# L:<name>` markers of frames.py.
     pub fn markers() -> BTreeMap<String, u32> {
-        let src = std::fs::read_to_string(fixture("frames.py")).unwrap();
+        markers_of("frames.py", "# L:")
+    }
+
+    /// Line numbers of the `<tag><name>` markers of fixture `file`.
+    pub fn markers_of(file: &str, tag: &str) -> BTreeMap<String, u32> {
+        let src = std::fs::read_to_string(fixture(file)).unwrap();
         src.lines()
             .enumerate()
             .filter_map(|(i, l)| {
-                let name = l.split("# L:").nth(1)?;
+                let name = l.split(tag).nth(1)?;
                 Some((name.trim().to_string(), i as u32 + 1))
             })
             .collect()
+    }
+
+    /// The interpreters the Python tests run under: `python3` from PATH (it must exist), every
+    /// CPython 3.10 or newer that pyenv installed (`$PYENV_ROOT` or `~/.pyenv`, `versions/3.1x.*`,
+    /// free-threaded builds (`t` suffix) included), and every path in `SYNCSPY_TEST_PYTHONS`
+    /// (colon-separated).
+    pub fn interpreters() -> Vec<String> {
+        let mut out = vec!["python3".to_string()];
+        let root = std::env::var_os("PYENV_ROOT")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+        if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+            let mut found: Vec<(u32, String)> = dir
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_str()?.to_string();
+                    let minor: u32 = name.strip_prefix("3.")?.split('.').next()?.parse().ok()?;
+                    let bin = e.path().join("bin/python3");
+                    let bin = bin.to_str()?.to_string();
+                    (minor >= 10 && Path::new(&bin).exists()).then_some((minor, bin))
+                })
+                .collect();
+            found.sort();
+            out.extend(found.into_iter().map(|f| f.1));
+        }
+        if let Some(list) = std::env::var_os("SYNCSPY_TEST_PYTHONS") {
+            out.extend(std::env::split_paths(&list).filter_map(|p| Some(p.to_str()?.to_string())));
+        }
+        out
     }
 }

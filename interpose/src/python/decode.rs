@@ -1,11 +1,14 @@
 //! The cold part: names and line numbers of a code location, decoded in-process once per new
 //! call site (names once per code object), with the same checks as the walk: every object's
-//! type is verified before its fields are read, lengths are bounded.
+//! type is verified before its fields are read, lengths are bounded. Reads go through a
+//! [`Mem`]: direct for the calling thread's code objects, through the kernel for another
+//! thread's (`mem::Remote`), where a read that fails gives no name or no line.
 
 use syncspy_abi::python::{CodeText, FILE_MAX, NAME_MAX};
 
 use super::layout::Python;
-use super::walk::{plausible, word};
+use super::mem::Mem;
+use super::walk::plausible;
 
 /// Line tables longer than this are not read (a real one is a few bytes per instruction).
 const MAX_TABLE: usize = 1 << 20;
@@ -17,15 +20,16 @@ const MAX_CHARS: usize = 512;
 /// the same address is, in practice, another key.
 ///
 /// # Safety
-/// `code` was accepted by the walk (a checked code object of this thread's live frames).
-pub unsafe fn code_key(py: &Python, code: usize) -> u64 {
+/// For `Local`: `code` was accepted by the walk (a checked code object of this thread's live
+/// frames). `Remote` has no requirement.
+pub unsafe fn code_key<M: Mem>(py: &Python, m: &mut M, code: usize) -> u64 {
     let l = &py.layout;
     // SAFETY: the caller's contract; offsets inside the code object.
     let (first, file, name) = unsafe {
         (
-            std::ptr::read_volatile((code + l.code_firstlineno) as *const i32),
-            word(code, l.code_filename),
-            word(code, l.code_name),
+            m.read::<i32>(code + l.code_firstlineno).unwrap_or(0),
+            m.word(code, l.code_filename).unwrap_or(0),
+            m.word(code, l.code_name).unwrap_or(0),
         )
     };
     let mut h = 0x9e37_79b9_7f4a_7c15u64;
@@ -39,23 +43,23 @@ pub unsafe fn code_key(py: &Python, code: usize) -> u64 {
 ///
 /// # Safety
 /// As for `code_key`.
-pub unsafe fn names(py: &Python, code: usize, t: &mut CodeText) {
+pub unsafe fn names<M: Mem>(py: &Python, m: &mut M, code: usize, t: &mut CodeText) {
     let l = &py.layout;
     let mut buf = [0u8; 4 * MAX_CHARS];
     // SAFETY: the caller's contract.
     let (file, name, first) = unsafe {
         (
-            word(code, l.code_filename),
-            word(code, l.code_name),
-            std::ptr::read_volatile((code + l.code_firstlineno) as *const i32),
+            m.word(code, l.code_filename).unwrap_or(0),
+            m.word(code, l.code_name).unwrap_or(0),
+            m.read::<i32>(code + l.code_firstlineno).unwrap_or(0),
         )
     };
     // SAFETY: the string objects of a live code object, type-checked before use.
-    if let Some(n) = unsafe { string(py, file, true, FILE_MAX, &mut buf) } {
+    if let Some(n) = unsafe { string(py, m, file, true, FILE_MAX, &mut buf) } {
         t.set_file(&buf[..n]);
     }
     // SAFETY: as above.
-    if let Some(n) = unsafe { string(py, name, false, NAME_MAX, &mut buf) } {
+    if let Some(n) = unsafe { string(py, m, name, false, NAME_MAX, &mut buf) } {
         t.set_name(&buf[..n]);
     }
     t.first_line = first.max(0) as u32;
@@ -63,12 +67,13 @@ pub unsafe fn names(py: &Python, code: usize, t: &mut CodeText) {
 
 /// The UTF-8 of a compact `str` object into `out`: its last `max_chars` characters when `tail`,
 /// else its first. `None` for anything else (not a `str`, a legacy non-compact string, an
-/// implausible length).
+/// implausible length, memory that cannot be read).
 ///
 /// # Safety
 /// `obj` is a field of a live object (it is type-checked here before being read further).
-unsafe fn string(
+unsafe fn string<M: Mem>(
     py: &Python,
+    m: &mut M,
     obj: usize,
     tail: bool,
     max_chars: usize,
@@ -76,14 +81,14 @@ unsafe fn string(
 ) -> Option<usize> {
     let l = &py.layout;
     // SAFETY: checked before the header is read; then offsets inside a `str` object.
-    if !plausible(obj) || unsafe { word(obj, l.ob_type) } != py.unicode_type {
+    if !plausible(obj) || unsafe { m.word(obj, l.ob_type) }? != py.unicode_type {
         return None;
     }
     // SAFETY: a `str` object (checked above).
     let (len, state) = unsafe {
         (
-            word(obj, l.unicode_length),
-            std::ptr::read_volatile((obj + l.unicode_state) as *const u32),
+            m.word(obj, l.unicode_length)?,
+            m.read::<u32>(obj + l.unicode_state)?,
         )
     };
     let kind = (state >> 2) & 7;
@@ -98,17 +103,21 @@ unsafe fn string(
         } else {
             l.unicode_compact_size
         };
+    let width = kind as usize;
     let take = len.min(max_chars.min(MAX_CHARS));
     let from = if tail { len - take } else { 0 };
+    let mut raw = [0u8; 4 * MAX_CHARS];
+    let raw = &mut raw[..take * width];
+    // SAFETY: `from + take <= len`: inside the string's character data of width `kind`.
+    if !unsafe { m.bytes(data + from * width, raw) } {
+        return None;
+    }
     let mut n = 0;
-    for i in from..from + take {
-        // SAFETY: `i < len`: inside the string's character data of width `kind`.
-        let c = unsafe {
-            match kind {
-                1 => u32::from(std::ptr::read_volatile((data + i) as *const u8)),
-                2 => u32::from(std::ptr::read_volatile((data + 2 * i) as *const u16)),
-                _ => std::ptr::read_volatile((data + 4 * i) as *const u32),
-            }
+    for ch in raw.chunks_exact(width) {
+        let c = match width {
+            1 => u32::from(ch[0]),
+            2 => u32::from(u16::from_ne_bytes([ch[0], ch[1]])),
+            _ => u32::from_ne_bytes([ch[0], ch[1], ch[2], ch[3]]),
         };
         let c = char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER);
         n += c.encode_utf8(&mut out[n..]).len();
@@ -121,32 +130,35 @@ unsafe fn string(
 ///
 /// # Safety
 /// As for `code_key`.
-pub unsafe fn line(py: &Python, code: usize, instr: u32) -> Option<u32> {
+pub unsafe fn line<M: Mem>(py: &Python, m: &mut M, code: usize, instr: u32) -> Option<u32> {
     let l = &py.layout;
     // SAFETY: the caller's contract.
     let (table, first) = unsafe {
         (
-            word(code, l.code_linetable),
-            std::ptr::read_volatile((code + l.code_firstlineno) as *const i32),
+            m.word(code, l.code_linetable)?,
+            m.read::<i32>(code + l.code_firstlineno)?,
         )
     };
     // SAFETY: checked before the header is read.
-    if !plausible(table) || unsafe { word(table, l.ob_type) } != py.bytes_type {
+    if !plausible(table) || unsafe { m.word(table, l.ob_type) }? != py.bytes_type {
         return None;
     }
     // SAFETY: a `bytes` object (checked above): its size, then that many bytes of data.
-    let bytes = unsafe {
-        let n = word(table, l.ob_size);
-        if n > MAX_TABLE {
-            return None;
-        }
-        std::slice::from_raw_parts((table + l.bytes_data) as *const u8, n)
-    };
-    let line = if py.layout.code_adaptive.is_some() {
-        line_311(bytes, first, instr)
-    } else {
-        line_310(bytes, first, instr)
-    }?;
+    let n = unsafe { m.word(table, l.ob_size) }?;
+    if n > MAX_TABLE {
+        return None;
+    }
+    let v311 = py.layout.code_adaptive.is_some();
+    // SAFETY: as above.
+    let line = unsafe {
+        m.with_bytes(table + l.bytes_data, n, |bytes| {
+            if v311 {
+                line_311(bytes, first, instr)
+            } else {
+                line_310(bytes, first, instr)
+            }
+        })
+    }??;
     u32::try_from(line).ok().filter(|l| *l > 0)
 }
 

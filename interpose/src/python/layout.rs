@@ -52,6 +52,40 @@ pub struct Layout {
     pub unicode_compact_size: usize,
     /// `_PyRuntimeState::_finalizing`: non-NULL once the interpreter is shutting down.
     pub runtime_finalizing: usize,
+    /// Where the other threads' states are (read only at a stall on a thread with no Python
+    /// frames, `python::waiter`).
+    pub threads: Threads,
+}
+
+/// Offsets (bytes) that lead from `_PyRuntime` to every thread state of the main
+/// interpreter, and tell which one holds the GIL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threads {
+    /// `_PyRuntimeState::interpreters.main`.
+    pub runtime_interp_main: usize,
+    /// `_PyRuntimeState::main_thread`: the `pthread_t` of the main thread.
+    pub runtime_main_thread: usize,
+    /// `PyInterpreterState::threads.head` (3.10: `tstate_head`).
+    pub interp_threads_head: usize,
+    /// `PyThreadState::next`.
+    pub tstate_next: usize,
+    /// `PyThreadState::thread_id` (a `pthread_t`).
+    pub tstate_thread_id: usize,
+    pub gil: GilAt,
+}
+
+/// Where the GIL's `locked` flag and `last_holder` (the thread state that took it last) are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GilAt {
+    /// 3.10/3.11: one GIL, in `_PyRuntime.ceval.gil`: offsets from `_PyRuntime`.
+    Runtime { locked: usize, holder: usize },
+    /// 3.12+: `PyInterpreterState::ceval.gil` points to it: that pointer's offset in the
+    /// interpreter state, then offsets inside `_gil_runtime_state`.
+    Interp {
+        ptr: usize,
+        locked: usize,
+        holder: usize,
+    },
 }
 
 /// `_frameowner::FRAME_OWNED_BY_CSTACK` (3.12+): a shim frame the C stack pushed, with no
@@ -83,7 +117,43 @@ impl Layout {
             unicode_ascii_size: 40,
             unicode_compact_size: 56,
             runtime_finalizing: 24,
+            threads: Threads {
+                runtime_interp_main: 0,
+                runtime_main_thread: 0,
+                interp_threads_head: 0,
+                tstate_next: 8,
+                tstate_thread_id: 0,
+                gil: GilAt::Runtime {
+                    locked: 0,
+                    holder: 0,
+                },
+            },
         };
+        // Thread offsets checked with `offsetof` against each release's internal headers
+        // (Py_BUILD_CORE): 3.10.13, 3.11.7, 3.12.1, 3.13.0.
+        const fn threads(
+            interp_main: usize,
+            main_thread: usize,
+            head: usize,
+            thread_id: usize,
+            gil: GilAt,
+        ) -> Threads {
+            Threads {
+                runtime_interp_main: interp_main,
+                runtime_main_thread: main_thread,
+                interp_threads_head: head,
+                tstate_next: 8,
+                tstate_thread_id: thread_id,
+                gil,
+            }
+        }
+        const fn gil_ptr(ptr: usize) -> GilAt {
+            GilAt::Interp {
+                ptr,
+                locked: 16,
+                holder: 8,
+            }
+        }
         Some(match minor {
             10 => Layout {
                 tstate_frame: 24,
@@ -97,6 +167,16 @@ impl Layout {
                 unicode_ascii_size: 48,
                 unicode_compact_size: 72,
                 runtime_finalizing: 16,
+                threads: threads(
+                    40,
+                    72,
+                    8,
+                    176,
+                    GilAt::Runtime {
+                        locked: 368,
+                        holder: 360,
+                    },
+                ),
                 ..base
             },
             11 => Layout {
@@ -113,6 +193,16 @@ impl Layout {
                 code_adaptive: Some(184),
                 unicode_ascii_size: 48,
                 unicode_compact_size: 72,
+                threads: threads(
+                    48,
+                    80,
+                    16,
+                    152,
+                    GilAt::Runtime {
+                        locked: 376,
+                        holder: 368,
+                    },
+                ),
                 ..base
             },
             12 => Layout {
@@ -127,6 +217,7 @@ impl Layout {
                 code_name: 128,
                 code_linetable: 136,
                 code_adaptive: Some(192),
+                threads: threads(48, 64, 72, 136, gil_ptr(384)),
                 ..base
             },
             13 => Layout {
@@ -141,6 +232,7 @@ impl Layout {
                 code_linetable: 136,
                 code_adaptive: Some(200),
                 runtime_finalizing: 608,
+                threads: threads(640, 656, 7344, 152, gil_ptr(16)),
                 ..base
             },
             _ => return None,
@@ -184,6 +276,25 @@ impl Layout {
         l.unicode_ascii_size = small(at(560))?;
         // `PyCompactUnicodeObject` adds `utf8_length` and `utf8` to `PyASCIIObject`.
         l.unicode_compact_size = l.unicode_ascii_size + 16;
+        // The threads: `interpreters.main` follows `interpreters.head`; the GIL's fields are
+        // published as offsets in the interpreter of its embedded `_gil`, whose own offset is
+        // `gil_runtime_state`: their difference is the offset inside the GIL's struct.
+        // `main_thread` is not published: the constant of the 3.13 headers.
+        let large = |v: u64| (v < 1 << 20).then_some(v as usize);
+        let gil_base = large(at(120))?;
+        let inside = |v: u64| large(v)?.checked_sub(gil_base).filter(|d| *d < 256);
+        l.threads = Threads {
+            runtime_interp_main: small(at(40))? + 8,
+            runtime_main_thread: l.threads.runtime_main_thread,
+            interp_threads_head: large(at(72))?,
+            tstate_next: small(at(168))?,
+            tstate_thread_id: small(at(192))?,
+            gil: GilAt::Interp {
+                ptr: small(at(112))?,
+                locked: inside(at(136))?,
+                holder: inside(at(144))?,
+            },
+        };
         Some(l)
     }
 }
@@ -314,6 +425,34 @@ mod tests {
     }
 
     #[test]
+    fn thread_offsets_of_each_minor() {
+        let t = |m| Layout::known(m).unwrap().threads;
+        assert_eq!(
+            t(10).gil,
+            GilAt::Runtime {
+                locked: 368,
+                holder: 360
+            }
+        );
+        assert_eq!(
+            (t(11).interp_threads_head, t(11).tstate_thread_id),
+            (16, 152)
+        );
+        assert_eq!(
+            t(12).gil,
+            GilAt::Interp {
+                ptr: 384,
+                locked: 16,
+                holder: 8
+            }
+        );
+        assert_eq!(
+            (t(13).runtime_interp_main, t(13).runtime_main_thread),
+            (640, 656)
+        );
+    }
+
+    #[test]
     fn known_layouts_are_the_supported_minors() {
         assert!(Layout::known(9).is_none() && Layout::known(14).is_none());
         for m in 10..=13 {
@@ -356,6 +495,16 @@ mod tests {
             (544, known.unicode_state),
             (552, known.unicode_length),
             (560, known.unicode_ascii_size),
+            // The threads: interpreters.head, threads.head, tstate next and thread_id,
+            // ceval.gil, the embedded `_gil` and its locked and last_holder fields.
+            (40, 632),
+            (72, 7344),
+            (168, 8),
+            (192, 152),
+            (112, 16),
+            (120, 9000),
+            (136, 9016),
+            (144, 9008),
         ] {
             put(&mut d, at, v);
         }

@@ -21,10 +21,16 @@
 //!   (`SegmentReader::python_frames`) with no access to the process.
 //!
 //! A thread without a Python thread state (a C thread), or a stack whose walk finds no Python
-//! frame, keeps its native site unchanged. Why the in-process reads are safe is in `walk`.
+//! frame, keeps its native site, unless another Python thread was waiting for it at that
+//! moment (`waiter`, the slow path of such a stall only): then the event gets a site of its
+//! own over the same native stack, whose Python entry holds the waiting thread's frames as a
+//! separate "waited for by" stack, never as the site's own frames (`waited`). Why the
+//! in-process reads are safe is in `walk` (this thread's frames) and `waiter` (another's).
 
 pub mod decode;
 pub mod layout;
+pub mod mem;
+pub mod waiter;
 pub mod walk;
 
 use std::sync::atomic::Ordering;
@@ -67,7 +73,8 @@ pub fn install(py: Python) -> bool {
     DETECTED.set(Detected::Supported(py)).is_ok()
 }
 
-/// The call site of this event: `native` refined by the calling thread's Python stack.
+/// The call site of this event: `native` refined by the calling thread's Python stack, or
+/// by the stack of the Python thread that waited for it.
 #[inline]
 pub fn site(rt: &Runtime, native: u32) -> u32 {
     match DETECTED.get() {
@@ -81,7 +88,7 @@ fn attach(rt: &Runtime, py: &Python, native: u32) -> u32 {
     // SAFETY: `PyGILState_GetThisThreadState` takes no arguments and needs no GIL.
     let tstate = unsafe { (py.this_thread_state)() } as usize;
     if tstate == 0 {
-        return native;
+        return waited(rt, py, native, 0);
     }
     let live = rt.seg.python_live();
     // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
@@ -96,7 +103,7 @@ fn attach(rt: &Runtime, py: &Python, native: u32) -> u32 {
         live.rejected.fetch_add(1, Ordering::Relaxed);
     }
     if w.n == 0 {
-        return native;
+        return waited(rt, py, native, tstate);
     }
     live.stacks.fetch_add(1, Ordering::Relaxed);
     if w.truncated || w.skipped > 0 {
@@ -112,6 +119,75 @@ fn attach(rt: &Runtime, py: &Python, native: u32) -> u32 {
     site
 }
 
+/// Salt of a waiting thread's stack hash: its sites never share an id with an own stack's.
+const WAITED_SALT: u64 = 0x5741_4954_4544_4259;
+
+/// The slow path of a stall on a thread with no Python frames (`me`: its thread state, 0 if
+/// none): the site of `native` with the waiting Python thread's stack attached, or `native`.
+#[cold]
+#[inline(never)]
+fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
+    // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
+    if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
+        return native;
+    }
+    if !waiter::Budget::allow(crate::clock::now_ns()) {
+        return native;
+    }
+    // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
+    // spend the budget.
+    let t0 = waiter::cpu_ns();
+    let site = waiter::with_scratch(|m| {
+        let mut w = Walk::new();
+        let main = waiter::find(py, m, me, &mut w).ok()?;
+        let hash = (w.hash ^ WAITED_SALT ^ u64::from(main)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        if let Some(site) = cache::lookup(native, hash) {
+            return Some(site);
+        }
+        let site = rt.seg.intern_python_site(native, hash)?;
+        if rt.seg.claim_python_site(site) {
+            let refs = frame_refs(rt, py, m, &w);
+            rt.seg
+                .publish_waiter_site(site, &refs[..w.n], w.truncated, w.skipped > 0, main);
+        }
+        cache::store(native, hash, site);
+        Some(site)
+    })
+    .flatten();
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    site.unwrap_or(native)
+}
+
+/// The (code id, line) of each frame of `w`, decoding names into the code table.
+fn frame_refs<M: mem::Mem>(
+    rt: &Runtime,
+    py: &Python,
+    m: &mut M,
+    w: &Walk,
+) -> [PyFrameRef; MAX_PY_FRAMES] {
+    let mut refs = [PyFrameRef { code: 0, line: 0 }; MAX_PY_FRAMES];
+    for (i, (r, &(code, instr))) in refs.iter_mut().zip(&w.frames[..w.n]).enumerate() {
+        if w.skipped > 0 && i == walk::INNER {
+            *r = PyFrameRef {
+                code: syncspy_abi::python::SKIPPED_CODE,
+                line: w.skipped,
+            };
+            continue;
+        }
+        // SAFETY: for `Local`, `code` was accepted by the walk of this thread's live frames,
+        // which cannot change while the thread is in this hook; `Remote` needs nothing.
+        unsafe {
+            let key = decode::code_key(py, m, code);
+            r.code = rt
+                .seg
+                .intern_code(key, |t| decode::names(py, m, code, t))
+                .unwrap_or(0);
+            r.line = decode::line(py, m, code, instr).unwrap_or(0);
+        }
+    }
+    refs
+}
+
 /// Interns the (native site, Python stack) pair and, for a new pair, decodes its frames.
 #[cold]
 #[inline(never)]
@@ -120,26 +196,7 @@ fn combine(rt: &Runtime, py: &Python, native: u32, w: &Walk) -> u32 {
         return native;
     };
     if rt.seg.claim_python_site(site) {
-        let mut refs = [PyFrameRef { code: 0, line: 0 }; MAX_PY_FRAMES];
-        for (i, (r, &(code, instr))) in refs.iter_mut().zip(&w.frames[..w.n]).enumerate() {
-            if w.skipped > 0 && i == walk::INNER {
-                *r = PyFrameRef {
-                    code: syncspy_abi::python::SKIPPED_CODE,
-                    line: w.skipped,
-                };
-                continue;
-            }
-            // SAFETY: `code` was accepted by the walk of this thread's live frames, which
-            // cannot change while the thread is in this hook.
-            unsafe {
-                let key = decode::code_key(py, code);
-                r.code = rt
-                    .seg
-                    .intern_code(key, |t| decode::names(py, code, t))
-                    .unwrap_or(0);
-                r.line = decode::line(py, code, instr).unwrap_or(0);
-            }
-        }
+        let refs = frame_refs(rt, py, &mut mem::Local, w);
         rt.seg
             .publish_python_site(site, &refs[..w.n], w.truncated, w.skipped > 0);
     }
@@ -382,10 +439,11 @@ mod tests {
         );
         // SAFETY: as above.
         unsafe {
-            assert_eq!(decode::line(&py, stack.codes[2], 7), Some(208));
-            assert_eq!(decode::line(&py, stack.codes[0], 3), Some(4));
+            let m = &mut mem::Local;
+            assert_eq!(decode::line(&py, m, stack.codes[2], 7), Some(208));
+            assert_eq!(decode::line(&py, m, stack.codes[0], 3), Some(4));
             let mut t = CodeText::new();
-            decode::names(&py, stack.codes[1], &mut t);
+            decode::names(&py, m, stack.codes[1], &mut t);
             assert_eq!(&t.file[..t.file_len], b"file1.py");
             assert_eq!(&t.name[..t.name_len], b"f1");
             assert_eq!(t.first_line, 100);

@@ -16,6 +16,7 @@
 use syncspy_abi::python::MAX_PY_FRAMES;
 
 use super::layout::{Python, OWNED_BY_CSTACK};
+use super::mem::{Local, Mem};
 
 /// Frames visited at most (shim frames are skipped without being kept): past Python's
 /// default recursion limit (1000), so the outermost frames (the user's) are reached.
@@ -85,7 +86,46 @@ fn mix(h: u64, v: u64) -> u64 {
 /// # Safety
 /// `tstate` is the calling thread's `PyThreadState` (from `PyGILState_GetThisThreadState`),
 /// of the interpreter `py` describes, not finalizing.
+///
+/// Kept out of line, as it was before the walk became generic: the per-stall hot path has the
+/// same shape (measured in docs/performance.md).
+#[inline(never)]
 pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
+    // SAFETY: the caller's contract, which is `walk_with`'s for `Local`.
+    unsafe { walk_with(py, &mut Local, tstate, w) }
+}
+
+/// The first frame of `tstate`'s chain (0: none; `None`: unreadable or implausible).
+///
+/// # Safety
+/// For `Local`, as for `walk`; `Remote` has no requirement.
+#[inline(always)]
+pub unsafe fn top_frame<M: Mem>(py: &Python, m: &mut M, tstate: usize) -> Option<usize> {
+    let l = &py.layout;
+    if !plausible(tstate) {
+        return None;
+    }
+    // SAFETY: a live thread state (the caller's contract) and an offset inside it.
+    let f = unsafe { m.word(tstate, l.tstate_frame) }?;
+    match l.cframe_current {
+        // 3.11/3.12: `tstate->cframe` is on the thread's C stack, in a live eval-loop frame
+        // (or the thread state's root cframe).
+        Some(_) if f == 0 => Some(0),
+        Some(_) if !plausible(f) => None,
+        // SAFETY: checked above; see the module comment.
+        Some(current) => unsafe { m.word(f, current) },
+        None => Some(f),
+    }
+}
+
+/// Walks the frames of `tstate` through `m`: `Local` for the calling thread's own,
+/// `Remote` for another thread's (where every read may fail and the walk then stops, as at a
+/// frame that fails validation).
+///
+/// # Safety
+/// For `Local`, as for `walk`. For `Remote`, `tstate` may be anything.
+#[inline(always)]
+pub unsafe fn walk_with<M: Mem>(py: &Python, m: &mut M, tstate: usize, w: &mut Walk) {
     let l = &py.layout;
     w.n = 0;
     w.truncated = false;
@@ -95,21 +135,11 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
     if !plausible(tstate) {
         return;
     }
-    // SAFETY: a live thread state (the caller's contract) and an offset inside it.
-    let mut f = unsafe { word(tstate, l.tstate_frame) };
-    if let Some(current) = l.cframe_current {
-        // 3.11/3.12: `tstate->cframe` is on this thread's C stack, in a live eval-loop frame
-        // (or the thread state's root cframe).
-        if f == 0 {
-            return;
-        }
-        if !plausible(f) {
-            w.rejected = true;
-            return;
-        }
-        // SAFETY: checked above; see the module comment.
-        f = unsafe { word(f, current) };
-    }
+    // SAFETY: the caller's contract.
+    let Some(mut f) = (unsafe { top_frame(py, m, tstate) }) else {
+        w.rejected = true;
+        return;
+    };
     // Frames kept so far, counting those the ring overwrote.
     let mut seen = 0usize;
     let mut steps = 0;
@@ -127,10 +157,16 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
             break;
         }
         // SAFETY: `f` is a frame of this thread (module comment) and was checked.
-        let previous = unsafe { word(f, l.frame_previous) };
+        let Some(previous) = (unsafe { m.word(f, l.frame_previous) }) else {
+            w.rejected = true;
+            break;
+        };
         if let Some(owner) = l.frame_owner {
             // SAFETY: as above.
-            let owner = unsafe { std::ptr::read_volatile((f + owner) as *const u8) };
+            let Some(owner) = (unsafe { m.read::<u8>(f + owner) }) else {
+                w.rejected = true;
+                break;
+            };
             if l.minor >= 12 && owner == OWNED_BY_CSTACK {
                 f = previous;
                 continue;
@@ -138,22 +174,27 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
         } else {
             // 3.10: frames are objects.
             // SAFETY: as above.
-            if unsafe { word(f, l.ob_type) } != py.frame_type {
+            if unsafe { m.word(f, l.ob_type) } != Some(py.frame_type) {
                 w.rejected = true;
                 break;
             }
         }
         // SAFETY: as above.
-        let code = unsafe { word(f, l.frame_code) };
+        let code = unsafe { m.word(f, l.frame_code) }.unwrap_or(0);
         // SAFETY: `code` was checked before its header is read.
-        if !plausible(code) || unsafe { word(code, l.ob_type) } != py.code_type {
+        if !plausible(code) || unsafe { m.word(code, l.ob_type) } != Some(py.code_type) {
             w.rejected = true;
             break;
         }
         let instr = match l.code_adaptive {
             Some(adaptive) => {
                 // SAFETY: `f` and `code` were checked above.
-                let (ip, units) = unsafe { (word(f, l.frame_instr), word(code, l.ob_size)) };
+                let (Some(ip), Some(units)) =
+                    (unsafe { (m.word(f, l.frame_instr), m.word(code, l.ob_size)) })
+                else {
+                    w.rejected = true;
+                    break;
+                };
                 let start = code + adaptive;
                 let offset = ip.wrapping_sub(start) / 2;
                 if ip < start || offset >= units {
@@ -164,16 +205,23 @@ pub unsafe fn walk(py: &Python, tstate: usize, w: &mut Walk) {
                 offset as u32
             }
             // SAFETY: `f` was checked above; `f_lasti` is an `int`.
-            None => match unsafe { std::ptr::read_volatile((f + l.frame_instr) as *const i32) } {
-                lasti if lasti >= 0 => lasti as u32,
-                _ => {
+            None => match unsafe { m.read::<i32>(f + l.frame_instr) } {
+                None => {
+                    w.rejected = true;
+                    break;
+                }
+                Some(lasti) if lasti >= 0 => lasti as u32,
+                Some(_) => {
                     f = previous;
                     continue;
                 }
             },
         };
         // SAFETY: `code` was checked above.
-        let first = unsafe { std::ptr::read_volatile((code + l.code_firstlineno) as *const i32) };
+        let Some(first) = (unsafe { m.read::<i32>(code + l.code_firstlineno) }) else {
+            w.rejected = true;
+            break;
+        };
         // Every frame is in the hash, those left out too: the site is the whole stack.
         h = mix(mix(mix(h, code as u64), u64::from(instr)), first as u64);
         let slot = if seen < INNER {

@@ -136,6 +136,11 @@ pub struct Site {
     /// the capture (`cudaErrorStreamCaptureUnsupported`, 900); left out when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub capture_failures: u64,
+    /// The Python thread that waited for these calls, when they ran on a thread with no
+    /// Python frames (ABI 1.6): a separate stack, never merged into `frames`, `python` or
+    /// `location`, which stay the stalling thread's. Left out when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_by: Option<python::Waiter>,
 }
 
 /// GPU-side figures, from the GPU part of the segment (ABI 1.2) and its `gpu_idle` records.
@@ -632,6 +637,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
         python: Vec<PyFrame>,
         dist: Dist,
         capture_failures: u64,
+        waited_by: Option<python::Waiter>,
     }
     let mut order: Vec<Acc> = Vec::new();
     let mut merged: HashMap<Key, usize> = HashMap::new();
@@ -665,6 +671,10 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             kind: key.kind,
             api: key.api,
             site_id: key.site,
+            waited_by: match key.site {
+                0 => None,
+                id => f.reader.waited_by(id).map(|w| python::Waiter::of(&w)),
+            },
             native,
             python,
             dist,
@@ -679,7 +689,8 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
         }),
         |(acc, frames)| {
             let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
-            Some((acc.kind, acc.api, texts))
+            // Two waiting lines over one native stack stay two rows.
+            Some((acc.kind, acc.api, texts, acc.waited_by.clone()))
         },
         |(a, _), (b, _)| {
             a.dist.merge(&b.dist);
@@ -720,6 +731,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 python: acc.python,
                 advice,
                 capture_failures: acc.capture_failures,
+                waited_by: acc.waited_by,
             }
         })
         .collect();

@@ -1,0 +1,225 @@
+//! Waits on another thread, blamed on the waiting Python line.
+//!
+//! A stall recorded on a thread with no Python frames (XLA's threads under JAX's
+//! `block_until_ready`, a C++ runtime's worker, a native pin-memory thread) would name only a
+//! native stack. Its cause is usually a Python thread blocked, without the GIL, in a call that
+//! waits for that thread. At such a stall, and only then, the interpreter's other thread
+//! states are read and the waiting one's Python stack is attached to the event as a separate
+//! "waited on behalf of" stack (see `python::waited`).
+//!
+//! **The rule.** Candidates are the main interpreter's thread states other than the calling
+//! thread's that (a) have a Python frame (a thread state with none is idle: a C thread that
+//! once took the GIL, a thread that has not started or has finished) and (b) do not hold the
+//! GIL (`locked` and `last_holder` is the thread: it is running Python, not waiting). Of
+//! those, the main thread (`thread_id == _PyRuntime.main_thread`) is taken; without it, the
+//! only candidate if there is exactly one; with several and no main thread, none (which one
+//! waits cannot be told, and a wrong line is worse than none).
+//!
+//! **Safety.** Another thread's frames can change or be freed under the reader at any moment.
+//! Every read goes through `mem::Remote` (`process_vm_readv` on our own pid: unmapped memory
+//! answers an error, never a fault); pointers are checked as the own-thread walk checks them
+//! (plausible, code objects of `PyCode_Type`, instructions inside their code), the thread
+//! list and the walk are bounded, and the result is kept only when, read again afterwards,
+//! the thread still does not hold the GIL and its innermost frame is the same. Nothing here
+//! takes the GIL or a lock, allocates (but the cold line-table read) or waits: a second
+//! thread arriving while one reads gives up at once (`with_scratch`).
+//!
+//! **Cost.** Nothing for a thread with Python frames (the hot path never comes here) and
+//! nothing in a process without an interpreter. At a stall of a thread without Python frames:
+//! the thread list (a few reads per thread) and one walk, tens of system calls; a process-wide
+//! budget (`Budget`) keeps the total under 2% of the process's time (after a first 5 ms).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::layout::{GilAt, Python};
+use super::mem::{Mem, Remote};
+use super::walk::{self, plausible, Walk};
+
+/// Thread states looked at, at most.
+pub const MAX_THREADS: usize = 256;
+
+/// Why no waiting thread was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// The interpreter's structures could not be read or were implausible.
+    Unreadable,
+    /// No thread state is blocked with Python frames outside the GIL.
+    NoneWaiting,
+    /// Several threads, none the main thread, are blocked: which one waits is unknown.
+    Ambiguous,
+    /// The thread ran, or its frames changed, while they were read.
+    Torn,
+}
+
+/// Finds the waiting thread (the module's rule) and walks its frames into `w`. `me`: the
+/// calling thread's own state (0 if it has none). `Ok(true)`: the waiting thread is the
+/// main thread.
+pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<bool, Miss> {
+    let t = &py.layout.threads;
+    m.reset();
+    // SAFETY: `Remote` reads have no requirement.
+    let interp = unsafe { m.word(py.runtime, t.runtime_interp_main) }.ok_or(Miss::Unreadable)?;
+    if !plausible(interp) {
+        return Err(Miss::Unreadable);
+    }
+    // SAFETY: as above.
+    let main_tid = unsafe { m.word(py.runtime, t.runtime_main_thread) }.ok_or(Miss::Unreadable)?;
+    let (locked_at, holder_at) = match t.gil {
+        GilAt::Runtime { locked, holder } => (py.runtime + locked, py.runtime + holder),
+        GilAt::Interp {
+            ptr,
+            locked,
+            holder,
+        } => {
+            // SAFETY: as above.
+            let g = unsafe { m.word(interp, ptr) }.ok_or(Miss::Unreadable)?;
+            if !plausible(g) {
+                return Err(Miss::Unreadable);
+            }
+            (g + locked, g + holder)
+        }
+    };
+    // The thread state holding the GIL now (0: nobody).
+    let running = |m: &mut Remote| -> Option<usize> {
+        // SAFETY: as above.
+        let (locked, holder) = unsafe { (m.read::<i32>(locked_at)?, m.word(holder_at, 0)?) };
+        Some(if locked != 0 { holder } else { 0 })
+    };
+    let holder = running(m).ok_or(Miss::Unreadable)?;
+    // SAFETY: as above.
+    let mut ts = unsafe { m.word(interp, t.interp_threads_head) }.ok_or(Miss::Unreadable)?;
+    let mut main = None;
+    let mut other = None;
+    let mut others = 0;
+    for _ in 0..MAX_THREADS {
+        if ts == 0 {
+            break;
+        }
+        if !plausible(ts) {
+            return Err(Miss::Torn);
+        }
+        // SAFETY: as above.
+        let next = unsafe { m.word(ts, t.tstate_next) }.ok_or(Miss::Torn)?;
+        if ts != me && ts != holder {
+            // SAFETY: as above.
+            if let Some(top) = unsafe { walk::top_frame(py, m, ts) }.filter(|f| *f != 0) {
+                // SAFETY: as above.
+                let tid = unsafe { m.word(ts, t.tstate_thread_id) }.ok_or(Miss::Torn)?;
+                if tid == main_tid {
+                    main = Some((ts, top));
+                } else {
+                    others += 1;
+                    other = Some((ts, top));
+                }
+            }
+        }
+        ts = next;
+    }
+    let (pick, is_main) = match (main, other) {
+        (Some(p), _) => (p, true),
+        (None, Some(p)) if others == 1 => (p, false),
+        (None, Some(_)) => return Err(Miss::Ambiguous),
+        (None, None) => return Err(Miss::NoneWaiting),
+    };
+    // SAFETY: as above.
+    unsafe { walk::walk_with(py, m, pick.0, w) };
+    if w.n == 0 {
+        return Err(Miss::Torn);
+    }
+    // Read again, not from the cache: the thread must still be off the GIL, at the same
+    // innermost frame.
+    m.reset();
+    // SAFETY: as above.
+    let top = unsafe { walk::top_frame(py, m, pick.0) };
+    if running(m) == Some(pick.0) || top != Some(pick.1) {
+        return Err(Miss::Torn);
+    }
+    Ok(is_main)
+}
+
+/// The one `Remote` (32 KB of page cache) that the process's stalls share, with its flag:
+/// 0 free, else `guard::FORK_GEN + 1` of the holder's process, so a fork child whose parent
+/// had a reader mid-read (a thread the child does not have) takes it over.
+struct Scratch {
+    busy: AtomicU32,
+    mem: UnsafeCell<Remote>,
+}
+
+// SAFETY: `mem` is only reached by the thread that set `busy` (`with_scratch`).
+unsafe impl Sync for Scratch {}
+
+static SCRATCH: Scratch = Scratch {
+    busy: AtomicU32::new(0),
+    mem: UnsafeCell::new(Remote::new()),
+};
+
+/// Runs `f` with the shared page cache; `None` at once, without waiting, when another thread
+/// has it or another thread's memory cannot be read in this process.
+pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
+    if !Remote::available() {
+        return None;
+    }
+    let mine = crate::guard::FORK_GEN
+        .load(Ordering::Relaxed)
+        .wrapping_add(1)
+        .max(1);
+    let held = SCRATCH.busy.load(Ordering::Relaxed);
+    if held == mine
+        || SCRATCH
+            .busy
+            .compare_exchange(held, mine, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return None;
+    }
+    // SAFETY: this thread set `busy` above (from free, or from a parent process's holder that
+    // does not exist in this one) and is the only one to reach `mem` until it clears it below;
+    // `f` cannot call back into here (the hooks do not re-enter).
+    let r = f(unsafe { &mut *SCRATCH.mem.get() });
+    SCRATCH.busy.store(0, Ordering::Release);
+    Some(r)
+}
+
+/// The calling thread's CPU time in ns (0 if unreadable).
+pub fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a local out-pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The process's budget for other-thread reads: the CPU time they took may not pass 5 ms plus
+/// 2% of the wall time since the first one, so a runtime that stalls many thousand times a
+/// second on its own threads loses at most that share of its time to them.
+pub struct Budget;
+
+static SPENT_NS: AtomicU64 = AtomicU64::new(0);
+static FIRST_NS: AtomicU64 = AtomicU64::new(0);
+const FREE_NS: u64 = 5_000_000;
+
+impl Budget {
+    /// Whether a read may start at `now_ns`.
+    pub fn allow(now_ns: u64) -> bool {
+        let first = match FIRST_NS.load(Ordering::Relaxed) {
+            0 => match FIRST_NS.compare_exchange(0, now_ns, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => now_ns,
+                Err(t) => t,
+            },
+            t => t,
+        };
+        SPENT_NS.load(Ordering::Relaxed) <= FREE_NS + now_ns.saturating_sub(first) / 50
+    }
+
+    /// Counts the time a read took.
+    pub fn spend(ns: u64) {
+        SPENT_NS.fetch_add(ns, Ordering::Relaxed);
+    }
+}
