@@ -5,6 +5,8 @@
 //! - [`follow`]: discover the segments in `SYNCSPY_DIR` and drain their rings; each followed
 //!   segment has a stable [`follow::SegmentKey`] and a slot for the caller's own state.
 //! - [`aggregate`]: per-process exact totals and latency histograms.
+//! - [`limits`]: what a reader spends on hostile segments, bounded per segment, per user and
+//!   in total; what it dropped, counted.
 //! - [`alike`]: the merge rules every view shares (sites that print alike, gap causes at
 //!   one line).
 //! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
@@ -22,6 +24,7 @@ pub mod advice;
 pub mod aggregate;
 pub mod alike;
 pub mod follow;
+pub mod limits;
 pub mod place;
 pub mod python;
 pub mod rates;

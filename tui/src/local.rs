@@ -34,6 +34,8 @@ pub const MAX_ENDED: usize = 64;
 pub const MAX_GAP_CAUSES: usize = 8;
 /// Problems listed at most (the oldest beyond this are dropped).
 const MAX_PROBLEMS: usize = 20;
+/// How the line about the reader's budgets (`syncspy_read::limits`) begins.
+const OVER_BUDGET: &str = "over budget: ";
 /// Period over which events/s and stall/s are measured.
 const RATE_SPAN_NS: u64 = 2_000_000_000;
 
@@ -45,7 +47,8 @@ struct SymRequest {
     stack: Vec<u64>,
     /// The site's Python frames (innermost first), merged with the native ones.
     python: Vec<PyFrame>,
-    modules: Vec<Module>,
+    /// The segment's module map (bounded, `limits`), shared by its requests of one view.
+    modules: std::sync::Arc<[Module]>,
 }
 
 /// Symbolizes on its own thread; answers arrive through `done`.
@@ -273,6 +276,16 @@ impl LocalSource {
             let p = format!("cannot read {}: {e}", self.follower.dir().display());
             self.note(p);
         }
+        // What the budgets left out, as one line that changes in place.
+        let d = self.follower.dropped();
+        if d.segments + d.histograms + d.modules > 0 {
+            self.problems.retain(|p| !p.starts_with(OVER_BUDGET));
+            self.note(format!(
+                "{OVER_BUDGET}{} segments not followed, {} histograms not made, {} modules not \
+                 used (their users at their caps)",
+                d.segments, d.histograms, d.modules
+            ));
+        }
         let new: Vec<String> = self
             .follower
             .take_new_problems()
@@ -351,7 +364,9 @@ fn follower(
     pid: Option<u32>,
     window_secs: u64,
 ) -> Follower<Extra> {
-    Follower::with_state(dir, session, move |_| Extra::new(window_secs)).with_pid(pid)
+    Follower::with_state(dir, session, move |_| Extra::new(window_secs))
+        .with_pid(pid)
+        .with_budget(syncspy_read::limits::Limits::from_env())
 }
 
 /// The monitor's view of one followed process; asks `sym` for the stacks it lacks.
@@ -495,7 +510,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     // Ask for the stacks not symbolized yet.
     if !want.is_empty() {
         let reader = &f.reader;
-        let modules = reader.modules();
+        let modules: std::sync::Arc<[Module]> = f.modules().into();
         for site in want {
             let k = SiteRef { segment: key, site };
             if sym.pending.contains(&k) || sym.cache.contains_key(&k) {
@@ -511,7 +526,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 key: k,
                 stack,
                 python,
-                modules: modules.clone(),
+                modules: std::sync::Arc::clone(&modules),
             });
         }
     }

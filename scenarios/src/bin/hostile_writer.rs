@@ -3,7 +3,16 @@
 //!
 //! ```text
 //! hostile-writer DIR SECS [RATE]
+//! hostile-writer wide DIR SECS [SEGMENTS]
+//! hostile-writer tiny DIR SECS [PER_SECOND]
+//! hostile-writer live DIR SECS [COUNT]
 //! ```
+//!
+//! `wide`: SEGMENTS (default 1) valid segments each with 65,536 modules of 424-byte paths
+//! and 2,048 call sites of 62 frames, with records across every site (issue 25, item 6).
+//! `tiny`: PER_SECOND (default 50) short "processes" a second, each a tiny valid segment
+//! that records a few events and ends (issue 25, item 7). `live`: COUNT (default 1500) tiny
+//! segments that stay live for SECS seconds.
 //!
 //! For SECS seconds, at about RATE records a second (default 200000), it writes valid
 //! segments whose records each carry a call-site id of their own (most outside the site
@@ -20,6 +29,20 @@ use std::time::{Duration, Instant};
 use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
 
 fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    if ["wide", "tiny", "live"].contains(&mode.as_str()) {
+        let mut args = std::env::args().skip(2);
+        let dir = PathBuf::from(args.next().expect("usage: hostile-writer MODE DIR SECS [N]"));
+        let secs: u64 = args.next().and_then(|s| s.parse().ok()).expect("SECS");
+        let n: Option<u64> = args.next().and_then(|s| s.parse().ok());
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        match mode.as_str() {
+            "wide" => wide(&dir, deadline, n.unwrap_or(1)),
+            "tiny" => tiny(&dir, deadline, n.unwrap_or(50)),
+            _ => live(&dir, deadline, n.unwrap_or(1500)),
+        }
+        return;
+    }
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().expect("usage: hostile-writer DIR SECS [RATE]"));
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).expect("SECS");
@@ -95,4 +118,114 @@ fn main() {
         "hostile-writer: {n} records in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A record of `kind` at call site `site`.
+fn record(n: u64, site: u32) -> Record {
+    Record {
+        kind: Kind::StreamSync,
+        api: Api::CudaStreamSynchronize,
+        direction: Direction::None,
+        flags: 0,
+        device: 0,
+        start_ns: n,
+        duration_ns: 1_000 + n % 1_000_000,
+        bytes: 0,
+        stream: 0,
+        tid: 1,
+        site,
+        result: 0,
+        polls: 0,
+    }
+}
+
+/// Made-up pids above the kernel's largest (4,194,304): no live process has them.
+fn fake_pid(i: u64) -> u32 {
+    5_000_000 + (i % 100_000_000) as u32
+}
+
+fn wide(dir: &std::path::Path, deadline: Instant, segments: u64) {
+    let start = syncspy_abi::process_start_ticks(std::process::id()).unwrap_or(0);
+    let writers: Vec<SegmentWriter> = (0..segments)
+        .map(|i| {
+            let mut p = SegmentParams::new(fake_pid(i), start + i);
+            p.module_capacity = 1 << 16;
+            p.site_capacity = 2048;
+            p.cmdline = format!("hostile-writer\0wide\0{i}\0").into_bytes();
+            let w = SegmentWriter::create(dir, &p).expect("create a segment");
+            // The longest paths the map takes, each its own object.
+            for m in 0..(1u64 << 16) {
+                let path = format!("/{}/{m:08}", "x".repeat(412));
+                let base = 0x1000_0000 + m * 0x1_0000;
+                w.add_module(path.as_bytes(), base, base, base + 0x1_0000, &[0xab; 20]);
+            }
+            w
+        })
+        .collect();
+    // Sites of 62 frames, each frame in a module of its own.
+    let mut sites = Vec::new();
+    for (wi, w) in writers.iter().enumerate() {
+        for s in 0..2048u64 {
+            let frames: Vec<u64> = (0..62u64)
+                .map(|f| 0x1000_0000 + ((s * 62 + f + wi as u64) % (1 << 16)) * 0x1_0000 + 0x10)
+                .collect();
+            sites.push((wi, w.intern_site(&frames).unwrap_or(0)));
+        }
+    }
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        for (wi, site) in &sites {
+            n += 1;
+            writers[*wi].record(&record(n, *site));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("hostile-writer: wide, {n} records");
+}
+
+fn tiny(dir: &std::path::Path, deadline: Instant, per_second: u64) {
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        let mut p = SegmentParams::new(fake_pid(n + 1_000), n);
+        p.ring_capacity = 16;
+        p.site_capacity = 16;
+        p.module_capacity = 16;
+        p.cmdline = b"hostile-writer\0tiny\0".to_vec();
+        if let Ok(w) = SegmentWriter::create(dir, &p) {
+            for i in 0..4 {
+                w.record(&record(i, 0));
+            }
+            w.mark_exited(0);
+            // Dropped: its lock is released and the segment reads as ended.
+        }
+        n += 1;
+        let due = Duration::from_secs_f64(n as f64 / per_second.max(1) as f64);
+        if let Some(ahead) = due.checked_sub(t0.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
+    eprintln!("hostile-writer: tiny, {n} short segments");
+}
+
+fn live(dir: &std::path::Path, deadline: Instant, count: u64) {
+    let writers: Vec<SegmentWriter> = (0..count)
+        .filter_map(|i| {
+            let mut p = SegmentParams::new(fake_pid(200_000_000 + i), i);
+            p.ring_capacity = 16;
+            p.site_capacity = 16;
+            p.module_capacity = 16;
+            p.cmdline = b"hostile-writer\0live\0".to_vec();
+            SegmentWriter::create(dir, &p).ok()
+        })
+        .collect();
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        for w in &writers {
+            n += 1;
+            w.record(&record(n, 0));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("hostile-writer: live, {} segments, {n} records", writers.len());
 }
