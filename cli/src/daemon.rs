@@ -179,6 +179,9 @@ pub struct Collector {
     next_report: usize,
     /// What the budgets dropped, as last logged.
     logged_dropped: Dropped,
+    /// Processes let go since the heap was last trimmed, and when that was.
+    retired_since_trim: usize,
+    last_trim: Option<std::time::Instant>,
 }
 
 impl Collector {
@@ -202,6 +205,8 @@ impl Collector {
             limits,
             next_report: 0,
             logged_dropped: Dropped::default(),
+            retired_since_trim: 0,
+            last_trim: None,
         };
         c.register();
         if let Err(e) = c.follower.watch() {
@@ -458,6 +463,7 @@ impl Collector {
                 }
         };
         let gone = self.follower.forget(stale);
+        let mut retired = gone.len();
         for mut f in gone {
             self.retire(&mut f, false);
         }
@@ -477,9 +483,11 @@ impl Collector {
             .iter_mut()
             .flat_map(|p| p.follower.forget(pod_stale))
             .collect();
+        retired += gone.len();
         for mut f in gone {
             self.retire(&mut f, true);
         }
+        self.trim(retired);
         self.pods
             .retain(|p| !(p.gone && p.follower.processes().is_empty()));
         if !self.keep_segments {
@@ -534,6 +542,25 @@ impl Collector {
             drop(f.take_lease());
         } else if let Err(e) = f.release(false) {
             self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
+        }
+    }
+
+    /// Hands freed heap back to the system after processes were let go (at most every 5 s):
+    /// a flood of short processes otherwise leaves the agent's resident memory at its peak.
+    fn trim(&mut self, retired: usize) {
+        self.retired_since_trim += retired;
+        let due = self
+            .last_trim
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if self.retired_since_trim == 0 || !due {
+            return;
+        }
+        self.retired_since_trim = 0;
+        self.last_trim = Some(std::time::Instant::now());
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim has no preconditions; it only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
         }
     }
 

@@ -10,9 +10,12 @@
 //!
 //! `wide`: SEGMENTS (default 1) valid segments each with 65,536 modules of 424-byte paths
 //! and 2,048 call sites of 62 frames, with records across every site (issue 25, item 6).
-//! `tiny`: PER_SECOND (default 50) short "processes" a second, each a tiny valid segment
-//! that records a few events and ends (issue 25, item 7). `live`: COUNT (default 1500) tiny
-//! segments that stay live for SECS seconds.
+//! `tiny`: PER_SECOND (default 50) short processes a second (forked), each writing a tiny
+//! valid segment, recording a few events, living `HOSTILE_LIFE_MS` (default 300) and ending
+//! (issue 25, item 7). `live`: COUNT (default 1500) tiny segments that stay live for SECS
+//! seconds. Every segment names this process (or the forked child) and is owned by its user,
+//! so readers take it for that process's own; the ones of one process differ by their start
+//! time.
 //!
 //! For SECS seconds, at about RATE records a second (default 200000), it writes valid
 //! segments whose records each carry a call-site id of their own (most outside the site
@@ -139,16 +142,19 @@ fn record(n: u64, site: u32) -> Record {
     }
 }
 
-/// Made-up pids above the kernel's largest (4,194,304): no live process has them.
-fn fake_pid(i: u64) -> u32 {
-    5_000_000 + (i % 100_000_000) as u32
+/// This process's pid, and its start time plus `i`: a reader checks that the file's owner
+/// runs the pid, not the start time, so one process can name many segments.
+fn me(i: u64) -> (u32, u64) {
+    let pid = std::process::id();
+    let start = syncspy_abi::process_start_ticks(pid).unwrap_or(0);
+    (pid, start + i)
 }
 
 fn wide(dir: &std::path::Path, deadline: Instant, segments: u64) {
-    let start = syncspy_abi::process_start_ticks(std::process::id()).unwrap_or(0);
     let writers: Vec<SegmentWriter> = (0..segments)
         .map(|i| {
-            let mut p = SegmentParams::new(fake_pid(i), start + i);
+            let (pid, start) = me(i);
+            let mut p = SegmentParams::new(pid, start);
             p.module_capacity = 1 << 16;
             p.site_capacity = 2048;
             p.cmdline = format!("hostile-writer\0wide\0{i}\0").into_bytes();
@@ -184,34 +190,57 @@ fn wide(dir: &std::path::Path, deadline: Instant, segments: u64) {
 }
 
 fn tiny(dir: &std::path::Path, deadline: Instant, per_second: u64) {
+    let life = std::env::var("HOSTILE_LIFE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300u64);
     let t0 = Instant::now();
     let mut n = 0u64;
+    let mut children = 0u64;
     while Instant::now() < deadline {
-        let mut p = SegmentParams::new(fake_pid(n + 1_000), n);
-        p.ring_capacity = 16;
-        p.site_capacity = 16;
-        p.module_capacity = 16;
-        p.cmdline = b"hostile-writer\0tiny\0".to_vec();
-        if let Ok(w) = SegmentWriter::create(dir, &p) {
-            for i in 0..4 {
-                w.record(&record(i, 0));
+        // SAFETY: this process is single-threaded; the child only creates a file, writes to
+        // its mapping, sleeps and leaves with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                let (pid, start) = me(0);
+                let mut p = SegmentParams::new(pid, start);
+                p.ring_capacity = 16;
+                p.site_capacity = 16;
+                p.module_capacity = 16;
+                p.cmdline = b"hostile-writer\0tiny\0".to_vec();
+                if let Ok(w) = SegmentWriter::create(dir, &p) {
+                    for i in 0..4 {
+                        w.record(&record(i, 0));
+                    }
+                    std::thread::sleep(Duration::from_millis(life));
+                    w.mark_exited(0);
+                    w.leak();
+                }
+                // SAFETY: leaves the child at once, without running the parent's handlers.
+                unsafe { libc::_exit(0) };
             }
-            w.mark_exited(0);
-            // Dropped: its lock is released and the segment reads as ended.
+            c if c > 0 => children += 1,
+            _ => {}
         }
+        // Reap the children that ended.
+        // SAFETY: waitpid with WNOHANG on any child; a null status pointer is allowed.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
         n += 1;
         let due = Duration::from_secs_f64(n as f64 / per_second.max(1) as f64);
         if let Some(ahead) = due.checked_sub(t0.elapsed()) {
             std::thread::sleep(ahead);
         }
     }
-    eprintln!("hostile-writer: tiny, {n} short segments");
+    // SAFETY: as above, blocking this time until every child has ended.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+    eprintln!("hostile-writer: tiny, {children} short processes");
 }
 
 fn live(dir: &std::path::Path, deadline: Instant, count: u64) {
     let writers: Vec<SegmentWriter> = (0..count)
         .filter_map(|i| {
-            let mut p = SegmentParams::new(fake_pid(200_000_000 + i), i);
+            let (pid, start) = me(1 + i);
+            let mut p = SegmentParams::new(pid, start);
             p.ring_capacity = 16;
             p.site_capacity = 16;
             p.module_capacity = 16;
