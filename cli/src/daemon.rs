@@ -595,7 +595,12 @@ impl Collector {
         self.logged_dropped = d;
         // Compactions are the budgets' routine, not a drop worth a line of its own.
         if (d.segments, d.histograms, d.modules, d.deferred_polls)
-            == (was.segments, was.histograms, was.modules, was.deferred_polls)
+            == (
+                was.segments,
+                was.histograms,
+                was.modules,
+                was.deferred_polls,
+            )
         {
             return;
         }

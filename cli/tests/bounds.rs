@@ -159,7 +159,10 @@ fn one_users_flood_stays_within_its_cap_and_roots_job_is_counted() {
         most <= CAP,
         "the agent followed {most} segments of the flooding user, over its cap of {CAP}"
     );
-    assert!(most > 0, "the flooding user's segments are followed up to the cap");
+    assert!(
+        most > 0,
+        "the flooding user's segments are followed up to the cap"
+    );
     let m = metrics(&addr);
     assert!(metric(&m, dropped).unwrap() > 0, "{m}");
     // The agent says so in its log.

@@ -563,10 +563,14 @@ impl ProcessAgg {
             .chain(self.sites.values())
             .map(|d| d.heap_bytes() + 64)
             .fold(0u64, u64::saturating_add);
-        let recent = (self.gap_causes.recent.capacity() * std::mem::size_of::<RecentStall>()) as u64;
+        let recent =
+            (self.gap_causes.recent.capacity() * std::mem::size_of::<RecentStall>()) as u64;
         let maps = ((self.capture_failures.capacity() + self.gap_causes.causes.capacity()) * 48
             + self.argv.iter().map(|a| a.len() + 24).sum::<usize>()) as u64;
-        dists.saturating_add(recent).saturating_add(maps).saturating_add(1024)
+        dists
+            .saturating_add(recent)
+            .saturating_add(maps)
+            .saturating_add(1024)
     }
 
     /// Shrinks an ended process (after its final drain) to what its reports still need:
@@ -590,7 +594,8 @@ impl ProcessAgg {
             }
         }
         self.sites = sites;
-        self.capture_failures.retain(|k, _| self.sites.contains_key(k));
+        self.capture_failures
+            .retain(|k, _| self.sites.contains_key(k));
         self.capture_failures.shrink_to_fit();
         self.gap_causes.recent = VecDeque::new();
         self.compacted = true;
@@ -1012,7 +1017,10 @@ mod tests {
             a.gap_causes.stall(&r);
         }
         let before = a.heap_bytes();
-        let (count, total) = (a.kind_dist(k).unwrap().count(), a.kind_dist(k).unwrap().total_ns());
+        let (count, total) = (
+            a.kind_dist(k).unwrap().count(),
+            a.kind_dist(k).unwrap().total_ns(),
+        );
         let p99 = a.kind_dist(k).unwrap().quantile(0.99);
         a.compact();
         assert!(a.compacted);
@@ -1021,11 +1029,18 @@ mod tests {
         let sites = a.sites_by_total();
         assert_eq!(sites.len(), COMPACT_SITES);
         assert_eq!(sites[0].0.site, 200);
-        assert_eq!(sites[COMPACT_SITES - 1].0.site, 200 - COMPACT_SITES as u32 + 1);
+        assert_eq!(
+            sites[COMPACT_SITES - 1].0.site,
+            200 - COMPACT_SITES as u32 + 1
+        );
         let d = a.kind_dist(k).unwrap();
         assert_eq!((d.count(), d.total_ns()), (count, total));
         // Two significant digits: within 1%.
-        assert!(d.quantile(0.99).abs_diff(p99) * 100 <= p99, "{p99} {}", d.quantile(0.99));
+        assert!(
+            d.quantile(0.99).abs_diff(p99) * 100 <= p99,
+            "{p99} {}",
+            d.quantile(0.99)
+        );
     }
 
     #[test]

@@ -155,15 +155,13 @@ impl<S> Followed<S> {
         let mut delivered = 0;
         loop {
             let (agg, state) = (&mut self.agg, &mut self.state);
-            let st = self
-                .reader
-                .poll(&mut self.cursor, budget, patience, |r| {
-                    // Undecodable records are counted through `PollStats::corrupt`.
-                    if let Ok(r) = r {
-                        agg.add_record(&r);
-                        sink(key, state, &r);
-                    }
-                });
+            let st = self.reader.poll(&mut self.cursor, budget, patience, |r| {
+                // Undecodable records are counted through `PollStats::corrupt`.
+                if let Ok(r) = r {
+                    agg.add_record(&r);
+                    sink(key, state, &r);
+                }
+            });
             self.agg.add_poll(&st);
             delivered += st.delivered;
             // Only a final drain (patience 0) keeps going until the ring is empty.
@@ -361,7 +359,10 @@ impl<S> Follower<S> {
 
     /// What the budgets dropped so far (zeros when unbounded).
     pub fn dropped(&self) -> Dropped {
-        self.budget.as_ref().map(Budget::dropped).unwrap_or_default()
+        self.budget
+            .as_ref()
+            .map(Budget::dropped)
+            .unwrap_or_default()
     }
 
     /// Follows a segment whose file belongs to another user than this reader's only when its
@@ -687,7 +688,9 @@ impl<S> Follower<S> {
         for f in &mut self.followed {
             // Refresh the state first: the process may have ended since the last poll.
             n += f.poll(PATIENCE, POLL_BUDGET, &mut sink).0;
-            n += f.poll(if f.ended() { 0 } else { PATIENCE }, POLL_BUDGET, &mut sink).0;
+            n += f
+                .poll(if f.ended() { 0 } else { PATIENCE }, POLL_BUDGET, &mut sink)
+                .0;
         }
         self.report_truncated();
         n

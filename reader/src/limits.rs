@@ -225,7 +225,10 @@ impl Budget {
 
     /// Segments followed, as of the last admission or recount: `(total, of uid)`.
     pub fn segments(&self, uid: u32) -> (usize, usize) {
-        (self.segments, self.users.get(&uid).map_or(0, |u| u.segments))
+        (
+            self.segments,
+            self.users.get(&uid).map_or(0, |u| u.segments),
+        )
     }
 
     /// Estimated heap bytes, as of the last recount: `(total, of uid)`.

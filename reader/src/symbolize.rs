@@ -269,8 +269,7 @@ impl Symbolizer {
         let stack = frames();
         if let Some(b) = self.pass.budget {
             let mine = self.pass.per_owner.get(&owner).copied().unwrap_or(0);
-            if self.pass.spent + stack.len() > b.frames
-                || mine + stack.len() > b.frames_per_segment
+            if self.pass.spent + stack.len() > b.frames || mine + stack.len() > b.frames_per_segment
             {
                 self.pass.deferred = self.pass.deferred.saturating_add(1);
                 return stale.unwrap_or_default();

@@ -35,7 +35,10 @@ fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     if ["wide", "tiny", "live"].contains(&mode.as_str()) {
         let mut args = std::env::args().skip(2);
-        let dir = PathBuf::from(args.next().expect("usage: hostile-writer MODE DIR SECS [N]"));
+        let dir = PathBuf::from(
+            args.next()
+                .expect("usage: hostile-writer MODE DIR SECS [N]"),
+        );
         let secs: u64 = args.next().and_then(|s| s.parse().ok()).expect("SECS");
         let n: Option<u64> = args.next().and_then(|s| s.parse().ok());
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -256,5 +259,8 @@ fn live(dir: &std::path::Path, deadline: Instant, count: u64) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("hostile-writer: live, {} segments, {n} records", writers.len());
+    eprintln!(
+        "hostile-writer: live, {} segments, {n} records",
+        writers.len()
+    );
 }
