@@ -182,6 +182,8 @@ pub struct Collector {
     /// Processes let go since the heap was last trimmed, and when that was.
     retired_since_trim: usize,
     last_trim: Option<std::time::Instant>,
+    /// When the last `over budget` line was logged.
+    last_drop_log: Option<std::time::Instant>,
 }
 
 impl Collector {
@@ -207,6 +209,7 @@ impl Collector {
             logged_dropped: Dropped::default(),
             retired_since_trim: 0,
             last_trim: None,
+            last_drop_log: None,
         };
         c.register();
         if let Err(e) = c.follower.watch() {
@@ -497,7 +500,18 @@ impl Collector {
                 .iter()
                 .map(|f| f.reader.path().to_path_buf())
                 .collect();
-            let skip = |p: &std::path::Path| followed.contains(p);
+            // Nor one it has not read yet: a job that began and ended since this step's scan
+            // would otherwise be removed unread whenever the folder is over its cap (another
+            // user's files, which this agent does not reclaim, can keep it there).
+            let grace = Duration::from_nanos(lifecycle::AGENT_GRACE_NS);
+            let recent = |p: &std::path::Path| {
+                std::fs::symlink_metadata(p)
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < grace)
+            };
+            let skip = |p: &std::path::Path| followed.contains(p) || recent(p);
             if let Err(e) = lifecycle::reclaim(self.follower.dir(), self.policy, &skip) {
                 let w = format!("cannot reclaim in {}: {e}", self.follower.dir().display());
                 if !self.warnings.contains(&w) {
@@ -585,10 +599,15 @@ impl Collector {
         m
     }
 
-    /// Logs what the budgets dropped since the last log, in one line (at most one a step).
+    /// Logs what the budgets dropped so far, in one line, at most once a minute.
     fn log_dropped(&mut self) {
         let d = self.dropped();
-        if d == self.logged_dropped {
+        // One line a minute at most: a flood changes the counts at every step.
+        if d == self.logged_dropped
+            || self
+                .last_drop_log
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
             return;
         }
         let was = self.logged_dropped;
@@ -604,6 +623,7 @@ impl Collector {
         {
             return;
         }
+        self.last_drop_log = Some(std::time::Instant::now());
         eprintln!(
             "syncspy agent: over budget (docs/contracts.md, reader budgets), since start: {} \
              segments not followed, {} histograms not made, {} modules not used, {} polls \
