@@ -979,6 +979,16 @@ impl SegmentReader {
         modules::read_all(self.v.live(), self.v.modules())
     }
 
+    /// The first `max` entries of the module map, validated as `modules` does: a reader
+    /// bounds what one segment costs it (a map may hold 65,536 entries of 512 bytes).
+    pub fn modules_upto(&self, max: usize) -> Vec<Module> {
+        if self.frozen || !self.intact() {
+            return Vec::new();
+        }
+        let table = self.v.modules();
+        modules::read_all(self.v.live(), &table[..table.len().min(max)])
+    }
+
     /// Whether the writing process still runs, as far as this reader can tell from any PID
     /// namespace: the writer's liveness lock is held (`origin` module). For a segment
     /// without the lock (older than ABI 1.5, or on a filesystem without OFD locks) the

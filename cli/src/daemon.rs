@@ -42,6 +42,7 @@ use syncspy_abi::Kind;
 
 use crate::{metrics, pods};
 use syncspy_read::follow::Followed;
+use syncspy_read::limits::{Dropped, Limits};
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::process_report;
 use syncspy_read::session::{ReaderSession, SessionOptions, SessionProblem};
@@ -49,7 +50,14 @@ pub use syncspy_read::snapshot::{
     latency_of, ForgottenProgram, Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS,
     SNAPSHOT_VERSION,
 };
-use syncspy_read::symbolize::Symbolizer;
+use syncspy_read::symbolize::{PassBudget, Symbolizer};
+
+/// What one snapshot may spend on stacks not symbolized before: the rest wait for the next
+/// steps (`Symbolizer::begin_pass`), so symbolizing never holds up the collection.
+pub const SYMBOLIZE_PER_STEP: PassBudget = PassBudget {
+    frames: 16_384,
+    frames_per_segment: 2_048,
+};
 
 /// `syncspy agent --help`, after the options: what it follows, every metric it serves, the
 /// token, the exit status.
@@ -59,6 +67,10 @@ that runs the CUDA jobs (segments are mode 0600), or as root. It also follows, r
 segment folders of processes in other mount namespaces (containers, pods with their own
 /dev/shm), found every 3 s through /proc/<pid>/root: that needs the host's PID namespace
 (Kubernetes hostPID) and CAP_SYS_PTRACE (docs/cluster.md); at most 256 such folders.
+Per folder it follows at most 256 segments per user (owner of the file) and 2048 in all, and
+spends at most 256 MiB per user and 1 GiB in all on their histograms (estimated); the rest is
+skipped and counted (SYNCSPY_READER_SEGMENTS_PER_USER, SYNCSPY_READER_SEGMENTS,
+SYNCSPY_READER_MB_PER_USER, SYNCSPY_READER_MB change the caps).
 
 Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
@@ -71,6 +83,8 @@ Metrics (labels: program, at most 50 values then \"other\"; kind; state):
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
   syncspy_segments_skipped, syncspy_agent_info
+  syncspy_reader_dropped_total (label what: segment, histogram, module, deferred_poll,
+    deferred_stack, compacted; what the reader budgets left out, docs/contracts.md)
   syncspy_process_info (labels pid, host_pid, container, pod_uid: at most 256 live
     processes)
 Distributed jobs (labels: job_id, at most 8 then \"other\"; rank, at most 64 per job):
@@ -84,6 +98,9 @@ start to --token-file (mode 0600: the agent's user and root); `syncspy-top --age
 
 Exit status: 2 when the address cannot be bound, the token file cannot be written or
 SYNCSPY_DIR is unusable.";
+
+/// The shortest time between two steps of the collector.
+pub const MIN_STEP_GAP: Duration = Duration::from_millis(100);
 
 /// Distinct `program` label values; later programs are labelled `other`.
 pub const MAX_PROGRAMS: usize = 50;
@@ -158,12 +175,29 @@ pub struct Collector {
     warnings: Vec<String>,
     host: String,
     policy: Policy,
+    limits: Limits,
+    /// Where the next snapshot starts symbolizing (rotated, so every process gets a turn
+    /// of the per-step budget).
+    next_report: usize,
+    /// What the budgets dropped, as last logged.
+    logged_dropped: Dropped,
+    /// Processes let go since the heap was last trimmed, and when that was.
+    retired_since_trim: usize,
+    last_trim: Option<std::time::Instant>,
+    /// When the last `over budget` line was logged.
+    last_drop_log: Option<std::time::Instant>,
 }
 
 impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
+        let limits = Limits::from_env();
         let mut c = Collector {
-            reader: ReaderSession::new(SessionOptions::new(dir).claiming().watch(true)),
+            reader: ReaderSession::new(
+                SessionOptions::new(dir)
+                    .claiming()
+                    .watch(true)
+                    .budget(limits),
+            ),
             pods: Vec::new(),
             discovery: pods::Discovery::new(),
             pod_watch: None,
@@ -176,6 +210,12 @@ impl Collector {
             warnings: Vec::new(),
             host: hostname(),
             policy: Policy::from_env(),
+            limits,
+            next_report: 0,
+            logged_dropped: Dropped::default(),
+            retired_since_trim: 0,
+            last_trim: None,
+            last_drop_log: None,
         };
         let problems = c.reader.take_problems();
         c.warn_new(problems);
@@ -306,7 +346,7 @@ impl Collector {
         );
         self.pods.push(PodFolder {
             // No leases, no registration: nothing is written into a pod's folder.
-            reader: ReaderSession::new(SessionOptions::new(path)),
+            reader: ReaderSession::new(SessionOptions::new(path).budget(self.limits)),
             id: found.id,
             mnt_ns: found.mnt_ns,
             describe,
@@ -383,8 +423,17 @@ impl Collector {
             .unwrap_or_default();
         // A segment removed under us is drained (just now) and let go: nobody else can find
         // it, and its mapping alone keeps its memory in use.
+        // A user at their cap of segments: their compacted ended processes are retired at
+        // once (totals kept), to make room for their new ones.
+        let mut per_user: std::collections::HashMap<u32, usize> = Default::default();
+        for f in self.reader.processes() {
+            *per_user.entry(f.uid).or_default() += 1;
+        }
+        let cap = self.limits.segments_per_user;
+        let at_cap = |f: &Followed| per_user.get(&f.uid).is_some_and(|n| *n >= cap);
         let stale = |f: &Followed| {
             f.unlinked()
+                || f.ended() && f.agg.compacted && at_cap(f)
                 || f.ended() && !(f.agg.session != 0 && runs.contains(&f.agg.session)) && {
                     let end = match f.agg.live.ended_ns {
                         0 => f.agg.gone_ns.unwrap_or(now),
@@ -394,6 +443,7 @@ impl Collector {
                 }
         };
         let gone = self.reader.follower_mut().forget(stale);
+        let mut retired = gone.len();
         for mut f in gone {
             self.retire(&mut f, false);
         }
@@ -413,9 +463,11 @@ impl Collector {
             .iter_mut()
             .flat_map(|p| p.reader.follower_mut().forget(pod_stale))
             .collect();
+        retired += gone.len();
         for mut f in gone {
             self.retire(&mut f, true);
         }
+        self.trim(retired);
         self.pods
             .retain(|p| !(p.gone && p.reader.processes().is_empty()));
         if !self.keep_segments {
@@ -425,7 +477,18 @@ impl Collector {
                 .iter()
                 .map(|f| f.reader.path().to_path_buf())
                 .collect();
-            let skip = |p: &std::path::Path| followed.contains(p);
+            // Nor one it has not read yet: a job that began and ended since this step's scan
+            // would otherwise be removed unread whenever the folder is over its cap (another
+            // user's files, which this agent does not reclaim, can keep it there).
+            let grace = Duration::from_nanos(lifecycle::AGENT_GRACE_NS);
+            let recent = |p: &std::path::Path| {
+                std::fs::symlink_metadata(p)
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < grace)
+            };
+            let skip = |p: &std::path::Path| followed.contains(p) || recent(p);
             if let Err(e) = lifecycle::reclaim(self.reader.dir(), self.policy, &skip) {
                 let w = format!("cannot reclaim in {}: {e}", self.reader.dir().display());
                 if !self.warnings.contains(&w) {
@@ -433,12 +496,16 @@ impl Collector {
                 }
             }
         }
+        self.log_dropped();
     }
 
     /// Moves a forgotten segment's totals into its program's counters and lets go of its
     /// file: released (and removed when nobody wants it) in the agent's folder, left as it
     /// is in a pod's (`pod`), where the agent writes nothing.
     fn retire(&mut self, f: &mut Followed, pod: bool) {
+        let k = f.key();
+        self.sym
+            .forget_owner((k.process.pid, k.process.start_ticks, k.created_ns));
         let label = self.label(&f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
@@ -469,6 +536,79 @@ impl Collector {
         }
     }
 
+    /// Hands freed heap back to the system after processes were let go (at most every 5 s):
+    /// a flood of short processes otherwise leaves the agent's resident memory at its peak.
+    fn trim(&mut self, retired: usize) {
+        self.retired_since_trim += retired;
+        let due = self
+            .last_trim
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if self.retired_since_trim == 0 || !due {
+            return;
+        }
+        self.retired_since_trim = 0;
+        self.last_trim = Some(std::time::Instant::now());
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim has no preconditions; it only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+
+    /// What the budgets dropped, over the folder and the pods' folders.
+    pub fn dropped(&self) -> Dropped {
+        let mut d = self.reader.follower().dropped();
+        for p in &self.pods {
+            d.add(&p.reader.follower().dropped());
+        }
+        d
+    }
+
+    /// `dropped` as the snapshot's `reader_dropped`, with the stacks left for later steps.
+    fn dropped_pairs(&self) -> BTreeMap<String, u64> {
+        let mut m: BTreeMap<String, u64> = self
+            .dropped()
+            .pairs()
+            .iter()
+            .map(|(w, n)| (w.to_string(), *n))
+            .collect();
+        m.insert("deferred_stack".to_string(), self.sym.deferred());
+        m
+    }
+
+    /// Logs what the budgets dropped so far, in one line, at most once a minute.
+    fn log_dropped(&mut self) {
+        let d = self.dropped();
+        // One line a minute at most: a flood changes the counts at every step.
+        if d == self.logged_dropped
+            || self
+                .last_drop_log
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        let was = self.logged_dropped;
+        self.logged_dropped = d;
+        // Compactions are the budgets' routine, not a drop worth a line of its own.
+        if (d.segments, d.histograms, d.modules, d.deferred_polls)
+            == (
+                was.segments,
+                was.histograms,
+                was.modules,
+                was.deferred_polls,
+            )
+        {
+            return;
+        }
+        self.last_drop_log = Some(std::time::Instant::now());
+        eprintln!(
+            "syncspy agent: over budget (docs/contracts.md, reader budgets), since start: {} \
+             segments not followed, {} histograms not made, {} modules not used, {} polls \
+             deferred",
+            d.segments, d.histograms, d.modules, d.deferred_polls
+        );
+    }
+
     /// The host as of the last step.
     pub fn snapshot(&mut self) -> Snapshot {
         let now = monotonic_ns();
@@ -487,13 +627,22 @@ impl Collector {
             .processes()
             .iter()
             .chain(self.pods.iter().flat_map(|p| p.reader.processes()));
-        for (f, program) in followed.zip(labels) {
-            processes.push(SnapshotProcess {
-                program,
+        // Stacks not symbolized before get a bounded share of this step; the first process
+        // to get it rotates, so every process gets its turn.
+        self.sym.begin_pass(Some(SYMBOLIZE_PER_STEP));
+        let followed: Vec<(&Followed, String)> = followed.zip(labels).collect();
+        let start = self.next_report % followed.len().max(1);
+        self.next_report = self.next_report.wrapping_add(1);
+        let mut reports: Vec<Option<SnapshotProcess>> = vec![None; followed.len()];
+        for i in (start..followed.len()).chain(0..start) {
+            let (f, program) = &followed[i];
+            reports[i] = Some(SnapshotProcess {
+                program: program.clone(),
                 report: process_report(f, &mut self.sym, now),
                 latency: latency_of(&f.agg),
             });
         }
+        processes.extend(reports.into_iter().flatten());
         let mut warnings = self.warnings.clone();
         warnings.extend(self.sym.notes().iter().cloned());
         Snapshot {
@@ -506,6 +655,7 @@ impl Collector {
             segment_dir: self.reader.dir().display().to_string(),
             processes,
             forgotten: self.forgotten.clone(),
+            reader_dropped: self.dropped_pairs(),
             segments_skipped: self.reader.segment_problems().len()
                 + self
                     .pods
@@ -1025,11 +1175,19 @@ fn serve_until_stopped(opts: &DaemonOptions) -> Result<(), ServeError> {
     // SIGINT and SIGTERM reach this one.
     mask_stop_signals(false);
     let stopping = || STOP.load(std::sync::atomic::Ordering::SeqCst);
+    // A folder where segments keep appearing wakes `wait` at once each time: steps are
+    // still at least this far apart, so a flood of new files cannot keep the collector busy.
+    let min_gap = opts.interval.min(MIN_STEP_GAP);
+    let mut last_step = std::time::Instant::now();
     while !stopping() {
         collector.wait(opts.interval);
+        if let Some(rest) = min_gap.checked_sub(last_step.elapsed()) {
+            std::thread::sleep(rest);
+        }
         if stopping() {
             break;
         }
+        last_step = std::time::Instant::now();
         collector.step();
         let served = Served::new(collector.snapshot());
         if let Ok(mut s) = latest.lock() {

@@ -78,6 +78,12 @@ pub const MAX_JOBS: usize = 8;
 /// Ranks with series of their own per job and agent; the rest are `rank="other"`.
 pub const MAX_RANKS: usize = 64;
 
+/// What the agent's budgets dropped (`syncspy_read::limits`): a fixed set of values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhatLabels {
+    what: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
@@ -146,6 +152,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let gpu_gap_durations = Family::<ProgramLabels, BucketedHistogram>::default();
     let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
     let skipped = Gauge::<i64>::default();
+    let reader_dropped = Family::<WhatLabels, Counter>::default();
     let process_info = Family::<ProcessLabels, Gauge>::default();
     reg.register(
         "stall_events",
@@ -202,6 +209,13 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "segments_skipped",
         "Files in the segment folder that could not be read",
         skipped.clone(),
+    );
+    reg.register(
+        "reader_dropped",
+        "What the agent left out to stay within its budgets (docs/contracts.md): segments \
+         not followed (their user at their cap), histograms not made, modules not used, \
+         polls deferred, stacks left for a later step; and ended processes compacted",
+        reader_dropped.clone(),
     );
     reg.register("agent_info", "The agent's version", info.clone());
     reg.register(
@@ -348,6 +362,12 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     }
     render_jobs(&mut reg, s);
     skipped.set(s.segments_skipped as i64);
+    for (what, n) in &s.reader_dropped {
+        add_sat(
+            &reader_dropped.get_or_create(&WhatLabels { what: what.clone() }),
+            *n,
+        );
+    }
     info.get_or_create(&VersionLabels {
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
@@ -601,6 +621,7 @@ mod tests {
         for f in families.iter().copied().chain([
             "syncspy_forgotten_processes",
             "syncspy_segments_skipped",
+            "syncspy_reader_dropped",
             "syncspy_job_straggler_rank",
             "syncspy_job_straggler_excess_seconds",
         ]) {

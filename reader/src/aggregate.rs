@@ -143,6 +143,30 @@ impl Dist {
         out
     }
 
+    /// Heap bytes the histogram's counts take (an estimate for `limits`).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.hist.distinct_values() as u64).saturating_mul(8)
+    }
+
+    /// The same events at `sigfig` significant digits (a smaller histogram).
+    pub fn downsampled(&self, sigfig: u8) -> Dist {
+        if self.hist.sigfig() <= sigfig {
+            return self.clone();
+        }
+        let mut hist = Histogram::new_with_bounds(HIST_LOW_NS, HIST_HIGH_NS, sigfig.clamp(1, 5))
+            .expect("constant histogram bounds are valid");
+        // Same bounds: a histogram of less precision takes every value of this one.
+        let _ = hist.add(&self.hist);
+        Dist {
+            hist,
+            clamped: self.clamped,
+            total_ns: self.total_ns,
+            max_ns: self.max_ns,
+            bytes: self.bytes,
+            polls: self.polls,
+        }
+    }
+
     /// The value at quantile `q` (0..=1), within the histogram's precision and never above
     /// the exact maximum; 0 when nothing was recorded.
     pub fn quantile(&self, q: f64) -> u64 {
@@ -405,6 +429,14 @@ pub type SiteMap<V> = HashMap<SiteKey, V, foldhash::fast::FixedState>;
 /// [`ProcessAgg::refused_site_records`].
 pub const MAX_SITE_KEYS: usize = 1024;
 
+/// Call sites an ended process keeps once compacted ([`ProcessAgg::compact`]), those with
+/// the most recorded time.
+pub const COMPACT_SITES: usize = 16;
+/// Heap bytes of one histogram at [`PROCESS_SIGFIG`] and at [`SITE_SIGFIG`], as charged to
+/// a user's account (`limits::Account`) when a process makes one.
+pub const PROCESS_DIST_BYTES: u64 = 33_792 * 8;
+pub const SITE_DIST_BYTES: u64 = 4_608 * 8;
+
 /// How a process ended, as far as the reader can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lifecycle {
@@ -456,7 +488,8 @@ pub struct ProcessAgg {
     /// site" (0).
     pub bad_site_records: u64,
     /// Records of a call site that found no room among the [`MAX_SITE_KEYS`] this process
-    /// keeps: in their kind's and API's figures, in no site's.
+    /// keeps, or whose histogram the user's heap budget refused (`limits`): in their kind's
+    /// and API's figures, in no site's.
     pub refused_site_records: u64,
     /// Valid site ids are `1..=site_capacity` (from the validated header).
     site_capacity: u32,
@@ -477,6 +510,16 @@ pub struct ProcessAgg {
     /// Where the process lives seen from this reader (host pid, container); set by whoever
     /// opened the segment (`place::place`), the default by `new`.
     pub placement: crate::place::Placement,
+    /// The heap budget of the segment's user (`limits`), charged for each histogram made;
+    /// `None`: unbounded (a reader of one session's own processes).
+    pub account: Option<std::sync::Arc<crate::limits::Account>>,
+    /// Whether [`ProcessAgg::compact`] ran: the sites kept are the top ones only.
+    pub compacted: bool,
+}
+
+/// Whether `account` (if any) lets a new histogram of `bytes` be made.
+fn afford(account: &Option<std::sync::Arc<crate::limits::Account>>, bytes: u64) -> bool {
+    account.as_ref().is_none_or(|a| a.charge(bytes))
 }
 
 impl ProcessAgg {
@@ -504,7 +547,58 @@ impl ProcessAgg {
             job: None,
             capture_failures: SiteMap::default(),
             placement: crate::place::Placement::default(),
+            account: None,
+            compacted: false,
         }
+    }
+
+    /// Estimated heap bytes of this aggregate (its histograms and attribution buffers), for
+    /// the reader's budgets (`limits`).
+    pub fn heap_bytes(&self) -> u64 {
+        let dists = self
+            .kinds
+            .iter()
+            .chain(&self.apis)
+            .flatten()
+            .chain(self.sites.values())
+            .map(|d| d.heap_bytes() + 64)
+            .fold(0u64, u64::saturating_add);
+        let recent =
+            (self.gap_causes.recent.capacity() * std::mem::size_of::<RecentStall>()) as u64;
+        let maps = ((self.capture_failures.capacity() + self.gap_causes.causes.capacity()) * 48
+            + self.argv.iter().map(|a| a.len() + 24).sum::<usize>()) as u64;
+        dists
+            .saturating_add(recent)
+            .saturating_add(maps)
+            .saturating_add(1024)
+    }
+
+    /// Shrinks an ended process (after its final drain) to what its reports still need:
+    /// the [`COMPACT_SITES`] sites with the most recorded time, every histogram at
+    /// [`SITE_SIGFIG`] digits, no attribution buffer. Header totals, kinds, APIs, copies and
+    /// gap causes are kept; the dropped sites' records stay in their kind's and API's figures.
+    pub fn compact(&mut self) {
+        for d in self.kinds.iter_mut().chain(self.apis.iter_mut()).flatten() {
+            *d = d.downsampled(SITE_SIGFIG);
+        }
+        let keep: Vec<SiteKey> = self
+            .sites_by_total()
+            .into_iter()
+            .take(COMPACT_SITES)
+            .map(|(k, _)| k)
+            .collect();
+        let mut sites = SiteMap::default();
+        for k in keep {
+            if let Some(d) = self.sites.remove(&k) {
+                sites.insert(k, d);
+            }
+        }
+        self.sites = sites;
+        self.capture_failures
+            .retain(|k, _| self.sites.contains_key(k));
+        self.capture_failures.shrink_to_fit();
+        self.gap_causes.recent = VecDeque::new();
+        self.compacted = true;
     }
 
     /// Adds one record from the ring.
@@ -512,8 +606,10 @@ impl ProcessAgg {
         if r.kind == Kind::GpuIdle {
             // Not a call: no API, no call site; its cause comes from the host stalls.
             if let Some(slot) = self.kinds.get_mut(r.kind as usize) {
-                slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
-                    .record(r.duration_ns, 0);
+                if slot.is_some() || afford(&self.account, PROCESS_DIST_BYTES) {
+                    slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG))
+                        .record(r.duration_ns, 0);
+                }
             }
             self.gap_causes.gap(r.device, r.start_ns, r.duration_ns);
             return;
@@ -534,6 +630,9 @@ impl ProcessAgg {
         .into_iter()
         .flatten()
         {
+            if slot.is_none() && !afford(&self.account, PROCESS_DIST_BYTES) {
+                continue;
+            }
             let d = slot.get_or_insert_with(|| Dist::new(PROCESS_SIGFIG));
             d.record(r.duration_ns, r.bytes);
             d.add_polls(r.polls);
@@ -556,6 +655,9 @@ impl ProcessAgg {
         match self.sites.get_mut(&key) {
             Some(d) => d.record(r.duration_ns, r.bytes),
             None if full => {
+                self.refused_site_records = self.refused_site_records.saturating_add(1);
+            }
+            None if !afford(&self.account, SITE_DIST_BYTES) => {
                 self.refused_site_records = self.refused_site_records.saturating_add(1);
             }
             None => {
@@ -872,6 +974,73 @@ mod tests {
         assert_eq!(a.bad_site_records, 0);
         assert_eq!(a.kind_dist(k).unwrap().count(), u64::from(n) + 1);
         assert_eq!(a.sites_by_total()[0].1.count(), 2);
+    }
+
+    #[test]
+    fn a_users_account_refuses_histograms_beyond_its_bytes_and_totals_stay() {
+        use crate::limits::Account;
+        let (k, api) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        // Room for the kind's and the API's histograms and three sites.
+        let acc = std::sync::Arc::new(Account::new(2 * PROCESS_DIST_BYTES + 3 * SITE_DIST_BYTES));
+        let mut a = ProcessAgg::new(&ident(1 << 10));
+        a.account = Some(std::sync::Arc::clone(&acc));
+        for site in 1..=10 {
+            a.add_record(&record(site, k, api));
+        }
+        assert_eq!(a.sites_by_total().len(), 3);
+        assert_eq!(a.refused_site_records, 7);
+        assert_eq!(a.kind_dist(k).unwrap().count(), 10);
+        assert_eq!(acc.left(), 0);
+        // A kind not seen before gets no histogram either; known ones keep counting.
+        a.add_record(&record(1, Kind::DeviceSync, Api::CudaDeviceSynchronize));
+        assert!(a.kind_dist(Kind::DeviceSync).is_none());
+        a.add_record(&record(2, k, api));
+        assert_eq!(a.kind_dist(k).unwrap().count(), 11);
+        // The estimate counts what was made.
+        let made = 2 * PROCESS_DIST_BYTES + 3 * SITE_DIST_BYTES;
+        assert!(a.heap_bytes() >= made && a.heap_bytes() < made + 64 * 1024);
+    }
+
+    #[test]
+    fn compaction_keeps_totals_and_top_sites_and_frees_the_rest() {
+        let (k, api) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        let mut a = ProcessAgg::new(&ident(1 << 10));
+        for site in 1..=200u32 {
+            let mut r = record(site, k, api);
+            // Site 200 has the most time, then 199, ...
+            r.duration_ns = u64::from(site) * 1_000;
+            a.add_record(&r);
+        }
+        for i in 0..RECENT_STALLS as u64 {
+            let mut r = record(1, k, api);
+            r.start_ns = i;
+            a.gap_causes.stall(&r);
+        }
+        let before = a.heap_bytes();
+        let (count, total) = (
+            a.kind_dist(k).unwrap().count(),
+            a.kind_dist(k).unwrap().total_ns(),
+        );
+        let p99 = a.kind_dist(k).unwrap().quantile(0.99);
+        a.compact();
+        assert!(a.compacted);
+        let after = a.heap_bytes();
+        assert!(after * 10 < before, "{before} -> {after} bytes");
+        let sites = a.sites_by_total();
+        assert_eq!(sites.len(), COMPACT_SITES);
+        assert_eq!(sites[0].0.site, 200);
+        assert_eq!(
+            sites[COMPACT_SITES - 1].0.site,
+            200 - COMPACT_SITES as u32 + 1
+        );
+        let d = a.kind_dist(k).unwrap();
+        assert_eq!((d.count(), d.total_ns()), (count, total));
+        // Two significant digits: within 1%.
+        assert!(
+            d.quantile(0.99).abs_diff(p99) * 100 <= p99,
+            "{p99} {}",
+            d.quantile(0.99)
+        );
     }
 
     #[test]

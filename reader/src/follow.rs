@@ -20,6 +20,7 @@ use syncspy_abi::lifecycle::{self, OwnedFile, Owner, Readers};
 use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
 use crate::aggregate::{LiveSnapshot, ProcessAgg};
+use crate::limits::{Budget, Dropped, Limits};
 use crate::monotonic_ns;
 
 /// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
@@ -87,6 +88,16 @@ pub struct Followed<S = ()> {
     /// This reader's lease on the segment (`Follower::with_leases`), held until dropped or
     /// released.
     lease: Option<OwnedFile>,
+    /// The owner uid of the segment file (whose budget it counts in, `limits`).
+    pub uid: u32,
+    /// Modules of its map a report uses (`Limits::modules_per_segment`; all without a
+    /// budget), and how many beyond were counted as dropped.
+    module_cap: usize,
+    modules_over: u64,
+    /// When this reader first saw the process ended (monotonic ns).
+    ended_seen_ns: Option<u64>,
+    /// The last poll left records in the ring (its work budget ran out).
+    behind: bool,
 }
 
 impl<S> Followed<S> {
@@ -99,10 +110,37 @@ impl<S> Followed<S> {
         matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
     }
 
-    /// Drains the ring into the aggregate, handing each record to `sink` as well.
-    fn poll(&mut self, patience: u32, sink: &mut dyn FnMut(SegmentKey, &mut S, &Record)) -> u64 {
+    /// The module map a report symbolizes with: its first `Limits::modules_per_segment`
+    /// entries under a budget, every entry otherwise.
+    pub fn modules(&self) -> Vec<syncspy_abi::modules::Module> {
+        self.reader.modules_upto(self.module_cap)
+    }
+
+    /// Drains the ring into the aggregate (at most `budget` records unless `patience` is 0),
+    /// handing each record to `sink` as well. Returns the records delivered and whether the
+    /// budget ran out with records left.
+    fn poll(
+        &mut self,
+        patience: u32,
+        budget: usize,
+        sink: &mut dyn FnMut(SegmentKey, &mut S, &Record),
+    ) -> (u64, bool) {
+        let delivered = self.poll_ring(patience, budget, sink);
+        if self.ended_seen_ns.is_none() && self.ended() {
+            self.ended_seen_ns = Some(monotonic_ns());
+        }
+        delivered
+    }
+
+    fn poll_ring(
+        &mut self,
+        patience: u32,
+        budget: usize,
+        sink: &mut dyn FnMut(SegmentKey, &mut S, &Record),
+    ) -> (u64, bool) {
+        self.behind = false;
         if self.reader.frozen() {
-            return 0;
+            return (0, false);
         }
         if !self.reader.intact() {
             // Someone truncated the file: reading on would fault. Keep what was read.
@@ -111,25 +149,27 @@ impl<S> Followed<S> {
             if self.agg.gone_ns.is_none() && !matches!(self.agg.live.state, ProcState::Exited(_)) {
                 self.agg.gone_ns = Some(monotonic_ns());
             }
-            return 0;
+            return (0, false);
         }
         let key = self.key;
         let mut delivered = 0;
         loop {
             let (agg, state) = (&mut self.agg, &mut self.state);
-            let st = self
-                .reader
-                .poll(&mut self.cursor, POLL_BUDGET, patience, |r| {
-                    // Undecodable records are counted through `PollStats::corrupt`.
-                    if let Ok(r) = r {
-                        agg.add_record(&r);
-                        sink(key, state, &r);
-                    }
-                });
+            let st = self.reader.poll(&mut self.cursor, budget, patience, |r| {
+                // Undecodable records are counted through `PollStats::corrupt`.
+                if let Ok(r) = r {
+                    agg.add_record(&r);
+                    sink(key, state, &r);
+                }
+            });
             self.agg.add_poll(&st);
             delivered += st.delivered;
             // Only a final drain (patience 0) keeps going until the ring is empty.
-            if patience != 0 || st.delivered + st.corrupt < POLL_BUDGET as u64 {
+            if st.delivered + st.corrupt < budget as u64 {
+                break;
+            }
+            if patience != 0 {
+                self.behind = true;
                 break;
             }
         }
@@ -140,7 +180,7 @@ impl<S> Followed<S> {
         {
             self.agg.gone_ns = Some(monotonic_ns());
         }
-        delivered
+        (delivered, self.behind)
     }
 
     /// Removes this segment's file, unless a newer segment replaced it under the same name.
@@ -215,6 +255,8 @@ impl std::fmt::Display for SegmentProblem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Seen {
     Followed,
+    /// Not followed: its user (this uid) was at their budget (`limits`).
+    Refused(u32),
     /// A valid segment of another session, or another user's file: not ours.
     Ignored,
     Failed,
@@ -241,6 +283,11 @@ pub struct Follower<S = ()> {
     leases: bool,
     /// Wakes `wait` when a file appears in the folder.
     watch: Option<inotify::Inotify>,
+    /// The budgets of a reader of every user's segments (`with_budget`); `None`: unbounded.
+    budget: Option<Budget>,
+    /// Where the next poll starts in `followed` (rotated, so that a work budget spent early
+    /// does not always fall on the same segments).
+    next_poll: usize,
 }
 
 impl<S: Default> Follower<S> {
@@ -291,7 +338,31 @@ impl<S> Follower<S> {
             problems_taken: 0,
             leases: false,
             watch: None,
+            budget: None,
+            next_poll: 0,
         }
+    }
+
+    /// Bounds what the segments followed cost this reader (`limits`): segments and heap
+    /// bytes per user and in total, modules per segment, records per user and poll; ended
+    /// processes are compacted. For readers of every user's segments (the agent, the
+    /// monitor).
+    pub fn with_budget(mut self, limits: Limits) -> Follower<S> {
+        self.budget = Some(Budget::new(limits));
+        self
+    }
+
+    /// The budgets, when bounded.
+    pub fn budget(&self) -> Option<&Budget> {
+        self.budget.as_ref()
+    }
+
+    /// What the budgets dropped so far (zeros when unbounded).
+    pub fn dropped(&self) -> Dropped {
+        self.budget
+            .as_ref()
+            .map(Budget::dropped)
+            .unwrap_or_default()
     }
 
     /// Follows a segment whose file belongs to another user than this reader's only when its
@@ -383,6 +454,9 @@ impl<S> Follower<S> {
     /// Opens segments that appeared since the last scan; returns how many are new. Fails
     /// only when the folder itself cannot be read.
     pub fn scan(&mut self) -> io::Result<usize> {
+        if let Some(b) = &mut self.budget {
+            b.recount(self.followed.iter().map(|f| (f.uid, f.agg.heap_bytes())));
+        }
         let mut new = 0;
         let mut present = std::collections::HashSet::new();
         for entry in std::fs::read_dir(&self.dir)? {
@@ -394,12 +468,29 @@ impl<S> Follower<S> {
             };
             let key = (name.clone(), entry.ino());
             present.insert(key.clone());
-            if self.seen.contains_key(&key) {
-                continue;
-            }
+            let refused = match self.seen.get(&key) {
+                // Not followed for its user's budget: again once the user has room.
+                Some(Seen::Refused(uid)) => {
+                    if !self.budget.as_ref().is_some_and(|b| b.admits(*uid)) {
+                        continue;
+                    }
+                    true
+                }
+                Some(_) => continue,
+                None => false,
+            };
             if self.pid.is_some_and(|p| p != pid) {
                 self.seen.insert(key, Seen::Ignored);
                 continue;
+            }
+            // The file's owner, without opening it: a user over their budget costs an lstat.
+            let uid = entry.metadata().map(|m| m.uid()).unwrap_or(u32::MAX);
+            if let Some(b) = &mut self.budget {
+                if !refused && !b.admits(uid) {
+                    b.refused();
+                    self.seen.insert(key, Seen::Refused(uid));
+                    continue;
+                }
             }
             let path = entry.path();
             let seen = match SegmentReader::open(&path) {
@@ -430,6 +521,13 @@ impl<S> Follower<S> {
                         Seen::Ignored
                     } else {
                         let mut agg = ProcessAgg::new(reader.ident());
+                        let module_cap = match &mut self.budget {
+                            Some(b) => {
+                                agg.account = Some(b.admit(uid));
+                                b.limits().modules_per_segment
+                            }
+                            None => usize::MAX,
+                        };
                         agg.job = reader.job();
                         agg.placement = placed.unwrap_or_else(placement);
                         let state = (self.make_state)(reader.ident());
@@ -448,6 +546,11 @@ impl<S> Follower<S> {
                             truncated: None,
                             state,
                             lease,
+                            uid,
+                            module_cap,
+                            modules_over: 0,
+                            ended_seen_ns: None,
+                            behind: false,
                         });
                         new += 1;
                         Seen::Followed
@@ -496,8 +599,46 @@ impl<S> Follower<S> {
     /// Like `poll`, and hands every record to `sink` with its segment's key and state.
     pub fn poll_each(&mut self, mut sink: impl FnMut(SegmentKey, &mut S, &Record)) -> u64 {
         let mut n = 0;
-        for f in &mut self.followed {
-            n += f.poll(PATIENCE, &mut sink);
+        let Some(budget) = &mut self.budget else {
+            for f in &mut self.followed {
+                n += f.poll(PATIENCE, POLL_BUDGET, &mut sink).0;
+            }
+            self.report_truncated();
+            return n;
+        };
+        // Bounded: each user's segments share one work budget, from a rotating start.
+        budget.begin_poll();
+        let len = self.followed.len();
+        let start = self.next_poll % len.max(1);
+        self.next_poll = self.next_poll.wrapping_add(1);
+        let now = monotonic_ns();
+        let compact_after = budget.limits().compact_after_ns;
+        for i in (start..len).chain(0..start) {
+            let f = &mut self.followed[i];
+            let left = budget.work_left(f.uid, POLL_BUDGET);
+            if left == 0 {
+                budget.worked(f.uid, 0, true);
+                continue;
+            }
+            let (got, behind) = f.poll(PATIENCE, left, &mut sink);
+            budget.worked(f.uid, got, behind);
+            n += got;
+            let over = u64::from(f.agg.live.modules_used)
+                .min(u64::from(f.reader.ident().module_capacity))
+                .saturating_sub(f.module_cap as u64);
+            if over > f.modules_over {
+                budget.modules_dropped(over - f.modules_over);
+                f.modules_over = over;
+            }
+            // Ended, drained and past the grace: keep its totals and top sites only.
+            if !f.agg.compacted
+                && !behind
+                && f.ended_seen_ns
+                    .is_some_and(|e| now.saturating_sub(e) >= compact_after)
+            {
+                f.agg.compact();
+                budget.compacted();
+            }
         }
         self.report_truncated();
         n
@@ -546,8 +687,10 @@ impl<S> Follower<S> {
         let mut n = 0;
         for f in &mut self.followed {
             // Refresh the state first: the process may have ended since the last poll.
-            n += f.poll(PATIENCE, &mut sink);
-            n += f.poll(if f.ended() { 0 } else { PATIENCE }, &mut sink);
+            n += f.poll(PATIENCE, POLL_BUDGET, &mut sink).0;
+            n += f
+                .poll(if f.ended() { 0 } else { PATIENCE }, POLL_BUDGET, &mut sink)
+                .0;
         }
         self.report_truncated();
         n
@@ -896,6 +1039,70 @@ mod tests {
         assert!(failed.is_empty());
         assert_eq!(removed, vec![w.path().to_path_buf()]);
         assert!(!lease.exists());
+    }
+
+    fn small_limits() -> Limits {
+        Limits {
+            segments_per_user: 2,
+            records_per_user_step: 10,
+            compact_after_ns: 0,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_user_over_their_cap_is_skipped_counted_and_followed_once_there_is_room() {
+        let dir = TempDir::new("follow-cap");
+        let ws: Vec<_> = (0..3)
+            .map(|i| SegmentWriter::create(dir.path(), &params(51 + i, 7, 16)).unwrap())
+            .collect();
+        let mut f: Follower = Follower::new(dir.path(), None).with_budget(small_limits());
+        assert_eq!(f.scan().unwrap(), 2);
+        assert_eq!(f.dropped().segments, 1);
+        // Rescans do not count the same file again.
+        assert_eq!(f.scan().unwrap(), 0);
+        assert_eq!(f.dropped().segments, 1);
+        // One forgotten: the skipped one is followed at the next scan.
+        let first = f.processes()[0].key();
+        assert_eq!(f.forget(|p| p.key() == first).len(), 1);
+        assert_eq!(f.scan().unwrap(), 1);
+        assert_eq!(f.processes().len(), 2);
+        let pids: Vec<u32> = f.processes().iter().map(|p| p.agg.pid).collect();
+        assert_eq!(pids.len(), 2);
+        drop(ws);
+        // Without a budget every segment is followed.
+        let mut all: Follower = Follower::new(dir.path(), None);
+        assert_eq!(all.scan().unwrap(), 3);
+        assert_eq!(all.dropped(), Dropped::default());
+    }
+
+    #[test]
+    fn one_users_rings_share_a_work_budget_per_poll_and_ended_ones_are_compacted() {
+        let dir = TempDir::new("follow-work");
+        let a = SegmentWriter::create(dir.path(), &params(61, 7, 64)).unwrap();
+        let b = SegmentWriter::create(dir.path(), &params(62, 7, 64)).unwrap();
+        for w in [&a, &b] {
+            for _ in 0..8 {
+                w.record(&rec(Kind::StreamSync, Api::CudaStreamSynchronize, 5, 0, 0));
+            }
+        }
+        let mut f: Follower = Follower::new(dir.path(), None).with_budget(small_limits());
+        f.scan().unwrap();
+        // 16 records waiting, 10 a poll for their user.
+        assert_eq!(f.poll(), 10);
+        assert_eq!(f.dropped().deferred_polls, 1);
+        assert_eq!(f.poll(), 6);
+        let got: u64 = f.processes().iter().map(|p| p.agg.delivered).sum();
+        assert_eq!(got, 16);
+        assert!(f.processes().iter().all(|p| !p.agg.compacted));
+        // Ended: compacted at the next poll (no grace here), once.
+        a.mark_exited(0);
+        f.poll();
+        f.poll();
+        assert_eq!(f.dropped().compacted, 1);
+        let ended = f.processes().iter().find(|p| p.agg.pid == 61).unwrap();
+        assert!(ended.agg.compacted);
+        assert_eq!(ended.agg.live.kind(Kind::StreamSync).count, 8);
     }
 
     #[test]

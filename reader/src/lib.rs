@@ -9,6 +9,8 @@
 //! - [`aggregate`]: per-process exact totals and latency histograms.
 //! - [`names`]: kinds, APIs and other closed vocabularies as enums that serialize by name,
 //!   unknown names kept as text.
+//! - [`limits`]: what a reader spends on hostile segments, bounded per segment, per user and
+//!   in total; what it dropped, counted.
 //! - [`alike`]: the merge rules every view shares (sites that print alike, gap causes at
 //!   one line).
 //! - [`symbolize`]: call-site stacks to `symbol (file:line)` with blazesym.
@@ -28,6 +30,7 @@ pub mod advice;
 pub mod aggregate;
 pub mod alike;
 pub mod follow;
+pub mod limits;
 pub mod names;
 pub mod place;
 pub mod python;

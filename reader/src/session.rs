@@ -62,6 +62,9 @@ pub struct SessionOptions {
     /// At `finish`, after the removal, reclaim the folder's segments nobody reads any more
     /// (`syncspy_abi::lifecycle::reclaim`) under this policy.
     pub reclaim: Option<Policy>,
+    /// Bound what the session spends on segments (`Follower::with_budget`): long-lived
+    /// readers of every user's segments (the agent, the monitor).
+    pub budget: Option<crate::limits::Limits>,
 }
 
 impl SessionOptions {
@@ -78,6 +81,7 @@ impl SessionOptions {
             watch: false,
             removal: Removal::Leave,
             reclaim: None,
+            budget: None,
         }
     }
 
@@ -116,6 +120,11 @@ impl SessionOptions {
 
     pub fn reclaim(mut self, policy: Option<Policy>) -> SessionOptions {
         self.reclaim = policy;
+        self
+    }
+
+    pub fn budget(mut self, limits: crate::limits::Limits) -> SessionOptions {
+        self.budget = Some(limits);
         self
     }
 
@@ -241,6 +250,9 @@ impl<S> ReaderSession<S> {
         }
         if opts.leases {
             follower = follower.with_leases();
+        }
+        if let Some(limits) = opts.budget {
+            follower = follower.with_budget(limits);
         }
         let mut s = ReaderSession {
             follower,

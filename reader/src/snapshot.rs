@@ -112,6 +112,10 @@ pub struct Snapshot {
     pub forgotten: BTreeMap<String, ForgottenProgram>,
     /// Files in the segment folder that could not be read.
     pub segments_skipped: usize,
+    /// What the agent's budgets dropped since it started (`limits::Dropped`), by what:
+    /// `segment`, `histogram`, `module`, `deferred_poll`, `compacted`, `deferred_stack`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reader_dropped: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "<[crate::warning::Warning]>::is_empty")]
     pub warnings: crate::warning::Warnings,
 }

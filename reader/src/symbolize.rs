@@ -142,6 +142,45 @@ pub const MAX_CACHED_FRAMES: usize = 1 << 16;
 pub const MAX_CACHED_MODULES: usize = 4096;
 /// Notes a `Symbolizer` keeps.
 pub const MAX_NOTES: usize = 64;
+/// Frames of whole call-site stacks a `Symbolizer` keeps ([`Symbolizer::site_stack`]);
+/// beyond, the stacks not used in the last pass are let go.
+pub const MAX_CACHED_STACK_FRAMES: usize = 1 << 18;
+
+/// Which segment a call site belongs to, for [`Symbolizer::site_stack`]: its pid, start
+/// ticks and creation time (a `follow::SegmentKey`'s parts).
+pub type StackOwner = (u32, u64, u64);
+
+/// The work one pass of a long-lived reader may spend on stacks not symbolized before
+/// ([`Symbolizer::begin_pass`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassBudget {
+    /// Frames over every segment.
+    pub frames: usize,
+    /// Frames of one segment.
+    pub frames_per_segment: usize,
+}
+
+/// One call site's symbolized stack.
+struct CachedStack {
+    frames: Vec<Frame>,
+    /// The pass that last used it.
+    used: u64,
+    /// Modules in the map when it was symbolized.
+    modules: usize,
+    /// Every frame was in a known module.
+    complete: bool,
+}
+
+/// A bounded pass's state.
+#[derive(Default)]
+struct Pass {
+    budget: Option<PassBudget>,
+    spent: usize,
+    per_owner: HashMap<StackOwner, usize>,
+    number: u64,
+    /// Stacks left unsymbolized for a later pass, since the reader started.
+    deferred: u64,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Usable {
@@ -159,6 +198,10 @@ pub struct Symbolizer {
     modules: HashMap<(String, Vec<u8>), Usable>,
     cache: HashMap<(String, Vec<u8>, u64), Vec<Frame>>,
     notes: Vec<String>,
+    /// Whole stacks per call site.
+    stacks: HashMap<(StackOwner, u32), CachedStack>,
+    stack_frames: usize,
+    pass: Pass,
 }
 
 impl Default for Symbolizer {
@@ -178,6 +221,95 @@ impl Symbolizer {
             modules: HashMap::new(),
             cache: HashMap::new(),
             notes: Vec::new(),
+            stacks: HashMap::new(),
+            stack_frames: 0,
+            pass: Pass::default(),
+        }
+    }
+
+    /// Starts a pass bounded by `budget` (`None`: unbounded, the default): stacks not
+    /// symbolized before are symbolized in this pass only while the budget lasts, the
+    /// others come back empty and are counted in [`Symbolizer::deferred`]; stacks met before
+    /// cost nothing. A long-lived reader that reports every process at each step (the agent)
+    /// calls it at each step, so that symbolizing never holds its collection up.
+    pub fn begin_pass(&mut self, budget: Option<PassBudget>) {
+        self.pass.budget = budget;
+        self.pass.spent = 0;
+        self.pass.per_owner.clear();
+        self.pass.number = self.pass.number.wrapping_add(1);
+    }
+
+    /// Stacks left for a later pass by a bounded pass's budget, since this symbolizer began.
+    pub fn deferred(&self) -> u64 {
+        self.pass.deferred
+    }
+
+    /// The logical frames of call site `site` of segment `owner`, whose stack `frames`
+    /// gives (called only when not cached). A call site's stack never changes, so it is
+    /// symbolized once and kept. In a bounded pass (`begin_pass`), a stack that does not fit
+    /// the pass's budget comes back empty.
+    pub fn site_stack(
+        &mut self,
+        owner: StackOwner,
+        site: u32,
+        frames: impl FnOnce() -> Vec<u64>,
+        modules: &[Module],
+    ) -> Vec<Frame> {
+        let pass = self.pass.number;
+        let stale = match self.stacks.get_mut(&(owner, site)) {
+            // A frame outside every module may be in one published since: tried again
+            // once the map has grown.
+            Some(c) if c.complete || c.modules >= modules.len() => {
+                c.used = pass;
+                return c.frames.clone();
+            }
+            Some(c) => Some(c.frames.clone()),
+            None => None,
+        };
+        let stack = frames();
+        if let Some(b) = self.pass.budget {
+            let mine = self.pass.per_owner.get(&owner).copied().unwrap_or(0);
+            if self.pass.spent + stack.len() > b.frames || mine + stack.len() > b.frames_per_segment
+            {
+                self.pass.deferred = self.pass.deferred.saturating_add(1);
+                return stale.unwrap_or_default();
+            }
+            self.pass.spent += stack.len();
+            *self.pass.per_owner.entry(owner).or_default() += stack.len();
+        }
+        let out = self.stack(&stack, modules);
+        if let Some(old) = self.stacks.remove(&(owner, site)) {
+            self.stack_frames -= old.frames.len();
+        }
+        if self.stack_frames + out.len() > MAX_CACHED_STACK_FRAMES {
+            // Let go of the stacks this pass has not used; all of them if that is not enough.
+            self.stacks.retain(|_, c| c.used == pass);
+            self.stack_frames = self.stacks.values().map(|c| c.frames.len()).sum();
+            if self.stack_frames + out.len() > MAX_CACHED_STACK_FRAMES {
+                self.stacks.clear();
+                self.stack_frames = 0;
+            }
+        }
+        self.stack_frames += out.len();
+        let complete = out.iter().all(|f| f.module.is_some());
+        self.stacks.insert(
+            (owner, site),
+            CachedStack {
+                frames: out.clone(),
+                used: pass,
+                modules: modules.len(),
+                complete,
+            },
+        );
+        out
+    }
+
+    /// Lets go of the stacks of segment `owner` (no longer followed).
+    pub fn forget_owner(&mut self, owner: StackOwner) {
+        let before = self.stacks.len();
+        self.stacks.retain(|(o, _), _| *o != owner);
+        if self.stacks.len() != before {
+            self.stack_frames = self.stacks.values().map(|c| c.frames.len()).sum();
         }
     }
 
@@ -436,6 +568,45 @@ pub(crate) mod tests {
 
     pub fn known_return_addr() -> u64 {
         syncspy_known_function_for_symbolization as *const () as u64 + 1
+    }
+
+    #[test]
+    fn a_bounded_pass_defers_new_stacks_and_reuses_the_ones_it_has() {
+        let m = own_module();
+        let addr = known_return_addr();
+        let stack = vec![addr; 10];
+        let mut s = Symbolizer::new();
+        let budget = PassBudget {
+            frames: 25,
+            frames_per_segment: 20,
+        };
+        s.begin_pass(Some(budget));
+        let a = (1, 1, 1);
+        let b = (2, 2, 2);
+        let mods = std::slice::from_ref(&m);
+        // Segment a: two stacks fit its 20 frames, the third waits.
+        assert!(!s.site_stack(a, 1, || stack.clone(), mods).is_empty());
+        assert!(!s.site_stack(a, 2, || stack.clone(), mods).is_empty());
+        assert!(s.site_stack(a, 3, || stack.clone(), mods).is_empty());
+        // Segment b gets what is left of the pass (5 frames): not a whole stack.
+        assert!(s.site_stack(b, 1, || stack.clone(), mods).is_empty());
+        assert_eq!(s.deferred(), 2);
+        // Known stacks cost nothing and are not read again.
+        let again = s.site_stack(a, 1, || panic!("read again"), mods);
+        assert!(again[0]
+            .text
+            .contains("syncspy_known_function_for_symbolization"));
+        // The next pass does the deferred ones.
+        s.begin_pass(Some(budget));
+        assert!(!s.site_stack(b, 1, || stack.clone(), mods).is_empty());
+        assert!(!s.site_stack(a, 3, || stack.clone(), mods).is_empty());
+        // Unbounded (the default of a one-shot report): everything at once.
+        s.begin_pass(None);
+        for site in 10..20 {
+            assert!(!s.site_stack(a, site, || stack.clone(), mods).is_empty());
+        }
+        s.forget_owner(a);
+        assert!(s.stacks.keys().all(|(o, _)| *o == b));
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub const MAX_ENDED: usize = 64;
 pub use crate::model::MAX_GAP_CAUSES;
 /// Problems listed at most (the oldest beyond this are dropped).
 const MAX_PROBLEMS: usize = 20;
+/// How the line about the reader's budgets (`syncspy_read::limits`) begins.
+const OVER_BUDGET: &str = "over budget: ";
 /// Period over which events/s and stall/s are measured.
 const RATE_SPAN_NS: u64 = 2_000_000_000;
 
@@ -47,7 +49,8 @@ struct SymRequest {
     stack: Vec<u64>,
     /// The site's Python frames (innermost first), merged with the native ones.
     python: Vec<PyFrame>,
-    modules: Vec<Module>,
+    /// The segment's module map (bounded, `limits`), shared by its requests of one view.
+    modules: std::sync::Arc<[Module]>,
 }
 
 /// Symbolizes on its own thread; answers arrive through `done`.
@@ -279,6 +282,16 @@ impl LocalSource {
         for p in problems {
             self.note(p.to_string());
         }
+        // What the budgets left out, as one line that changes in place.
+        let d = self.reader.follower().dropped();
+        if d.segments + d.histograms + d.modules > 0 {
+            self.problems.retain(|p| !p.starts_with(OVER_BUDGET));
+            self.note(format!(
+                "{OVER_BUDGET}{} segments not followed, {} histograms not made, {} modules not \
+                 used (their users at their caps)",
+                d.segments, d.histograms, d.modules
+            ));
+        }
         let now_ns = monotonic_ns();
         for f in self.reader.follower_mut().processes_mut() {
             Extra::polled(f, now_ns);
@@ -347,7 +360,10 @@ fn reader(
     pid: Option<u32>,
     window_secs: u64,
 ) -> ReaderSession<Extra> {
-    let opts = SessionOptions::new(dir).session(session).pid(pid);
+    let opts = SessionOptions::new(dir)
+        .session(session)
+        .pid(pid)
+        .budget(syncspy_read::limits::Limits::from_env());
     ReaderSession::with_state(opts, move |_| Extra::new(window_secs))
 }
 
@@ -468,7 +484,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     // Ask for the stacks not symbolized yet.
     if !want.is_empty() {
         let reader = &f.reader;
-        let modules = reader.modules();
+        let modules: std::sync::Arc<[Module]> = f.modules().into();
         for site in want {
             let k = SiteRef { segment: key, site };
             if sym.pending.contains(&k) || sym.cache.contains_key(&k) {
@@ -484,7 +500,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 key: k,
                 stack,
                 python,
-                modules: modules.clone(),
+                modules: std::sync::Arc::clone(&modules),
             });
         }
     }

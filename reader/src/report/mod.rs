@@ -386,8 +386,14 @@ pub fn site_frames<S>(
     if site == 0 {
         return Vec::new();
     }
-    let stack = f.reader.site(site).unwrap_or_default();
-    sym.stack(&stack, modules)
+    let k = f.key();
+    let owner = (k.process.pid, k.process.start_ticks, k.created_ns);
+    sym.site_stack(
+        owner,
+        site,
+        || f.reader.site(site).unwrap_or_default(),
+        modules,
+    )
 }
 
 /// Where call site `site` of a followed segment called from: the user's Python line when the
@@ -463,7 +469,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
             },
         );
     }
-    let modules = f.reader.modules();
+    let modules = f.modules();
     let sites = sites_of(f, &modules, sym);
     let gpu = gpu_report(f, &modules, sym);
     let life = a.lifecycle();

@@ -1,0 +1,496 @@
+//! What a reader spends on the segments it follows, bounded whatever they say: a segment is
+//! written by whoever runs the process, and on a shared host that may be anyone.
+//!
+//! - **Per segment**: at most [`Limits::modules_per_segment`] modules of its module map are
+//!   used (the rest dropped and counted); call-site histograms are already capped by
+//!   `aggregate::MAX_SITE_KEYS` and frames by the ABI (`sites::MAX_FRAMES`).
+//! - **Per user** (the owner uid of the segment file) **and in total**: the segments
+//!   followed and their estimated heap bytes ([`ProcessAgg::heap_bytes`]). A user at their
+//!   cap gets no new segment followed (skipped and counted, retried when the user is under
+//!   it again), and the histograms their segments would add are refused (counted in the
+//!   processes' `refused_site_records`, figures from the header stay exact). Over the total,
+//!   a user still gets up to a fair share (the total over the users present, at least
+//!   [`Limits::reserve_per_user`]), so one user's flood never takes another's room.
+//! - **Per step**: each user's segments get at most [`Limits::records_per_user_step`]
+//!   records drained per poll between them, starting where the last poll stopped, so one
+//!   user's busy rings never delay another user's.
+//! - **Ended processes** are compacted soon after their final drain
+//!   ([`ProcessAgg::compact`]): a few top sites kept, histograms at two significant
+//!   digits, the attribution buffers freed; their totals come from the header and stay exact.
+//!
+//! Everything dropped is counted in [`Dropped`], which the agent serves as
+//! `syncspy_reader_dropped_total{what=...}`.
+//!
+//! [`ProcessAgg::heap_bytes`]: crate::aggregate::ProcessAgg::heap_bytes
+//! [`ProcessAgg::compact`]: crate::aggregate::ProcessAgg::compact
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The budgets of one reader. `Limits::default()` are the documented defaults; each can be
+/// set through the environment (see [`Limits::from_env`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Segments followed at once per user (`SYNCSPY_READER_SEGMENTS_PER_USER`).
+    pub segments_per_user: usize,
+    /// Estimated heap bytes per user (`SYNCSPY_READER_MB_PER_USER`, in MiB).
+    pub bytes_per_user: u64,
+    /// Segments followed at once over every user (`SYNCSPY_READER_SEGMENTS`).
+    pub segments_total: usize,
+    /// Estimated heap bytes over every user (`SYNCSPY_READER_MB`, in MiB).
+    pub bytes_total: u64,
+    /// Segments any user may still have followed when the total is reached.
+    pub reserve_per_user: usize,
+    /// Records drained per poll from one user's rings together.
+    pub records_per_user_step: usize,
+    /// Modules of one segment's map a reader uses to symbolize.
+    pub modules_per_segment: usize,
+    /// How long after its end an ended process is compacted (ns).
+    pub compact_after_ns: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            segments_per_user: 256,
+            bytes_per_user: 256 << 20,
+            segments_total: 2048,
+            bytes_total: 1 << 30,
+            reserve_per_user: 16,
+            records_per_user_step: 1 << 20,
+            modules_per_segment: 2048,
+            compact_after_ns: 2_000_000_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, with what the environment sets (unparsable or zero values ignored).
+    pub fn from_env() -> Limits {
+        Limits::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Like `from_env`, reading variables through `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Limits {
+        let num = |k: &str| {
+            var(k)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|n| *n > 0)
+        };
+        let mut l = Limits::default();
+        if let Some(n) = num("SYNCSPY_READER_SEGMENTS_PER_USER") {
+            l.segments_per_user = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = num("SYNCSPY_READER_MB_PER_USER") {
+            l.bytes_per_user = n.saturating_mul(1 << 20);
+        }
+        if let Some(n) = num("SYNCSPY_READER_SEGMENTS") {
+            l.segments_total = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = num("SYNCSPY_READER_MB") {
+            l.bytes_total = n.saturating_mul(1 << 20);
+        }
+        l
+    }
+}
+
+/// What a reader dropped to stay within its budgets, since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// New segments not followed: their user was at their cap of segments or bytes.
+    pub segments: u64,
+    /// Histograms (of a kind, an API or a call site) not made: their user was at their bytes
+    /// cap. The records still count in the header's exact totals.
+    pub histograms: u64,
+    /// Modules of a segment's map beyond `modules_per_segment`, counted once per segment.
+    pub modules: u64,
+    /// Polls that left records in a user's rings for the next one (their work budget for
+    /// the step was spent).
+    pub deferred_polls: u64,
+    /// Ended processes compacted to their totals and top sites.
+    pub compacted: u64,
+}
+
+impl Dropped {
+    /// `(what, count)` pairs, as the metric's label values.
+    pub fn pairs(&self) -> [(&'static str, u64); 5] {
+        [
+            ("segment", self.segments),
+            ("histogram", self.histograms),
+            ("module", self.modules),
+            ("deferred_poll", self.deferred_polls),
+            ("compacted", self.compacted),
+        ]
+    }
+
+    /// Adds another reader's counts (the agent's pod folders).
+    pub fn add(&mut self, o: &Dropped) {
+        self.segments = self.segments.saturating_add(o.segments);
+        self.histograms = self.histograms.saturating_add(o.histograms);
+        self.modules = self.modules.saturating_add(o.modules);
+        self.deferred_polls = self.deferred_polls.saturating_add(o.deferred_polls);
+        self.compacted = self.compacted.saturating_add(o.compacted);
+    }
+}
+
+/// Heap bytes one user's aggregates may still take before the next recount: shared by that
+/// user's followed segments, charged as they make new histograms.
+#[derive(Debug)]
+pub struct Account {
+    left: AtomicI64,
+    refused: AtomicU64,
+}
+
+impl Account {
+    /// An account with `bytes` left.
+    pub fn new(bytes: u64) -> Account {
+        Account {
+            left: AtomicI64::new(i64::try_from(bytes).unwrap_or(i64::MAX)),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `bytes` from what is left; `false` (and counted) when that is not enough.
+    pub fn charge(&self, bytes: u64) -> bool {
+        let b = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let ok = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                (l >= b).then(|| l - b)
+            })
+            .is_ok();
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Bytes left.
+    pub fn left(&self) -> u64 {
+        u64::try_from(self.left.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    fn set_left(&self, bytes: u64) {
+        self.left
+            .store(i64::try_from(bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    fn take_refused(&self) -> u64 {
+        self.refused.swap(0, Ordering::Relaxed)
+    }
+}
+
+/// One user's use, as of the last recount.
+#[derive(Debug)]
+struct User {
+    segments: usize,
+    bytes: u64,
+    account: Arc<Account>,
+}
+
+/// A reader's budgets and what it spends of them, per user and in total.
+#[derive(Debug)]
+pub struct Budget {
+    limits: Limits,
+    users: HashMap<u32, User>,
+    segments: usize,
+    bytes: u64,
+    dropped: Dropped,
+    /// Records drained this poll, per user.
+    work: HashMap<u32, usize>,
+    deferred: HashMap<u32, bool>,
+}
+
+impl Budget {
+    pub fn new(limits: Limits) -> Budget {
+        Budget {
+            limits,
+            users: HashMap::new(),
+            segments: 0,
+            bytes: 0,
+            dropped: Dropped::default(),
+            work: HashMap::new(),
+            deferred: HashMap::new(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn dropped(&self) -> Dropped {
+        self.dropped
+    }
+
+    /// Segments followed, as of the last admission or recount: `(total, of uid)`.
+    pub fn segments(&self, uid: u32) -> (usize, usize) {
+        (
+            self.segments,
+            self.users.get(&uid).map_or(0, |u| u.segments),
+        )
+    }
+
+    /// Estimated heap bytes, as of the last recount: `(total, of uid)`.
+    pub fn bytes(&self, uid: u32) -> (u64, u64) {
+        (self.bytes, self.users.get(&uid).map_or(0, |u| u.bytes))
+    }
+
+    /// The share of the total any one user may hold once the total is reached.
+    fn fair_segments(&self, uid: u32) -> usize {
+        let users = self.users.len() + usize::from(!self.users.contains_key(&uid));
+        (self.limits.segments_total / users.max(1)).max(self.limits.reserve_per_user)
+    }
+
+    fn fair_bytes(&self, uid: u32) -> u64 {
+        let users = self.users.len() + usize::from(!self.users.contains_key(&uid));
+        self.limits.bytes_total / users.max(1) as u64
+    }
+
+    /// Whether a new segment of `uid` may be followed now. Does not count a refusal (the
+    /// caller counts each file once, with [`Budget::refused`]).
+    pub fn admits(&self, uid: u32) -> bool {
+        let (mine, my_bytes) = self
+            .users
+            .get(&uid)
+            .map_or((0, 0), |u| (u.segments, u.bytes));
+        if mine >= self.limits.segments_per_user || my_bytes >= self.limits.bytes_per_user {
+            return false;
+        }
+        let over_segments = self.segments >= self.limits.segments_total;
+        let over_bytes = self.bytes >= self.limits.bytes_total;
+        (!over_segments || mine < self.fair_segments(uid))
+            && (!over_bytes || my_bytes < self.fair_bytes(uid))
+    }
+
+    /// Counts a segment of `uid` as followed (until the next recount), and hands back the
+    /// account its aggregate charges.
+    pub fn admit(&mut self, uid: u32) -> Arc<Account> {
+        let per_user = self.limits.bytes_per_user;
+        let u = self.users.entry(uid).or_insert_with(|| User {
+            segments: 0,
+            bytes: 0,
+            account: Arc::new(Account::new(per_user)),
+        });
+        u.segments += 1;
+        self.segments += 1;
+        Arc::clone(&u.account)
+    }
+
+    /// Counts a segment not followed for its user's budget.
+    pub fn refused(&mut self) {
+        self.dropped.segments = self.dropped.segments.saturating_add(1);
+    }
+
+    /// Counts modules dropped from one segment's map.
+    pub fn modules_dropped(&mut self, n: u64) {
+        self.dropped.modules = self.dropped.modules.saturating_add(n);
+    }
+
+    /// Counts a compacted process.
+    pub fn compacted(&mut self) {
+        self.dropped.compacted = self.dropped.compacted.saturating_add(1);
+    }
+
+    /// Recounts use from the followed segments, `(uid, estimated heap bytes)` each, and sets
+    /// what each user's account has left: their cap less their use, and over the total at
+    /// most their fair share less their use.
+    pub fn recount(&mut self, followed: impl IntoIterator<Item = (u32, u64)>) {
+        let mut per: HashMap<u32, (usize, u64)> = HashMap::new();
+        for (uid, bytes) in followed {
+            let e = per.entry(uid).or_default();
+            e.0 += 1;
+            e.1 = e.1.saturating_add(bytes);
+        }
+        for u in self.users.values() {
+            self.dropped.histograms = self
+                .dropped
+                .histograms
+                .saturating_add(u.account.take_refused());
+        }
+        // Users with nothing followed are dropped (their accounts die with their segments).
+        self.users.retain(|uid, _| per.contains_key(uid));
+        self.segments = per.values().map(|p| p.0).sum();
+        self.bytes = per.values().map(|p| p.1).fold(0, u64::saturating_add);
+        let n = per.len().max(1) as u64;
+        let over = self.bytes >= self.limits.bytes_total;
+        for (uid, (segments, bytes)) in per {
+            let per_user = self.limits.bytes_per_user;
+            let u = self.users.entry(uid).or_insert_with(|| User {
+                segments: 0,
+                bytes: 0,
+                account: Arc::new(Account::new(per_user)),
+            });
+            u.segments = segments;
+            u.bytes = bytes;
+            let mut cap = self.limits.bytes_per_user;
+            if over {
+                cap = cap.min(self.limits.bytes_total / n);
+            } else {
+                cap = cap.min(bytes.saturating_add(self.limits.bytes_total - self.bytes));
+            }
+            u.account.set_left(cap.saturating_sub(bytes));
+        }
+    }
+
+    /// Starts a poll: every user's work budget is whole again.
+    pub fn begin_poll(&mut self) {
+        self.work.clear();
+        self.deferred.clear();
+    }
+
+    /// Records one segment of `uid` may take in this poll (at most `cap`).
+    pub fn work_left(&self, uid: u32, cap: usize) -> usize {
+        let used = self.work.get(&uid).copied().unwrap_or(0);
+        self.limits
+            .records_per_user_step
+            .saturating_sub(used)
+            .min(cap)
+    }
+
+    /// Charges `n` records drained to `uid`'s work budget; `more` says the ring still held
+    /// records (counted once per user and poll when the budget is spent).
+    pub fn worked(&mut self, uid: u32, n: u64, more: bool) {
+        let w = self.work.entry(uid).or_default();
+        *w = w.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+        if more && *w >= self.limits.records_per_user_step && !self.deferred.contains_key(&uid) {
+            self.deferred.insert(uid, true);
+            self.dropped.deferred_polls = self.dropped.deferred_polls.saturating_add(1);
+        }
+    }
+}
+
+/// The first `max` modules of a segment's map, and how many were dropped.
+pub fn bounded_modules<T>(mut modules: Vec<T>, max: usize) -> (Vec<T>, u64) {
+    let dropped = modules.len().saturating_sub(max) as u64;
+    modules.truncate(max);
+    (modules, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Limits {
+        Limits {
+            segments_per_user: 4,
+            bytes_per_user: 1000,
+            segments_total: 6,
+            bytes_total: 1500,
+            reserve_per_user: 2,
+            records_per_user_step: 100,
+            modules_per_segment: 3,
+            compact_after_ns: 0,
+        }
+    }
+
+    #[test]
+    fn a_user_at_their_cap_is_refused_and_another_user_is_not() {
+        let mut b = Budget::new(small());
+        for _ in 0..4 {
+            assert!(b.admits(1000));
+            b.admit(1000);
+        }
+        assert!(!b.admits(1000), "the fifth segment of one user");
+        b.refused();
+        assert!(b.admits(0), "root is not held back by user 1000");
+        b.admit(0);
+        assert_eq!(b.segments(1000), (5, 4));
+        assert_eq!(b.dropped().segments, 1);
+        // Ended segments forgotten: the recount frees the room.
+        b.recount([(1000, 10), (0, 10)]);
+        assert_eq!(b.segments(1000), (2, 1));
+        assert!(b.admits(1000));
+    }
+
+    #[test]
+    fn over_the_total_each_user_keeps_a_fair_share() {
+        let mut l = small();
+        l.segments_per_user = 100;
+        let mut b = Budget::new(l);
+        for _ in 0..6 {
+            b.admit(1000);
+        }
+        // The total (6) is reached by one user: they get no more, a newcomer still does.
+        assert!(!b.admits(1000));
+        assert!(b.admits(0));
+        b.admit(0);
+        assert!(b.admits(0), "root holds 1 of a fair share of 3");
+        b.admit(0);
+        b.admit(0);
+        assert!(!b.admits(0), "at the fair share (6 / 2 users)");
+        // Nobody goes below the reserve, however many users there are.
+        let mut l = small();
+        l.segments_total = 1;
+        let mut b = Budget::new(l);
+        b.admit(1);
+        assert!(b.admits(1) && b.admits(2));
+    }
+
+    #[test]
+    fn a_users_bytes_are_capped_by_their_account() {
+        let mut b = Budget::new(small());
+        let acc = b.admit(1000);
+        assert!(acc.charge(600));
+        assert!(acc.charge(400));
+        assert!(!acc.charge(1), "the user's 1000 bytes are spent");
+        // The recount sees 1000 bytes used: no new segment, nothing left to charge.
+        b.recount([(1000, 1000)]);
+        assert_eq!(b.dropped().histograms, 1);
+        assert!(!b.admits(1000));
+        assert_eq!(acc.left(), 0);
+        // Another user gets what is left of the total (1500 - 1000).
+        let other = b.admit(0);
+        b.recount([(1000, 1000), (0, 0)]);
+        assert_eq!(other.left(), 500);
+        assert!(other.charge(500) && !other.charge(1));
+        // Over the total, each user is cut to a fair share: 750 each.
+        b.recount([(1000, 1000), (0, 600)]);
+        assert_eq!(acc.left(), 0);
+        assert_eq!(other.left(), 150);
+        // Once the first user's segments are gone, their account is dropped and the other
+        // user may grow to their own cap.
+        b.recount([(0, 600)]);
+        assert_eq!(other.left(), 400);
+        assert!(b.admits(1000));
+    }
+
+    #[test]
+    fn work_is_budgeted_per_user_and_poll() {
+        let mut b = Budget::new(small());
+        b.begin_poll();
+        assert_eq!(b.work_left(1000, 1 << 20), 100);
+        b.worked(1000, 70, false);
+        assert_eq!(b.work_left(1000, 1 << 20), 30);
+        assert_eq!(b.work_left(1000, 10), 10);
+        b.worked(1000, 30, true);
+        b.worked(1000, 0, true);
+        assert_eq!(b.work_left(1000, 1 << 20), 0);
+        assert_eq!(b.work_left(0, 1 << 20), 100, "root's budget is its own");
+        assert_eq!(b.dropped().deferred_polls, 1, "once per user and poll");
+        b.begin_poll();
+        assert_eq!(b.work_left(1000, 1 << 20), 100);
+    }
+
+    #[test]
+    fn modules_beyond_the_cap_are_dropped_and_counted() {
+        let (kept, dropped) = bounded_modules((0..10).collect::<Vec<u32>>(), 3);
+        assert_eq!((kept, dropped), (vec![0, 1, 2], 7));
+        let (kept, dropped) = bounded_modules(vec![1u8], 3);
+        assert_eq!((kept.len(), dropped), (1, 0));
+    }
+
+    #[test]
+    fn limits_come_from_the_environment_and_bad_values_are_ignored() {
+        let env = |k: &str| match k {
+            "SYNCSPY_READER_SEGMENTS_PER_USER" => Some("32".to_string()),
+            "SYNCSPY_READER_MB" => Some("0".to_string()),
+            "SYNCSPY_READER_MB_PER_USER" => Some("x".to_string()),
+            _ => None,
+        };
+        let l = Limits::from_vars(env);
+        assert_eq!(l.segments_per_user, 32);
+        assert_eq!(l.bytes_total, Limits::default().bytes_total);
+        assert_eq!(l.bytes_per_user, Limits::default().bytes_per_user);
+    }
+}
