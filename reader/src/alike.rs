@@ -12,6 +12,9 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use crate::python::{self, PyFrame};
+use crate::symbolize::Frame;
+
 /// `items` with those of equal `key` made one: the first of each key stays where it is (in
 /// the order given, so the largest when they come largest first) and the later ones are
 /// `merge`d into it. Items whose key is `None` are never merged.
@@ -37,6 +40,100 @@ pub fn group<T, K: Eq + Hash>(
     out
 }
 
+/// How a call site's stack reads to a person: what its frames print, and for a site with
+/// Python frames, those frames and the native op under them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SiteLook {
+    /// The Python frames and the native op (`python::native_op`); `None` without Python.
+    python: Option<(Vec<PyFrame>, Option<String>)>,
+    /// The frames as every view prints them (`python::merge`d), innermost first.
+    printed: Vec<String>,
+}
+
+impl SiteLook {
+    /// The look of a stack whose native frames are `native` and Python frames `python`, with
+    /// its frames as every view shows them (`python::merge`).
+    pub fn of(native: Vec<Frame>, python: &[PyFrame]) -> (SiteLook, Vec<Frame>) {
+        let python_key = (!python.is_empty()).then(|| {
+            (
+                python.to_vec(),
+                python::native_op(&native).map(str::to_string),
+            )
+        });
+        let frames = python::merge(native, python);
+        let look = SiteLook {
+            python: python_key,
+            printed: frames.iter().map(|f| f.text.clone()).collect(),
+        };
+        (look, frames)
+    }
+
+    /// The look of a stack known by what it prints only (a report's site, whose sites are
+    /// one per look already).
+    pub fn printed(frames: Vec<String>) -> SiteLook {
+        SiteLook {
+            python: None,
+            printed: frames,
+        }
+    }
+
+    /// Its frames as printed, innermost first.
+    pub fn frames(&self) -> &[String] {
+        &self.printed
+    }
+}
+
+/// What makes two call sites one row: one kind, one API (by name), and stacks that read
+/// alike.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SiteKey {
+    pub kind: String,
+    pub api: String,
+    pub look: SiteLook,
+}
+
+impl SiteKey {
+    pub fn new(kind: &str, api: &str, look: SiteLook) -> SiteKey {
+        SiteKey {
+            kind: kind.to_string(),
+            api: api.to_string(),
+            look,
+        }
+    }
+}
+
+/// Call sites, each with its key, with those that read alike made one (the rule of every
+/// view: the report's sites, both monitor sources' rows). First the sites with the same
+/// Python frames above the same native op (one Python line reached through two native paths,
+/// before and after the interpreter specializes a call), then those whose frames print the
+/// same; as in [`group`], the first of each stays where it is and the others are `merge`d
+/// into it. A site whose key is `None` (not symbolized yet) is never merged.
+pub fn sites<T>(
+    items: impl IntoIterator<Item = (Option<SiteKey>, T)>,
+    mut merge: impl FnMut(&mut T, T),
+) -> Vec<T> {
+    let by_python = group(
+        items,
+        |(k, _)| {
+            let k = k.as_ref()?;
+            let py = k.look.python.as_ref()?;
+            Some((k.kind.clone(), k.api.clone(), py.clone()))
+        },
+        |(_, a), (_, b)| merge(a, b),
+    );
+    group(
+        by_python,
+        |(k, _)| {
+            k.as_ref()
+                .map(|k| (k.kind.clone(), k.api.clone(), k.look.printed.clone()))
+        },
+        |(_, a), (_, b)| merge(a, b),
+    )
+    .into_iter()
+    .map(|(_, t)| t)
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +146,55 @@ mod tests {
             |a, b| a.0 += b.0,
         );
         assert_eq!(v, [(4, "a"), (2, "b"), (4, "-"), (5, "-")]);
+    }
+
+    fn frame(text: &str) -> Frame {
+        Frame {
+            text: text.to_string(),
+            module: None,
+        }
+    }
+
+    #[test]
+    fn sites_that_read_alike_are_one_and_unknown_ones_stay_apart() {
+        let key = |kind: &str, frames: &[&str]| {
+            let native = frames.iter().map(|f| frame(f)).collect();
+            Some(SiteKey::new(
+                kind,
+                "cudaMemcpy",
+                SiteLook::of(native, &[]).0,
+            ))
+        };
+        let v = sites(
+            [
+                (key("memcpy_sync", &["f (a.c:3)"]), 19),
+                (key("memcpy_sync", &["g (a.c:9)"]), 5),
+                (key("memcpy_sync", &["f (a.c:3)"]), 1),
+                (key("stream_sync", &["f (a.c:3)"]), 2),
+                (None, 7),
+                (None, 7),
+            ],
+            |a, b| *a += b,
+        );
+        assert_eq!(v, [20, 5, 2, 7, 7]);
+        // One Python line over one op, through two native paths: one site.
+        let py = [PyFrame {
+            file: "train.py".into(),
+            line: 4,
+            function: "step".into(),
+            skipped: 0,
+        }];
+        let k = |path: &str| {
+            let native = vec![frame("op (t.cpp:1)"), frame(path)];
+            Some(SiteKey::new(
+                "stream_sync",
+                "x",
+                SiteLook::of(native, &py).0,
+            ))
+        };
+        assert_eq!(
+            sites([(k("p (a:1)"), 1), (k("q (b:2)"), 2)], |a, b| *a += b),
+            [3]
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! plain data, so screens can be rendered and tested from fixed snapshots.
 
 use syncspy_abi::Kind;
+use syncspy_read::alike::{SiteKey, SiteLook};
 pub use syncspy_read::follow::ProcessKey;
 use syncspy_read::names::ApiName;
 
@@ -182,6 +183,27 @@ pub struct RankOf {
 }
 
 impl RankOf {
+    /// Rank `rank` of job `job`; its collective share by the report's rule
+    /// (`report::collective_share`: time in collective kernels and the traced time, only when
+    /// the GPU was measured), whichever the source.
+    pub fn new(
+        job: &str,
+        rank: Option<u32>,
+        collective_ns: Option<u64>,
+        gpu_measured: bool,
+        traced_ns: u64,
+    ) -> RankOf {
+        RankOf {
+            job: job.to_string(),
+            rank,
+            collective: syncspy_read::report::collective_share(
+                collective_ns,
+                gpu_measured,
+                traced_ns,
+            ),
+        }
+    }
+
     /// `exp-7 r3` (`exp-7 r?` when the launcher gave no rank).
     pub fn label(&self) -> String {
         match self.rank {
@@ -232,9 +254,57 @@ impl Scope {
         }
     }
 
+    /// The figures of one period from per-kind and per-site figures, as both sources list
+    /// them: kinds with events in the period, in [`STALL_KINDS`] order; the sites by
+    /// [`site_rows`].
+    pub fn of(kinds: Vec<KindRow>, sites: Vec<(SiteRow, Option<SiteLook>)>) -> Scope {
+        let mut kinds: Vec<KindRow> = kinds
+            .into_iter()
+            .filter(|k| k.count > 0 && STALL_KINDS.contains(&k.kind))
+            .collect();
+        kinds.sort_by_key(|k| STALL_KINDS.iter().position(|s| *s == k.kind));
+        Scope::new(kinds, site_rows(sites))
+    }
+
     pub fn kind(&self, k: Kind) -> Option<&KindRow> {
         self.kinds.iter().find(|r| r.kind == k)
     }
+}
+
+/// Sites listed per process and scope.
+pub const MAX_SITES_SHOWN: usize = 100;
+
+/// The site rows of a scope from one row per call site (each with how its stack reads:
+/// `None` while it is not symbolized, so it is merged with none), as both sources list them:
+/// the sites with calls in the period; those that read alike one row, by the reader's rule
+/// (`syncspy_read::alike::sites`, the report's): counts and totals added, the largest
+/// maximum, the p99 and the site id of the largest part; largest total first (then most
+/// calls, then site id, the report's order); at most [`MAX_SITES_SHOWN`].
+pub fn site_rows(sites: Vec<(SiteRow, Option<SiteLook>)>) -> Vec<SiteRow> {
+    let mut sites: Vec<(SiteRow, Option<SiteLook>)> =
+        sites.into_iter().filter(|(s, _)| s.count > 0).collect();
+    // Largest first, so that each merged row is its largest part's.
+    sites.sort_by(|(a, _), (b, _)| by_total(a, b));
+    let keyed = sites.into_iter().map(|(row, look)| {
+        let key = look.map(|l| SiteKey::new(row.kind.name(), row.api.as_str(), l));
+        (key, row)
+    });
+    let mut rows = syncspy_read::alike::sites(keyed, |a, b| {
+        a.count = a.count.saturating_add(b.count);
+        a.total_ns = a.total_ns.saturating_add(b.total_ns);
+        a.max_ns = a.max_ns.max(b.max_ns);
+    });
+    rows.sort_by(by_total);
+    rows.truncate(MAX_SITES_SHOWN);
+    rows
+}
+
+/// The report's order of sites: largest total first, then most calls, then lowest site id.
+fn by_total(a: &SiteRow, b: &SiteRow) -> std::cmp::Ordering {
+    b.total_ns
+        .cmp(&a.total_ns)
+        .then(b.count.cmp(&a.count))
+        .then(a.site_id.cmp(&b.site_id))
 }
 
 /// One stall kind.
