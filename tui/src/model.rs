@@ -490,6 +490,93 @@ mod tests {
         assert_eq!(totals, [9, 8, 7, 6, 5, 4, 3, 2]);
     }
 
+    fn site(site_id: u32, count: u64, total_ns: u64, p99_ns: u64, max_ns: u64) -> SiteRow {
+        SiteRow {
+            site_id,
+            kind: Kind::MemcpySync,
+            api: "cudaMemcpy".into(),
+            count,
+            total_ns,
+            p99_ns,
+            max_ns,
+            location: format!("site {site_id}"),
+            frames: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn site_rows_merge_what_reads_alike_and_keep_the_reports_order() {
+        let look = |f: &str| Some(SiteLook::printed(vec![f.to_string()]));
+        let rows = site_rows(vec![
+            // The smaller part first: the row is still the larger one's.
+            (site(2, 1, 80, 150, 90), look("f (a.c:3)")),
+            (site(1, 19, 1_900, 100, 120), look("f (a.c:3)")),
+            (site(3, 5, 500, 100, 100), look("g (a.c:9)")),
+            // Not symbolized yet: never merged, even with another of no look.
+            (site(4, 5, 500, 100, 100), None),
+            (site(5, 6, 500, 100, 100), None),
+            // No calls in the period: no row.
+            (site(6, 0, 0, 0, 0), look("h (a.c:1)")),
+        ]);
+        let shown: Vec<(u32, u64, u64, u64, u64)> = rows
+            .iter()
+            .map(|s| (s.site_id, s.count, s.total_ns, s.p99_ns, s.max_ns))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (1, 20, 1_980, 100, 120),
+                (5, 6, 500, 100, 100),
+                (3, 5, 500, 100, 100),
+                (4, 5, 500, 100, 100)
+            ]
+        );
+        // One kind or API apart: apart.
+        let mut other = site(7, 1, 1, 1, 1);
+        other.kind = Kind::StreamSync;
+        let rows = site_rows(vec![
+            (site(1, 1, 1, 1, 1), look("f (a.c:3)")),
+            (other, look("f (a.c:3)")),
+        ]);
+        assert_eq!(rows.len(), 2);
+        let many = (1..=300)
+            .map(|i| (site(i, 1, u64::from(i), 1, 1), None))
+            .collect();
+        assert_eq!(site_rows(many).len(), MAX_SITES_SHOWN);
+    }
+
+    #[test]
+    fn kinds_are_listed_with_events_in_order_and_ranks_by_the_reports_rule() {
+        let row = |kind, count| KindRow {
+            kind,
+            count,
+            total_ns: count,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            bars: None,
+        };
+        let s = Scope::of(
+            vec![
+                row(Kind::PollWait, 2),
+                row(Kind::DeviceSync, 0),
+                row(Kind::StreamSync, 1),
+            ],
+            Vec::new(),
+        );
+        let kinds: Vec<Kind> = s.kinds.iter().map(|k| k.kind).collect();
+        assert_eq!(kinds, [Kind::StreamSync, Kind::PollWait]);
+        assert_eq!(s.stall_ns, 3);
+        // Collective time counts only when the GPU was measured.
+        let r = RankOf::new("exp", Some(1), Some(5), true, 9);
+        assert_eq!(
+            (r.label(), r.collective),
+            ("exp r1".to_string(), Some((5, 9)))
+        );
+        assert_eq!(RankOf::new("exp", None, Some(5), false, 9).collective, None);
+        assert_eq!(RankOf::new("exp", None, None, true, 9).collective, None);
+    }
+
     #[test]
     fn durations_and_counts_read_well() {
         assert_eq!(dur(0, false), "-");
