@@ -10,7 +10,8 @@
 //! so no view can list twice what another lists once.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use crate::python::{self, PyFrame};
 use crate::symbolize::Frame;
@@ -84,21 +85,59 @@ impl SiteLook {
 }
 
 /// What makes two call sites one row: one kind, one API (by name), and stacks that read
-/// alike.
+/// alike (shared: a monitor keys every site at every refresh without copying its frames).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SiteKey {
     pub kind: String,
     pub api: String,
-    pub look: SiteLook,
+    pub look: Arc<SiteLook>,
 }
 
 impl SiteKey {
-    pub fn new(kind: &str, api: &str, look: SiteLook) -> SiteKey {
+    pub fn new(kind: &str, api: &str, look: impl Into<Arc<SiteLook>>) -> SiteKey {
         SiteKey {
             kind: kind.to_string(),
             api: api.to_string(),
-            look,
+            look: look.into(),
         }
+    }
+}
+
+/// A key's kind, API and Python part (sites with Python frames only).
+#[derive(PartialEq, Eq, Hash)]
+struct ByPython(String, String, PythonPart);
+
+/// A key's kind, API and printed frames.
+#[derive(PartialEq, Eq, Hash)]
+struct ByPrinted(String, String, Printed);
+
+/// A look compared and hashed by its Python part alone (which it has).
+struct PythonPart(Arc<SiteLook>);
+
+impl PartialEq for PythonPart {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.python == o.0.python
+    }
+}
+impl Eq for PythonPart {}
+impl Hash for PythonPart {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.python.hash(h);
+    }
+}
+
+/// A look compared and hashed by its printed frames alone.
+struct Printed(Arc<SiteLook>);
+
+impl PartialEq for Printed {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.printed == o.0.printed
+    }
+}
+impl Eq for Printed {}
+impl Hash for Printed {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.printed.hash(h);
     }
 }
 
@@ -116,16 +155,18 @@ pub fn sites<T>(
         items,
         |(k, _)| {
             let k = k.as_ref()?;
-            let py = k.look.python.as_ref()?;
-            Some((k.kind.clone(), k.api.clone(), py.clone()))
+            k.look.python.as_ref()?;
+            let part = PythonPart(Arc::clone(&k.look));
+            Some(ByPython(k.kind.clone(), k.api.clone(), part))
         },
         |(_, a), (_, b)| merge(a, b),
     );
     group(
         by_python,
         |(k, _)| {
-            k.as_ref()
-                .map(|k| (k.kind.clone(), k.api.clone(), k.look.printed.clone()))
+            let k = k.as_ref()?;
+            let printed = Printed(Arc::clone(&k.look));
+            Some(ByPrinted(k.kind.clone(), k.api.clone(), printed))
         },
         |(_, a), (_, b)| merge(a, b),
     )

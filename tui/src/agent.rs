@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -240,7 +241,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         });
     }
     // The report's sites, merged already; the rows' rules are the local source's too.
-    let sites: Vec<(SiteRow, Option<SiteLook>)> = r
+    let sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = r
         .sites
         .iter()
         .filter_map(|s| {
@@ -258,9 +259,10 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 p99_ns: s.p99_ns,
                 max_ns: s.max_ns,
                 location: SiteRow::location_of(s.site_id, s.location.as_deref(), &s.frames),
-                frames: s.frames.clone(),
+                // Its look's (`site_rows`).
+                frames: Vec::new(),
             };
-            Some((row, Some(SiteLook::printed(s.frames.clone()))))
+            Some((row, Some(Arc::new(SiteLook::printed(s.frames.clone())))))
         })
         .collect();
     Proc {

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc;
+use std::sync::Arc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
@@ -41,7 +42,7 @@ const RATE_SPAN_NS: u64 = 2_000_000_000;
 
 /// Symbolized frames of one site: how they read (what they print, the key of the reader's
 /// merge rule), and the location.
-type SiteFrames = (SiteLook, Option<String>);
+type SiteFrames = (Arc<SiteLook>, Option<String>);
 
 struct SymRequest {
     key: SiteRef,
@@ -74,7 +75,7 @@ impl SymWorker {
                         Some(i) => Some(req.python[i].text()),
                         None => location_of(&frames),
                     };
-                    if done_tx.send((req.key, (look, loc))).is_err() {
+                    if done_tx.send((req.key, (Arc::new(look), loc))).is_err() {
                         break;
                     }
                 }
@@ -386,7 +387,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     // Every site, so that those that read alike are one row (`model::site_rows`), as in
     // the report; each is symbolized once, in the background.
     let mut want = Vec::new();
-    let all_sites: Vec<(SiteRow, Option<SiteLook>)> = a
+    let all_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = a
         .sites_by_total()
         .into_iter()
         .map(|(k, d)| {
@@ -418,7 +419,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             });
         }
     }
-    let recent_sites: Vec<(SiteRow, Option<SiteLook>)> = merged
+    let recent_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = merged
         .sites
         .iter()
         .map(|(k, b)| {
@@ -582,12 +583,12 @@ fn site_row(
     p99_ns: u64,
     max_ns: u64,
     want: &mut Vec<u32>,
-) -> (SiteRow, Option<SiteLook>) {
+) -> (SiteRow, Option<Arc<SiteLook>>) {
     let (location, look) = if k.site == 0 {
         // No stack: what the report prints for it (no frames).
         (
             SiteRow::location_of(0, None, &[]),
-            Some(SiteLook::printed(Vec::new())),
+            Some(Arc::new(SiteLook::printed(Vec::new()))),
         )
     } else {
         match sym.cache.get(&SiteRef {
@@ -596,7 +597,7 @@ fn site_row(
         }) {
             Some((look, loc)) => (
                 SiteRow::location_of(k.site, loc.as_deref(), look.frames()),
-                Some(look.clone()),
+                Some(Arc::clone(look)),
             ),
             None => {
                 // Asked for below (once: the worker's pending set); keyed by its id
@@ -606,7 +607,6 @@ fn site_row(
             }
         }
     };
-    let frames = look.as_ref().map_or_else(Vec::new, |l| l.frames().to_vec());
     let row = SiteRow {
         site_id: k.site,
         kind: k.kind,
@@ -616,7 +616,8 @@ fn site_row(
         p99_ns,
         max_ns,
         location,
-        frames,
+        // Its look's, for the rows listed (`model::site_rows`).
+        frames: Vec::new(),
     };
     (row, look)
 }

@@ -1,7 +1,9 @@
 //! What the monitor shows, independent of where it came from (local segments or an agent):
 //! plain data, so screens can be rendered and tested from fixed snapshots.
 
+use std::sync::Arc;
 use syncspy_abi::Kind;
+
 use syncspy_read::alike::{SiteKey, SiteLook};
 pub use syncspy_read::follow::ProcessKey;
 use syncspy_read::names::ApiName;
@@ -257,7 +259,7 @@ impl Scope {
     /// The figures of one period from per-kind and per-site figures, as both sources list
     /// them: kinds with events in the period, in [`STALL_KINDS`] order; the sites by
     /// [`site_rows`].
-    pub fn of(kinds: Vec<KindRow>, sites: Vec<(SiteRow, Option<SiteLook>)>) -> Scope {
+    pub fn of(kinds: Vec<KindRow>, sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Scope {
         let mut kinds: Vec<KindRow> = kinds
             .into_iter()
             .filter(|k| k.count > 0 && STALL_KINDS.contains(&k.kind))
@@ -275,28 +277,38 @@ impl Scope {
 pub const MAX_SITES_SHOWN: usize = 100;
 
 /// The site rows of a scope from one row per call site (each with how its stack reads:
-/// `None` while it is not symbolized, so it is merged with none), as both sources list them:
+/// `None` while it is not symbolized, so it is merged with none; a row's `frames` are its
+/// look's, filled here for the rows listed), as both sources list them:
 /// the sites with calls in the period; those that read alike one row, by the reader's rule
 /// (`syncspy_read::alike::sites`, the report's): counts and totals added, the largest
 /// maximum, the p99 and the site id of the largest part; largest total first (then most
 /// calls, then site id, the report's order); at most [`MAX_SITES_SHOWN`].
-pub fn site_rows(sites: Vec<(SiteRow, Option<SiteLook>)>) -> Vec<SiteRow> {
-    let mut sites: Vec<(SiteRow, Option<SiteLook>)> =
+pub fn site_rows(sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Vec<SiteRow> {
+    let mut sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> =
         sites.into_iter().filter(|(s, _)| s.count > 0).collect();
     // Largest first, so that each merged row is its largest part's.
     sites.sort_by(|(a, _), (b, _)| by_total(a, b));
     let keyed = sites.into_iter().map(|(row, look)| {
-        let key = look.map(|l| SiteKey::new(row.kind.name(), row.api.as_str(), l));
-        (key, row)
+        let key = look
+            .as_ref()
+            .map(|l| SiteKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l)));
+        (key, (row, look))
     });
-    let mut rows = syncspy_read::alike::sites(keyed, |a, b| {
+    let mut rows = syncspy_read::alike::sites(keyed, |(a, _), (b, _)| {
         a.count = a.count.saturating_add(b.count);
         a.total_ns = a.total_ns.saturating_add(b.total_ns);
         a.max_ns = a.max_ns.max(b.max_ns);
     });
-    rows.sort_by(by_total);
+    rows.sort_by(|(a, _), (b, _)| by_total(a, b));
     rows.truncate(MAX_SITES_SHOWN);
-    rows
+    rows.into_iter()
+        .map(|(mut row, look)| {
+            if let Some(l) = look {
+                row.frames = l.frames().to_vec();
+            }
+            row
+        })
+        .collect()
 }
 
 /// The report's order of sites: largest total first, then most calls, then lowest site id.
@@ -506,7 +518,7 @@ mod tests {
 
     #[test]
     fn site_rows_merge_what_reads_alike_and_keep_the_reports_order() {
-        let look = |f: &str| Some(SiteLook::printed(vec![f.to_string()]));
+        let look = |f: &str| Some(Arc::new(SiteLook::printed(vec![f.to_string()])));
         let rows = site_rows(vec![
             // The smaller part first: the row is still the larger one's.
             (site(2, 1, 80, 150, 90), look("f (a.c:3)")),
