@@ -32,6 +32,37 @@ fn counts(text: &str, prefix: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// `(kind, API, count)` of each row of the monitor's call-site pane, as printed.
+fn screen_sites(screen: &str) -> Vec<(String, String, u64)> {
+    let mut out = Vec::new();
+    let mut lines = screen
+        .lines()
+        .skip_while(|l| !l.contains("Top call sites by"));
+    lines.next();
+    for l in lines.take_while(|l| !l.contains('└')) {
+        let t: Vec<&str> = l
+            .split(|c: char| c.is_whitespace() || c == '│')
+            .filter(|x| !x.is_empty())
+            .collect();
+        // #, SHARE, TOTAL ("-" or "1.33 ms"), COUNT, P99, KIND, API, WHERE.
+        if t.len() < 4 || t[0].parse::<u32>().is_err() || !t[1].ends_with('%') {
+            continue;
+        }
+        let at = if t[2] == "-" { 3 } else { 4 };
+        let kind = t
+            .iter()
+            .skip(at + 1)
+            .position(|w| HOST_STALLS.contains(w) || w.ends_with("_sync") || *w == "poll_wait");
+        let (Some(n), Some(k)) = (t.get(at).and_then(|n| n.parse().ok()), kind) else {
+            continue;
+        };
+        let k = at + 1 + k;
+        out.push((t[k].to_string(), t.get(k + 1).unwrap_or(&"").to_string(), n));
+    }
+    out.sort();
+    out
+}
+
 /// The percentage after `marker` in `text` (`idle 49.5% of its active` -> "49.5").
 fn percent_after<'a>(text: &'a str, marker: &str) -> &'a str {
     let at = text
@@ -175,8 +206,28 @@ fn one_process_reads_the_same_in_every_view() {
         .filter(|(k, _)| *k != "gpu_idle")
         .map(|(k, v)| (k.clone(), *v))
         .collect();
+    // The call sites: the report's rows (sites that print alike are one), one per row.
+    let mut json_sites: Vec<(String, String, u64)> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap().to_string(),
+                s["api"].as_str().unwrap().to_string(),
+                s["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    json_sites.sort();
+    assert!(!json_sites.is_empty(), "{p}");
     for (name, screen) in [("local", &local), ("agent", &via)] {
         assert_eq!(counts(screen, "│"), hosts, "{name}:\n{screen}");
+        assert_eq!(
+            screen_sites(screen),
+            json_sites,
+            "{name}: the call sites\n{screen}"
+        );
         assert_eq!(
             percent_after(screen, "GPU idle: "),
             idle,

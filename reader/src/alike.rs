@@ -10,7 +10,11 @@
 //! so no view can list twice what another lists once.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::python::{self, PyFrame};
+use crate::symbolize::Frame;
 
 /// `items` with those of equal `key` made one: the first of each key stays where it is (in
 /// the order given, so the largest when they come largest first) and the later ones are
@@ -37,6 +41,160 @@ pub fn group<T, K: Eq + Hash>(
     out
 }
 
+/// How a call site's stack reads to a person: what its frames print, and for a site with
+/// Python frames, those frames and the native op under them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SiteLook {
+    /// The Python frames and the native op (`python::native_op`); `None` without Python.
+    python: Option<(Vec<PyFrame>, Option<String>)>,
+    /// The frames as every view prints them (`python::merge`d), innermost first.
+    printed: Vec<String>,
+}
+
+impl SiteLook {
+    /// The look of a stack whose native frames are `native` and Python frames `python`, with
+    /// its frames as every view shows them (`python::merge`).
+    pub fn of(native: Vec<Frame>, python: &[PyFrame]) -> (SiteLook, Vec<Frame>) {
+        let python_key = (!python.is_empty()).then(|| {
+            (
+                python.to_vec(),
+                python::native_op(&native).map(str::to_string),
+            )
+        });
+        let frames = python::merge(native, python);
+        let look = SiteLook {
+            python: python_key,
+            printed: frames.iter().map(|f| f.text.clone()).collect(),
+        };
+        (look, frames)
+    }
+
+    /// The look of a stack known by what it prints only (a report's site, whose sites are
+    /// one per look already).
+    pub fn printed(frames: Vec<String>) -> SiteLook {
+        SiteLook {
+            python: None,
+            printed: frames,
+        }
+    }
+
+    /// Its frames as printed, innermost first.
+    pub fn frames(&self) -> &[String] {
+        &self.printed
+    }
+}
+
+/// What makes two call sites one row: one kind, one API (by name), and stacks that read
+/// alike (shared: a monitor keys every site at every refresh without copying its frames).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SiteKey {
+    pub kind: String,
+    pub api: String,
+    pub look: Arc<SiteLook>,
+    /// The Python stack that waited for the site's stalls on another thread, as text
+    /// (`report::Site::waited_by`): two waiting lines over one native stack stay two rows.
+    pub waiter: Option<String>,
+}
+
+impl SiteKey {
+    pub fn new(kind: &str, api: &str, look: impl Into<Arc<SiteLook>>) -> SiteKey {
+        SiteKey {
+            kind: kind.to_string(),
+            api: api.to_string(),
+            look: look.into(),
+            waiter: None,
+        }
+    }
+
+    /// The same key, for the stalls `waiter` (its Python stack as text) waited for.
+    pub fn waited_by(mut self, waiter: Option<String>) -> SiteKey {
+        self.waiter = waiter;
+        self
+    }
+}
+
+/// A key's kind, API, waiter and Python part (sites with Python frames only).
+#[derive(PartialEq, Eq, Hash)]
+struct ByPython(String, String, Option<String>, PythonPart);
+
+/// A key's kind, API, waiter and printed frames.
+#[derive(PartialEq, Eq, Hash)]
+struct ByPrinted(String, String, Option<String>, Printed);
+
+/// A look compared and hashed by its Python part alone (which it has).
+struct PythonPart(Arc<SiteLook>);
+
+impl PartialEq for PythonPart {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.python == o.0.python
+    }
+}
+impl Eq for PythonPart {}
+impl Hash for PythonPart {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.python.hash(h);
+    }
+}
+
+/// A look compared and hashed by its printed frames alone.
+struct Printed(Arc<SiteLook>);
+
+impl PartialEq for Printed {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.printed == o.0.printed
+    }
+}
+impl Eq for Printed {}
+impl Hash for Printed {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.printed.hash(h);
+    }
+}
+
+/// Call sites, each with its key, with those that read alike made one (the rule of every
+/// view: the report's sites, both monitor sources' rows). First the sites with the same
+/// Python frames above the same native op (one Python line reached through two native paths,
+/// before and after the interpreter specializes a call), then those whose frames print the
+/// same; as in [`group`], the first of each stays where it is and the others are `merge`d
+/// into it. A site whose key is `None` (not symbolized yet) is never merged.
+pub fn sites<T>(
+    items: impl IntoIterator<Item = (Option<SiteKey>, T)>,
+    mut merge: impl FnMut(&mut T, T),
+) -> Vec<T> {
+    let by_python = group(
+        items,
+        |(k, _)| {
+            let k = k.as_ref()?;
+            k.look.python.as_ref()?;
+            let part = PythonPart(Arc::clone(&k.look));
+            Some(ByPython(
+                k.kind.clone(),
+                k.api.clone(),
+                k.waiter.clone(),
+                part,
+            ))
+        },
+        |(_, a), (_, b)| merge(a, b),
+    );
+    group(
+        by_python,
+        |(k, _)| {
+            let k = k.as_ref()?;
+            let printed = Printed(Arc::clone(&k.look));
+            Some(ByPrinted(
+                k.kind.clone(),
+                k.api.clone(),
+                k.waiter.clone(),
+                printed,
+            ))
+        },
+        |(_, a), (_, b)| merge(a, b),
+    )
+    .into_iter()
+    .map(|(_, t)| t)
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +207,55 @@ mod tests {
             |a, b| a.0 += b.0,
         );
         assert_eq!(v, [(4, "a"), (2, "b"), (4, "-"), (5, "-")]);
+    }
+
+    fn frame(text: &str) -> Frame {
+        Frame {
+            text: text.to_string(),
+            module: None,
+        }
+    }
+
+    #[test]
+    fn sites_that_read_alike_are_one_and_unknown_ones_stay_apart() {
+        let key = |kind: &str, frames: &[&str]| {
+            let native = frames.iter().map(|f| frame(f)).collect();
+            Some(SiteKey::new(
+                kind,
+                "cudaMemcpy",
+                SiteLook::of(native, &[]).0,
+            ))
+        };
+        let v = sites(
+            [
+                (key("memcpy_sync", &["f (a.c:3)"]), 19),
+                (key("memcpy_sync", &["g (a.c:9)"]), 5),
+                (key("memcpy_sync", &["f (a.c:3)"]), 1),
+                (key("stream_sync", &["f (a.c:3)"]), 2),
+                (None, 7),
+                (None, 7),
+            ],
+            |a, b| *a += b,
+        );
+        assert_eq!(v, [20, 5, 2, 7, 7]);
+        // One Python line over one op, through two native paths: one site.
+        let py = [PyFrame {
+            file: "train.py".into(),
+            line: 4,
+            function: "step".into(),
+            skipped: 0,
+        }];
+        let k = |path: &str| {
+            let native = vec![frame("op (t.cpp:1)"), frame(path)];
+            Some(SiteKey::new(
+                "stream_sync",
+                "x",
+                SiteLook::of(native, &py).0,
+            ))
+        };
+        assert_eq!(
+            sites([(k("p (a:1)"), 1), (k("q (b:2)"), 2)], |a, b| *a += b),
+            [3]
+        );
     }
 }

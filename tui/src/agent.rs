@@ -9,17 +9,19 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use syncspy_read::alike::SiteLook;
 use syncspy_read::names::{ApiName, KindName, Name};
 use syncspy_read::report::{CauseKey, ProcessReport};
 use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
 use crate::busy::BusyHistory;
 use crate::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, ProcessKey, Scope, SiteRow,
-    Snapshot, State, STALL_KINDS,
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, ProcessKey, RankOf, Scope,
+    SiteRow, Snapshot, State, STALL_KINDS,
 };
 use crate::Source;
 use syncspy_read::rates::Rates;
@@ -238,7 +240,8 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
             bars: None,
         });
     }
-    let mut sites: Vec<SiteRow> = r
+    // The report's sites, merged already; the rows' rules are the local source's too.
+    let sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = r
         .sites
         .iter()
         .filter_map(|s| {
@@ -247,7 +250,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 .and_then(|b| b.sites.get(&(s.site_id, s.kind.clone(), s.api.clone())))
                 .copied()
                 .unwrap_or_default();
-            Some(SiteRow {
+            let row = SiteRow {
                 site_id: s.site_id,
                 kind,
                 api: s.api.clone(),
@@ -256,12 +259,12 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 p99_ns: s.p99_ns,
                 max_ns: s.max_ns,
                 location: SiteRow::location_of(s.site_id, s.location.as_deref(), &s.frames),
-                frames: s.frames.clone(),
-            })
+                // Its look's (`site_rows`).
+                frames: Vec::new(),
+            };
+            Some((row, Some(Arc::new(SiteLook::printed(s.frames.clone())))))
         })
-        .filter(|s| s.count > 0)
         .collect();
-    sites.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
     Proc {
         pid: r.pid,
         start_ticks: r.start_ticks,
@@ -273,16 +276,16 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         dropped: r.dropped_events,
         lost: r.lost_records,
         wall_ns: r.wall_ns,
-        all: Scope::new(kinds, sites),
+        all: Scope::of(kinds, sites),
         recent: None,
-        job: r.job.as_ref().map(|j| crate::model::RankOf {
-            job: j.id.clone(),
-            rank: j.rank,
-            collective: r
-                .gpu
-                .collective_ns
-                .filter(|_| r.gpu.measured)
-                .map(|c| (c, r.gpu.traced_ns)),
+        job: r.job.as_ref().map(|j| {
+            RankOf::new(
+                &j.id,
+                j.rank,
+                r.gpu.collective_ns,
+                r.gpu.measured,
+                r.gpu.traced_ns,
+            )
         }),
         gpu: gpu_view(&r.gpu, base),
     }

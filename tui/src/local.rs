@@ -6,16 +6,18 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc;
+use std::sync::Arc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Kind, Record};
 use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::alike::SiteLook;
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
 use syncspy_read::python::{self, PyFrame};
 use syncspy_read::rates::Rates;
 use syncspy_read::report::{
-    collectives_of, fraction, location_of, IdleCause, ProcessState, StallSite,
+    collectives_of, fraction, gpu_measured, location_of, IdleCause, ProcessState, StallSite,
 };
 use syncspy_read::session::{ReaderSession, SessionOptions};
 use syncspy_read::symbolize::Symbolizer;
@@ -23,14 +25,13 @@ use syncspy_read::symbolize::Symbolizer;
 use crate::busy::BusyHistory;
 use crate::loghist::LogHist;
 use crate::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Scope, SiteRow, Snapshot, State,
-    STALL_KINDS,
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, RankOf, Scope, SiteRow, Snapshot,
+    State, STALL_KINDS,
 };
-use crate::window::{kind_index, Bin, Window};
+use crate::window::{kind_index, Window};
 use crate::Source;
 
-/// Sites listed per process and scope.
-pub const MAX_SITES_SHOWN: usize = 100;
+pub use crate::model::MAX_SITES_SHOWN;
 /// Ended processes kept (the oldest beyond this are forgotten).
 pub const MAX_ENDED: usize = 64;
 pub use crate::model::MAX_GAP_CAUSES;
@@ -41,8 +42,9 @@ const OVER_BUDGET: &str = "over budget: ";
 /// Period over which events/s and stall/s are measured.
 const RATE_SPAN_NS: u64 = 2_000_000_000;
 
-/// Symbolized frames of one site: (text, location).
-type SiteFrames = (Vec<String>, Option<String>);
+/// Symbolized frames of one site: how they read (what they print, the key of the reader's
+/// merge rule), and the location.
+type SiteFrames = (Arc<SiteLook>, Option<String>);
 
 struct SymRequest {
     key: SiteRef,
@@ -70,13 +72,13 @@ impl SymWorker {
             .spawn(move || {
                 let mut sym = Symbolizer::new();
                 for req in rx {
-                    let frames = python::merge(sym.stack(&req.stack, &req.modules), &req.python);
+                    let (look, frames) =
+                        SiteLook::of(sym.stack(&req.stack, &req.modules), &req.python);
                     let loc = match python::user_frame(&req.python) {
                         Some(i) => Some(req.python[i].text()),
                         None => location_of(&frames),
                     };
-                    let text = frames.into_iter().map(|f| f.text).collect();
-                    if done_tx.send((req.key, (text, loc))).is_err() {
+                    if done_tx.send((req.key, (Arc::new(look), loc))).is_err() {
                         break;
                     }
                 }
@@ -398,11 +400,12 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             bars: Some(t.cum[i].bars()),
         });
     }
+    // Every site, so that those that read alike are one row (`model::site_rows`), as in
+    // the report; each is symbolized once, in the background.
     let mut want = Vec::new();
-    let all_sites: Vec<SiteRow> = a
+    let all_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = a
         .sites_by_total()
         .into_iter()
-        .take(MAX_SITES_SHOWN)
         .map(|(k, d)| {
             site_row(
                 sym,
@@ -432,16 +435,9 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             });
         }
     }
-    let mut rs: Vec<(SiteKey, Bin)> = merged.sites.into_iter().collect();
-    rs.sort_by(|x, y| {
-        y.1.total_ns
-            .cmp(&x.1.total_ns)
-            .then(y.1.count().cmp(&x.1.count()))
-            .then(x.0.cmp(&y.0))
-    });
-    let recent_sites: Vec<SiteRow> = rs
+    let recent_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = merged
+        .sites
         .iter()
-        .take(MAX_SITES_SHOWN)
         .map(|(k, b)| {
             site_row(
                 sym,
@@ -470,14 +466,16 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         dropped: a.live.events_dropped,
         lost: a.lost,
         wall_ns,
-        all: Scope::new(all_kinds, all_sites),
-        recent: Some(Scope::new(recent_kinds, recent_sites)),
-        job: a.job.as_ref().map(|j| crate::model::RankOf {
-            job: j.id.clone(),
-            rank: j.rank,
-            collective: collectives_of(&a.live)
-                .zip(a.live.gpu.as_ref())
-                .map(|((ns, _), g)| (ns, g.traced_ns)),
+        all: Scope::of(all_kinds, all_sites),
+        recent: Some(Scope::of(recent_kinds, recent_sites)),
+        job: a.job.as_ref().map(|j| {
+            RankOf::new(
+                &j.id,
+                j.rank,
+                collectives_of(&a.live).map(|(ns, _)| ns),
+                gpu_measured(&a.live),
+                a.live.gpu.as_ref().map_or(0, |g| g.traced_ns),
+            )
         }),
         gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };
@@ -553,7 +551,7 @@ fn gpu_view(
             .map(|(cause, count, total_ns)| {
                 let cause = match cause {
                     GapCause::Stall(k) => {
-                        let row = site_row(sym, key, k, count, total_ns, 0, 0, want);
+                        let (row, _) = site_row(sym, key, k, count, total_ns, 0, 0, want);
                         IdleCause::Stall(StallSite {
                             kind: k.kind.into(),
                             api: k.api.into(),
@@ -588,6 +586,9 @@ fn gpu_view(
     Some(view.in_display_order())
 }
 
+/// The row of one call site of `segment` with its figures, and how its stack reads once
+/// symbolized (the key `model::site_rows` merges by); a site not symbolized yet is added to
+/// `want`.
 #[allow(clippy::too_many_arguments)]
 fn site_row(
     sym: &SymWorker,
@@ -598,27 +599,31 @@ fn site_row(
     p99_ns: u64,
     max_ns: u64,
     want: &mut Vec<u32>,
-) -> SiteRow {
-    let (location, frames) = if k.site == 0 {
-        ("(no stack captured)".to_string(), Vec::new())
+) -> (SiteRow, Option<Arc<SiteLook>>) {
+    let (location, look) = if k.site == 0 {
+        // No stack: what the report prints for it (no frames).
+        (
+            SiteRow::location_of(0, None, &[]),
+            Some(Arc::new(SiteLook::printed(Vec::new()))),
+        )
     } else {
         match sym.cache.get(&SiteRef {
             segment,
             site: k.site,
         }) {
-            Some((frames, loc)) => (
-                SiteRow::location_of(k.site, loc.as_deref(), frames),
-                frames.clone(),
+            Some((look, loc)) => (
+                SiteRow::location_of(k.site, loc.as_deref(), look.frames()),
+                Some(Arc::clone(look)),
             ),
             None => {
-                if !want.contains(&k.site) {
-                    want.push(k.site);
-                }
-                (format!("site {} (symbolizing...)", k.site), Vec::new())
+                // Asked for below (once: the worker's pending set); keyed by its id
+                // meanwhile, so merged with none.
+                want.push(k.site);
+                (format!("site {} (symbolizing...)", k.site), None)
             }
         }
     };
-    SiteRow {
+    let row = SiteRow {
         site_id: k.site,
         kind: k.kind,
         api: k.api.into(),
@@ -627,8 +632,10 @@ fn site_row(
         p99_ns,
         max_ns,
         location,
-        frames,
-    }
+        // Its look's, for the rows listed (`model::site_rows`).
+        frames: Vec::new(),
+    };
+    (row, look)
 }
 
 impl Source for LocalSource {

@@ -1,7 +1,10 @@
 //! What the monitor shows, independent of where it came from (local segments or an agent):
 //! plain data, so screens can be rendered and tested from fixed snapshots.
 
+use std::sync::Arc;
 use syncspy_abi::Kind;
+
+use syncspy_read::alike::{SiteKey, SiteLook};
 pub use syncspy_read::follow::ProcessKey;
 use syncspy_read::names::ApiName;
 
@@ -182,6 +185,27 @@ pub struct RankOf {
 }
 
 impl RankOf {
+    /// Rank `rank` of job `job`; its collective share by the report's rule
+    /// (`report::collective_share`: time in collective kernels and the traced time, only when
+    /// the GPU was measured), whichever the source.
+    pub fn new(
+        job: &str,
+        rank: Option<u32>,
+        collective_ns: Option<u64>,
+        gpu_measured: bool,
+        traced_ns: u64,
+    ) -> RankOf {
+        RankOf {
+            job: job.to_string(),
+            rank,
+            collective: syncspy_read::report::collective_share(
+                collective_ns,
+                gpu_measured,
+                traced_ns,
+            ),
+        }
+    }
+
     /// `exp-7 r3` (`exp-7 r?` when the launcher gave no rank).
     pub fn label(&self) -> String {
         match self.rank {
@@ -232,9 +256,67 @@ impl Scope {
         }
     }
 
+    /// The figures of one period from per-kind and per-site figures, as both sources list
+    /// them: kinds with events in the period, in [`STALL_KINDS`] order; the sites by
+    /// [`site_rows`].
+    pub fn of(kinds: Vec<KindRow>, sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Scope {
+        let mut kinds: Vec<KindRow> = kinds
+            .into_iter()
+            .filter(|k| k.count > 0 && STALL_KINDS.contains(&k.kind))
+            .collect();
+        kinds.sort_by_key(|k| STALL_KINDS.iter().position(|s| *s == k.kind));
+        Scope::new(kinds, site_rows(sites))
+    }
+
     pub fn kind(&self, k: Kind) -> Option<&KindRow> {
         self.kinds.iter().find(|r| r.kind == k)
     }
+}
+
+/// Sites listed per process and scope.
+pub const MAX_SITES_SHOWN: usize = 100;
+
+/// The site rows of a scope from one row per call site (each with how its stack reads:
+/// `None` while it is not symbolized, so it is merged with none; a row's `frames` are its
+/// look's, filled here for the rows listed), as both sources list them:
+/// the sites with calls in the period; those that read alike one row, by the reader's rule
+/// (`syncspy_read::alike::sites`, the report's): counts and totals added, the largest
+/// maximum, the p99 and the site id of the largest part; largest total first (then most
+/// calls, then site id, the report's order); at most [`MAX_SITES_SHOWN`].
+pub fn site_rows(sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Vec<SiteRow> {
+    let mut sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> =
+        sites.into_iter().filter(|(s, _)| s.count > 0).collect();
+    // Largest first, so that each merged row is its largest part's.
+    sites.sort_by(|(a, _), (b, _)| by_total(a, b));
+    let keyed = sites.into_iter().map(|(row, look)| {
+        let key = look
+            .as_ref()
+            .map(|l| SiteKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l)));
+        (key, (row, look))
+    });
+    let mut rows = syncspy_read::alike::sites(keyed, |(a, _), (b, _)| {
+        a.count = a.count.saturating_add(b.count);
+        a.total_ns = a.total_ns.saturating_add(b.total_ns);
+        a.max_ns = a.max_ns.max(b.max_ns);
+    });
+    rows.sort_by(|(a, _), (b, _)| by_total(a, b));
+    rows.truncate(MAX_SITES_SHOWN);
+    rows.into_iter()
+        .map(|(mut row, look)| {
+            if let Some(l) = look {
+                row.frames = l.frames().to_vec();
+            }
+            row
+        })
+        .collect()
+}
+
+/// The report's order of sites: largest total first, then most calls, then lowest site id.
+fn by_total(a: &SiteRow, b: &SiteRow) -> std::cmp::Ordering {
+    b.total_ns
+        .cmp(&a.total_ns)
+        .then(b.count.cmp(&a.count))
+        .then(a.site_id.cmp(&b.site_id))
 }
 
 /// One stall kind.
@@ -418,6 +500,93 @@ mod tests {
         assert_eq!(devices, [0, 1]);
         let totals: Vec<u64> = v.causes.iter().map(|c| c.total_ns).collect();
         assert_eq!(totals, [9, 8, 7, 6, 5, 4, 3, 2]);
+    }
+
+    fn site(site_id: u32, count: u64, total_ns: u64, p99_ns: u64, max_ns: u64) -> SiteRow {
+        SiteRow {
+            site_id,
+            kind: Kind::MemcpySync,
+            api: "cudaMemcpy".into(),
+            count,
+            total_ns,
+            p99_ns,
+            max_ns,
+            location: format!("site {site_id}"),
+            frames: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn site_rows_merge_what_reads_alike_and_keep_the_reports_order() {
+        let look = |f: &str| Some(Arc::new(SiteLook::printed(vec![f.to_string()])));
+        let rows = site_rows(vec![
+            // The smaller part first: the row is still the larger one's.
+            (site(2, 1, 80, 150, 90), look("f (a.c:3)")),
+            (site(1, 19, 1_900, 100, 120), look("f (a.c:3)")),
+            (site(3, 5, 500, 100, 100), look("g (a.c:9)")),
+            // Not symbolized yet: never merged, even with another of no look.
+            (site(4, 5, 500, 100, 100), None),
+            (site(5, 6, 500, 100, 100), None),
+            // No calls in the period: no row.
+            (site(6, 0, 0, 0, 0), look("h (a.c:1)")),
+        ]);
+        let shown: Vec<(u32, u64, u64, u64, u64)> = rows
+            .iter()
+            .map(|s| (s.site_id, s.count, s.total_ns, s.p99_ns, s.max_ns))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (1, 20, 1_980, 100, 120),
+                (5, 6, 500, 100, 100),
+                (3, 5, 500, 100, 100),
+                (4, 5, 500, 100, 100)
+            ]
+        );
+        // One kind or API apart: apart.
+        let mut other = site(7, 1, 1, 1, 1);
+        other.kind = Kind::StreamSync;
+        let rows = site_rows(vec![
+            (site(1, 1, 1, 1, 1), look("f (a.c:3)")),
+            (other, look("f (a.c:3)")),
+        ]);
+        assert_eq!(rows.len(), 2);
+        let many = (1..=300)
+            .map(|i| (site(i, 1, u64::from(i), 1, 1), None))
+            .collect();
+        assert_eq!(site_rows(many).len(), MAX_SITES_SHOWN);
+    }
+
+    #[test]
+    fn kinds_are_listed_with_events_in_order_and_ranks_by_the_reports_rule() {
+        let row = |kind, count| KindRow {
+            kind,
+            count,
+            total_ns: count,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            bars: None,
+        };
+        let s = Scope::of(
+            vec![
+                row(Kind::PollWait, 2),
+                row(Kind::DeviceSync, 0),
+                row(Kind::StreamSync, 1),
+            ],
+            Vec::new(),
+        );
+        let kinds: Vec<Kind> = s.kinds.iter().map(|k| k.kind).collect();
+        assert_eq!(kinds, [Kind::StreamSync, Kind::PollWait]);
+        assert_eq!(s.stall_ns, 3);
+        // Collective time counts only when the GPU was measured.
+        let r = RankOf::new("exp", Some(1), Some(5), true, 9);
+        assert_eq!(
+            (r.label(), r.collective),
+            ("exp r1".to_string(), Some((5, 9)))
+        );
+        assert_eq!(RankOf::new("exp", None, Some(5), false, 9).collective, None);
+        assert_eq!(RankOf::new("exp", None, None, true, 9).collective, None);
     }
 
     #[test]

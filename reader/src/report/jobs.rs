@@ -421,7 +421,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 wall_ns: p.wall_ns,
                 gpu_idle_behind_stalls_ns: g.as_ref().map(|(t, _)| *t),
                 score_ns,
-                collective_ns: p.gpu.collective_ns.filter(|_| p.gpu.measured),
+                collective_ns: p.gpu.collective_share().map(|(c, _)| c),
                 collective_wait_ns: None,
                 top_site,
             }

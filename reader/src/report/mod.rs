@@ -8,7 +8,7 @@ mod state;
 pub use cause::{CauseKey, IdleCause, StallSite, HOST_BUSY_ELSEWHERE};
 pub use state::ProcessState;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
@@ -542,7 +542,28 @@ pub fn collectives_of(live: &crate::aggregate::LiveSnapshot) -> Option<(u64, u64
     })
 }
 
+/// Whether a process's GPU activity was measured (the `gpu.measured` field): some device has
+/// accounted time, or an idle gap arrived.
+pub fn gpu_measured(live: &crate::aggregate::LiveSnapshot) -> bool {
+    live.gpu_busy().0 > 0 || live.kind(Kind::GpuIdle).count > 0
+}
+
+/// A rank's time in collective (NCCL) kernels and its GPU's traced time, as the job view
+/// compares ranks (`jobs::collective_rule`): only when its GPU was measured.
+pub fn collective_share(
+    collective_ns: Option<u64>,
+    measured: bool,
+    traced_ns: u64,
+) -> Option<(u64, u64)> {
+    collective_ns.filter(|_| measured).map(|c| (c, traced_ns))
+}
+
 impl Gpu {
+    /// [`collective_share`] of this section.
+    pub fn collective_share(&self) -> Option<(u64, u64)> {
+        collective_share(self.collective_ns, self.measured, self.traced_ns)
+    }
+
     /// The share of the GPU's time it ran nothing, as every view shows it: over its active
     /// time (first work to last) when known, else over the accounted time; `None` when not
     /// measured.
@@ -591,7 +612,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             max_ns: idle.max_ns,
         },
         busy_fraction,
-        measured: span > 0 || idle.count > 0,
+        measured: gpu_measured(&a.live),
         idle_share: busy_fraction.map(|b| 1.0 - b),
         active_span_ns,
         active_idle_share: fraction(active_span_ns.saturating_sub(busy), active_span_ns),
@@ -628,25 +649,16 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
 /// frames are keyed by kind, API, Python frames and native op, so one Python line reached
 /// through two native paths (before and after the interpreter specializes a call) is one site.
 fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec<Site> {
-    #[derive(PartialEq, Eq, Hash)]
-    struct Key {
-        kind: Kind,
-        api: Api,
-        python: Vec<PyFrame>,
-        op: Option<String>,
-    }
     struct Acc {
         kind: Kind,
         api: Api,
         site_id: u32,
-        native: Vec<Frame>,
         python: Vec<PyFrame>,
         dist: Dist,
         capture_failures: u64,
         waited_by: Option<python::Waiter>,
     }
-    let mut order: Vec<Acc> = Vec::new();
-    let mut merged: HashMap<Key, usize> = HashMap::new();
+    let mut order = Vec::new();
     for (key, d) in f.agg.sites_by_total() {
         let native = site_frames(f, key.site, modules, sym);
         let python = match key.site {
@@ -657,23 +669,10 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 .map(|s| python::frames_of(&s))
                 .unwrap_or_default(),
         };
-        if !python.is_empty() {
-            let k = Key {
-                kind: key.kind,
-                api: key.api,
-                python: python.clone(),
-                op: python::native_op(&native).map(str::to_string),
-            };
-            if let Some(&i) = merged.get(&k) {
-                order[i].dist.merge(d);
-                order[i].capture_failures += f.agg.capture_failures(&key);
-                continue;
-            }
-            merged.insert(k, order.len());
-        }
+        let (look, frames) = crate::alike::SiteLook::of(native, &python);
         let mut dist = Dist::new(SITE_SIGFIG);
         dist.merge(d);
-        order.push(Acc {
+        let acc = Acc {
             kind: key.kind,
             api: key.api,
             site_id: key.site,
@@ -681,28 +680,23 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 0 => None,
                 id => f.reader.waited_by(id).map(|w| python::Waiter::of(&w)),
             },
-            native,
             python,
             dist,
             capture_failures: f.agg.capture_failures(&key),
+        };
+        let waiter = acc.waited_by.as_ref().map(|w| {
+            let frames: Vec<String> = w.python.iter().map(PyFrame::text).collect();
+            format!("{}|{}", w.main_thread, frames.join("\n"))
         });
+        let alike =
+            crate::alike::SiteKey::new(key.kind.name(), key.api.name(), look).waited_by(waiter);
+        order.push((Some(alike), (acc, frames)));
     }
-    // Sites that print alike are one row (`alike`).
-    let alike = crate::alike::group(
-        order.into_iter().map(|mut acc| {
-            let frames = python::merge(std::mem::take(&mut acc.native), &acc.python);
-            (acc, frames)
-        }),
-        |(acc, frames)| {
-            let texts: Vec<String> = frames.iter().map(|fr| fr.text.clone()).collect();
-            // Two waiting lines over one native stack stay two rows.
-            Some((acc.kind, acc.api, texts, acc.waited_by.clone()))
-        },
-        |(a, _), (b, _)| {
-            a.dist.merge(&b.dist);
-            a.capture_failures += b.capture_failures;
-        },
-    );
+    // Sites that read alike are one row (`alike::sites`, the rule every view applies).
+    let alike = crate::alike::sites(order, |(a, _), (b, _)| {
+        a.dist.merge(&b.dist);
+        a.capture_failures += b.capture_failures;
+    });
     let mut sites: Vec<Site> = alike
         .into_iter()
         .map(|(acc, frames)| {
