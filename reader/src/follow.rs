@@ -594,8 +594,7 @@ impl<S> Follower<S> {
             for entry in listing {
                 let Ok(entry) = entry else { continue };
                 let name = entry.file_name();
-                let Some(pid) = name.to_str().and_then(parse_segment_name).map(|(p, _)| p)
-                else {
+                let Some(pid) = name.to_str().and_then(parse_segment_name).map(|(p, _)| p) else {
                     continue;
                 };
                 let key = (name, entry.ino());
@@ -708,8 +707,7 @@ impl<S> Follower<S> {
         self.touched += 1;
         let seen = match SegmentReader::open(&path) {
             Ok(reader) => {
-                let placement =
-                    || crate::place::place(reader.ident(), reader.origin().as_ref());
+                let placement = || crate::place::place(reader.ident(), reader.origin().as_ref());
                 let mut placed = None;
                 let foreign_to_tree = self.tree.is_some_and(|root| {
                     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -1065,7 +1063,11 @@ mod tests {
         pids.sort();
         assert_eq!(pids.len(), 2);
         assert!(pids.contains(&600), "{pids:?}");
-        assert!(pids.iter().all(|p| gone.iter().all(|g| g.key().pid() != *p)), "{pids:?}");
+        assert!(
+            pids.iter()
+                .all(|p| gone.iter().all(|g| g.key().pid() != *p)),
+            "{pids:?}"
+        );
         // Removed files are forgotten at the next listing (and the refused with them).
         drop(writers);
         for e in std::fs::read_dir(dir.path()).unwrap() {
