@@ -1080,6 +1080,24 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_folder_removed_and_made_again_is_listed_at_every_scan() {
+        let dir = TempDir::new("follow-remade");
+        let sub = dir.path().join("segs");
+        std::fs::create_dir(&sub).unwrap();
+        let mut f: Follower =
+            Follower::new(&sub, None).with_listing_every(std::time::Duration::from_secs(3600));
+        f.watch().unwrap();
+        assert_eq!(f.scan().unwrap(), 0);
+        std::fs::remove_dir(&sub).unwrap();
+        assert!(f.scan().is_err());
+        std::fs::create_dir(&sub).unwrap();
+        let _w = SegmentWriter::create(&sub, &params(41, 7, 16)).unwrap();
+        // The old watch died with the folder: the new segment is found by a listing.
+        assert_eq!(f.scan().unwrap(), 1);
+        assert!(f.watch_fd().is_none());
+    }
+
+    #[test]
     fn follows_only_its_session_and_reports_a_bad_file_once() {
         let dir = TempDir::new("follow-session");
         let mine = SegmentWriter::create(dir.path(), &params(11, 7, 64)).unwrap();
