@@ -41,7 +41,9 @@ pub const DEFAULT_LINGER_MS: u64 = 5_000;
 pub const CAP_ENV: &str = "SYNCSPY_DIR_CAP_MB";
 pub const DEFAULT_CAP_MB: u64 = 256;
 
-const REG_PREFIX: &str = ".syncspy-reader-";
+/// How a reader's registration file's name begins (the folder's readers are surveyed anew
+/// when one appears).
+pub const REG_PREFIX: &str = ".syncspy-reader-";
 const LEASE_MARK: &str = ".lease-";
 const KEEP_MARK: &str = ".keep";
 const DEAD_MARK: &str = ".dead";

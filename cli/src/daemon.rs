@@ -17,8 +17,12 @@
 //! and the segment file is removed unless another reader still wants it (a lease of its own,
 //! or the live `syncspy run` of its session, which then removes it itself). A segment whose
 //! file was removed under it is forgotten as soon as it is drained, so its memory is freed.
-//! Each step also reclaims what nobody reads (`syncspy_abi::lifecycle::reclaim`: ended
-//! processes' segments after their linger, and the folder's size cap).
+//! Every `HOUSEKEEPING_EVERY` (or every step, when steps are further apart) the agent also
+//! reclaims what nobody reads (`syncspy_abi::lifecycle::reclaim`: ended processes' segments
+//! after their linger, and the folder's size cap), and surveys the folder's readers (the live
+//! `syncspy run`s) then and whenever a reader's file appears: with the folder's scan, which
+//! opens only what inotify names between listings, a step's cost does not grow with the files
+//! that sit in the folder unchanged (another user's, say, which a root agent leaves alone).
 //!
 //! Segment folders private to a pod or container (their own `/dev/shm`) are found through
 //! `/proc` (`crate::pods`) and followed each with a reader session of its own, read-only: the
@@ -101,6 +105,10 @@ SYNCSPY_DIR is unusable.";
 
 /// The shortest time between two steps of the collector.
 pub const MIN_STEP_GAP: Duration = Duration::from_millis(100);
+
+/// The longest time between two reclaims of the folder, and between two surveys of its
+/// readers (each lists the whole folder; the reclaim lstats every segment file in it).
+pub const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(2);
 
 /// Distinct `program` label values; later programs are labelled `other`.
 pub const MAX_PROGRAMS: usize = 50;
@@ -186,6 +194,11 @@ pub struct Collector {
     last_trim: Option<std::time::Instant>,
     /// When the last `over budget` line was logged.
     last_drop_log: Option<std::time::Instant>,
+    /// The sessions of the live `syncspy run`s, as last surveyed, and when.
+    runs: Vec<u64>,
+    last_survey: Option<std::time::Instant>,
+    /// When the folder was last reclaimed.
+    last_reclaim: Option<std::time::Instant>,
 }
 
 impl Collector {
@@ -216,6 +229,9 @@ impl Collector {
             retired_since_trim: 0,
             last_trim: None,
             last_drop_log: None,
+            runs: Vec::new(),
+            last_survey: None,
+            last_reclaim: None,
         };
         let problems = c.reader.take_problems();
         c.warn_new(problems);
@@ -408,19 +424,30 @@ impl Collector {
         let retain = u64::try_from(self.retain.as_nanos()).unwrap_or(u64::MAX);
         // The live `syncspy run`s: their ended segments are kept (and leased) until the run
         // ends, so that the run hands them over rather than removes them.
-        let me = lifecycle::Owner::me();
-        let runs: Vec<u64> = lifecycle::Readers::survey(self.reader.dir())
-            .map(|r| {
-                r.registered
-                    .iter()
-                    .filter(|(o, _)| *o != me)
-                    .filter_map(|(_, s)| match s {
-                        Scope::Session(n) => Some(*n),
-                        Scope::All => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Surveyed again when a reader's file appeared (a run registers before its program
+        // starts) or `HOUSEKEEPING_EVERY` passed.
+        let appeared = self.reader.follower_mut().take_reader_appeared();
+        if appeared
+            || self
+                .last_survey
+                .is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY)
+        {
+            let me = lifecycle::Owner::me();
+            self.last_survey = Some(std::time::Instant::now());
+            self.runs = lifecycle::Readers::survey(self.reader.dir())
+                .map(|r| {
+                    r.registered
+                        .iter()
+                        .filter(|(o, _)| *o != me)
+                        .filter_map(|(_, s)| match s {
+                            Scope::Session(n) => Some(*n),
+                            Scope::All => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        let runs = &self.runs;
         // A segment removed under us is drained (just now) and let go: nobody else can find
         // it, and its mapping alone keeps its memory in use.
         // A user at their cap of segments: their compacted ended processes are retired at
@@ -444,8 +471,10 @@ impl Collector {
         };
         let gone = self.reader.follower_mut().forget(stale);
         let mut retired = gone.len();
+        // One survey of the folder's readers for every file let go in this step.
+        let mut survey = None;
         for mut f in gone {
-            self.retire(&mut f, false);
+            self.retire(&mut f, false, &mut survey);
         }
         // A pod's segments: forgotten the same way; the pod's own library removes them.
         let pod_stale = |f: &Followed| {
@@ -465,12 +494,16 @@ impl Collector {
             .collect();
         retired += gone.len();
         for mut f in gone {
-            self.retire(&mut f, true);
+            self.retire(&mut f, true, &mut survey);
         }
         self.trim(retired);
         self.pods
             .retain(|p| !(p.gone && p.reader.processes().is_empty()));
-        if !self.keep_segments {
+        let reclaim_due = self
+            .last_reclaim
+            .is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY);
+        if !self.keep_segments && reclaim_due {
+            self.last_reclaim = Some(std::time::Instant::now());
             let followed: std::collections::HashSet<PathBuf> = self
                 .reader
                 .processes()
@@ -502,7 +535,7 @@ impl Collector {
     /// Moves a forgotten segment's totals into its program's counters and lets go of its
     /// file: released (and removed when nobody wants it) in the agent's folder, left as it
     /// is in a pod's (`pod`), where the agent writes nothing.
-    fn retire(&mut self, f: &mut Followed, pod: bool) {
+    fn retire(&mut self, f: &mut Followed, pod: bool, survey: &mut Option<lifecycle::Readers>) {
         let k = f.key();
         self.sym
             .forget_owner((k.process.pid, k.process.start_ticks, k.created_ns));
@@ -531,7 +564,7 @@ impl Collector {
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
         if self.keep_segments || pod {
             drop(f.take_lease());
-        } else if let Err(e) = f.release(false) {
+        } else if let Err(e) = f.release_with(false, survey) {
             self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
         }
     }

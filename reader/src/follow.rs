@@ -30,6 +30,12 @@ pub const PATIENCE: u32 = 4;
 pub const MAX_PROBLEMS: usize = 256;
 /// Records taken from one ring per poll, so one busy process cannot starve the others.
 pub const POLL_BUDGET: usize = 1 << 20;
+/// A watched folder is still listed in full this often (a safety net for events lost);
+/// between listings a scan opens only the names inotify reported, so its cost does not grow
+/// with the files that sit in the folder unchanged.
+pub const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// Names kept from inotify between scans; beyond, the next scan lists the folder instead.
+pub const MAX_PENDING: usize = 65_536;
 
 /// The identity of a process: its pid and its start time in clock ticks since boot (the pair
 /// is unique on a host, where a pid alone is reused).
@@ -214,6 +220,16 @@ impl<S> Followed<S> {
     /// session and, when `hand_over` is set, no live reader of the whole folder (an agent,
     /// which will pick it up). `Ok(true)` when the file was removed.
     pub fn release(&mut self, hand_over: bool) -> io::Result<bool> {
+        self.release_with(hand_over, &mut None)
+    }
+
+    /// Like `release`, with the folder's readers surveyed at most once for every segment
+    /// released with the same `survey` (one step's), rather than once each.
+    pub fn release_with(
+        &mut self,
+        hand_over: bool,
+        survey: &mut Option<Readers>,
+    ) -> io::Result<bool> {
         self.lease = None;
         if !self.ended() {
             return Ok(false);
@@ -222,7 +238,10 @@ impl<S> Followed<S> {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let readers = Readers::survey(dir)?;
+        let readers = match survey {
+            Some(r) => r,
+            None => survey.insert(Readers::survey(dir)?),
+        };
         let me = Owner::me();
         let name = self
             .reader
@@ -281,8 +300,27 @@ pub struct Follower<S = ()> {
     problems_taken: usize,
     /// Take a lease on each segment followed.
     leases: bool,
-    /// Wakes `wait` when a file appears in the folder.
+    /// Wakes `wait` when a file appears in the folder, and names it (`pending`).
     watch: Option<inotify::Inotify>,
+    /// Names inotify reported since the last scan (opened by the next one without listing
+    /// the folder); at most `MAX_PENDING`, beyond which the next scan lists the folder.
+    pending: Vec<OsString>,
+    /// The next scan lists the whole folder (first scan, a full or overflowed event queue,
+    /// a folder that could not be read).
+    list_due: bool,
+    /// When the folder was last listed (the safety net: every `LIST_EVERY` even when watched).
+    last_listing: Option<std::time::Instant>,
+    /// How many times the folder was listed, and how many segment files scans lstat'ed or
+    /// opened one by one.
+    listings: u64,
+    touched: u64,
+    /// `LIST_EVERY`, unless set otherwise (`with_listing_every`).
+    list_every: std::time::Duration,
+    /// Entries refused for their user's budget, per uid, in the order found: tried again,
+    /// newest first and without listing the folder, when that user has room.
+    refused: HashMap<u32, Vec<(OsString, u64)>>,
+    /// A reader's registration appeared (`take_reader_appeared`).
+    reader_appeared: bool,
     /// The budgets of a reader of every user's segments (`with_budget`); `None`: unbounded.
     budget: Option<Budget>,
     /// Where the next poll starts in `followed` (rotated, so that a work budget spent early
@@ -338,6 +376,14 @@ impl<S> Follower<S> {
             problems_taken: 0,
             leases: false,
             watch: None,
+            pending: Vec::new(),
+            list_due: true,
+            last_listing: None,
+            listings: 0,
+            touched: 0,
+            list_every: LIST_EVERY,
+            refused: HashMap::new(),
+            reader_appeared: false,
             budget: None,
             next_poll: 0,
         }
@@ -415,18 +461,84 @@ impl<S> Follower<S> {
         if n <= 0 {
             return false;
         }
+        self.drain_events();
+        true
+    }
+
+    /// Reads what inotify queued (the fd is non-blocking), keeping the names for `scan`.
+    fn drain_events(&mut self) {
+        use inotify::EventMask;
+        let Some(ino) = &mut self.watch else { return };
         let mut buf = [0u8; 4096];
-        // Drain what is queued (the fd is non-blocking); what appeared is found by `scan`.
+        let mut lost = false;
         loop {
-            let more = match ino.read_events(&mut buf) {
-                Ok(events) => events.count() > 0,
-                Err(_) => false,
+            let Ok(events) = ino.read_events(&mut buf) else {
+                break;
             };
-            if !more {
+            let mut any = false;
+            for e in events {
+                any = true;
+                // The folder itself was removed (or unmounted): the watch is gone with it.
+                if e.mask.contains(EventMask::IGNORED) {
+                    lost = true;
+                    continue;
+                }
+                if e.mask.contains(EventMask::Q_OVERFLOW) {
+                    self.list_due = true;
+                    continue;
+                }
+                let Some(name) = e.name else { continue };
+                let Some(text) = name.to_str() else { continue };
+                if text.starts_with(lifecycle::REG_PREFIX) {
+                    self.reader_appeared = true;
+                }
+                if parse_segment_name(text).is_none() {
+                    continue;
+                }
+                if self.list_due {
+                    continue;
+                }
+                if self.pending.len() >= MAX_PENDING {
+                    self.list_due = true;
+                    self.pending.clear();
+                } else {
+                    self.pending.push(name.to_os_string());
+                }
+            }
+            if !any {
                 break;
             }
         }
-        true
+        if lost {
+            // Listed at every scan from now on, as a folder never watched: one made again
+            // under the same name is found by its listing.
+            self.watch = None;
+            self.list_due = true;
+        }
+    }
+
+    /// Whether a reader registered in the watched folder (its registration file appeared)
+    /// since the last call; always true when the folder is not watched.
+    pub fn take_reader_appeared(&mut self) -> bool {
+        self.drain_events();
+        std::mem::take(&mut self.reader_appeared) || self.watch.is_none()
+    }
+
+    /// How many times the folder was listed in full so far.
+    pub fn listings(&self) -> u64 {
+        self.listings
+    }
+
+    /// How many segment files scans lstat'ed or opened one by one so far.
+    pub fn files_touched(&self) -> u64 {
+        self.touched
+    }
+
+    /// Lists a watched folder in full at most this often between inotify's reports
+    /// (`LIST_EVERY` by default).
+    pub fn with_listing_every(mut self, every: std::time::Duration) -> Follower<S> {
+        self.list_every = every;
+        self
     }
 
     /// The descriptor `wait` polls, while the folder is watched (for a caller that waits on
@@ -453,141 +565,236 @@ impl<S> Follower<S> {
 
     /// Opens segments that appeared since the last scan; returns how many are new. Fails
     /// only when the folder itself cannot be read.
+    ///
+    /// A watched folder is listed only at the first scan, when inotify lost events, and every
+    /// `LIST_EVERY` as a safety net; in between a scan opens the names inotify reported and
+    /// tries again the entries refused for a user who has room now, and touches no other
+    /// file: its cost does not grow with the files that sit in the folder unchanged. An
+    /// unwatched folder is listed at every scan (entries already seen cost no system call).
     pub fn scan(&mut self) -> io::Result<usize> {
         if let Some(b) = &mut self.budget {
             b.recount(self.followed.iter().map(|f| (f.uid, f.agg.heap_bytes())));
         }
+        self.drain_events();
+        let full = self.watch.is_none()
+            || self.list_due
+            || self
+                .last_listing
+                .is_none_or(|t| t.elapsed() >= self.list_every);
         let mut new = 0;
-        let mut present = std::collections::HashSet::new();
-        for entry in std::fs::read_dir(&self.dir)? {
-            let Ok(entry) = entry else { continue };
-            let name = entry.file_name();
-            let Some(s) = name.to_str() else { continue };
-            let Some((pid, _)) = parse_segment_name(s) else {
-                continue;
-            };
-            let key = (name.clone(), entry.ino());
-            present.insert(key.clone());
-            let refused = match self.seen.get(&key) {
-                // Not followed for its user's budget: again once the user has room.
-                Some(Seen::Refused(uid)) => {
-                    if !self.budget.as_ref().is_some_and(|b| b.admits(*uid)) {
-                        continue;
-                    }
-                    true
-                }
-                Some(_) => continue,
-                None => false,
-            };
-            if self.pid.is_some_and(|p| p != pid) {
-                self.seen.insert(key, Seen::Ignored);
-                continue;
-            }
-            // The file's owner, without opening it: a user over their budget costs an lstat.
-            let uid = entry.metadata().map(|m| m.uid()).unwrap_or(u32::MAX);
-            if let Some(b) = &mut self.budget {
-                if !refused && !b.admits(uid) {
-                    b.refused();
-                    self.seen.insert(key, Seen::Refused(uid));
+        if full {
+            // Listed now: what inotify queued is in the listing. Due again if this fails.
+            self.list_due = true;
+            self.pending.clear();
+            let listing = std::fs::read_dir(&self.dir)?;
+            self.list_due = false;
+            self.last_listing = Some(std::time::Instant::now());
+            self.listings += 1;
+            let mut present = std::collections::HashSet::new();
+            for entry in listing {
+                let Ok(entry) = entry else { continue };
+                let name = entry.file_name();
+                let Some(pid) = name.to_str().and_then(parse_segment_name).map(|(p, _)| p) else {
+                    continue;
+                };
+                let key = (name, entry.ino());
+                present.insert(key.clone());
+                if self.seen.contains_key(&key) {
                     continue;
                 }
+                new += self.consider(key, pid, None, false);
             }
-            let path = entry.path();
-            let seen = match SegmentReader::open(&path) {
-                Ok(reader) => {
-                    let placement =
-                        || crate::place::place(reader.ident(), reader.origin().as_ref());
-                    let mut placed = None;
-                    let foreign_to_tree = self.tree.is_some_and(|root| {
-                        // SAFETY: geteuid has no preconditions and cannot fail.
-                        let me = unsafe { libc::geteuid() };
-                        reader.owner_uid() != Some(me) && {
-                            let p = placed.insert(placement());
-                            !p.host_pid.is_some_and(|pid| descends_from(pid, root))
-                        }
-                    });
-                    if self.session.is_some_and(|s| s != reader.ident().session) {
-                        Seen::Ignored
-                    } else if foreign_to_tree {
-                        self.push_problem(SegmentProblem {
-                            path,
-                            error: format!(
-                                "not counted: its file belongs to uid {}, and its process {} is \
-                                 not one this run started",
-                                reader.owner_uid().map_or("?".into(), |u| u.to_string()),
-                                reader.ident().pid
-                            ),
-                        });
-                        Seen::Ignored
-                    } else {
-                        let mut agg = ProcessAgg::new(reader.ident());
-                        let module_cap = match &mut self.budget {
-                            Some(b) => {
-                                agg.account = Some(b.admit(uid));
-                                b.limits().modules_per_segment
-                            }
-                            None => usize::MAX,
-                        };
-                        agg.job = reader.job();
-                        agg.placement = placed.unwrap_or_else(placement);
-                        let state = (self.make_state)(reader.ident());
-                        // Without a lease the segment is still followed, as before leases.
-                        let lease = if self.leases {
-                            lifecycle::take_lease(&path).ok()
-                        } else {
-                            None
-                        };
-                        self.followed.push(Followed {
-                            key: SegmentKey::of(reader.ident()),
-                            reader,
-                            cursor: Cursor::from_start(),
-                            agg,
-                            ino: entry.ino(),
-                            truncated: None,
-                            state,
-                            lease,
-                            uid,
-                            module_cap,
-                            modules_over: 0,
-                            ended_seen_ns: None,
-                            behind: false,
-                        });
-                        new += 1;
-                        Seen::Followed
+            // Forget files that are gone, so a long-lived follower does not grow with every
+            // process the host ever ran.
+            self.seen.retain(|k, _| present.contains(k));
+            for list in self.refused.values_mut() {
+                list.retain(|k| present.contains(k));
+            }
+            self.refused.retain(|_, l| !l.is_empty());
+        } else {
+            for name in std::mem::take(&mut self.pending) {
+                let Some((pid, _)) = name.to_str().and_then(parse_segment_name) else {
+                    continue;
+                };
+                // Gone again already (a short process whose file was removed): nothing to do.
+                self.touched += 1;
+                let Ok(meta) = std::fs::symlink_metadata(self.dir.join(&name)) else {
+                    continue;
+                };
+                let key = (name, meta.ino());
+                if self.seen.contains_key(&key) {
+                    continue;
+                }
+                new += self.consider(key, pid, Some(meta), false);
+            }
+        }
+        new += self.retry_refused();
+        Ok(new)
+    }
+
+    /// Tries again, newest found first, the entries refused for a user's budget, for each
+    /// user who has room now (and only while they have): one lstat and an open each.
+    fn retry_refused(&mut self) -> usize {
+        let Some(b) = &self.budget else { return 0 };
+        let uids: Vec<u32> = self
+            .refused
+            .keys()
+            .copied()
+            .filter(|u| b.admits(*u))
+            .collect();
+        let mut new = 0;
+        for uid in uids {
+            let mut list = self.refused.remove(&uid).unwrap_or_default();
+            while let Some(key) = list.pop() {
+                if !self.budget.as_ref().is_some_and(|b| b.admits(uid)) {
+                    list.push(key);
+                    break;
+                }
+                self.seen.remove(&key);
+                let Some((pid, _)) = key.0.to_str().and_then(parse_segment_name) else {
+                    continue;
+                };
+                // Removed, or replaced under its name (the new file is found as new).
+                self.touched += 1;
+                let meta = match std::fs::symlink_metadata(self.dir.join(&key.0)) {
+                    Ok(m) if m.ino() == key.1 => m,
+                    _ => continue,
+                };
+                new += self.consider(key, pid, Some(meta), true);
+            }
+            if !list.is_empty() {
+                // Refused again meanwhile (its owner changed): after the older ones.
+                list.extend(self.refused.remove(&uid).unwrap_or_default());
+                self.refused.insert(uid, list);
+            }
+        }
+        new
+    }
+
+    /// Decides about one segment file not seen before (or refused before, `retry`): follows
+    /// it, refuses it for its user's budget, ignores it or reports it. `meta` is its lstat,
+    /// when already made. Returns 1 when it is followed now.
+    fn consider(
+        &mut self,
+        key: (OsString, u64),
+        pid: u32,
+        meta: Option<std::fs::Metadata>,
+        retry: bool,
+    ) -> usize {
+        let path = self.dir.join(&key.0);
+        let ino = key.1;
+        if self.pid.is_some_and(|p| p != pid) {
+            self.seen.insert(key, Seen::Ignored);
+            return 0;
+        }
+        // The file's owner, without opening it: a user over their budget costs an lstat.
+        let meta = meta.or_else(|| {
+            self.touched += 1;
+            std::fs::symlink_metadata(&path).ok()
+        });
+        let uid = meta.as_ref().map(|m| m.uid()).unwrap_or(u32::MAX);
+        if let Some(b) = &mut self.budget {
+            if !b.admits(uid) {
+                if !retry {
+                    b.refused();
+                }
+                self.refused.entry(uid).or_default().push(key.clone());
+                self.seen.insert(key, Seen::Refused(uid));
+                return 0;
+            }
+        }
+        let mut new = 0;
+        self.touched += 1;
+        let seen = match SegmentReader::open(&path) {
+            Ok(reader) => {
+                let placement = || crate::place::place(reader.ident(), reader.origin().as_ref());
+                let mut placed = None;
+                let foreign_to_tree = self.tree.is_some_and(|root| {
+                    // SAFETY: geteuid has no preconditions and cannot fail.
+                    let me = unsafe { libc::geteuid() };
+                    reader.owner_uid() != Some(me) && {
+                        let p = placed.insert(placement());
+                        !p.host_pid.is_some_and(|pid| descends_from(pid, root))
                     }
-                }
-                // Removed between listing and opening: nothing to follow.
-                Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue,
-                // Another user's segment (mode 0600) cannot belong to our session.
-                Err(OpenError::Io(e))
-                    if e.kind() == io::ErrorKind::PermissionDenied && !owned_by_us(&entry) =>
-                {
+                });
+                if self.session.is_some_and(|s| s != reader.ident().session) {
                     Seen::Ignored
-                }
-                // Neither ours nor its process's: a follower of one session (`syncspy run`)
-                // leaves it unmentioned, like any other user's file; one that follows every
-                // process (the agent, the monitor) says it skipped it.
-                Err(OpenError::Owner { .. }) if self.session.is_some() => Seen::Ignored,
-                // Another user's folder, FIFO or link named like a segment (one for each new
-                // pid, to make every run warn): not this session's, since its processes'
-                // segments are regular files, which take another name when theirs is taken.
-                Err(OpenError::NotRegular(_)) if self.session.is_some() && !owned_by_us(&entry) => {
-                    Seen::Ignored
-                }
-                Err(e) => {
+                } else if foreign_to_tree {
                     self.push_problem(SegmentProblem {
                         path,
-                        error: describe_open_error(&e),
+                        error: format!(
+                            "not counted: its file belongs to uid {}, and its process {} is \
+                             not one this run started",
+                            reader.owner_uid().map_or("?".into(), |u| u.to_string()),
+                            reader.ident().pid
+                        ),
                     });
-                    Seen::Failed
+                    Seen::Ignored
+                } else {
+                    let mut agg = ProcessAgg::new(reader.ident());
+                    let module_cap = match &mut self.budget {
+                        Some(b) => {
+                            agg.account = Some(b.admit(uid));
+                            b.limits().modules_per_segment
+                        }
+                        None => usize::MAX,
+                    };
+                    agg.job = reader.job();
+                    agg.placement = placed.unwrap_or_else(placement);
+                    let state = (self.make_state)(reader.ident());
+                    // Without a lease the segment is still followed, as before leases.
+                    let lease = if self.leases {
+                        lifecycle::take_lease(&path).ok()
+                    } else {
+                        None
+                    };
+                    self.followed.push(Followed {
+                        key: SegmentKey::of(reader.ident()),
+                        reader,
+                        cursor: Cursor::from_start(),
+                        agg,
+                        ino,
+                        truncated: None,
+                        state,
+                        lease,
+                        uid,
+                        module_cap,
+                        modules_over: 0,
+                        ended_seen_ns: None,
+                        behind: false,
+                    });
+                    new += 1;
+                    Seen::Followed
                 }
-            };
-            self.seen.insert(key, seen);
-        }
-        // Forget files that are gone, so a long-lived follower does not grow with every
-        // process the host ever ran.
-        self.seen.retain(|k, _| present.contains(k));
-        Ok(new)
+            }
+            // Removed between listing and opening: nothing to follow.
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => return 0,
+            // Another user's segment (mode 0600) cannot belong to our session.
+            Err(OpenError::Io(e))
+                if e.kind() == io::ErrorKind::PermissionDenied && !owned_by_us(&meta) =>
+            {
+                Seen::Ignored
+            }
+            // Neither ours nor its process's: a follower of one session (`syncspy run`)
+            // leaves it unmentioned, like any other user's file; one that follows every
+            // process (the agent, the monitor) says it skipped it.
+            Err(OpenError::Owner { .. }) if self.session.is_some() => Seen::Ignored,
+            // Another user's folder, FIFO or link named like a segment (one for each new
+            // pid, to make every run warn): not this session's, since its processes'
+            // segments are regular files, which take another name when theirs is taken.
+            Err(OpenError::NotRegular(_)) if self.session.is_some() && !owned_by_us(&meta) => {
+                Seen::Ignored
+            }
+            Err(e) => {
+                self.push_problem(SegmentProblem {
+                    path,
+                    error: describe_open_error(&e),
+                });
+                Seen::Failed
+            }
+        };
+        self.seen.insert(key, seen);
+        new
     }
 
     /// Drains every followed ring (bounded per segment) and refreshes header counters;
@@ -780,10 +987,10 @@ pub fn descends_from(mut pid: u32, root: u32) -> bool {
     false
 }
 
-fn owned_by_us(entry: &std::fs::DirEntry) -> bool {
+fn owned_by_us(meta: &Option<std::fs::Metadata>) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    entry.metadata().map(|m| m.uid() == me).unwrap_or(false)
+    meta.as_ref().is_some_and(|m| m.uid() == me)
 }
 
 /// The reader's error with what to do about it.
@@ -810,6 +1017,84 @@ mod tests {
         p.module_capacity = 16;
         p.cmdline = format!("prog{pid}\0--flag\0").into_bytes();
         p
+    }
+
+    #[test]
+    fn a_watched_scan_of_an_unchanged_folder_touches_no_file_and_room_retries_the_refused() {
+        let dir = TempDir::new("follow-unchanged");
+        let limits = Limits {
+            segments_per_user: 2,
+            ..Limits::default()
+        };
+        let mut writers: Vec<SegmentWriter> = (0..40)
+            .map(|i| SegmentWriter::create(dir.path(), &params(500 + i, 7, 16)).unwrap())
+            .collect();
+        std::fs::write(dir.path().join("syncspy-999-1"), vec![0x55u8; 9000]).unwrap();
+        // No safety-net listing within the test, whatever the machine's speed.
+        let mut f: Follower = Follower::new(dir.path(), None)
+            .with_budget(limits)
+            .with_listing_every(std::time::Duration::from_secs(3600));
+        f.watch().unwrap();
+        assert_eq!(f.scan().unwrap(), 2);
+        assert_eq!(f.listings(), 1);
+        assert_eq!(f.problems().len(), 1, "{:?}", f.problems());
+        let after_first = f.files_touched();
+        assert!(after_first >= 41, "{after_first}");
+        // 38 refused, one bad file: nothing of them is looked at again, nor listed.
+        for _ in 0..20 {
+            assert_eq!(f.scan().unwrap(), 0);
+        }
+        assert_eq!(f.listings(), 1);
+        assert_eq!(f.files_touched(), after_first);
+        assert_eq!(f.problems().len(), 1);
+        // A new file is found from inotify's report alone: one lstat (its user has no room).
+        writers.push(SegmentWriter::create(dir.path(), &params(600, 7, 16)).unwrap());
+        f.wait(std::time::Duration::from_secs(5));
+        assert_eq!(f.scan().unwrap(), 0);
+        assert_eq!(f.listings(), 1);
+        assert_eq!(f.files_touched(), after_first + 1);
+        // Room again: refused files are followed (the newest found first), without a listing.
+        let gone = f.forget(|_| true);
+        assert_eq!(gone.len(), 2);
+        assert_eq!(f.scan().unwrap(), 2);
+        assert_eq!(f.listings(), 1);
+        assert!(f.files_touched() <= after_first + 1 + 4);
+        let mut pids: Vec<u32> = f.processes().iter().map(|p| p.key().pid()).collect();
+        pids.sort();
+        assert_eq!(pids.len(), 2);
+        assert!(pids.contains(&600), "{pids:?}");
+        assert!(
+            pids.iter()
+                .all(|p| gone.iter().all(|g| g.key().pid() != *p)),
+            "{pids:?}"
+        );
+        // Removed files are forgotten at the next listing (and the refused with them).
+        drop(writers);
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        let mut f = f.with_listing_every(std::time::Duration::ZERO);
+        assert_eq!(f.scan().unwrap(), 0);
+        assert_eq!(f.listings(), 2);
+        assert!(f.seen.is_empty() && f.refused.is_empty());
+    }
+
+    #[test]
+    fn a_watched_folder_removed_and_made_again_is_listed_at_every_scan() {
+        let dir = TempDir::new("follow-remade");
+        let sub = dir.path().join("segs");
+        std::fs::create_dir(&sub).unwrap();
+        let mut f: Follower =
+            Follower::new(&sub, None).with_listing_every(std::time::Duration::from_secs(3600));
+        f.watch().unwrap();
+        assert_eq!(f.scan().unwrap(), 0);
+        std::fs::remove_dir(&sub).unwrap();
+        assert!(f.scan().is_err());
+        std::fs::create_dir(&sub).unwrap();
+        let _w = SegmentWriter::create(&sub, &params(41, 7, 16)).unwrap();
+        // The old watch died with the folder: the new segment is found by a listing.
+        assert_eq!(f.scan().unwrap(), 1);
+        assert!(f.watch_fd().is_none());
     }
 
     #[test]
