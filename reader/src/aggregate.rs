@@ -326,6 +326,12 @@ struct RecentStall {
 /// still keeps a few seconds of them.
 pub const RECENT_STALLS: usize = 1 << 16;
 
+/// How far behind the latest stalls kept a stall's end may be and still be kept: a real
+/// writer's records arrive nearly in order of their end (its threads' records interleave by
+/// a few), so this bounds the cost of keeping one (a hostile segment's records in random
+/// order cost a search of the whole window and a move of half of it each).
+pub const OUT_OF_ORDER_STALLS: usize = 1024;
+
 /// Attributes GPU idle gaps to the host stalls around them, from the records received: each
 /// gap goes to the host stall that overlapped the instant the GPU drained (the longest such
 /// overlap when several threads stalled), else to the first host stall that began during the
@@ -338,9 +344,17 @@ pub struct GapCauses {
     /// The longest duration among the stalls ever kept: bounds the search.
     max_len: u64,
     causes: HashMap<GapCause, (u64, u64)>,
+    /// Stalls not kept: their end was further behind the latest ones than
+    /// [`OUT_OF_ORDER_STALLS`].
+    out_of_order: u64,
 }
 
 impl GapCauses {
+    /// Stalls not kept for attribution because they arrived too far out of order.
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order
+    }
+
     /// Remembers a host stall.
     pub fn stall(&mut self, r: &Record) {
         let s = RecentStall {
@@ -353,18 +367,32 @@ impl GapCauses {
                 api: r.api,
             },
         };
-        self.max_len = self.max_len.max(r.duration_ns);
-        if self.recent.len() == RECENT_STALLS {
-            self.recent.pop_front();
-        }
-        // Records arrive about in order of their end (threads interleave): insert from the back.
+        // Records arrive about in order of their end (threads interleave): insert from the
+        // back, at most OUT_OF_ORDER_STALLS back.
         let at = self
             .recent
             .iter()
             .rev()
+            .take(OUT_OF_ORDER_STALLS + 1)
             .take_while(|x| x.end > s.end)
             .count();
-        self.recent.insert(self.recent.len() - at, s);
+        if at > OUT_OF_ORDER_STALLS {
+            self.out_of_order += 1;
+            return;
+        }
+        self.max_len = self.max_len.max(r.duration_ns);
+        let at = self.recent.len() - at;
+        if self.recent.len() == RECENT_STALLS {
+            self.recent.pop_front();
+            if at == 0 {
+                // Older than every stall left: the window has moved past it.
+                self.out_of_order += 1;
+                return;
+            }
+            self.recent.insert(at - 1, s);
+        } else {
+            self.recent.insert(at, s);
+        }
     }
 
     /// Attributes one gap of `device` from `start` for `len` ns; returns its cause.
@@ -894,6 +922,61 @@ mod tests {
             }
             assert_eq!(g.gap(0, 1000, 7000), GapCause::Stall(key(2)));
         }
+    }
+
+    /// A stall whose end is further behind the latest ones than OUT_OF_ORDER_STALLS is not
+    /// kept (counted), so records in random order cannot make each one cost a search and a
+    /// move of the whole window; nearly ordered ones (threads interleaving) are kept in order.
+    #[test]
+    fn stalls_far_out_of_order_are_counted_not_kept() {
+        let (k, a) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        let mut g = GapCauses::default();
+        for i in 0..2000u64 {
+            g.stall(&stall(k, a, 0, 1_000_000 + i * 100, 10, 1));
+        }
+        // 10 back among the latest: kept, in order of its end.
+        g.stall(&stall(k, a, 0, 1_000_000 + 1989 * 100 + 50, 10, 2));
+        // 1500 back: not kept.
+        g.stall(&stall(k, a, 0, 1_000_000 + 500 * 100 + 50, 10, 3));
+        assert_eq!(g.out_of_order(), 1);
+        assert_eq!(g.recent.len(), 2001);
+        assert!(g
+            .recent
+            .iter()
+            .zip(g.recent.iter().skip(1))
+            .all(|(x, y)| x.end <= y.end));
+        assert_eq!(
+            g.gap(0, 1_000_000 + 1989 * 100 + 55, 1),
+            GapCause::Stall(SiteKey {
+                site: 2,
+                kind: k,
+                api: a
+            })
+        );
+        assert_eq!(
+            g.gap(0, 1_000_000 + 500 * 100 + 55, 1),
+            GapCause::HostBusyElsewhere
+        );
+        // A full window: a stall older than every one kept is dropped as the window moves.
+        let mut g = GapCauses::default();
+        for i in 0..RECENT_STALLS as u64 {
+            g.stall(&stall(k, a, 0, 10_000 + i * 10, 1, 1));
+        }
+        g.stall(&stall(
+            k,
+            a,
+            0,
+            10_000 + (RECENT_STALLS as u64 - 5) * 10 + 5,
+            1,
+            2,
+        ));
+        assert_eq!(g.recent.len(), RECENT_STALLS);
+        assert_eq!(g.out_of_order(), 0);
+        assert!(g
+            .recent
+            .iter()
+            .zip(g.recent.iter().skip(1))
+            .all(|(x, y)| x.end <= y.end));
     }
 
     #[test]
