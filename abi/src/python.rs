@@ -385,24 +385,7 @@ impl SegmentWriter {
         truncated: bool,
         elided: bool,
     ) {
-        let Some(e) = (id as usize)
-            .checked_sub(1)
-            .and_then(|i| self.py_sites().get(i))
-        else {
-            return;
-        };
-        let n = frames.len().min(MAX_PY_FRAMES);
-        for (dst, f) in e.frames.iter().zip(&frames[..n]) {
-            dst.store(
-                u64::from(f.code) << 32 | u64::from(f.line),
-                Ordering::Relaxed,
-            );
-        }
-        e.nframes.store(n as u32, Ordering::Relaxed);
-        let cut = truncated || frames.len() > MAX_PY_FRAMES;
-        let flags = if cut { FLAG_TRUNCATED } else { 0 } | if elided { FLAG_ELIDED } else { 0 };
-        e.flags.store(flags, Ordering::Relaxed);
-        e.state.store(STATE_READY, Ordering::Release);
+        self.publish_site(id, frames, truncated, elided, None);
     }
 
     /// Fills and publishes the claimed Python entry of site `id` with the frames of the Python
@@ -417,6 +400,19 @@ impl SegmentWriter {
         elided: bool,
         main: bool,
     ) {
+        self.publish_site(id, frames, truncated, elided, Some(main));
+    }
+
+    /// The two above: the site's own frames (`waiter: None`), or a waiter's (`Some(main)`),
+    /// counted in `waiter_frames` with the entry's own count left 0.
+    fn publish_site(
+        &self,
+        id: u32,
+        frames: &[PyFrameRef],
+        truncated: bool,
+        elided: bool,
+        waiter: Option<bool>,
+    ) {
         let Some(e) = (id as usize)
             .checked_sub(1)
             .and_then(|i| self.py_sites().get(i))
@@ -430,13 +426,16 @@ impl SegmentWriter {
                 Ordering::Relaxed,
             );
         }
-        e.nframes.store(0, Ordering::Relaxed);
-        e.waiter_frames.store(n as u32, Ordering::Relaxed);
         let cut = truncated || frames.len() > MAX_PY_FRAMES;
-        let flags = FLAG_WAITED_BY
-            | if main { FLAG_WAITER_MAIN } else { 0 }
-            | if cut { FLAG_TRUNCATED } else { 0 }
-            | if elided { FLAG_ELIDED } else { 0 };
+        let mut flags = if cut { FLAG_TRUNCATED } else { 0 } | if elided { FLAG_ELIDED } else { 0 };
+        match waiter {
+            None => e.nframes.store(n as u32, Ordering::Relaxed),
+            Some(main) => {
+                e.nframes.store(0, Ordering::Relaxed);
+                e.waiter_frames.store(n as u32, Ordering::Relaxed);
+                flags |= FLAG_WAITED_BY | if main { FLAG_WAITER_MAIN } else { 0 };
+            }
+        }
         e.flags.store(flags, Ordering::Relaxed);
         e.state.store(STATE_READY, Ordering::Release);
     }

@@ -11,32 +11,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use syncspy_abi::python::{PyFrameInfo, PythonState};
-use syncspy_abi::{Cursor, SegmentReader};
-use syncspy_test_support::{artifact, pycaller, target_dir, Running, TempDir};
+use syncspy_abi::SegmentReader;
+use syncspy_test_support::{pycaller, TempDir};
 
-/// This crate's libsyncspy.so: `cargo test` rebuilds it under deps/ without copying it up to
-/// the target folder (`cargo build` does), so the newer of the two is the current one.
-fn preload_library() -> PathBuf {
-    let up = target_dir().join("libsyncspy.so");
-    let deps = target_dir().join("deps/libsyncspy.so");
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (mtime(&up), mtime(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => artifact("libsyncspy.so"),
-    }
-}
+mod common;
 
 fn fixture(name: &str) -> PathBuf {
     pycaller::fixture(name)
-}
-
-fn build_caller(dir: &Path) -> PathBuf {
-    pycaller::build(dir, &artifact("libsimcudart.so"))
 }
 
 struct Run {
@@ -60,52 +44,11 @@ fn run(python: &str) -> Run {
     let mut v = v.split_whitespace().map(|x| x.parse::<u32>().unwrap());
     let version = (v.next().unwrap(), v.next().unwrap());
 
-    let dir = TempDir::new("frames");
-    let lib = build_caller(dir.path());
-    let segs = dir.path().join("segments");
-    std::fs::create_dir_all(&segs).unwrap();
-    let child = Command::new(python)
-        .arg(fixture("frames.py"))
-        .arg(&lib)
-        .env("LD_PRELOAD", preload_library())
-        .env("SYNCSPY_DIR", &segs)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Running(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "{python} frames.py hung");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(status.success(), "{python} frames.py failed: {err}");
-
-    let found: Vec<_> = std::fs::read_dir(&segs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("syncspy-"))
-        })
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one instrumented process: {found:?} ({err})"
-    );
-    let reader = SegmentReader::open(&found[0]).unwrap();
-    let mut records = Vec::new();
-    reader.poll(&mut Cursor::from_start(), usize::MAX, 0, |r| {
-        records.push(r.unwrap())
-    });
+    let common::Recorded {
+        reader,
+        records,
+        dir,
+    } = common::record_script(python, "frames.py", &[], "frames");
     let events = records
         .iter()
         .map(|r| (r.site, reader.python_frames(r.site)))

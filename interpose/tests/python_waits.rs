@@ -13,24 +13,13 @@
 //! built (libsyncspy.so, libsimcudart.so) and `cc`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use syncspy_abi::python::{PyWaiter, PythonState};
-use syncspy_abi::{Cursor, SegmentReader};
-use syncspy_test_support::{artifact, pycaller, target_dir, Running, TempDir};
+use syncspy_abi::SegmentReader;
+use syncspy_test_support::{pycaller, TempDir};
 
-fn preload_library() -> PathBuf {
-    let up = target_dir().join("libsyncspy.so");
-    let deps = target_dir().join("deps/libsyncspy.so");
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (mtime(&up), mtime(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => artifact("libsyncspy.so"),
-    }
-}
+mod common;
 
 /// Per record: its own Python frame count and its waiter.
 struct Run {
@@ -45,55 +34,11 @@ fn run(python: &str) -> Run {
 }
 
 fn run_script(python: &str, script: &str, args: &[&str]) -> Run {
-    let dir = TempDir::new("waits");
-    let lib = pycaller::build(dir.path(), &artifact("libsimcudart.so"));
-    let segs = dir.path().join("segments");
-    std::fs::create_dir_all(&segs).unwrap();
-    let child = Command::new(python)
-        .arg(pycaller::fixture(script))
-        .arg(&lib)
-        .args(args)
-        .env("LD_PRELOAD", preload_library())
-        .env("SYNCSPY_DIR", &segs)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): this test needs CPython"));
-    let mut child = Running(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "{python} {script} hung");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(
-        status.success(),
-        "{python} {script} failed: {status}: {err}"
-    );
-    let found: Vec<_> = std::fs::read_dir(&segs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("syncspy-"))
-        })
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one instrumented process: {found:?} ({err})"
-    );
-    let reader = SegmentReader::open(&found[0]).unwrap();
-    let mut records = Vec::new();
-    reader.poll(&mut Cursor::from_start(), usize::MAX, 0, |r| {
-        records.push(r.unwrap())
-    });
+    let common::Recorded {
+        reader,
+        records,
+        dir,
+    } = common::record_script(python, script, args, "waits");
     let events = records
         .iter()
         .map(|r| (reader.python_frames(r.site).len(), reader.waited_by(r.site)))

@@ -710,9 +710,7 @@ impl<S> Follower<S> {
                 let placement = || crate::place::place(reader.ident(), reader.origin().as_ref());
                 let mut placed = None;
                 let foreign_to_tree = self.tree.is_some_and(|root| {
-                    // SAFETY: geteuid has no preconditions and cannot fail.
-                    let me = unsafe { libc::geteuid() };
-                    reader.owner_uid() != Some(me) && {
+                    reader.owner_uid() != Some(crate::safe_file::euid()) && {
                         let p = placed.insert(placement());
                         !p.host_pid.is_some_and(|pid| descends_from(pid, root))
                     }
@@ -988,9 +986,8 @@ pub fn descends_from(mut pid: u32, root: u32) -> bool {
 }
 
 fn owned_by_us(meta: &Option<std::fs::Metadata>) -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    meta.as_ref().is_some_and(|m| m.uid() == me)
+    meta.as_ref()
+        .is_some_and(|m| m.uid() == crate::safe_file::euid())
 }
 
 /// The reader's error with what to do about it.

@@ -112,6 +112,19 @@ pub struct Dropped {
     pub compacted: u64,
 }
 
+/// One line for a person: what the budgets left out (the agent's log, the monitor's
+/// problems line).
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} segments not followed, {} histograms not made, {} modules not used, {} polls \
+             deferred",
+            self.segments, self.histograms, self.modules, self.deferred_polls
+        )
+    }
+}
+
 impl Dropped {
     /// `(what, count)` pairs, as the metric's label values.
     pub fn pairs(&self) -> [(&'static str, u64); 5] {

@@ -490,8 +490,7 @@ fn beside_not_regular(module: &str) -> Option<String> {
 /// folders already).
 fn others_can_plant_beside(module: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::safe_file::euid();
     let trusted = |md: &std::fs::Metadata| md.uid() == 0 || md.uid() == euid;
     // Where blazesym looks: beside the file the path resolves to.
     let file = std::fs::canonicalize(module).ok()?;
@@ -675,6 +674,34 @@ pub(crate) mod tests {
             .any(|n| n.contains("/nonexistent/libgone.so")));
     }
 
+    /// The frames and notes of `known_return_addr()` in module `m`, symbolized on a thread of
+    /// their own; `Err` if that took over 30 s (blocked).
+    fn frame_within_30s(
+        m: &Module,
+    ) -> Result<(Vec<Frame>, Vec<String>), std::sync::mpsc::RecvTimeoutError> {
+        let addr = known_return_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let m = m.clone();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            let frames = s.frame(addr, std::slice::from_ref(&m));
+            let _ = tx.send((frames, s.notes().to_vec()));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+    }
+
+    /// The ELF symbols still name the function (no file and line without the DWARF).
+    fn assert_names_the_known_function(frames: &[Frame]) {
+        assert!(
+            frames
+                .last()
+                .unwrap()
+                .text
+                .contains("syncspy_known_function_for_symbolization"),
+            "{frames:?}"
+        );
+    }
+
     #[test]
     fn a_fifo_named_like_the_modules_dwp_does_not_block_symbolization() {
         // The module as a segment could name it: a link to this test binary in a folder
@@ -685,26 +712,9 @@ pub(crate) mod tests {
         std::os::unix::fs::symlink(&m.path, &link).unwrap();
         syncspy_test_support::mkfifo(&dir.path().join("cudacalls.dwp"));
         m.path = link.to_string_lossy().into_owned();
-        let addr = known_return_addr();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mm = m.clone();
-        std::thread::spawn(move || {
-            let mut s = Symbolizer::new();
-            let frames = s.frame(addr, std::slice::from_ref(&mm));
-            let _ = tx.send((frames, s.notes().to_vec()));
-        });
-        let (frames, notes) = rx
-            .recv_timeout(std::time::Duration::from_secs(30))
+        let (frames, notes) = frame_within_30s(&m)
             .expect("symbolization blocked on the FIFO named like the module's .dwp");
-        // The ELF symbols still name the function; no file and line without the DWARF.
-        assert!(
-            frames
-                .last()
-                .unwrap()
-                .text
-                .contains("syncspy_known_function_for_symbolization"),
-            "{frames:?}"
-        );
+        assert_names_the_known_function(&frames);
         assert!(
             notes
                 .iter()
@@ -738,15 +748,7 @@ pub(crate) mod tests {
         syncspy_test_support::mkfifo(&debug);
         m.path = copy.to_string_lossy().into_owned();
         // The copy keeps the test binary's build id; the address is the test binary's.
-        let addr = known_return_addr();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mm = m.clone();
-        std::thread::spawn(move || {
-            let mut s = Symbolizer::new();
-            let frames = s.frame(addr, std::slice::from_ref(&mm));
-            let _ = tx.send((frames, s.notes().to_vec()));
-        });
-        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        let got = frame_within_30s(&m);
         // Unblock a reader that did open it (the test fails then; no thread left behind).
         let _ = std::fs::OpenOptions::new()
             .write(true)
@@ -754,14 +756,7 @@ pub(crate) mod tests {
             .open(&debug);
         let (frames, notes) =
             got.expect("symbolization blocked on the FIFO the module's debug link names");
-        assert!(
-            frames
-                .last()
-                .unwrap()
-                .text
-                .contains("syncspy_known_function_for_symbolization"),
-            "{frames:?}"
-        );
+        assert_names_the_known_function(&frames);
         assert!(
             notes
                 .iter()

@@ -288,11 +288,7 @@ impl LocalSource {
         let d = self.reader.follower().dropped();
         if d.segments + d.histograms + d.modules > 0 {
             self.problems.retain(|p| !p.starts_with(OVER_BUDGET));
-            self.note(format!(
-                "{OVER_BUDGET}{} segments not followed, {} histograms not made, {} modules not \
-                 used (their users at their caps)",
-                d.segments, d.histograms, d.modules
-            ));
+            self.note(format!("{OVER_BUDGET}{d} (their users at their caps)"));
         }
         let now_ns = monotonic_ns();
         for f in self.reader.follower_mut().processes_mut() {
