@@ -22,6 +22,7 @@ pub mod driver;
 pub mod gpu;
 mod guard;
 pub mod hooks;
+mod hostwait;
 mod pinned;
 mod python;
 mod real;

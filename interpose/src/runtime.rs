@@ -500,7 +500,7 @@ pub(crate) static GET_DEVICE: Real = Real::new(c"cudaGetDevice");
 /// runtime, the driver API alone).
 static CTX_GET_DEVICE: Real = Real::driver(c"cuCtxGetDevice");
 
-fn current_device() -> i32 {
+pub(crate) fn current_device() -> i32 {
     type GetDevice = unsafe extern "C" fn(*mut i32) -> u32;
     let Some(f) = GET_DEVICE
         .get::<GetDevice>()
@@ -608,6 +608,53 @@ pub fn hook_query(api: Api, object: u64, flags: u8, real: impl FnOnce() -> u32) 
         }
         set_errno(errno_out);
     }
+    result
+}
+
+/// The path of `cuLaunchHostFunc`: counted as a call that does not wait; while Python frames
+/// are attributed, the program's host function is queued behind the library's trampoline,
+/// which records the `host_wait` it ends (`hostwait`). `real` queues the function and
+/// argument it is given.
+#[inline(always)]
+pub fn hook_host_func(
+    api: Api,
+    stream: u64,
+    flags: u8,
+    func: usize,
+    data: usize,
+    real: impl FnOnce(usize, usize) -> u32,
+) -> u32 {
+    let errno_in = errno();
+    let Some((rt, _reentry)) = enter(errno_in) else {
+        return real(func, data);
+    };
+    rt.seg.live().calls[api as usize].add_untimed(0);
+    let wrapped = catch_unwind(AssertUnwindSafe(|| {
+        crate::hostwait::queue(
+            rt,
+            crate::hostwait::Queued {
+                stream,
+                flags,
+                device: current_device(),
+                func,
+                data,
+            },
+        )
+    }))
+    .ok()
+    .flatten();
+    set_errno(errno_in);
+    let result = match wrapped {
+        Some((trampoline, slot)) => {
+            let r = real(trampoline, slot);
+            if r != 0 {
+                crate::hostwait::unqueue(slot);
+            }
+            r
+        }
+        None => real(func, data),
+    };
+    first_return();
     result
 }
 
@@ -808,12 +855,12 @@ pub(crate) fn start_now() -> bool {
     Runtime::active().is_some()
 }
 
-fn errno() -> i32 {
+pub(crate) fn errno() -> i32 {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
 }
 
-fn set_errno(v: i32) {
+pub(crate) fn set_errno(v: i32) {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = v };
 }

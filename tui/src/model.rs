@@ -11,7 +11,7 @@ use syncspy_read::names::ApiName;
 use crate::loghist::BAR_CELLS;
 
 /// The host stall kinds, in the order the monitor lists them.
-pub const STALL_KINDS: [Kind; 7] = [
+pub const STALL_KINDS: [Kind; 8] = [
     Kind::StreamSync,
     Kind::DeviceSync,
     Kind::EventSync,
@@ -19,6 +19,7 @@ pub const STALL_KINDS: [Kind; 7] = [
     Kind::MemcpyPageable,
     Kind::ImplicitSync,
     Kind::PollWait,
+    Kind::HostWait,
 ];
 
 /// One refresh of everything the monitor knows.

@@ -55,6 +55,7 @@ pub fn short_kind(k: syncspy_abi::Kind) -> &'static str {
         ImplicitSync => "implicit",
         GpuIdle => "gpu_idle",
         PollWait => "poll",
+        HostWait => "host_fn",
     }
 }
 

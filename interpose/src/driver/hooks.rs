@@ -48,6 +48,8 @@ type HostPtrFn = unsafe extern "C" fn(*mut c_void) -> RawResult;
 type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> RawResult;
 type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> RawResult;
 type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> RawResult;
+type LaunchHostFuncFn =
+    unsafe extern "C" fn(CUstream, Option<crate::hostwait::HostFn>, *mut c_void) -> RawResult;
 type GetProcFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> RawResult;
 type GetProcV2Fn = unsafe extern "C" fn(
     *const c_char,
@@ -617,6 +619,37 @@ unsafe fn get_proc_v2(
     rc
 }
 
+/// # Safety
+/// `f` is the real `cuLaunchHostFunc` (or `_ptsz`); the arguments are the caller's.
+unsafe fn launch_host_func(
+    f: LaunchHostFuncFn,
+    stream: CUstream,
+    func: Option<crate::hostwait::HostFn>,
+    data: *mut c_void,
+    ptds: bool,
+) -> RawResult {
+    let flags = if ptds { FLAG_PER_THREAD } else { 0 };
+    let func = func.map_or(0, |f| f as usize);
+    runtime::hook_host_func(
+        Api::CuLaunchHostFunc,
+        stream as u64,
+        flags,
+        func,
+        data as usize,
+        |func, data| {
+            // SAFETY: `func` and `data` are the caller's, or the library's trampoline (an
+            // `extern "C" fn(*mut c_void)`) with its slot number; a zero function stays NULL.
+            unsafe {
+                f(
+                    stream,
+                    std::mem::transmute::<usize, Option<crate::hostwait::HostFn>>(func),
+                    data as *mut c_void,
+                )
+            }
+        },
+    )
+}
+
 /// Declares a family: its wrapper instances (`$inst::<N>`, forwarding to slot N) and its
 /// exported symbols, each with whether it is a per-thread-default-stream form.
 macro_rules! family {
@@ -723,6 +756,9 @@ family!(MemHostRegister, host_register_w, host_register: HostRegisterFn;
     cuMemHostRegister = false, cuMemHostRegister_v2 = false);
 family!(MemHostUnregister, host_unregister_w, host_unregister: HostPtrFn; (ptr: *mut c_void);
     cuMemHostUnregister = false);
+family!(LaunchHostFunc, launch_host_func_w, launch_host_func: LaunchHostFuncFn;
+    (stream: CUstream, func: Option<crate::hostwait::HostFn>, data: *mut c_void);
+    cuLaunchHostFunc = false, cuLaunchHostFunc_ptsz = true);
 family!(GetProc, get_proc_w, get_proc: GetProcFn;
     (symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64);
     cuGetProcAddress = false, cuGetProcAddress_ptsz = true);
@@ -793,6 +829,7 @@ pub fn instance(family: Family, i: usize) -> *mut c_void {
         Family::MemHostAlloc => instances!(host_alloc_w),
         Family::MemHostRegister => instances!(host_register_w),
         Family::MemHostUnregister => instances!(host_unregister_w),
+        Family::LaunchHostFunc => instances!(launch_host_func_w),
         Family::GetProc => instances!(get_proc_w),
         Family::GetProcV2 => instances!(get_proc_v2_w),
     };

@@ -61,6 +61,9 @@ pub enum Family {
     MemHostAlloc,
     MemHostRegister,
     MemHostUnregister,
+    /// `cuLaunchHostFunc`: a call that does not wait, whose host function may end a
+    /// `host_wait` (`hostwait`).
+    LaunchHostFunc,
     /// `cuGetProcAddress` (CUDA 11.3 to 11.8 signature).
     GetProc,
     /// `cuGetProcAddress_v2` (CUDA 12 and later).
@@ -122,6 +125,8 @@ const BY_SYMBOL: &[(&[u8], Family, bool)] = &[
     (b"cuMemHostRegister", MemHostRegister, false),
     (b"cuMemHostRegister_v2", MemHostRegister, false),
     (b"cuMemHostUnregister", MemHostUnregister, false),
+    (b"cuLaunchHostFunc", LaunchHostFunc, false),
+    (b"cuLaunchHostFunc_ptsz", LaunchHostFunc, true),
     (b"cuGetProcAddress", GetProc, false),
     (b"cuGetProcAddress_ptsz", GetProc, true),
     (b"cuGetProcAddress_v2", GetProcV2, false),
@@ -157,6 +162,7 @@ const BY_PROC: &[(&[u8], Family, i32)] = &[
     (b"cuMemHostAlloc", MemHostAlloc, 0),
     (b"cuMemHostRegister", MemHostRegister, 0),
     (b"cuMemHostUnregister", MemHostUnregister, 0),
+    (b"cuLaunchHostFunc", LaunchHostFunc, 10000),
     (b"cuGetProcAddress", GetProcV2, 12000),
     (b"cuGetProcAddress", GetProc, 0),
 ];

@@ -55,6 +55,11 @@ pub fn probe() -> u32 {
     }
 }
 
+/// Whether this process runs a CPython whose frames are read.
+pub fn supported() -> bool {
+    matches!(DETECTED.get(), Some(Detected::Supported(_)))
+}
+
 /// Says in a new segment what `probe` found.
 pub fn publish(seg: &SegmentWriter) {
     match DETECTED.get() {
@@ -139,7 +144,7 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
     let t0 = waiter::cpu_ns();
     let site = waiter::with_scratch(|m| {
         let mut w = Walk::new();
-        let main = waiter::find(py, m, me, &mut w).ok()?;
+        let main = waiter::find(py, m, me, &mut w).ok()?.main;
         let hash = (w.hash ^ WAITED_SALT ^ u64::from(main)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         if let Some(site) = cache::lookup(native, hash) {
             return Some(site);
@@ -156,6 +161,58 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
     .flatten();
     waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
     site.unwrap_or(native)
+}
+
+/// A Python thread found blocked without the GIL as a host function was about to run
+/// (`hostwait`).
+pub struct Blocked {
+    /// The site of the native stack given, with the blocked thread's Python stack as the
+    /// site's own frames: that thread is the one that waits.
+    pub site: u32,
+    /// The blocked thread's kernel thread id.
+    pub tid: u32,
+}
+
+/// The Python thread blocked without the GIL right now, by the rule of `waiter` (the main
+/// thread first), with its stack interned over `native`; `None` without a supported
+/// interpreter, when none is blocked, when the reads' budget is spent or another thread is
+/// reading. Runs on a thread with no Python frames (the driver's host-function thread).
+#[cold]
+#[inline(never)]
+pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
+    let Some(Detected::Supported(py)) = DETECTED.get() else {
+        return None;
+    };
+    if native == NO_SITE || !rt.cfg.python {
+        return None;
+    }
+    // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
+    if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
+        return None;
+    }
+    if !waiter::Budget::allow(crate::clock::now_ns()) {
+        return None;
+    }
+    let t0 = waiter::cpu_ns();
+    let blocked = waiter::with_scratch(|m| {
+        let mut w = Walk::new();
+        let found = waiter::find(py, m, 0, &mut w).ok()?;
+        let tid = waiter::native_tid(py, m, found)?;
+        if let Some(site) = cache::lookup(native, w.hash) {
+            return Some(Blocked { site, tid });
+        }
+        let site = rt.seg.intern_python_site(native, w.hash)?;
+        if rt.seg.claim_python_site(site) {
+            let refs = frame_refs(rt, py, m, &w);
+            rt.seg
+                .publish_python_site(site, &refs[..w.n], w.truncated, w.skipped > 0);
+        }
+        cache::store(native, w.hash, site);
+        Some(Blocked { site, tid })
+    })
+    .flatten();
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    blocked
 }
 
 /// The (code id, line) of each frame of `w`, decoding names into the code table.

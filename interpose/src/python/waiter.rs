@@ -52,10 +52,18 @@ pub enum Miss {
     Torn,
 }
 
+/// The waiting thread `find` picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// It is the interpreter's main thread.
+    pub main: bool,
+    /// Its `PyThreadState`.
+    pub tstate: usize,
+}
+
 /// Finds the waiting thread (the module's rule) and walks its frames into `w`. `me`: the
-/// calling thread's own state (0 if it has none). `Ok(true)`: the waiting thread is the
-/// main thread.
-pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<bool, Miss> {
+/// calling thread's own state (0 if it has none).
+pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Found, Miss> {
     let t = &py.layout.threads;
     m.reset();
     // SAFETY: `Remote` reads have no requirement.
@@ -135,7 +143,26 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<bool
     if running(m) == Some(pick.0) || top != Some(pick.1) {
         return Err(Miss::Torn);
     }
-    Ok(is_main)
+    Ok(Found {
+        main: is_main,
+        tstate: pick.0,
+    })
+}
+
+/// The kernel's id of the thread of `found` (the one `/proc/self/task` lists), if it can be
+/// told: the process id for the main thread; for another, `PyThreadState::native_thread_id`
+/// (the word after `thread_id` in 3.11 and later). The caller checks it names a thread of
+/// this process (`hostwait::thread_state` reads its `/proc/self/task` entry).
+pub fn native_tid(py: &Python, m: &mut Remote, found: Found) -> Option<u32> {
+    if found.main {
+        return Some(std::process::id());
+    }
+    if py.layout.minor < 11 {
+        return None;
+    }
+    // SAFETY: `Remote` reads have no requirement.
+    let tid = unsafe { m.word(found.tstate, py.layout.threads.tstate_thread_id + 8) }?;
+    u32::try_from(tid).ok().filter(|t| *t > 0)
 }
 
 /// The one `Remote` (32 KB of page cache) that the process's stalls share, with its flag:

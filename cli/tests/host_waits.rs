@@ -1,0 +1,94 @@
+//! Waits that a host function ends (`host_wait`, issue 26): a Python thread that queues host
+//! functions with `cuLaunchHostFunc` and blocks, without the GIL, until one of them wakes it
+//! (as JAX's `block_until_ready` and `device_get` wait) has each wait recorded at its line,
+//! timed from when it began to wait. A host function that runs while the thread sleeps for
+//! another reason (`time.sleep`), or that runs before the one that wakes it, records nothing.
+//! Runs on the simulated driver, whose streams run host functions on their own thread, in
+//! order. Needs `python3` on PATH.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+use common::{TempDir, SYNCSPY};
+
+/// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function); line 25 sleeps while a
+/// host function runs (2 times): not a wait for it.
+const SCRIPT: &str = "\
+import ctypes, time
+cu = ctypes.CDLL('libcuda.so.1')
+libc = ctypes.CDLL(None)
+assert cu.cuInit(0) == 0
+dev = ctypes.c_int()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+ctx = ctypes.c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+s = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
+noop = ctypes.cast(libc.getpid, ctypes.c_void_p)
+sem = ctypes.create_string_buffer(64)
+assert libc.sem_init(sem, 0, 0) == 0
+for _ in range(4):
+    assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
+    assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
+    libc.sem_wait(sem)
+for _ in range(2):
+    assert cu.cuLaunchHostFunc(s, usleep, 10000) == 0
+    assert cu.cuLaunchHostFunc(s, noop, None) == 0
+    time.sleep(0.05)
+";
+
+#[test]
+fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
+    let d = TempDir::new("host-wait");
+    let script = d.file("hw.py", SCRIPT);
+    let script = script.to_str().unwrap();
+    let report = d.path().join("r.json");
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
+        .args(["python3", script])
+        .env("SYNCSPY_DIR", d.path())
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .expect("start syncspy");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let p = &r["processes"][0];
+    let sites = p["sites"].as_array().unwrap();
+    let got: Vec<(&str, &str, u64, &str)> = sites
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap(),
+                s["api"].as_str().unwrap(),
+                s["count"].as_u64().unwrap(),
+                s["location"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    let at = format!("{script}:21 in <module>");
+    assert_eq!(
+        got,
+        vec![("host_wait", "cuLaunchHostFunc", 4, at.as_str())],
+        "{stderr}"
+    );
+    // Each wait is the 30 ms host function ahead of the one that woke the thread, not the
+    // queuing of both nor the sleeps that follow.
+    let ms = |k: &str| sites[0][k].as_f64().unwrap() / 1e6;
+    assert!((29.0..60.0).contains(&ms("p50_ns")), "p50 {}", ms("p50_ns"));
+    assert!((29.0..60.0).contains(&ms("max_ns")), "max {}", ms("max_ns"));
+    assert_eq!(p["kinds"]["host_wait"]["count"].as_u64(), Some(4), "{p}");
+    // Every host function queued is a call that did not stall.
+    assert_eq!(
+        p["non_stall_calls"]["cuLaunchHostFunc"]["count"].as_u64(),
+        Some(12)
+    );
+}

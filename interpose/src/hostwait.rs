@@ -1,0 +1,435 @@
+//! Waits that a host function ends (`host_wait`): a Python thread blocked, without the GIL,
+//! until the GPU reached a host function queued with `cuLaunchHostFunc` and that function woke
+//! it. JAX's `block_until_ready` and `jax.device_get` wait this way: XLA queues a host
+//! function behind the step's work, the user's thread waits on a future, and the host function
+//! completes the future. No CUDA call stalls for it on any thread, so only this path sees it.
+//!
+//! **How a wait is told.** When the program queues a host function while Python frames are
+//! being attributed, the library queues its own trampoline instead, with a slot that holds the
+//! program's function and argument, the stream, the device and the queuing call's native
+//! stack (`queue`). When the driver runs the trampoline:
+//! 1. before the program's function, the Python thread blocked without the GIL is looked for
+//!    (`python::blocked_thread`, the waiter rule: the main thread first) and its kernel state
+//!    read (`/proc/self/task/TID/stat`): it must be asleep (`S` or `D`);
+//! 2. the program's function runs;
+//! 3. after it, the thread is read again: if it is runnable now, or has used CPU time since,
+//!    this function woke it, and the wait is recorded on that thread, at its Python line.
+//!
+//! A host function that runs while a thread sleeps for another reason (`time.sleep`, a queue)
+//! does not wake it: nothing is recorded. When several host functions run during one wait,
+//! only the one that woke the thread records it.
+//!
+//! **Its duration** runs from when the thread began to wait to when the function woke it. The
+//! start is not observed: it is the thread's last reference point (when it last queued a host
+//! function, or last woke from a `host_wait`) plus the CPU time it used since. So time the
+//! thread spent off the CPU for other reasons after that point (a sleep, I/O, waiting for a
+//! lock) counts as part of the wait; without a reference point the wait starts when its host
+//! function was queued.
+//!
+//! **Cost.** Queuing: the stack capture of a stall (cached per call site), two clock reads and
+//! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
+//! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
+//! and two of its CPU clock, under the waiter reads' budget (2% of the process's time). Slots
+//! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
+//! driver runs host functions in order on its own thread, which is not a Python thread; the
+//! trampoline makes no CUDA call (host functions must not).
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+
+use syncspy_abi::record::{Record, NO_SITE};
+use syncspy_abi::{Api, Direction, Kind};
+
+use crate::clock::now_ns;
+use crate::python::{self, waiter};
+use crate::runtime::{errno, set_errno, Runtime};
+
+/// A host function as the driver calls it (`CUhostFn`).
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+
+/// Host functions queued and not yet run that the library can follow at once.
+pub const SLOTS: usize = 1024;
+
+const FREE: u8 = 0;
+const FILLING: u8 = 1;
+const QUEUED: u8 = 2;
+
+struct Slot {
+    state: AtomicU8,
+    func: AtomicUsize,
+    data: AtomicUsize,
+    queued_ns: AtomicU64,
+    stream: AtomicU64,
+    site: AtomicU32,
+    device: AtomicI32,
+    flags: AtomicU8,
+}
+
+static PENDING: [Slot; SLOTS] = [const {
+    Slot {
+        state: AtomicU8::new(FREE),
+        func: AtomicUsize::new(0),
+        data: AtomicUsize::new(0),
+        queued_ns: AtomicU64::new(0),
+        stream: AtomicU64::new(0),
+        site: AtomicU32::new(NO_SITE),
+        device: AtomicI32::new(-1),
+        flags: AtomicU8::new(0),
+    }
+}; SLOTS];
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// What the program asked to queue, as `cuLaunchHostFunc` received it.
+pub struct Queued {
+    pub stream: u64,
+    pub flags: u8,
+    pub device: i32,
+    pub func: usize,
+    pub data: usize,
+}
+
+/// Takes a slot for the program's host function and returns the function and argument to
+/// queue instead (the trampoline and the slot's number), or `None` to queue the program's
+/// own: no Python attribution, no call-site stacks, no function, or no free slot.
+pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
+    if q.func == 0 || !rt.cfg.python || !rt.cfg.stacks || !python::supported() {
+        return None;
+    }
+    let t0 = now_ns();
+    refs::set(crate::guard::tid(), t0, waiter::cpu_ns());
+    let (native, _, _) = crate::stack::capture_site(rt, Some(1));
+    if native == NO_SITE {
+        return None;
+    }
+    let first = NEXT.fetch_add(1, Relaxed);
+    let got = (0..64).map(|k| (first + k) % SLOTS).find(|&i| {
+        PENDING[i]
+            .state
+            .compare_exchange(FREE, FILLING, Acquire, Relaxed)
+            .is_ok()
+    });
+    let i = got?;
+    let s = &PENDING[i];
+    s.func.store(q.func, Relaxed);
+    s.data.store(q.data, Relaxed);
+    s.queued_ns.store(t0, Relaxed);
+    s.stream.store(q.stream, Relaxed);
+    s.site.store(native, Relaxed);
+    s.device.store(q.device, Relaxed);
+    s.flags.store(q.flags, Relaxed);
+    s.state.store(QUEUED, Release);
+    Some((trampoline as *const () as usize, i + 1))
+}
+
+/// Gives back the slot `queue` returned when the driver refused the host function.
+pub fn unqueue(arg: usize) {
+    if let Some(s) = arg.checked_sub(1).and_then(|i| PENDING.get(i)) {
+        s.state.store(FREE, Release);
+    }
+}
+
+/// What `before` saw of the blocked thread.
+struct Seen {
+    site: u32,
+    tid: u32,
+    /// When it was seen asleep, and its CPU time then.
+    at_ns: u64,
+    cpu_ns: u64,
+}
+
+/// The function the driver runs in place of the program's (`queue`); `arg` is the slot's
+/// number.
+unsafe extern "C" fn trampoline(arg: *mut c_void) {
+    let Some(s) = (arg as usize).checked_sub(1).and_then(|i| PENDING.get(i)) else {
+        return;
+    };
+    if s.state.load(Acquire) != QUEUED {
+        // Not ours to run (cannot happen: the driver runs each queued function once).
+        return;
+    }
+    let func = s.func.load(Relaxed);
+    let data = s.data.load(Relaxed);
+    let queued_ns = s.queued_ns.load(Relaxed);
+    let stream = s.stream.load(Relaxed);
+    let native = s.site.load(Relaxed);
+    let device = s.device.load(Relaxed);
+    let flags = s.flags.load(Relaxed);
+    s.state.store(FREE, Release);
+    let errno_in = errno();
+    let rt = Runtime::active();
+    let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
+    set_errno(errno_in);
+    // SAFETY: `func` is the non-null host function the program queued with `data`, to be run
+    // once on this thread: the driver's contract, which it is being kept now.
+    unsafe { std::mem::transmute::<usize, HostFn>(func)(data as *mut c_void) };
+    if let (Some(rt), Some(seen)) = (rt, seen) {
+        let errno_out = errno();
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            after(
+                rt,
+                &seen,
+                Record {
+                    kind: Kind::HostWait,
+                    api: Api::CuLaunchHostFunc,
+                    direction: Direction::None,
+                    flags,
+                    device,
+                    start_ns: queued_ns,
+                    duration_ns: 0,
+                    bytes: 0,
+                    stream,
+                    tid: seen.tid,
+                    site: seen.site,
+                    result: 0,
+                    polls: 0,
+                },
+            )
+        }));
+        set_errno(errno_out);
+    }
+}
+
+/// Step 1 (see the module): the Python thread blocked right now, if it is asleep.
+fn before(rt: &Runtime, native: u32) -> Option<Seen> {
+    let blocked = python::blocked_thread(rt, native)?;
+    let t0 = waiter::cpu_ns();
+    let at_ns = now_ns();
+    let state = thread_state(blocked.tid);
+    let cpu_ns = thread_cpu_ns(blocked.tid);
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    match (state, cpu_ns) {
+        (Some(b'S' | b'D'), Some(cpu_ns)) => Some(Seen {
+            site: blocked.site,
+            tid: blocked.tid,
+            at_ns,
+            cpu_ns,
+        }),
+        _ => None,
+    }
+}
+
+/// Step 3: records `rec` (its start the host function's queuing) as the wait `seen` if the
+/// program's function woke that thread.
+fn after(rt: &Runtime, seen: &Seen, mut rec: Record) {
+    let t0 = waiter::cpu_ns();
+    let end_ns = now_ns();
+    let state = thread_state(seen.tid);
+    let cpu_now = thread_cpu_ns(seen.tid);
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    let ran = cpu_now.is_some_and(|c| c > seen.cpu_ns);
+    if !(ran || state == Some(b'R')) {
+        return;
+    }
+    rec.start_ns = start_of_wait(refs::get(seen.tid), seen, rec.start_ns);
+    rec.duration_ns = end_ns.saturating_sub(rec.start_ns);
+    refs::set(seen.tid, end_ns, cpu_now.unwrap_or(seen.cpu_ns));
+    rt.seg.record(&rec);
+    rt.seg
+        .live()
+        .overhead_ns
+        .fetch_add(now_ns().saturating_sub(end_ns), Relaxed);
+}
+
+/// When the wait of `seen` began: its thread's reference point `(wall, cpu)` moved on by the
+/// CPU time used since, never after it was seen asleep; `queued_ns` without a usable one.
+fn start_of_wait(reference: Option<(u64, u64)>, seen: &Seen, queued_ns: u64) -> u64 {
+    match reference {
+        Some((wall, cpu)) if wall <= seen.at_ns && cpu <= seen.cpu_ns => {
+            wall.saturating_add(seen.cpu_ns - cpu).min(seen.at_ns)
+        }
+        _ => queued_ns.min(seen.at_ns),
+    }
+}
+
+/// The scheduler state letter of thread `tid` of this process (`R`, `S`, `D`, ...), read from
+/// `/proc/self/task/TID/stat`; `None` if it cannot be read or names another thread.
+fn thread_state(tid: u32) -> Option<u8> {
+    let mut path = [0u8; 48];
+    let n = write_path(&mut path, tid)?;
+    let mut buf = [0u8; 256];
+    // SAFETY: `path` is NUL-terminated at `n`; `buf` is a local of the length given.
+    let got = unsafe {
+        let fd = libc::open(path[..=n].as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let got = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        got
+    };
+    parse_state(&buf[..usize::try_from(got).ok()?], tid)
+}
+
+/// `/proc/self/task/TID/stat` into `out`, NUL-terminated; the path's length.
+fn write_path(out: &mut [u8; 48], tid: u32) -> Option<usize> {
+    use std::io::Write;
+    let mut w = &mut out[..];
+    write!(w, "/proc/self/task/{tid}/stat\0").ok()?;
+    let left = w.len();
+    Some(out.len() - left - 1)
+}
+
+/// The state letter of a `stat` line `PID (COMM) STATE ...` whose PID is `tid` (COMM may hold
+/// spaces and parentheses: the state follows the last `)`).
+fn parse_state(line: &[u8], tid: u32) -> Option<u8> {
+    let open = line.iter().position(|&b| b == b' ')?;
+    if std::str::from_utf8(&line[..open])
+        .ok()?
+        .parse::<u32>()
+        .ok()?
+        != tid
+    {
+        return None;
+    }
+    let close = line.iter().rposition(|&b| b == b')')?;
+    match line.get(close + 1..close + 3)? {
+        [b' ', state] => Some(*state),
+        _ => None,
+    }
+}
+
+/// Thread `tid`'s CPU time in ns, from its per-thread CPU clock (the kernel's encoding of a
+/// thread id as a clock id: what `pthread_getcpuclockid` returns).
+fn thread_cpu_ns(tid: u32) -> Option<u64> {
+    let tid = c_int::try_from(tid).ok()?;
+    let clock: libc::clockid_t = ((!tid) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a local out-pointer; an invalid clock id is answered with an error.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
+}
+
+/// Each thread's reference point for the start of its next wait: `(wall ns, CPU ns)` when it
+/// last queued a host function or woke from a `host_wait`. A small table mapped by thread id;
+/// a thread whose entry another took has none (its wait starts at the queuing). Entries are
+/// read and written under a flag that is tried, never waited for.
+mod refs {
+    use super::*;
+
+    const N: usize = 64;
+
+    struct Ref {
+        busy: AtomicBool,
+        tid: AtomicU32,
+        wall: AtomicU64,
+        cpu: AtomicU64,
+    }
+
+    static REFS: [Ref; N] = [const {
+        Ref {
+            busy: AtomicBool::new(false),
+            tid: AtomicU32::new(0),
+            wall: AtomicU64::new(0),
+            cpu: AtomicU64::new(0),
+        }
+    }; N];
+
+    fn entry(tid: u32) -> &'static Ref {
+        &REFS[(tid.wrapping_mul(0x9e37_79b1) >> 26) as usize % N]
+    }
+
+    fn with<R>(tid: u32, f: impl FnOnce(&Ref) -> R) -> Option<R> {
+        let r = entry(tid);
+        r.busy.compare_exchange(false, true, AcqRel, Relaxed).ok()?;
+        let out = f(r);
+        r.busy.store(false, Release);
+        Some(out)
+    }
+
+    pub fn set(tid: u32, wall: u64, cpu: u64) {
+        with(tid, |r| {
+            r.tid.store(tid, Relaxed);
+            r.wall.store(wall, Relaxed);
+            r.cpu.store(cpu, Relaxed);
+        });
+    }
+
+    pub fn get(tid: u32) -> Option<(u64, u64)> {
+        with(tid, |r| {
+            (r.tid.load(Relaxed) == tid).then(|| (r.wall.load(Relaxed), r.cpu.load(Relaxed)))
+        })
+        .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_follows_the_last_parenthesis_and_the_pid_must_match() {
+        assert_eq!(parse_state(b"42 (python3) S 1 42 42 0", 42), Some(b'S'));
+        assert_eq!(parse_state(b"42 (a) (b) R 1", 42), Some(b'R'));
+        assert_eq!(parse_state(b"43 (python3) S 1", 42), None);
+        assert_eq!(parse_state(b"42 (python3", 42), None);
+        assert_eq!(parse_state(b"", 42), None);
+    }
+
+    #[test]
+    fn this_thread_reads_as_running_and_its_clock_moves() {
+        let tid = crate::guard::tid();
+        assert_eq!(thread_state(tid), Some(b'R'));
+        let a = thread_cpu_ns(tid).unwrap();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(thread_cpu_ns(tid).unwrap() > a, "{x}");
+        assert_eq!(thread_state(u32::MAX >> 1), None);
+    }
+
+    #[test]
+    fn a_sleeping_thread_reads_as_asleep() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            tx.send(crate::guard::tid()).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        // It blocks in `recv` within moments; poll for it rather than assume.
+        let mut state = None;
+        for _ in 0..2000 {
+            state = thread_state(tid);
+            if state == Some(b'S') {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(state, Some(b'S'));
+        done_tx.send(()).unwrap();
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn the_start_is_the_reference_moved_on_by_the_cpu_time_used() {
+        let seen = Seen {
+            site: 1,
+            tid: 1,
+            at_ns: 10_000,
+            cpu_ns: 700,
+        };
+        // Queued at 1,000 with 500 ns of CPU; 200 ns more of CPU, then asleep.
+        assert_eq!(start_of_wait(Some((1_000, 500)), &seen, 900), 1_200);
+        // No reference, or one from after the thread was seen: from the queuing.
+        assert_eq!(start_of_wait(None, &seen, 900), 900);
+        assert_eq!(start_of_wait(Some((11_000, 500)), &seen, 900), 900);
+        // Never after the moment it was seen asleep.
+        assert_eq!(start_of_wait(Some((9_990, 0)), &seen, 900), 10_000);
+        assert_eq!(start_of_wait(None, &seen, 20_000), 10_000);
+    }
+
+    #[test]
+    fn a_reference_is_per_thread() {
+        refs::set(777_001, 5, 6);
+        assert_eq!(refs::get(777_001), Some((5, 6)));
+        assert_eq!(refs::get(777_002), None);
+    }
+}
