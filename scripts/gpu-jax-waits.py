@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Issue 26 on a GPU host with JAX: runs scenarios/python/jax_sync.py under `syncspy run
---report`, then checks from the JSON report that the stalls XLA's threads make (no Python
-frames of their own) are attributed, as `sites[].waited_by`, to lines of the script (which
-lines, with counts, in a table; whether the loop's `block_until_ready` and `jax.device_get`
-lines are among them), and that no waiting line appears as a site's own location (the two are
-never mixed). Exits non-zero on a failed check.
+--report`, then checks from the JSON report that
+- the loop's `block_until_ready` and `jax.device_get` lines each have exactly one `host_wait`
+  per loop step, and says how their total compares with the time the script measured itself
+  in those calls;
+- the stalls XLA's threads make (no Python frames of their own) are attributed, as
+  `sites[].waited_by`, to lines of the script (a table), and no waiting line appears as a
+  site's own location without its frames (the two are never mixed).
+Exits non-zero on a failed check.
 
     python3 scripts/gpu-jax-waits.py [--syncspy target/release/syncspy] [--python python3]
 """
@@ -54,19 +57,34 @@ for proc in rep["processes"]:
         where = (w.get("location") or "?").split("/")[-1]
         waited.setdefault(where, []).append((s["kind"], s["api"], s["count"]))
 
+# The loop's waits: host functions XLA queues end them (`host_wait`), one per step and line.
+host = {}
+for proc in rep["processes"]:
+    for s in proc["sites"]:
+        if s["kind"] != "host_wait":
+            continue
+        where = (s.get("location") or "?").split("/")[-1]
+        c, t = host.get(where, (0, 0))
+        host[where] = (c + s["count"], t + s["total_ns"])
+print("| host_wait at | count | total ms (syncspy) | ms the script measured there |")
+print("| --- | --- | --- | --- |")
+fail = []
+for where, (c, t) in sorted(host.items()):
+    name = next((k for k, n in lines.items() if where.startswith(f"jax_sync.py:{n} ")), None)
+    own_ms = truth["wall_ms"].get(name) if name else None
+    print(f"| {where} | {c} | {t / 1e6:.2f} | {'-' if own_ms is None else f'{own_ms:.2f}'} |")
+for name, n in sorted(lines.items()):
+    c = sum(v[0] for w, v in host.items() if w.startswith(f"jax_sync.py:{n} "))
+    if c != args.iters:
+        fail.append(f"line {n} ({name}): {c} host_waits, want {args.iters}")
+
 # Measured with JAX 0.11.2 on an H100 (docs/gpu-validation.md): the stalls on XLA's threads
 # happen while the first `step(x, w)` call compiles and autotunes (their count does not
-# change with --iters, and XLA_FLAGS=--xla_gpu_autotune_level=0 removes them); the loop's
-# `block_until_ready` and `device_get` wait on host futures that CUDA host callbacks
-# complete, so no CUDA call stalls for them on any thread. The check: waited-for stalls are
-# named at the script's own lines; the table says which lines, the loop's included.
+# change with --iters, and XLA_FLAGS=--xla_gpu_autotune_level=0 removes them). The check:
+# waited-for stalls are named at the script's own lines; the table says which lines.
 print("| waiting line | waited-for stalls (kind api xN) |\n| --- | --- |")
 for where, got in sorted(waited.items()):
     print(f"| {where} | {', '.join(f'{k} {a} x{c}' for k, a, c in got)} |")
-for name, n in sorted(lines.items()):
-    hits = [w for w in waited if w.startswith(f"jax_sync.py:{n} ")]
-    print(f"loop line {n} ({name}): {'named' if hits else 'no stall waited for by it'}")
-fail = []
 if not waited:
     fail.append("no stall on a thread without Python frames named a waiting line")
 foreign = [w for w in waited if not w.startswith("jax_sync.py:")]
@@ -76,4 +94,5 @@ if own:
     fail.append(f"a waiting line reported as a site's own location without its frames: {own}")
 if fail:
     sys.exit("FAIL: " + "; ".join(fail))
-print("OK: every waited-for stall is named at a line of the script")
+print(f"OK: each loop line has {args.iters} host_waits; every waited-for stall is named at a "
+      "line of the script")

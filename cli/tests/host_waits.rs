@@ -14,10 +14,12 @@ use serde_json::Value;
 mod common;
 use common::{TempDir, SYNCSPY};
 
-/// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function); line 25 sleeps while a
-/// host function runs (2 times): not a wait for it.
+/// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function) for a host function that
+/// wakes it itself; line 33 (3 times) for one that wakes another thread, which then wakes it
+/// (as XLA's host functions hand their work to a thread of XLA's); line 38 sleeps while a host
+/// function runs (2 times): not a wait for it.
 const SCRIPT: &str = "\
-import ctypes, time
+import ctypes, threading, time
 cu = ctypes.CDLL('libcuda.so.1')
 libc = ctypes.CDLL(None)
 assert cu.cuInit(0) == 0
@@ -38,6 +40,19 @@ for _ in range(4):
     assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
     assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
     libc.sem_wait(sem)
+relayed = ctypes.create_string_buffer(64)
+assert libc.sem_init(relayed, 0, 0) == 0
+def relay():
+    for _ in range(3):
+        libc.sem_wait(sem)
+        libc.sem_post(relayed)
+t = threading.Thread(target=relay)
+t.start()
+for _ in range(3):
+    assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
+    assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
+    libc.sem_wait(relayed)
+t.join()
 for _ in range(2):
     assert cu.cuLaunchHostFunc(s, usleep, 10000) == 0
     assert cu.cuLaunchHostFunc(s, noop, None) == 0
@@ -74,21 +89,27 @@ fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
             )
         })
         .collect();
-    let at = format!("{script}:21 in <module>");
+    let direct = format!("{script}:21 in <module>");
+    let relayed = format!("{script}:33 in <module>");
     assert_eq!(
         got,
-        vec![("host_wait", "cuLaunchHostFunc", 4, at.as_str())],
+        vec![
+            ("host_wait", "cuLaunchHostFunc", 4, direct.as_str()),
+            ("host_wait", "cuLaunchHostFunc", 3, relayed.as_str()),
+        ],
         "{stderr}"
     );
     // Each wait is the 30 ms host function ahead of the one that woke the thread, not the
     // queuing of both nor the sleeps that follow.
-    let ms = |k: &str| sites[0][k].as_f64().unwrap() / 1e6;
-    assert!((29.0..60.0).contains(&ms("p50_ns")), "p50 {}", ms("p50_ns"));
-    assert!((29.0..60.0).contains(&ms("max_ns")), "max {}", ms("max_ns"));
-    assert_eq!(p["kinds"]["host_wait"]["count"].as_u64(), Some(4), "{p}");
+    for s in sites {
+        let ms = |k: &str| s[k].as_f64().unwrap() / 1e6;
+        assert!((29.0..60.0).contains(&ms("p50_ns")), "p50 {}", ms("p50_ns"));
+        assert!((29.0..60.0).contains(&ms("max_ns")), "max {}", ms("max_ns"));
+    }
+    assert_eq!(p["kinds"]["host_wait"]["count"].as_u64(), Some(7), "{p}");
     // Every host function queued is a call that did not stall.
     assert_eq!(
         p["non_stall_calls"]["cuLaunchHostFunc"]["count"].as_u64(),
-        Some(12)
+        Some(18)
     );
 }

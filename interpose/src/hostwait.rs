@@ -131,6 +131,7 @@ pub fn unqueue(arg: usize) {
 }
 
 /// What `before` saw of the blocked thread.
+#[derive(Clone, Copy)]
 struct Seen {
     site: u32,
     tid: u32,
@@ -159,6 +160,9 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     s.state.store(FREE, Release);
     let errno_in = errno();
     let rt = Runtime::active();
+    if rt.is_some() {
+        let _ = catch_unwind(watch::supersede);
+    }
     let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
     set_errno(errno_in);
     // SAFETY: `func` is the non-null host function the program queued with `data`, to be run
@@ -169,7 +173,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
         let _ = catch_unwind(AssertUnwindSafe(|| {
             after(
                 rt,
-                &seen,
+                seen,
                 Record {
                     kind: Kind::HostWait,
                     api: Api::CuLaunchHostFunc,
@@ -210,26 +214,39 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
     }
 }
 
-/// Step 3: records `rec` (its start the host function's queuing) as the wait `seen` if the
-/// program's function woke that thread.
-fn after(rt: &Runtime, seen: &Seen, mut rec: Record) {
+/// Step 3: whether the program's function woke the thread `seen`. Woken already (runnable,
+/// or it has run: the function signalled it itself): recorded now. Still asleep: the wake may
+/// come from a thread the function signalled (XLA hands its host functions' work to a thread
+/// of its own, which completes the future), so the thread is watched for a short while
+/// (`watch`).
+fn after(rt: &Runtime, seen: Seen, rec: Record) {
     let t0 = waiter::cpu_ns();
     let end_ns = now_ns();
     let state = thread_state(seen.tid);
     let cpu_now = thread_cpu_ns(seen.tid);
     waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
-    let ran = cpu_now.is_some_and(|c| c > seen.cpu_ns);
-    if !(ran || state == Some(b'R')) {
+    let Some(cpu_now) = cpu_now else {
         return;
+    };
+    if cpu_now > seen.cpu_ns || state == Some(b'R') {
+        record(rt, &seen, rec, end_ns, cpu_now);
+    } else {
+        watch::submit(watch::Watched {
+            seen,
+            rec,
+            ran_ns: end_ns,
+        });
     }
+}
+
+/// Records the wait of `seen`, woken at `end_ns`, with its thread's CPU time `cpu_now` then;
+/// that moment is the thread's next reference point.
+fn record(rt: &Runtime, seen: &Seen, mut rec: Record, end_ns: u64, cpu_now: u64) {
     rec.start_ns = start_of_wait(refs::get(seen.tid), seen, rec.start_ns);
     rec.duration_ns = end_ns.saturating_sub(rec.start_ns);
-    refs::set(seen.tid, end_ns, cpu_now.unwrap_or(seen.cpu_ns));
+    refs::set(seen.tid, end_ns, cpu_now);
+    refs::set_recorded(seen.tid, seen.cpu_ns);
     rt.seg.record(&rec);
-    rt.seg
-        .live()
-        .overhead_ns
-        .fetch_add(now_ns().saturating_sub(end_ns), Relaxed);
 }
 
 /// When the wait of `seen` began: its thread's reference point `(wall, cpu)` moved on by the
@@ -306,6 +323,133 @@ fn thread_cpu_ns(tid: u32) -> Option<u64> {
     Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
 }
 
+/// Host functions that ran while a Python thread slept and did not wake it themselves: a
+/// thread of the library's (started at the first) watches the sleeping thread's CPU clock for
+/// `WINDOW`; if it runs in that time, before another host function starts (`supersede`), that
+/// host function ended its wait, which is recorded then, ending when the thread woke (the
+/// watch's reading less the CPU time it used since). Not woken in time: nothing is recorded
+/// (a sleep, a queue, another thread's work ended it). The watcher sleeps
+/// while nothing is watched, reads clocks every `POLL` while something is, and its CPU time
+/// counts against the waiter reads' budget.
+mod watch {
+    use std::sync::{Mutex, TryLockError};
+    use std::thread::Thread;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// How long after a host function ran its thread may wake for it to count as the wake.
+    pub const WINDOW_NS: u64 = 2_000_000;
+    const POLL: Duration = Duration::from_micros(20);
+    /// Watched host functions at most; more are dropped (nothing recorded).
+    const MAX: usize = 64;
+
+    pub struct Watched {
+        pub seen: Seen,
+        pub rec: Record,
+        /// When the program's function returned.
+        pub ran_ns: u64,
+    }
+
+    static WATCHED: Mutex<Vec<Watched>> = Mutex::new(Vec::new());
+    /// The watcher thread and the `guard::FORK_GEN` it was started in (a fork child has none).
+    static WATCHER: Mutex<Option<(u32, Thread)>> = Mutex::new(None);
+
+    pub fn submit(w: Watched) {
+        match WATCHED.try_lock() {
+            Ok(mut v) if v.len() < MAX => v.push(w),
+            Ok(_) | Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::Poisoned(_)) => return,
+        }
+        wake();
+    }
+
+    /// A host function is about to run: it, not an earlier one, is what wakes a watched
+    /// thread that has not woken yet, so those are no longer watched (this one's own look
+    /// decides). One clock read per watched thread; nothing if the list is busy.
+    pub fn supersede() {
+        let Ok(mut v) = WATCHED.try_lock() else {
+            return;
+        };
+        v.retain(|w| thread_cpu_ns(w.seen.tid).is_some_and(|c| c > w.seen.cpu_ns));
+    }
+
+    /// Unparks the watcher, starting it first in this process if needed.
+    fn wake() {
+        let gen = crate::guard::FORK_GEN.load(Relaxed);
+        let Ok(mut w) = WATCHER.try_lock() else {
+            // Another thread is waking or starting it.
+            return;
+        };
+        match &*w {
+            Some((g, t)) if *g == gen => t.unpark(),
+            _ => {
+                let spawned = std::thread::Builder::new()
+                    .name("syncspy-hostwait".into())
+                    .spawn(run);
+                if let Ok(h) = spawned {
+                    *w = Some((gen, h.thread().clone()));
+                }
+            }
+        }
+    }
+
+    fn run() {
+        // SAFETY: sets this thread's own timer slack (1 us): its short sleeps stay short.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
+        loop {
+            let empty = WATCHED.lock().map(|v| v.is_empty()).unwrap_or(true);
+            if empty {
+                std::thread::park();
+                continue;
+            }
+            std::thread::sleep(POLL);
+            let t0 = waiter::cpu_ns();
+            let _ = catch_unwind(AssertUnwindSafe(step));
+            waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+        }
+    }
+
+    /// One look at every watched thread.
+    fn step() {
+        let now = now_ns();
+        let Ok(mut v) = WATCHED.lock() else {
+            return;
+        };
+        let mut woke: Vec<(Watched, u64)> = Vec::new();
+        let mut i = 0;
+        while i < v.len() {
+            let cpu = thread_cpu_ns(v[i].seen.tid);
+            match cpu {
+                Some(c) if c > v[i].seen.cpu_ns => woke.push((v.swap_remove(i), c)),
+                Some(_) if now.saturating_sub(v[i].ran_ns) <= WINDOW_NS => i += 1,
+                _ => {
+                    v.swap_remove(i);
+                }
+            }
+        }
+        drop(v);
+        let Some(rt) = Runtime::active() else {
+            return;
+        };
+        for (k, (w, cpu)) in woke.iter().enumerate() {
+            // Of host functions that ran while the thread slept the same stretch, the latest.
+            let later = woke.iter().enumerate().any(|(j, (o, _))| {
+                j != k
+                    && o.seen.tid == w.seen.tid
+                    && o.seen.cpu_ns == w.seen.cpu_ns
+                    && (o.ran_ns, j) > (w.ran_ns, k)
+            });
+            // A wait of that stretch already recorded (a host function that woke it itself).
+            if later || refs::recorded(w.seen.tid) == Some(w.seen.cpu_ns) {
+                continue;
+            }
+            let end = now.saturating_sub(cpu - w.seen.cpu_ns).max(w.ran_ns);
+            record(rt, &w.seen, w.rec, end, *cpu);
+        }
+    }
+}
+
 /// Each thread's reference point for the start of its next wait: `(wall ns, CPU ns)` when it
 /// last queued a host function or woke from a `host_wait`. A small table mapped by thread id;
 /// a thread whose entry another took has none (its wait starts at the queuing). Entries are
@@ -320,6 +464,9 @@ mod refs {
         tid: AtomicU32,
         wall: AtomicU64,
         cpu: AtomicU64,
+        /// The CPU time at which the thread was last seen asleep in a wait that was recorded:
+        /// a stretch of sleep ends one wait only.
+        recorded: AtomicU64,
     }
 
     static REFS: [Ref; N] = [const {
@@ -328,6 +475,7 @@ mod refs {
             tid: AtomicU32::new(0),
             wall: AtomicU64::new(0),
             cpu: AtomicU64::new(0),
+            recorded: AtomicU64::new(u64::MAX),
         }
     }; N];
 
@@ -345,10 +493,29 @@ mod refs {
 
     pub fn set(tid: u32, wall: u64, cpu: u64) {
         with(tid, |r| {
-            r.tid.store(tid, Relaxed);
+            if r.tid.swap(tid, Relaxed) != tid {
+                r.recorded.store(u64::MAX, Relaxed);
+            }
             r.wall.store(wall, Relaxed);
             r.cpu.store(cpu, Relaxed);
         });
+    }
+
+    /// Notes that the wait of `tid` asleep at CPU time `cpu` was recorded (after `set`).
+    pub fn set_recorded(tid: u32, cpu: u64) {
+        with(tid, |r| {
+            if r.tid.load(Relaxed) == tid {
+                r.recorded.store(cpu, Relaxed);
+            }
+        });
+    }
+
+    /// What `set_recorded` last noted for `tid`.
+    pub fn recorded(tid: u32) -> Option<u64> {
+        with(tid, |r| {
+            (r.tid.load(Relaxed) == tid).then(|| r.recorded.load(Relaxed))
+        })
+        .flatten()
     }
 
     pub fn get(tid: u32) -> Option<(u64, u64)> {

@@ -28,6 +28,7 @@ pub fn advice(kind: &str, api: &str, count: u64, frames: &[String]) -> Option<&'
         "stream_sync" if has("nonzero") => Some(NONZERO),
         "stream_sync" if has("_local_scalar_dense") => Some(ITEM),
         "memcpy_pageable" => Some(PAGEABLE),
+        "host_wait" if python("jax/_src/array.py", "ArrayImpl._value") => Some(JAX_TO_HOST),
         "device_sync" if python("torch/cuda/__init__.py", "synchronize") => Some(SYNCHRONIZE),
         "implicit_sync"
             if count >= 2
@@ -63,6 +64,10 @@ const REPEAT_INTERLEAVE: &str = "`repeat_interleave` reads the output size from 
 const PAGEABLE: &str = "the host buffer is pageable, so the copy cannot run asynchronously: \
                         copy from pinned memory (`pin_memory()`, `DataLoader(pin_memory=True)`, \
                         or cudaMallocHost) with `non_blocking=True`";
+const JAX_TO_HOST: &str = "reading a `jax.Array` on the host (`jax.device_get`, `float()`, \
+                           `.item()`, `np.asarray`) waits for the computation that produces it: \
+                           keep metrics on the device and fetch them every N steps, so the next \
+                           steps are queued while the GPU works";
 const SYNCHRONIZE: &str = "`torch.cuda.synchronize()` waits for every stream: drop it from the \
                            loop unless you are timing (time with CUDA events instead)";
 const ALLOCATOR: &str = "torch's caching allocator gave memory back to CUDA (cudaFree \
@@ -123,6 +128,25 @@ mod tests {
             advice("implicit_sync", "cudaFree", 4, &free),
             Some(ALLOCATOR)
         );
+        // `float(jax.device_get(m))`, as JAX 0.11 runs it (the waiting thread's frames).
+        let to_host = [
+            py(
+                "/v/lib/python3.12/site-packages/jax/_src/array.py",
+                "ArrayImpl._value",
+            ),
+            py(
+                "/v/lib/python3.12/site-packages/jax/_src/api.py",
+                "device_get",
+            ),
+            py("/u/t.py", "<module>"),
+        ];
+        assert_eq!(
+            advice("host_wait", "cuLaunchHostFunc", 20, &to_host),
+            Some(JAX_TO_HOST)
+        );
+        // `block_until_ready` has no Python frame of JAX's: nothing names it for certain.
+        let ready = [py("/u/t.py", "<module>")];
+        assert_eq!(advice("host_wait", "cuLaunchHostFunc", 20, &ready), None);
     }
 
     #[test]

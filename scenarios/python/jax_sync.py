@@ -1,10 +1,12 @@
-"""JAX waits the host makes on XLA's own threads (issue 26): a 20-step loop that blocks on
-each step's result with `block_until_ready` and fetches a value with `jax.device_get`. The CUDA
-calls XLA makes on its own threads have no Python frames; syncspy names the Python line that
-was waiting for them (`sites[].waited_by`). Measured with JAX 0.11.2 on an H100: those stalls
-come from the first `step(x, w)` call, which compiles and autotunes; the loop's two calls
-(markers `# jax-wait:NAME`) wait on host futures and make no stalling CUDA call on any thread.
-Prints one JSON line with the ground truth (its own count of each call and their lines)."""
+"""JAX waits (issue 26): a 20-step loop that blocks on each step's result with
+`block_until_ready` and fetches a value with `jax.device_get` (markers `# jax-wait:NAME`).
+Measured with JAX 0.11.2 on an H100: the loop's two calls wait on host futures that host
+functions XLA queues (`cuLaunchHostFunc`) complete; no CUDA call stalls for them on any
+thread, and syncspy records them as `host_wait`s at their lines. The stalls XLA's own threads
+make come from the first `step(x, w)` call, which compiles and autotunes; syncspy names the
+Python line that was waiting for them (`sites[].waited_by`). Prints one JSON line with the
+ground truth: its own count of each call, their lines, and the time it spent in each
+(`wall_ms`)."""
 import argparse
 import json
 import os
@@ -45,11 +47,18 @@ x, m = step(x, w)
 x.block_until_ready()  # warm-up: compile
 t0 = time.perf_counter()
 vals = []
+waited = {"block_until_ready": 0.0, "device_get": 0.0}
 for _ in range(args.iters):
     x, m = step(x, w)
+    ta = time.perf_counter()
     x.block_until_ready()  # jax-wait:block_until_ready
+    tb = time.perf_counter()
     vals.append(float(jax.device_get(m)))  # jax-wait:device_get
+    tc = time.perf_counter()
+    waited["block_until_ready"] += tb - ta
+    waited["device_get"] += tc - tb
 loop_ms = (time.perf_counter() - t0) * 1e3
 print(json.dumps({"scenario": "jax-sync", "pid": os.getpid(), "lines": lines(),
                   "ops": {"block_until_ready": args.iters, "device_get": args.iters},
-                  "wall_ms": {"loop": loop_ms}, "ok": True}), flush=True)
+                  "wall_ms": {"loop": loop_ms, **{k: v * 1e3 for k, v in waited.items()}},
+                  "ok": True}), flush=True)
