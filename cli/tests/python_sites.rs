@@ -212,8 +212,10 @@ fn the_report_names_the_line_that_waited_for_a_native_threads_stalls() {
     let lib = build_caller(d.path());
     let m = pycaller::markers_of("waits.py", "# W:");
     let report = d.path().join("r.json");
+    // Its segment kept for the monitor, below.
     let o = Command::new(SYNCSPY)
-        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
+        .args(["run", "--sim", "--keep-segments", "--report"])
+        .args([report.to_str().unwrap(), "--"])
         .arg("python3")
         .arg(fixture("waits.py"))
         .arg(&lib)
@@ -278,4 +280,45 @@ fn the_report_names_the_line_that_waited_for_a_native_threads_stalls() {
         )),
         "{stderr}"
     );
+
+    // The monitor on the segments: a row per waiting line, as the report lists them (one
+    // native stack, the worker's, waited for by several lines: several rows), each saying it.
+    let top = Command::new(artifact("syncspy-top"))
+        .arg("--dir")
+        .arg(d.path())
+        .args(["--print", "--after", "1", "--size", "200x60"])
+        .env("SYNCSPY_DIR", d.path())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    assert!(top.status.success(), "{screen}");
+    let mut shown: BTreeMap<String, u64> = BTreeMap::new();
+    for l in screen.lines() {
+        if let Some((_, w)) = l.split_once(", waited for by ") {
+            let w = w.split(|c: char| c.is_whitespace() || c == '│').next();
+            *shown.entry(w.unwrap().to_string()).or_default() += 1;
+        }
+    }
+    let mut reported: BTreeMap<String, u64> = BTreeMap::new();
+    for s in sites {
+        if let Some(w) = s.get("waited_by") {
+            // `/abs/waits.py:21 in main` as the summary shortens it: `waits.py:21`.
+            let at = w["location"]
+                .as_str()
+                .unwrap()
+                .split(" in ")
+                .next()
+                .unwrap();
+            let short = at.rsplit('/').next().unwrap().to_string();
+            *reported.entry(short).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        shown, reported,
+        "the monitor's rows and the report's\n{screen}"
+    );
+    for line in ["wait_a", "wait_b", "thread_wait"] {
+        let w = format!("waits.py:{}", m[line]);
+        assert!(shown.contains_key(&w), "{w}\n{screen}");
+    }
 }

@@ -106,9 +106,13 @@ impl SiteKey {
         }
     }
 
-    /// The same key, for the stalls `waiter` (its Python stack as text) waited for.
-    pub fn waited_by(mut self, waiter: Option<String>) -> SiteKey {
-        self.waiter = waiter;
+    /// The same key, for the stalls `waiter` waited for (`report::Site::waited_by`; every
+    /// view keys its waiter so): whether it was the main thread, and its Python frames.
+    pub fn waited_by(mut self, waiter: Option<&python::Waiter>) -> SiteKey {
+        self.waiter = waiter.map(|w| {
+            let frames: Vec<String> = w.python.iter().map(PyFrame::text).collect();
+            format!("{}|{}", w.main_thread, frames.join("\n"))
+        });
         self
     }
 }
@@ -257,5 +261,24 @@ mod tests {
             sites([(k("p (a:1)"), 1), (k("q (b:2)"), 2)], |a, b| *a += b),
             [3]
         );
+
+        // Waited for by two lines, over one native stack: two sites; by one line: one.
+        let waited = |line: u32| {
+            let w = python::Waiter {
+                location: None,
+                main_thread: true,
+                python: vec![PyFrame {
+                    line,
+                    ..py[0].clone()
+                }],
+            };
+            let native = vec![frame("op (t.cpp:1)")];
+            let key = SiteKey::new("stream_sync", "x", SiteLook::of(native, &[]).0);
+            Some(key.waited_by(Some(&w)))
+        };
+        let v = sites([(waited(4), 1), (waited(9), 2), (waited(4), 4)], |a, b| {
+            *a += b
+        });
+        assert_eq!(v, [5, 2]);
     }
 }

@@ -261,6 +261,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 location: SiteRow::location_of(s.site_id, s.location.as_deref(), &s.frames),
                 // Its look's (`site_rows`).
                 frames: Vec::new(),
+                waited_by: s.waited_by.clone(),
             };
             Some((row, Some(Arc::new(SiteLook::printed(s.frames.clone())))))
         })

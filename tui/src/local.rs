@@ -14,7 +14,7 @@ use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::alike::SiteLook;
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
-use syncspy_read::python::{self, PyFrame};
+use syncspy_read::python::{self, PyFrame, Waiter};
 use syncspy_read::rates::Rates;
 use syncspy_read::report::{
     collectives_of, fraction, gpu_measured, location_of, IdleCause, ProcessState, StallSite,
@@ -43,14 +43,16 @@ const OVER_BUDGET: &str = "over budget: ";
 const RATE_SPAN_NS: u64 = 2_000_000_000;
 
 /// Symbolized frames of one site: how they read (what they print, the key of the reader's
-/// merge rule), and the location.
-type SiteFrames = (Arc<SiteLook>, Option<String>);
+/// merge rule), the location, and the Python thread that waited for it (part of the key too).
+type SiteFrames = (Arc<SiteLook>, Option<String>, Option<Waiter>);
 
 struct SymRequest {
     key: SiteRef,
     stack: Vec<u64>,
     /// The site's Python frames (innermost first), merged with the native ones.
     python: Vec<PyFrame>,
+    /// The Python thread that waited for the site's calls (ABI 1.6), kept apart.
+    waited_by: Option<Waiter>,
     /// The segment's module map (bounded, `limits`), shared by its requests of one view.
     modules: std::sync::Arc<[Module]>,
 }
@@ -78,7 +80,8 @@ impl SymWorker {
                         Some(i) => Some(req.python[i].text()),
                         None => location_of(&frames),
                     };
-                    if done_tx.send((req.key, (Arc::new(look), loc))).is_err() {
+                    let v = (Arc::new(look), loc, req.waited_by);
+                    if done_tx.send((req.key, v)).is_err() {
                         break;
                     }
                 }
@@ -489,11 +492,13 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 .python_stack(site)
                 .map(|s| python::frames_of(&s))
                 .unwrap_or_default();
+            let waited_by = reader.waited_by(site).map(|w| Waiter::of(&w));
             sym.pending.insert(k);
             let _ = sym.tx.send(SymRequest {
                 key: k,
                 stack,
                 python,
+                waited_by,
                 modules: std::sync::Arc::clone(&modules),
             });
         }
@@ -596,26 +601,28 @@ fn site_row(
     max_ns: u64,
     want: &mut Vec<u32>,
 ) -> (SiteRow, Option<Arc<SiteLook>>) {
-    let (location, look) = if k.site == 0 {
+    let (location, look, waited_by) = if k.site == 0 {
         // No stack: what the report prints for it (no frames).
         (
             SiteRow::location_of(0, None, &[]),
             Some(Arc::new(SiteLook::printed(Vec::new()))),
+            None,
         )
     } else {
         match sym.cache.get(&SiteRef {
             segment,
             site: k.site,
         }) {
-            Some((look, loc)) => (
+            Some((look, loc, waited_by)) => (
                 SiteRow::location_of(k.site, loc.as_deref(), look.frames()),
                 Some(Arc::clone(look)),
+                waited_by.clone(),
             ),
             None => {
                 // Asked for below (once: the worker's pending set); keyed by its id
                 // meanwhile, so merged with none.
                 want.push(k.site);
-                (format!("site {} (symbolizing...)", k.site), None)
+                (format!("site {} (symbolizing...)", k.site), None, None)
             }
         }
     };
@@ -630,6 +637,7 @@ fn site_row(
         location,
         // Its look's, for the rows listed (`model::site_rows`).
         frames: Vec::new(),
+        waited_by,
     };
     (row, look)
 }

@@ -7,6 +7,7 @@ use syncspy_abi::Kind;
 use syncspy_read::alike::{SiteKey, SiteLook};
 pub use syncspy_read::follow::ProcessKey;
 use syncspy_read::names::ApiName;
+use syncspy_read::python::Waiter;
 
 use crate::loghist::BAR_CELLS;
 
@@ -281,7 +282,8 @@ pub const MAX_SITES_SHOWN: usize = 100;
 /// `None` while it is not symbolized, so it is merged with none; a row's `frames` are its
 /// look's, filled here for the rows listed), as both sources list them:
 /// the sites with calls in the period; those that read alike one row, by the reader's rule
-/// (`syncspy_read::alike::sites`, the report's): counts and totals added, the largest
+/// (`syncspy_read::alike::sites`, the report's: one kind, API and look, and one waiter, so
+/// two lines waiting over one native stack stay two rows): counts and totals added, the largest
 /// maximum, the p99 and the site id of the largest part; largest total first (then most
 /// calls, then site id, the report's order); at most [`MAX_SITES_SHOWN`].
 pub fn site_rows(sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Vec<SiteRow> {
@@ -290,9 +292,10 @@ pub fn site_rows(sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Vec<SiteRow> {
     // Largest first, so that each merged row is its largest part's.
     sites.sort_by(|(a, _), (b, _)| by_total(a, b));
     let keyed = sites.into_iter().map(|(row, look)| {
-        let key = look
-            .as_ref()
-            .map(|l| SiteKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l)));
+        let key = look.as_ref().map(|l| {
+            SiteKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l))
+                .waited_by(row.waited_by.as_ref())
+        });
         (key, (row, look))
     });
     let mut rows = syncspy_read::alike::sites(keyed, |(a, _), (b, _)| {
@@ -349,6 +352,9 @@ pub struct SiteRow {
     pub location: String,
     /// The symbolized stack, innermost first (empty until symbolized, or none captured).
     pub frames: Vec<String>,
+    /// The Python thread that waited for these calls, made on a thread without Python
+    /// frames (`report::Site::waited_by`); `None` for the others (and until symbolized).
+    pub waited_by: Option<Waiter>,
 }
 
 impl SiteRow {
@@ -361,6 +367,18 @@ impl SiteRow {
         location
             .or(frames.first().map(String::as_str))
             .map_or_else(|| format!("site {site_id}"), str::to_string)
+    }
+
+    /// `waited for by jax_sync.py:21`, with ` (a non-main thread)` when it was not the main
+    /// thread: the summary's words; `None` without a waiter.
+    pub fn waiter_label(&self) -> Option<String> {
+        let w = self.waited_by.as_ref()?;
+        let who = if w.main_thread {
+            ""
+        } else {
+            " (a non-main thread)"
+        };
+        Some(format!("waited for by {}{who}", w.short()))
     }
 
     /// What to do about this site, when its frames name a pattern with certainty.
@@ -384,6 +402,9 @@ impl SiteRow {
             || self.location.to_lowercase().contains(needle)
             || self.api.as_str().to_lowercase().contains(needle)
             || self.kind.name().contains(needle)
+            || self
+                .waiter_label()
+                .is_some_and(|w| w.to_lowercase().contains(needle))
             || self
                 .frames
                 .iter()
@@ -514,6 +535,7 @@ mod tests {
             max_ns,
             location: format!("site {site_id}"),
             frames: Vec::new(),
+            waited_by: None,
         }
     }
 
@@ -552,6 +574,34 @@ mod tests {
             (other, look("f (a.c:3)")),
         ]);
         assert_eq!(rows.len(), 2);
+        // Waited for by two lines, over one native stack: two rows, as in the report; by
+        // one line: one.
+        let waited = |id: u32, line: u32| {
+            let mut s = site(id, 1, u64::from(id), 1, 1);
+            s.waited_by = Some(Waiter {
+                location: Some(format!("/src/w.py:{line} in main")),
+                main_thread: true,
+                python: vec![syncspy_read::python::PyFrame {
+                    file: "/src/w.py".into(),
+                    line,
+                    function: "main".into(),
+                    skipped: 0,
+                }],
+            });
+            (s, look("f (a.c:3)"))
+        };
+        let rows = site_rows(vec![waited(1, 21), waited(2, 30), waited(3, 21)]);
+        let shown: Vec<(u32, u64, Option<String>)> = rows
+            .iter()
+            .map(|s| (s.site_id, s.count, s.waiter_label()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (3, 2, Some("waited for by w.py:21".to_string())),
+                (2, 1, Some("waited for by w.py:30".to_string())),
+            ]
+        );
         let many = (1..=300)
             .map(|i| (site(i, 1, u64::from(i), 1, 1), None))
             .collect();

@@ -10,11 +10,11 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::border;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
-use unicode_width::UnicodeWidthStr;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::app::{App, Pane, ProcSort};
 use crate::loghist::BAR_CELLS;
-use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, STALL_KINDS};
+use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, SiteRow, STALL_KINDS};
 use syncspy_read::report::{IdleCause, HOST_BUSY_ELSEWHERE};
 
 const ASCII_BORDER: border::Set = border::Set {
@@ -582,6 +582,16 @@ impl App {
         let header = Row::new(head).style(bold());
         let visible = area.height.saturating_sub(3) as usize;
         let skip = (self.site_sel + 1).saturating_sub(visible.max(1));
+        // #, SHARE, TOTAL, COUNT, P99, KIND, API (wide), then WHERE takes the rest.
+        let mut fixed: Vec<u16> = vec![3, 6, 9, 6, 9, if wide { 15 } else { 8 }];
+        if wide {
+            fixed.push(24);
+        }
+        let mut widths: Vec<Constraint> = fixed.iter().map(|&w| Constraint::Length(w)).collect();
+        widths.push(Constraint::Min(10));
+        // WHERE's columns: the inner width less the others and a space after each.
+        let taken: u16 = fixed.iter().map(|w| w + 1).sum();
+        let where_w = usize::from(area.width.saturating_sub(2).saturating_sub(taken));
         let rows: Vec<Row> = sites
             .iter()
             .enumerate()
@@ -602,7 +612,7 @@ impl App {
                 if wide {
                     cells.push(Cell::from(s.api.to_string()));
                 }
-                cells.push(Cell::from(short_location(&s.location)));
+                cells.push(Cell::from(where_cell(s, where_w, self.ascii)));
                 let mut row = Row::new(cells);
                 if self.focus == Pane::Sites && i == self.site_sel {
                     row = row.style(selected());
@@ -610,18 +620,6 @@ impl App {
                 row
             })
             .collect();
-        let mut widths = vec![
-            Constraint::Length(3),
-            Constraint::Length(6),
-            Constraint::Length(9),
-            Constraint::Length(6),
-            Constraint::Length(9),
-            Constraint::Length(if wide { 15 } else { 8 }),
-        ];
-        if wide {
-            widths.push(Constraint::Length(24));
-        }
-        widths.push(Constraint::Min(10));
         if rows.is_empty() {
             let msg = if p.scope(self.recent).sites.is_empty() {
                 "no stalls in this period"
@@ -694,6 +692,25 @@ impl App {
             width,
             0,
         );
+        if let Some(w) = &s.waited_by {
+            let at = w
+                .location
+                .as_deref()
+                .map_or_else(|| w.short(), short_location);
+            let who = if w.main_thread {
+                ""
+            } else {
+                " (a non-main thread)"
+            };
+            header.extend(wrap_spans(
+                &[
+                    Span::styled("waited for by ", bold()),
+                    Span::raw(format!("{at}{who}")),
+                ],
+                width,
+                8,
+            ));
+        }
         if let Some(a) = s.advice() {
             header.extend(wrap_spans(
                 &[Span::styled("advice: ", bold()), Span::raw(a)],
@@ -817,6 +834,42 @@ impl App {
             .block(self.block(Line::from(" Help (? or Esc closes) "), None))
             .render(popup, buf);
     }
+}
+
+/// The WHERE cell of a site in `width` columns: its location (`short_location`), and for a
+/// site whose calls another thread waited for, `, waited for by w.py:21` after it (the
+/// summary's words). The waiter is what tells such sites apart, so when both do not fit the
+/// location is cut (`…`) rather than the waiter, and on a narrow table the waiter is
+/// `← w.py:21`.
+pub fn where_cell(s: &SiteRow, width: usize, ascii: bool) -> String {
+    let loc = short_location(&s.location);
+    let Some(w) = &s.waited_by else {
+        return loc;
+    };
+    let (arrow, dots) = if ascii { ("<-", "...") } else { ("←", "…") };
+    let long = format!(", waited for by {}", w.short());
+    // The location keeps at least 12 columns with the summary's words, else the arrow.
+    let tail = if loc.width() + long.width() <= width
+        || width.saturating_sub(long.width() + dots.width()) >= 12
+    {
+        long
+    } else {
+        format!(" {arrow} {}", w.short())
+    };
+    if loc.width() + tail.width() <= width {
+        return loc + &tail;
+    }
+    let room = width.saturating_sub(tail.width() + dots.width());
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in loc.chars() {
+        used += c.width().unwrap_or(0);
+        if used > room {
+            break;
+        }
+        cut.push(c);
+    }
+    format!("{cut}{dots}{tail}")
 }
 
 /// `symbol (/long/path/file.rs:12)` as `file.rs:12 symbol`: the line first, so narrow

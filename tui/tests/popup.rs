@@ -27,6 +27,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
         max_ns: 1_000_000,
         location: "loss_item (/src/train.cc:42)".into(),
         frames,
+        waited_by: None,
     };
     let scope = Scope {
         kinds: vec![KindRow {

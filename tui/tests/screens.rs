@@ -39,6 +39,7 @@ fn site(id: u32, kind: Kind, api: &str, count: u64, total_ns: u64, loc: &str) ->
             "train_step (/src/train.py.so:10)".into(),
             "main (/src/main.c:3)".into(),
         ],
+        waited_by: None,
     }
 }
 

@@ -1,19 +1,29 @@
 //! The local source lists call sites as the report does: two stacks whose frames symbolize
 //! alike (two return addresses in one line) are one row, with their figures together, in
-//! both of its scopes; a site in another function stays a row of its own.
+//! both of its scopes; a site in another function stays a row of its own. Sites whose calls
+//! two Python lines waited for, over one native stack, stay two rows, in both sources.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use syncspy_abi::modules::{file_build_id, Module};
+use syncspy_abi::python::{PyFrameRef, PY_SUPPORTED};
 use syncspy_abi::{Api, Kind, SegmentParams, SegmentWriter};
 use syncspy_read::follow::Follower;
+use syncspy_read::snapshot::{Snapshot as AgentSnapshot, SnapshotProcess};
 use syncspy_read::symbolize::Symbolizer;
 use syncspy_test_support::{rec, TempDir};
+use syncspy_tui::agent::AgentSource;
+use syncspy_tui::app::{Action, App, Pane};
 use syncspy_tui::local::LocalSource;
-use syncspy_tui::model::{Proc, SiteRow};
+use syncspy_tui::model::{Proc, SiteRow, Snapshot};
 use syncspy_tui::Source;
+
+mod common;
+use common::screen;
 
 /// Two functions the test symbolizes; never inlined, so each has a symbol.
 #[inline(never)]
@@ -148,4 +158,156 @@ fn sites_that_symbolize_alike_are_one_row_as_in_the_report() {
         })
         .collect();
     assert_eq!(shown, report, "the local source and the report");
+}
+
+/// An agent that answers every request with `snap`; its URL.
+fn fake_agent(snap: &AgentSnapshot) -> String {
+    let body = serde_json::to_vec(snap).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { break };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// `(site id, count, waiter as the monitor says it)` of each row.
+fn waited(sites: &[SiteRow]) -> Vec<(u32, u64, Option<String>)> {
+    sites
+        .iter()
+        .map(|s| (s.site_id, s.count, s.waiter_label()))
+        .collect()
+}
+
+#[test]
+fn sites_two_lines_waited_for_are_two_rows_with_their_waiter_in_both_sources() {
+    let d = TempDir::new("top-waited");
+    let mut params = SegmentParams::new(4_200_002, 7);
+    params.session = 5;
+    params.cmdline = b"python3 jax_sync.py\0".to_vec();
+    params.python_code_capacity = 32;
+    let w = SegmentWriter::create(d.path(), &params).unwrap();
+    w.set_python(PY_SUPPORTED, 0x030b07f0);
+    let m = own_module();
+    assert!(w.add_module(m.path.as_bytes(), m.bias, m.start, m.end, &m.build_id));
+    // One native stack (a worker thread without Python) waited for by three Python stacks:
+    // line 21 of the main thread twice (two entries, one line), line 30 of another thread.
+    let native = w
+        .intern_site(&[syncspy_top_alike_one as *const () as u64 + 1])
+        .unwrap();
+    let code = w
+        .intern_code(0x99, |t| {
+            t.set_file(b"/src/jax_sync.py");
+            t.set_name(b"main");
+        })
+        .unwrap();
+    let mut ids = Vec::new();
+    for (hash, line, main) in [(1, 21, true), (2, 30, false), (3, 21, true)] {
+        let id = w.intern_python_site(native, hash).unwrap();
+        assert!(w.claim_python_site(id));
+        w.publish_waiter_site(id, &[PyFrameRef { code, line }], false, false, main);
+        ids.push(id);
+    }
+    for (site, n) in [(ids[0], 5), (ids[1], 3), (ids[2], 1)] {
+        for _ in 0..n {
+            let ns = 1_000_000;
+            let mut r = rec(Kind::StreamSync, Api::CudaStreamSynchronize, ns, 0, site);
+            r.start_ns = syncspy_read::monotonic_ns() - ns;
+            w.record(&r);
+        }
+    }
+    let want = vec![
+        (ids[0], 6, Some("waited for by jax_sync.py:21".to_string())),
+        (
+            ids[1],
+            3,
+            Some("waited for by jax_sync.py:30 (a non-main thread)".to_string()),
+        ),
+    ];
+
+    // The local source, both scopes.
+    let mut src = LocalSource::new(d.path().to_path_buf(), None, 10);
+    let p = symbolized(&mut src);
+    assert_eq!(waited(&p.all.sites), want, "local: {:#?}", p.all.sites);
+    let recent = &p.recent.as_ref().unwrap().sites;
+    assert_eq!(waited(recent), want, "local, recent");
+
+    // The report lists the same rows, and the agent's snapshot of it gives them again.
+    let mut f: Follower = Follower::new(d.path(), Some(5));
+    f.scan().unwrap();
+    f.final_drain();
+    let mut sym = Symbolizer::new();
+    let r = syncspy_read::report::process_report(&f.processes()[0], &mut sym, 0);
+    let report: Vec<(u32, u64, Option<String>)> = r
+        .sites
+        .iter()
+        .map(|s| {
+            let w = s.waited_by.as_ref().map(|w| {
+                let who = if w.main_thread {
+                    ""
+                } else {
+                    " (a non-main thread)"
+                };
+                format!("waited for by {}{who}", w.short())
+            });
+            (s.site_id, s.count, w)
+        })
+        .collect();
+    assert_eq!(report, want, "the report");
+    let snap = AgentSnapshot {
+        processes: vec![SnapshotProcess {
+            program: "jax_sync.py".into(),
+            report: r,
+            latency: Default::default(),
+        }],
+        ..AgentSnapshot::default()
+    };
+    let mut agent = AgentSource::new(&fake_agent(&snap), None, 10).unwrap();
+    let s = agent.step();
+    assert!(s.problems.is_empty(), "{:?}", s.problems);
+    assert_eq!(waited(&s.processes[0].all.sites), want, "agent");
+
+    // On screen: each row says its waiter, a narrow table too, and so does the stack popup.
+    let shown = Snapshot {
+        processes: vec![p],
+        ..Snapshot::default()
+    };
+    let mut app = App::new(false);
+    app.update(Action::Data(Box::new(shown)));
+    let wide = screen(&app, 160, 40);
+    assert!(wide.contains(", waited for by jax_sync.py:21 "), "{wide}");
+    assert!(wide.contains(", waited for by jax_sync.py:30 "), "{wide}");
+    let narrow = screen(&app, 80, 30);
+    assert!(narrow.contains("← jax_sync.py:21"), "{narrow}");
+    assert!(narrow.contains("← jax_sync.py:30"), "{narrow}");
+    app.update(Action::Resize(100, 30));
+    app.focus = Pane::Sites;
+    let open = app.action_for(enter()).unwrap();
+    app.update(open);
+    let popup = screen(&app, 100, 30);
+    assert!(
+        popup.contains("waited for by jax_sync.py:21 in main"),
+        "{popup}"
+    );
+}
+
+fn enter() -> crossterm::event::KeyEvent {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)
 }

@@ -684,12 +684,8 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             dist,
             capture_failures: f.agg.capture_failures(&key),
         };
-        let waiter = acc.waited_by.as_ref().map(|w| {
-            let frames: Vec<String> = w.python.iter().map(PyFrame::text).collect();
-            format!("{}|{}", w.main_thread, frames.join("\n"))
-        });
-        let alike =
-            crate::alike::SiteKey::new(key.kind.name(), key.api.name(), look).waited_by(waiter);
+        let alike = crate::alike::SiteKey::new(key.kind.name(), key.api.name(), look)
+            .waited_by(acc.waited_by.as_ref());
         order.push((Some(alike), (acc, frames)));
     }
     // Sites that read alike are one row (`alike::sites`, the rule every view applies).
