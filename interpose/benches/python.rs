@@ -8,7 +8,12 @@
 //!   until the process-wide budget is spent, then the budget check alone);
 //! - `recorded_event_python_50_frames`: the same stall on a thread whose Python stack is 50
 //!   frames deep (32 kept): the walk, the hash, the per-thread site cache;
-//! - `python_site_50_frames`: the Python step alone.
+//! - `python_site_50_frames`: the Python step alone;
+//! - `host_function_queued_and_run_no_waiter`: `cuLaunchHostFunc` through the library with a
+//!   stand-in driver that runs the host function at once: the queuing (native stack from the
+//!   cache, a slot, the thread's reference point: two clock reads) and the trampoline's look
+//!   for a blocked Python thread (none here: as above, one failed read while the budget
+//!   lasts, then the budget check alone).
 //!
 //! The difference of the first two is the added cost per event. Run with
 //! `cargo bench -p syncspy-interpose --bench python`.
@@ -21,6 +26,21 @@ use syncspy_abi::Api;
 unsafe extern "C" fn fake_sync(_: cudaStream_t) -> u32 {
     0
 }
+
+/// A driver that runs each host function at once, on the queuing thread.
+unsafe extern "C" fn fake_launch_host_func(
+    _: cudarc::driver::sys::CUstream,
+    f: Option<testing::HostFn>,
+    data: *mut std::ffi::c_void,
+) -> u32 {
+    if let Some(f) = f {
+        // SAFETY: the function and argument `launch_host_func` queued.
+        unsafe { f(data) };
+    }
+    0
+}
+
+extern "C" fn host_noop(_: *mut std::ffi::c_void) {}
 
 unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
     // SAFETY: the library passes a valid out-pointer.
@@ -57,7 +77,21 @@ fn bench(c: &mut Criterion) {
     c.bench_function("python_site_50_frames", |b| {
         b.iter(|| testing::python_site(std::hint::black_box(native)))
     });
+    // A host function queued and run while no Python thread is blocked (the fake interpreter
+    // has none): the queuing (stack, slot, clocks) and the trampoline's look for a waiter.
     stack.make_current(false);
+    c.bench_function("host_function_queued_and_run_no_waiter", |b| {
+        // SAFETY: the fake driver runs `host_noop`, which ignores its argument.
+        b.iter(|| unsafe {
+            testing::launch_host_func(
+                fake_launch_host_func,
+                std::ptr::null_mut(),
+                Some(host_noop),
+                std::ptr::null_mut(),
+                false,
+            )
+        })
+    });
     drop(stack);
     let _ = std::fs::remove_dir_all(&dir);
 }

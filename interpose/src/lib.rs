@@ -36,8 +36,10 @@ pub use runtime::Call;
 /// real function supplied by the caller. Not a stable API.
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::driver::hooks::{launch_host_func, LaunchHostFuncFn};
     pub use crate::hooks::memcpy::memcpy_async;
     pub use crate::hooks::sync::{stream_query, stream_sync};
+    pub use crate::hostwait::HostFn;
     pub use crate::pinned::add as register_pinned;
 
     /// Uses `f` as the runtime's `cudaGetDevice` (a benchmark has no runtime to find).

@@ -48,7 +48,7 @@ type HostPtrFn = unsafe extern "C" fn(*mut c_void) -> RawResult;
 type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> RawResult;
 type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> RawResult;
 type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> RawResult;
-type LaunchHostFuncFn =
+pub type LaunchHostFuncFn =
     unsafe extern "C" fn(CUstream, Option<crate::hostwait::HostFn>, *mut c_void) -> RawResult;
 type GetProcFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> RawResult;
 type GetProcV2Fn = unsafe extern "C" fn(
@@ -621,7 +621,7 @@ unsafe fn get_proc_v2(
 
 /// # Safety
 /// `f` is the real `cuLaunchHostFunc` (or `_ptsz`); the arguments are the caller's.
-unsafe fn launch_host_func(
+pub unsafe fn launch_host_func(
     f: LaunchHostFuncFn,
     stream: CUstream,
     func: Option<crate::hostwait::HostFn>,
