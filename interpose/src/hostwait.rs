@@ -99,7 +99,7 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     }
     let t0 = now_ns();
     refs::set(crate::guard::tid(), t0, waiter::cpu_ns());
-    let (native, _, _) = crate::stack::capture_site(rt, Some(1));
+    let (native, _, _) = crate::stack::capture_site(rt, crate::guard::overhead_weight());
     if native == NO_SITE {
         return None;
     }

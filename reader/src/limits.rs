@@ -66,17 +66,28 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The defaults, with what the environment sets (unparsable or zero values ignored).
+    /// The defaults, with what the environment sets; a value that is not a positive whole
+    /// number is ignored with a warning on standard error.
     pub fn from_env() -> Limits {
-        Limits::from_vars(|k| std::env::var(k).ok())
+        Limits::from_vars(
+            |k| std::env::var(k).ok(),
+            |w| eprintln!("syncspy: warning: {w}"),
+        )
     }
 
-    /// Like `from_env`, reading variables through `var`.
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Limits {
-        let num = |k: &str| {
-            var(k)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|n| *n > 0)
+    /// Like `from_env`, reading variables through `var` and saying what it ignored to `warn`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>, mut warn: impl FnMut(String)) -> Limits {
+        let mut num = |k: &str| {
+            let v = var(k)?;
+            match v.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    warn(format!(
+                        "{k}={v:?} is not a positive whole number: the default is used"
+                    ));
+                    None
+                }
+            }
         };
         let mut l = Limits::default();
         if let Some(n) = num("SYNCSPY_READER_SEGMENTS_PER_USER") {
@@ -501,7 +512,15 @@ mod tests {
             "SYNCSPY_READER_MB_PER_USER" => Some("x".to_string()),
             _ => None,
         };
-        let l = Limits::from_vars(env);
+        let mut warned = Vec::new();
+        let l = Limits::from_vars(env, |w| warned.push(w));
+        assert_eq!(
+            warned,
+            [
+                "SYNCSPY_READER_MB_PER_USER=\"x\" is not a positive whole number: the default is used",
+                "SYNCSPY_READER_MB=\"0\" is not a positive whole number: the default is used",
+            ]
+        );
         assert_eq!(l.segments_per_user, 32);
         assert_eq!(l.bytes_total, Limits::default().bytes_total);
         assert_eq!(l.bytes_per_user, Limits::default().bytes_per_user);
