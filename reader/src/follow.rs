@@ -293,6 +293,8 @@ pub struct Follower<S = ()> {
     pid: Option<u32>,
     /// Counts another user's segment only when its process descends from this one.
     tree: Option<u32>,
+    /// `with_own_only`.
+    own_only: bool,
     seen: HashMap<(OsString, u64), Seen>,
     /// In the order they were found.
     followed: Vec<Followed<S>>,
@@ -370,6 +372,7 @@ impl<S> Follower<S> {
             session,
             pid: None,
             tree: None,
+            own_only: false,
             seen: HashMap::new(),
             followed: Vec::new(),
             problems: Vec::new(),
@@ -418,6 +421,14 @@ impl<S> Follower<S> {
     /// user can make one).
     pub fn with_tree(mut self, root: u32) -> Follower<S> {
         self.tree = Some(root);
+        self
+    }
+
+    /// Follows only segments whose file belongs to this reader's user: for a reader chosen by
+    /// session alone (`syncspy-top --session`), with no process of its own to check descent
+    /// from, another local user who learnt the session cannot add a process of theirs.
+    pub fn with_own_only(mut self) -> Follower<S> {
+        self.own_only = true;
         self
     }
 
@@ -715,7 +726,19 @@ impl<S> Follower<S> {
                         !p.host_pid.is_some_and(|pid| descends_from(pid, root))
                     }
                 });
+                let foreign_owner =
+                    self.own_only && reader.owner_uid() != Some(crate::safe_file::euid());
                 if self.session.is_some_and(|s| s != reader.ident().session) {
+                    Seen::Ignored
+                } else if foreign_owner {
+                    self.push_problem(SegmentProblem {
+                        path,
+                        error: format!(
+                            "not shown: its file belongs to uid {}, not to this reader's user \
+                             (a session's segments are trusted only from one's own user)",
+                            reader.owner_uid().map_or("?".into(), |u| u.to_string()),
+                        ),
+                    });
                     Seen::Ignored
                 } else if foreign_to_tree {
                     self.push_problem(SegmentProblem {

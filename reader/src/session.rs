@@ -52,6 +52,8 @@ pub struct SessionOptions {
     /// Count another user's segment only when its process descends from this one
     /// (`Follower::with_tree`).
     pub tree: Option<u32>,
+    /// Follow only segments of this reader's user (`Follower::with_own_only`).
+    pub own_only: bool,
     /// Take a lease on every segment followed.
     pub leases: bool,
     /// Register as a reader of the folder: of `session` when set, else of every segment.
@@ -76,6 +78,7 @@ impl SessionOptions {
             session: None,
             pid: None,
             tree: None,
+            own_only: false,
             leases: false,
             register: false,
             watch: false,
@@ -97,6 +100,11 @@ impl SessionOptions {
 
     pub fn tree(mut self, root: u32) -> SessionOptions {
         self.tree = Some(root);
+        self
+    }
+
+    pub fn own_only(mut self, on: bool) -> SessionOptions {
+        self.own_only = on;
         self
     }
 
@@ -247,6 +255,9 @@ impl<S> ReaderSession<S> {
         let mut follower = Follower::with_state(&opts.dir, opts.session, make).with_pid(opts.pid);
         if let Some(root) = opts.tree {
             follower = follower.with_tree(root);
+        }
+        if opts.own_only {
+            follower = follower.with_own_only();
         }
         if opts.leases {
             follower = follower.with_leases();

@@ -361,8 +361,11 @@ fn reader(
     pid: Option<u32>,
     window_secs: u64,
 ) -> ReaderSession<Extra> {
+    // A session's segments are trusted only from the monitor's own user: it has no process of
+    // its own to check their descent from, as `syncspy run` does.
     let opts = SessionOptions::new(dir)
         .session(session)
+        .own_only(session.is_some())
         .pid(pid)
         .budget(syncspy_read::limits::Limits::from_env());
     ReaderSession::with_state(opts, move |_| Extra::new(window_secs))

@@ -35,7 +35,9 @@ struct Args {
     #[arg(long, value_name = "PID", conflicts_with_all = ["agent", "print", "pid", "session"])]
     attach: Option<i32>,
     /// Follow only the processes of this session (the `SYNCSPY_SESSION` that `syncspy run`
-    /// gives its command and the command's descendants).
+    /// gives its command and the command's descendants), and only those whose segment
+    /// belongs to your user: another user who learnt the session cannot add a process
+    /// (a command that switches to another user is not shown)
     #[arg(long, value_name = "ID", conflicts_with = "agent")]
     session: Option<u64>,
     /// Read a `syncspy agent` (e.g. http://127.0.0.1:9599) instead of the local segments.

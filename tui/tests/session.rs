@@ -165,3 +165,52 @@ fn a_removed_ended_segment_is_unmapped_and_its_process_still_shown_until_dismiss
     src.forget(done.key());
     assert_eq!(shown(&mut src), vec![(4_000_004, "running".to_string())]);
 }
+
+/// Another local user who learnt the session cannot add a process to it: with `--session`,
+/// a segment whose file belongs to another user, for a process of that user's, is not shown,
+/// and the monitor says why. (Runs as root, as CI does: `nobody` runs a `sleep`, and the file
+/// claiming that process is given to `nobody`, as that user could write it.)
+#[test]
+fn a_session_shows_only_the_monitors_own_users_segments() {
+    let d = TempDir::new("session-owner");
+    let mut sleeper = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "sleep", "30"])
+        .spawn()
+        .expect("runuser (run the tests as root)");
+    // runuser execs sleep in a child of its own: find the process that runs as nobody.
+    let nobody_pid = (0..200)
+        .find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{}/task/{0}/children", sleeper.id()))
+                .ok()
+                .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+                .or_else(|| {
+                    let st =
+                        std::fs::read_to_string(format!("/proc/{}/status", sleeper.id())).ok()?;
+                    st.lines()
+                        .any(|l| l.starts_with("Uid:") && l.contains("65534"))
+                        .then_some(sleeper.id())
+                })
+        })
+        .expect("nobody's sleep");
+    let _mine = segment(d.path(), 4_100_001, 111, "mine");
+    let theirs = segment(d.path(), nobody_pid, 111, "planted");
+    std::os::unix::fs::chown(theirs.path(), Some(65534), Some(65534)).unwrap();
+    let mut src = LocalSource::new(d.path().to_path_buf(), None, 10).with_session(Some(111));
+    let snap = src.step();
+    let pids: Vec<u32> = snap.processes.iter().map(|p| p.pid).collect();
+    // Without --session the monitor shows every user's processes, as before.
+    let mut all = LocalSource::new(d.path().to_path_buf(), None, 10).with_session(None);
+    let every = all.step().processes.len();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(pids, [4_100_001], "{:?}", snap.problems);
+    assert!(
+        snap.problems
+            .iter()
+            .any(|p| p.contains("belongs to uid 65534") && p.contains("not shown")),
+        "{:?}",
+        snap.problems
+    );
+    assert_eq!(every, 2);
+}
