@@ -59,9 +59,9 @@ for _ in range(2):
     time.sleep(0.05)
 ";
 
-#[test]
-fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
-    let d = TempDir::new("host-wait");
+/// Runs `SCRIPT` under `syncspy run --sim` with `env`; the script's path, the report's first
+/// process and syncspy's stderr.
+fn run(d: &TempDir, env: &[(&str, &str)]) -> (String, Value, String) {
     let script = d.file("hw.py", SCRIPT);
     let script = script.to_str().unwrap();
     let report = d.path().join("r.json");
@@ -69,14 +69,22 @@ fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
         .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
         .args(["python3", script])
         .env("SYNCSPY_DIR", d.path())
+        .envs(env.iter().copied())
         .env_remove("SYNCSPY_LIB")
         .env_remove("SYNCSPY_SIM_LIB")
         .output()
         .expect("start syncspy");
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    let p = &r["processes"][0];
+    (script.to_string(), r["processes"][0].clone(), stderr)
+}
+
+#[test]
+fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
+    let d = TempDir::new("host-wait");
+    let (script, p, stderr) = run(&d, &[]);
+    let p = &p;
     let sites = p["sites"].as_array().unwrap();
     let got: Vec<(&str, &str, u64, &str)> = sites
         .iter()
@@ -111,5 +119,21 @@ fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
     assert_eq!(
         p["non_stall_calls"]["cuLaunchHostFunc"]["count"].as_u64(),
         Some(18)
+    );
+}
+
+/// A host function queued while its stream captures a graph runs at every replay: it is
+/// queued as the program's own (the library's trampoline serves one run), so the program
+/// runs as before and no wait is recorded. The simulator captures nothing; its test knob makes
+/// every stream say it is capturing.
+#[test]
+fn a_host_function_queued_during_capture_is_left_as_it_is() {
+    let d = TempDir::new("host-wait-capture");
+    let (_, p, stderr) = run(&d, &[("SIMCUDA_CAPTURING", "1")]);
+    assert_eq!(p["sites"].as_array().map(Vec::len), Some(0), "{stderr}");
+    assert_eq!(
+        p["non_stall_calls"]["cuLaunchHostFunc"]["count"].as_u64(),
+        Some(18),
+        "{stderr}"
     );
 }

@@ -26,7 +26,11 @@
 //! lock) counts as part of the wait; without a reference point the wait starts when its host
 //! function was queued.
 //!
-//! **Cost.** Queuing: the stack capture of a stall (cached per call site), two clock reads and
+//! A host function queued on a stream that is capturing a CUDA graph runs at every replay of
+//! the graph; it is queued as it is (the stream's capture status is asked of the driver at
+//! each queuing), so waits that graph host nodes end are not seen.
+//!
+//! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall (cached per call site), two clock reads and
 //! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
 //! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
 //! and two of its CPU clock, under the waiter reads' budget (2% of the process's time). Slots
@@ -38,11 +42,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
-use syncspy_abi::record::{Record, NO_SITE};
+use syncspy_abi::record::{Record, FLAG_PER_THREAD, NO_SITE};
 use syncspy_abi::{Api, Direction, Kind};
 
 use crate::clock::now_ns;
 use crate::python::{self, waiter};
+use crate::real::Real;
 use crate::runtime::{errno, set_errno, Runtime};
 
 /// A host function as the driver calls it (`CUhostFn`).
@@ -97,6 +102,9 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     if q.func == 0 || !rt.cfg.python || !rt.cfg.stacks || !python::supported() {
         return None;
     }
+    if capturing(q.stream, q.flags & FLAG_PER_THREAD != 0) != Some(false) {
+        return None;
+    }
     let t0 = now_ns();
     refs::set(crate::guard::tid(), t0, waiter::cpu_ns());
     let (native, _, _) = crate::stack::capture_site(rt, crate::guard::overhead_weight());
@@ -121,6 +129,26 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
     Some((trampoline as *const () as usize, i + 1))
+}
+
+/// Whether `stream` is capturing a CUDA graph (`None`: the driver could not say). A host
+/// function captured into a graph runs at every replay, and a slot serves one run: a captured
+/// one (or one whose stream cannot be asked) is queued as the program's own.
+fn capturing(stream: u64, per_thread: bool) -> Option<bool> {
+    type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+    static PLAIN: Real = Real::driver(c"cuStreamIsCapturing");
+    static PER_THREAD: Real = Real::driver(c"cuStreamIsCapturing_ptsz");
+    let f = if per_thread {
+        PER_THREAD.get::<IsCapturing>()
+    } else {
+        PLAIN.get::<IsCapturing>()
+    }?;
+    let mut status = u32::MAX;
+    // SAFETY: the driver's `cuStreamIsCapturing(CUstream, CUstreamCaptureStatus*)`, with the
+    // stream the program is queuing on and a local out-value (the enum is a C int).
+    let rc = unsafe { f(stream as *mut c_void, &mut status) };
+    // CU_STREAM_CAPTURE_STATUS_NONE is 0.
+    (rc == 0).then_some(status != 0)
 }
 
 /// Gives back the slot `queue` returned when the driver refused the host function.

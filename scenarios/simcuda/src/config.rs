@@ -14,6 +14,7 @@
 //! | `SIMCUDA_GEMM_TFLOPS` | rate of the `gemm` kernel | 8 |
 //! | `SIMCUDA_GEMM_COMPUTE_MAX_N` | largest `gemm` whose result is really computed | 128 |
 //! | `SIMCUDA_QUIET` | `1`: no note that a large `gemm` is timed but not computed | unset |
+//! | `SIMCUDA_CAPTURING` | `1`: `cuStreamIsCapturing` says every stream is capturing a graph (the simulator captures nothing; a test knob, read at each call) | unset |
 //!
 //! Bad values are ignored with a warning on stderr: a simulator that refuses to start helps no
 //! one, and the warning names the variable.

@@ -325,6 +325,32 @@ pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: CUhostFn, data: *mut c
     face(|| unsafe { cudaLaunchHostFunc(s.cast(), f, data) })
 }
 
+/// Whether a stream is capturing a graph: the simulator captures nothing, so never, unless
+/// `SIMCUDA_CAPTURING=1` (a test knob: every stream then says it is capturing).
+///
+/// # Safety
+/// `status` is null or valid for writing a `CUstreamCaptureStatus` (a C int).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(_s: CUstream, status: *mut c_int) -> CuResult {
+    if status.is_null() {
+        return 1; // CUDA_ERROR_INVALID_VALUE
+    }
+    let on = std::env::var("SIMCUDA_CAPTURING").is_ok_and(|v| v == "1");
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { *status = c_int::from(on) };
+    0
+}
+
+/// `cuStreamIsCapturing` for the per-thread default stream's form.
+///
+/// # Safety
+/// As `cuStreamIsCapturing`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(s: CUstream, status: *mut c_int) -> CuResult {
+    // SAFETY: the caller's contract.
+    unsafe { cuStreamIsCapturing(s, status) }
+}
+
 /// `cuPointerGetAttribute` for the memory type and managed-ness; unregistered host memory is
 /// `CUDA_ERROR_INVALID_VALUE`, as on the driver.
 ///
