@@ -48,8 +48,8 @@ named_enum! {
         GpuIdle = 7 => "gpu_idle",
         PollWait = 8 => "poll_wait",
         // A Python thread blocked, without the GIL, until a host function the GPU ran
-        // (`cuLaunchHostFunc`) woke it: JAX's `block_until_ready` and `device_get`. Added
-        // without a layout change: readers older than it do not know the value.
+        // (`cuLaunchHostFunc`) woke it: JAX's `block_until_ready` and `device_get` (ABI 1.7;
+        // no layout change: a 1.6 reader counts its records as corrupt).
         HostWait = 9 => "host_wait",
     }
 }
@@ -138,7 +138,8 @@ named_enum! {
         CuMemHostUnregister = 60 => "cuMemHostUnregister",
         CuStreamQuery = 61 => "cuStreamQuery",
         CuEventQuery = 62 => "cuEventQuery",
-        // Enqueues a host function: counted as a call; the wait it ends is a `host_wait`.
+        // Enqueues a host function (ABI 1.7): counted as a call; the wait it ends is a
+        // `host_wait`.
         CuLaunchHostFunc = 63 => "cuLaunchHostFunc",
     }
 }

@@ -7,7 +7,8 @@
 //! `tests/data/segment-v1.4.bin` one written by ABI 1.4's, with a tracing request and
 //! collective-kernel time, `tests/data/segment-v1.5.bin` one written by ABI 1.5's, with the
 //! writer's namespaces and its liveness lock, `tests/data/segment-v1.6.bin` one written by
-//! ABI 1.6's, with a call site waited for by the main Python thread; all
+//! ABI 1.6's, with a call site waited for by the main Python thread,
+//! `tests/data/segment-v1.7.bin` one written by ABI 1.7's, with a `host_wait`; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -38,7 +39,7 @@ use syncspy_abi::python::{
     PyVersion, PyWaiter, PythonState, PythonStatus, PY_SUPPORTED,
 };
 use syncspy_abi::record::{
-    Record, FLAG_HOST_PINNED, FLAG_PER_THREAD, FLAG_STACK_TRUNCATED, NO_SITE,
+    Record, RecordError, FLAG_HOST_PINNED, FLAG_PER_THREAD, FLAG_STACK_TRUNCATED, NO_SITE,
 };
 use syncspy_abi::ring::{Cursor, PollStats, Slot};
 use syncspy_abi::segment::{OpenError, ProcState, SegmentParams, SegmentReader, SegmentWriter};
@@ -63,6 +64,9 @@ const V1_5: &str = "segment-v1.5.bin";
 /// The frozen ABI 1.6 segment: the v1.5 contents and one call site waited for by the main
 /// Python thread (issue 26).
 const V1_6: &str = "segment-v1.6.bin";
+/// The frozen ABI 1.7 segment: the v1.6 contents, one `cuLaunchHostFunc` call and the
+/// `host_wait` its host function ended.
+const V1_7: &str = "segment-v1.7.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -197,6 +201,22 @@ fn records_v1_1() -> Vec<Record> {
         rec(MemcpyPageable, CudaMemcpyAsync, DeviceToHost, 0, 0, 8_100_000, 25_000, 4, 0x5000, 101, PY_SITE_2, 0),
         rec(ImplicitSync, CudaFree, None, 0, 0, 8_200_000, 60_000, 0, 0, 101, PY_SITE_3, 0),
     ]);
+    v
+}
+
+/// v1.7: the `host_wait` of the main thread (tid 101), asleep 4 ms until a host function
+/// queued on stream 0x5000 of device 0 woke it, at a call site with Python frames.
+const HOST_WAIT_START: u64 = 9_000_000;
+const HOST_WAIT_NS: u64 = 4_000_000;
+
+/// The records of the v1.7 file: those of v1.2, then one `host_wait`.
+#[rustfmt::skip]
+fn records_v1_7() -> Vec<Record> {
+    use Api::*;
+    use Direction::*;
+    use Kind::*;
+    let mut v = records_v1_2();
+    v.push(rec(HostWait, CuLaunchHostFunc, None, 0, 0, HOST_WAIT_START, HOST_WAIT_NS, 0, 0x5000, 101, PY_SITE_1, 0));
     v
 }
 
@@ -473,11 +493,24 @@ fn write_v1_5(dir: &Path) -> PathBuf {
 
 /// Writes the v1.6 segment's contents: the v1.5 contents and the waited-for site.
 fn write_v1_6(dir: &Path) -> PathBuf {
+    write_v1_6_with(dir, &records_v1_2(), |_| {})
+}
+
+/// Writes the v1.7 segment's contents: the v1.6 contents, one `cuLaunchHostFunc` (a call that
+/// did not stall) and the `host_wait` of `records_v1_7`.
+fn write_v1_7(dir: &Path) -> PathBuf {
+    write_v1_6_with(dir, &records_v1_7(), |w| {
+        w.live().calls[Api::CuLaunchHostFunc as usize].add_untimed(0);
+    })
+}
+
+/// The v1.6 contents with `records` in the ring, and whatever `more` writes before them.
+fn write_v1_6_with(dir: &Path, records: &[Record], more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     let origin = Origin {
         flags: 0,
         ..origin_v1_5()
     };
-    write_v1_4_with_more(dir, origin, |w| {
+    write_v1_4_with_more(dir, origin, records, |w| {
         assert_eq!(w.intern_python_site(SITE_B, PY_HASH_4), Some(PY_SITE_4));
         assert!(w.claim_python_site(PY_SITE_4));
         w.publish_waiter_site(
@@ -496,18 +529,24 @@ fn write_v1_6(dir: &Path) -> PathBuf {
             false,
             true,
         );
+        more(w);
     })
 }
 
 /// The v1.4 contents written by a process in the namespaces `origin` names.
 fn write_v1_4_with(dir: &Path, origin: Origin) -> PathBuf {
-    write_v1_4_with_more(dir, origin, |_| {})
+    write_v1_4_with_more(dir, origin, &records_v1_2(), |_| {})
 }
 
-/// `write_v1_4_with`, then `more`.
-fn write_v1_4_with_more(dir: &Path, origin: Origin, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
+/// `write_v1_4_with` with `records` in the ring, then `more`.
+fn write_v1_4_with_more(
+    dir: &Path,
+    origin: Origin,
+    records: &[Record],
+    more: impl FnOnce(&SegmentWriter),
+) -> PathBuf {
     let job = JobIdent::from_lookup(&job_env_v1_3, SESSION);
-    write_v1_2_with_origin(dir, job, origin, |w| {
+    write_v1_2_with_origin(dir, job, origin, records, |w| {
         more(w);
         let want = control_v1_4();
         let c = w.control();
@@ -525,17 +564,19 @@ fn write_v1_4_with_more(dir: &Path, origin: Origin, more: impl FnOnce(&SegmentWr
 
 /// The v1.2 contents in a process that is the rank `job` says, then `more`.
 fn write_v1_2_with(dir: &Path, job: JobIdent, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
-    write_v1_2_with_origin(dir, job, Origin::default(), more)
+    write_v1_2_with_origin(dir, job, Origin::default(), &records_v1_2(), more)
 }
 
-/// `write_v1_2_with` in a process in the namespaces `origin` names.
+/// `write_v1_2_with` in a process in the namespaces `origin` names, with `records` in the
+/// ring.
 fn write_v1_2_with_origin(
     dir: &Path,
     job: JobIdent,
     origin: Origin,
+    records: &[Record],
     more: impl FnOnce(&SegmentWriter),
 ) -> PathBuf {
-    let path = write_v1_1_with_job(dir, job, origin, &records_v1_2(), |w| {
+    let path = write_v1_1_with_job(dir, job, origin, records, |w| {
         let want = gpu_v1_2();
         let g = w.gpu();
         g.mode.store(want.mode, Relaxed);
@@ -717,7 +758,14 @@ fn assert_v1_2_contents(r: &SegmentReader) {
 
 /// The v1.2 contents, the job part aside.
 fn assert_v1_2_gpu_contents(r: &SegmentReader) {
-    assert_python_contents(r, &records_v1_2());
+    // The v1.7 file has one record more: the `host_wait` (checked in `assert_v1_7_contents`).
+    let host_waits = r.live().kinds[Kind::HostWait as usize].snapshot().count;
+    let records = if host_waits > 0 {
+        records_v1_7()
+    } else {
+        records_v1_2()
+    };
+    assert_python_contents(r, &records);
     let gpu = r.gpu_status().expect("a v1.2 segment has a GPU part");
     assert_eq!(gpu, gpu_v1_2());
     assert_eq!((gpu.state_name(), gpu.mode_name()), ("tracing", "duty"));
@@ -769,6 +817,39 @@ fn assert_v1_6_contents(r: &SegmentReader) {
     for id in [PY_SITE_1, PY_SITE_2, PY_SITE_3, SITE_A, SITE_B, NO_SITE, 17] {
         assert_eq!(r.waited_by(id), None, "site {id}");
     }
+}
+
+/// Everything a reader finds in the v1.7 contents, wherever the regions are placed.
+fn assert_v1_7_contents(r: &SegmentReader) {
+    assert_v1_6_contents(r);
+    let (got, _) = drain(r);
+    assert_eq!(got, records_v1_7());
+    let hw = got.last().unwrap();
+    assert_eq!((hw.kind, hw.api), (Kind::HostWait, Api::CuLaunchHostFunc));
+    assert_eq!(
+        (hw.kind.name(), hw.api.name()),
+        ("host_wait", "cuLaunchHostFunc")
+    );
+    assert!(hw.kind.is_host_stall());
+    assert!(hw.api.is_driver());
+    assert_eq!(
+        (hw.direction, hw.flags, hw.tid, hw.result, hw.polls),
+        (Direction::None, 0, 101, 0, 0)
+    );
+    // Its site is the waiting thread's line: a site with Python frames.
+    assert_eq!(hw.site, PY_SITE_1);
+    assert!(r.python_stack(hw.site).is_some());
+    let live = r.live();
+    let kind = live.kinds[Kind::HostWait as usize].snapshot();
+    assert_eq!(
+        (kind.count, kind.total_ns, kind.max_ns),
+        (1, HOST_WAIT_NS, HOST_WAIT_NS)
+    );
+    let api = live.apis[Api::CuLaunchHostFunc as usize].snapshot();
+    assert_eq!((api.count, api.total_ns), (1, HOST_WAIT_NS));
+    // The queuing of the host function, a call that did not stall.
+    let calls = live.calls[Api::CuLaunchHostFunc as usize].snapshot();
+    assert_eq!((calls.count, calls.total_ns), (1, 0));
 }
 
 /// The v1.1 contents (records, sites, Python frames) with `records` in the ring.
@@ -1257,14 +1338,14 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_6_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_7_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_6(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_6, &fresh);
+    let fresh = std::fs::read(write_v1_7(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_7, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.6 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.7 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
@@ -1272,23 +1353,36 @@ fn the_current_writer_reproduces_the_v1_6_file_byte_for_byte() {
 }
 
 #[test]
+fn without_host_functions_the_current_writer_changes_only_the_minor_of_v1_6() {
+    let dir = TempDir::new("rewrite-1-6");
+    let fresh = std::fs::read(write_v1_6(&dir.0)).unwrap();
+    assert_only_the_minor_differs(V1_6, &fresh, 6);
+}
+
+#[test]
 fn without_waiting_threads_the_current_writer_changes_only_the_minor_of_v1_5() {
     let dir = TempDir::new("rewrite-1-5");
     let fresh = std::fs::read(write_v1_5(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_5, &fresh);
+    assert_only_the_minor_differs(V1_5, &fresh, 5);
+}
+
+/// Asserts that `fresh` (written now) and the frozen file `name` (of minor `frozen_minor`, with
+/// this build's header) differ only in `abi_minor`.
+fn assert_only_the_minor_differs(name: &str, fresh: &[u8], frozen_minor: u16) {
+    let frozen = frozen_or_keep(name, fresh);
     let minor = offset_of!(Ident, abi_minor);
-    let differ: Vec<usize> = differing(&fresh, &frozen)
+    let differ: Vec<usize> = differing(fresh, &frozen)
         .into_iter()
         .filter(|i| !(minor..minor + 2).contains(i))
         .collect();
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.5 layout, first at offset {:?}",
+        "the writer changed {} bytes of the {name} layout, first at offset {:?}",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
-    assert_eq!(get_u16(&frozen, minor), 5);
-    assert_eq!(get_u16(&fresh, minor), ABI_MINOR);
+    assert_eq!(get_u16(&frozen, minor), frozen_minor);
+    assert_eq!(get_u16(fresh, minor), ABI_MINOR);
 }
 
 #[test]
@@ -1309,6 +1403,82 @@ fn the_v1_6_file_reads_back_exactly() {
     assert_eq!(get_u32(&bytes, e + 12), 2, "waiter_frames");
     assert_eq!(get_u64(&bytes, e + 16), u64::from(CODE_STEP) << 32 | 133);
     assert_v1_6_contents(&r);
+}
+
+/// Where the `host_wait` record of the v1.7 file lies: ring slot 14 (the 15th record).
+const HOST_WAIT_SLOT: usize = 8192 + 14 * size_of::<Slot>() + offset_of!(Slot, words);
+
+#[test]
+fn the_v1_7_file_reads_back_exactly() {
+    let path = data(V1_7);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables and the v1.5 header");
+    let r = SegmentReader::open(&path).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 7));
+    assert_eq!(r.ident().header_size, 7216);
+    // The `host_wait` in the ring, its words as section 2 lays them out: kind 9, API 63,
+    // direction none, no flags, device 0; tid 101 and its site; result and polls 0.
+    let slot = HOST_WAIT_SLOT;
+    assert_eq!(get_u64(&bytes, slot), HOST_WAIT_START);
+    assert_eq!(get_u64(&bytes, slot + 8), HOST_WAIT_NS);
+    assert_eq!(get_u64(&bytes, slot + 24), 0x5000);
+    assert_eq!(get_u64(&bytes, slot + 32), 9 | 63 << 8);
+    assert_eq!(get_u64(&bytes, slot + 40), 101 | u64::from(PY_SITE_1) << 32);
+    assert_eq!(get_u64(&bytes, slot + 48), 0);
+    // The header totals of kind 9 and API 63, and the queuing call.
+    let count = |t: usize| get_u64(&bytes, t + offset_of!(Totals, count));
+    let size = size_of::<Totals>();
+    assert_eq!(count(offset_of!(Header, live.kinds) + 9 * size), 1);
+    assert_eq!(count(offset_of!(Header, live.apis) + 63 * size), 1);
+    assert_eq!(count(offset_of!(Header, live.calls) + 63 * size), 1);
+    assert_v1_7_contents(&r);
+}
+
+#[test]
+fn a_v1_7_file_read_as_v1_6_is_the_same_and_a_1_6_reader_skips_its_host_wait() {
+    // No layout changed in 1.7, and nothing in the reader depends on the minor to decode a
+    // record: a segment that says minor 6 (as libraries that wrote `host_wait` before the
+    // bump did) reads exactly as the v1.7 file.
+    let mut bytes = std::fs::read(data(V1_7)).unwrap();
+    put(
+        &mut bytes,
+        offset_of!(Ident, abi_minor),
+        &6u16.to_ne_bytes(),
+    );
+    let dir = TempDir::new("as-1-6");
+    let f = dir.0.join("syncspy-4242-777");
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    assert_v1_7_contents(&r);
+    drop(r);
+    // A 1.6 reader does not know kind 9 (nor API 63): it counts the record as corrupt and
+    // skips it, and reads the v1.6 records. Today's reader does the same with a kind it
+    // does not know in that slot (15, free below the 16 totals slots).
+    put(
+        &mut bytes,
+        HOST_WAIT_SLOT + 32,
+        &(15 | 63u64 << 8).to_ne_bytes(),
+    );
+    std::fs::write(&f, &bytes).unwrap();
+    let r = SegmentReader::open(&f).unwrap();
+    let mut got = Vec::new();
+    let mut bad = Vec::new();
+    let st = r.poll(&mut Cursor::from_start(), usize::MAX, 0, |x| match x {
+        Ok(rec) => got.push(rec),
+        Err(e) => bad.push(e),
+    });
+    assert_eq!(
+        st,
+        PollStats {
+            delivered: 14,
+            lost: 0,
+            corrupt: 1
+        }
+    );
+    assert_eq!(got, records_v1_2());
+    assert_eq!(bad, [RecordError::UnknownKind(15)]);
+    // The header totals of kind 9 are there for it all the same.
+    assert_eq!(r.live().kinds[Kind::HostWait as usize].snapshot().count, 1);
 }
 
 #[test]
@@ -1413,15 +1583,15 @@ fn without_python_the_current_writer_changes_only_the_version_fields_of_v1_0() {
         .all(|b| *b == 0));
 }
 
-/// `bytes` edited into what a writer of minor 7 would write: 64 bytes of fields appended
+/// `bytes` edited into what a writer of minor 8 would write: 64 bytes of fields appended
 /// after this build's header (filled with 0xa5, which the reader must ignore) and 4 KiB more
 /// before the ring (the reader must follow the offsets, the Python tables' included).
-fn as_minor_7(mut bytes: Vec<u8>) -> Vec<u8> {
+fn as_minor_8(mut bytes: Vec<u8>) -> Vec<u8> {
     let base = size_of::<Header>();
     put(
         &mut bytes,
         offset_of!(Ident, abi_minor),
-        &7u16.to_ne_bytes(),
+        &8u16.to_ne_bytes(),
     );
     put(
         &mut bytes,
@@ -1454,7 +1624,7 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
     let dir = TempDir::new("minor");
     let f = dir.0.join("syncspy-4242-777");
     type AssertContents = fn(&SegmentReader);
-    let check: [(&str, AssertContents); 7] = [
+    let check: [(&str, AssertContents); 8] = [
         (V1_0, assert_v1_0_contents),
         (V1_1, assert_v1_1_contents),
         (V1_2, assert_v1_2_contents),
@@ -1462,12 +1632,13 @@ fn a_newer_minor_with_a_larger_header_and_moved_regions_is_read() {
         (V1_4, assert_v1_4_contents),
         (V1_5, assert_v1_5_contents),
         (V1_6, assert_v1_6_contents),
+        (V1_7, assert_v1_7_contents),
     ];
     for (name, assert_contents) in check {
-        let mut bytes = as_minor_7(std::fs::read(data(name)).unwrap());
+        let mut bytes = as_minor_8(std::fs::read(data(name)).unwrap());
         std::fs::write(&f, &bytes).unwrap();
         let r = SegmentReader::open(&f).unwrap();
-        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 7), "{name}");
+        assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 8), "{name}");
         assert_eq!(
             r.ident().header_size as usize,
             size_of::<Header>() + 64,
@@ -1533,7 +1704,7 @@ fn header_size_is_accepted_from_the_v1_0_size_up() {
 fn an_unknown_major_is_refused_with_a_clear_error() {
     let dir = TempDir::new("major");
     let f = dir.0.join("syncspy-4242-777");
-    for name in [V1_0, V1_1, V1_2, V1_3, V1_4, V1_5] {
+    for name in [V1_0, V1_1, V1_2, V1_3, V1_4, V1_5, V1_6, V1_7] {
         let frozen = std::fs::read(data(name)).unwrap();
         for major in [0u16, 2, 0xffff] {
             let mut bytes = frozen.clone();
@@ -1574,8 +1745,8 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_6_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 6));
+fn this_build_writes_abi_1_7_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 7));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
     assert_eq!(size_of::<Header>(), 7216);
@@ -1606,7 +1777,16 @@ fn this_build_writes_abi_1_6_and_its_file_is_the_newest() {
     files.sort();
     assert_eq!(
         files,
-        [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5), (1, 6)]
+        [
+            (1, 0),
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+            (1, 5),
+            (1, 6),
+            (1, 7)
+        ]
     );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
 }
