@@ -28,7 +28,8 @@ Budget file (TOML; unknown keys are errors):
   name = \"no syncs in the step\"   required, unique; shown in the summary and JUnit
   kind = \"stream_sync\"            a kind or a list (default: every host-stall kind):
                                   device_sync stream_sync event_sync memcpy_sync
-                                  memcpy_pageable implicit_sync poll_wait host_wait gpu_idle
+                                  memcpy_pageable implicit_sync poll_wait host_wait
+                                  gpu_idle
   site = \"train.py:142\"           optional: only events at sites matching a pattern
   allow_sites = [\"loss.item\"]     optional: events at matching sites are exempt
   process = \"train.py\"            optional: only processes whose command line contains it

@@ -132,17 +132,7 @@ const WAITED_SALT: u64 = 0x5741_4954_4544_4259;
 #[cold]
 #[inline(never)]
 fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
-    // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
-    if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
-        return native;
-    }
-    if !waiter::Budget::allow(crate::clock::now_ns()) {
-        return native;
-    }
-    // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
-    // spend the budget.
-    let t0 = waiter::cpu_ns();
-    let site = waiter::with_scratch(|m| {
+    read_others(py, |m| {
         let mut w = Walk::new();
         let main = waiter::find(py, m, me, &mut w).ok()?.main;
         let hash = (w.hash ^ WAITED_SALT ^ u64::from(main)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -158,9 +148,25 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         cache::store(native, hash, site);
         Some(site)
     })
-    .flatten();
+    .unwrap_or(native)
+}
+
+/// Runs `read` over other threads' memory, unless the interpreter is finalizing, the reads'
+/// budget is spent or another thread is reading; its CPU time counts against the budget.
+fn read_others<R>(py: &Python, read: impl FnOnce(&mut mem::Remote) -> Option<R>) -> Option<R> {
+    // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
+    if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
+        return None;
+    }
+    if !waiter::Budget::allow(crate::clock::now_ns()) {
+        return None;
+    }
+    // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
+    // spend the budget.
+    let t0 = waiter::cpu_ns();
+    let out = waiter::with_scratch(read).flatten();
     waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
-    site.unwrap_or(native)
+    out
 }
 
 /// A Python thread found blocked without the GIL as a host function was about to run
@@ -186,15 +192,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
     if native == NO_SITE || !rt.cfg.python {
         return None;
     }
-    // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
-    if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
-        return None;
-    }
-    if !waiter::Budget::allow(crate::clock::now_ns()) {
-        return None;
-    }
-    let t0 = waiter::cpu_ns();
-    let blocked = waiter::with_scratch(|m| {
+    read_others(py, |m| {
         let mut w = Walk::new();
         let found = waiter::find(py, m, 0, &mut w).ok()?;
         let tid = waiter::native_tid(py, m, found)?;
@@ -210,9 +208,6 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         cache::store(native, w.hash, site);
         Some(Blocked { site, tid })
     })
-    .flatten();
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
-    blocked
 }
 
 /// The (code id, line) of each frame of `w`, decoding names into the code table.
