@@ -30,7 +30,10 @@
 //! library does). What a lease would say (that the agent reads a segment) lives only in the
 //! agent's memory: the segments it follows, kept mapped until forgotten like the others.
 //! A `syncspy run` in such a pod does not know of the agent and removes its segments at its
-//! end; the agent then drains what it has mapped and forgets them.
+//! end; the agent then drains what it has mapped and forgets them. Their call sites are
+//! symbolized with the modules inside the pod's root (`syncspy_read::symbolize::ModuleRoot`),
+//! through a process of the pod's mount namespace (the writer, or one the discovery pass
+//! found), not at the same paths on the node.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -291,6 +294,10 @@ impl Collector {
             .map(|m| (m.dev(), m.ino()));
         let known: Vec<pods::FolderId> = self.pods.iter().map(|p| p.id).chain(host).collect();
         let pass = self.discovery.pass(&|id| known.contains(&id));
+        // The modules of a pod's processes are read inside its root: through the writer
+        // while it lives, else through any process of its mount namespace.
+        self.sym
+            .set_namespace_pids(pass.alive.iter().map(|(ns, pid)| (*ns, *pid)));
         for p in &mut self.pods {
             match pass.alive.get(&p.mnt_ns) {
                 Some(&pid) if !p.gone => {

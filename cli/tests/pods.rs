@@ -56,12 +56,13 @@ struct SimDir(PathBuf);
 const PROGRAM: &str = "cudacalls-in-pod";
 
 impl SimDir {
-    fn new() -> SimDir {
+    /// `tag` tells the folders of the tests of this file apart (they run at once).
+    fn new(tag: &str) -> SimDir {
         let lib = artifact("libsimcudart.so");
         let dir = lib
             .parent()
             .unwrap()
-            .join(format!("pods-test-sim-{}", std::process::id()));
+            .join(format!("pods-test-sim-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for name in ["libcudart.so.13", "libcuda.so.1", "libcupti.so.13"] {
@@ -82,17 +83,31 @@ impl Drop for SimDir {
 /// (its segment folder, the default), the library preloaded on the simulated runtime. The
 /// shell that mounts the tmpfs `exec`s the job, which is pid 1 of its namespace.
 fn pod_job(sim: &Path, args: &[&str]) -> Running {
+    pod_job_with(
+        sim,
+        r#"mount -t tmpfs tmpfs /dev/shm && exec env LD_PRELOAD="$POD_PRELOAD" "$@""#,
+        &sim.join(PROGRAM),
+        &[],
+        args,
+    )
+}
+
+/// [`pod_job`] with its own shell `script` (which ends by `exec`ing `"$@"`: `program` and
+/// `args`) and environment `env`.
+fn pod_job_with(
+    sim: &Path,
+    script: &str,
+    program: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    args: &[&str],
+) -> Running {
     let mut c = Command::new("unshare");
     c.args(UNSHARE)
         .arg("--kill-child")
-        .args([
-            "sh",
-            "-c",
-            r#"mount -t tmpfs tmpfs /dev/shm && exec env LD_PRELOAD="$POD_PRELOAD" "$@""#,
-            "pod",
-        ])
-        .arg(sim.join(PROGRAM))
+        .args(["sh", "-c", script, "pod"])
+        .arg(program)
         .args(args)
+        .envs(env.iter().copied())
         .env("POD_PRELOAD", artifact("libsyncspy.so"))
         .env("LD_LIBRARY_PATH", sim)
         .env_remove("LD_PRELOAD")
@@ -155,7 +170,7 @@ fn an_agent_on_the_host_follows_a_job_whose_dev_shm_is_private_to_its_pod() {
         return;
     }
     let d = TempDir::new("pods-private-shm");
-    let sim = SimDir::new();
+    let sim = SimDir::new("follow");
     let host_dir = d.path().join("host-shm");
     std::fs::create_dir(&host_dir).unwrap();
     let (_agent, addr) = agent(&d, &host_dir);
@@ -212,4 +227,116 @@ fn an_agent_on_the_host_follows_a_job_whose_dev_shm_is_private_to_its_pod() {
     });
     assert!(metric(&m, events) > Some(first), "{m}");
     assert_eq!(metric(&m, &running).unwrap_or(0), 0, "{m}");
+}
+
+/// `/api/v1/snapshot` of the agent at `addr`, with the token the agent wrote in `d`.
+fn snapshot(addr: &str, d: &TempDir) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let token = syncspy_read::snapshot::read_token(&d.path().join("agent.token")).unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "GET /api/v1/snapshot HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+/// A folder beside the built artifacts (not under `/dev/shm`, which the pod's tmpfs hides),
+/// removed on drop.
+struct BesideArtifacts(PathBuf);
+
+impl BesideArtifacts {
+    fn new(tag: &str) -> BesideArtifacts {
+        let dir = artifact("libsimcudart.so")
+            .parent()
+            .unwrap()
+            .join(format!("pods-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        BesideArtifacts(dir)
+    }
+}
+
+impl Drop for BesideArtifacts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn an_agent_names_the_functions_of_a_program_that_only_the_pods_file_system_holds() {
+    if !namespaces_available() {
+        return;
+    }
+    // The program's own name (its `program` label), apart from the other tests' pods.
+    const ONLY_IN_POD: &str = "cudacalls-pod-only";
+    let d = TempDir::new("pods-symbols");
+    let sim = SimDir::new("symbols");
+    // The pod has the program at `<bin>/cudacalls-pod-only`, on a tmpfs of its own; the node
+    // has another file at that path (an ELF of another build id), as it would have another
+    // build of a library, or none.
+    let bin = BesideArtifacts::new("bin");
+    let in_pod = bin.0.join(ONLY_IN_POD);
+    std::fs::copy("/bin/sh", &in_pod).unwrap();
+    let host_dir = d.path().join("host-shm");
+    std::fs::create_dir(&host_dir).unwrap();
+    let (_agent, addr) = agent(&d, &host_dir);
+
+    let script = r#"mount -t tmpfs tmpfs /dev/shm && mount -t tmpfs tmpfs "$POD_BIN" && cp "$POD_PROGRAM" "$1" && exec env LD_PRELOAD="$POD_PRELOAD" "$@""#;
+    let cudacalls = cudacalls();
+    let _job = pod_job_with(
+        &sim.0,
+        script,
+        &in_pod,
+        &[
+            ("POD_BIN", bin.0.as_os_str()),
+            ("POD_PROGRAM", std::ffi::OsStr::new(&cudacalls)),
+        ],
+        &["--iters", "100000", "busy=s1:500", "sync=s1", "sleep=2000"],
+    );
+    let frames = |s: &serde_json::Value| -> Option<Vec<String>> {
+        let p = s["processes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["program"] == ONLY_IN_POD)?;
+        let frames: Vec<String> = p["sites"]
+            .as_array()?
+            .iter()
+            .flat_map(|s| s["frames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect();
+        // Its frames in the program, once symbolized.
+        frames
+            .iter()
+            .any(|f| f.contains(ONLY_IN_POD))
+            .then_some(frames)
+    };
+    let (frames, snap) = eventually("the pod's job's call sites in the snapshot", || {
+        let s = snapshot(&addr, &d);
+        frames(&s).map(|f| (f, s))
+    });
+    // Named from the program in the pod's root (its ELF symbols), not `cudacalls-pod-only+0x...`
+    // as the node's file at that path would leave them (another build id).
+    assert!(
+        frames.iter().any(|f| f.contains("cudacalls::run_op")),
+        "{frames:#?}\n{:#}",
+        snap["warnings"]
+    );
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.starts_with(&format!("{ONLY_IN_POD}+0x"))),
+        "{frames:#?}"
+    );
+    // The node's file at that path is left as it was.
+    assert!(std::fs::read(&in_pod).unwrap().starts_with(b"\x7fELF"));
+    assert_ne!(
+        std::fs::read(&in_pod).unwrap(),
+        std::fs::read(&cudacalls).unwrap()
+    );
 }

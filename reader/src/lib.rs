@@ -20,6 +20,7 @@
 //!   straggler.
 //! - [`rates`]: rates over a window, right whatever the source's refresh.
 //! - [`place`]: where a segment's process lives seen from here: its host pid and container.
+//! - [`in_root`]: a path opened as another process sees it, inside its root (a container's).
 //! - [`warning`]: what readers warn about, one variant per kind of warning, its text in one
 //!   place.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
@@ -30,6 +31,7 @@ pub mod advice;
 pub mod aggregate;
 pub mod alike;
 pub mod follow;
+pub mod in_root;
 pub mod limits;
 pub mod names;
 pub mod place;

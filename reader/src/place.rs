@@ -21,6 +21,10 @@ pub struct Placement {
     pub foreign_ns: bool,
     /// Its container, from its cgroup path.
     pub container: Option<Container>,
+    /// The segment's origin (ABI 1.5: the writer's PID and mount namespaces), as read when
+    /// it was placed: it never changes, and a header read later could fault on a truncated
+    /// file.
+    pub origin: Option<Origin>,
 }
 
 /// A container (or pod, or batch job) a process runs in.
@@ -60,6 +64,7 @@ pub fn place(ident: &Ident, origin: Option<&Origin>) -> Placement {
         host_pid,
         foreign_ns: foreign,
         container,
+        origin: origin.copied(),
     }
 }
 

@@ -6,13 +6,27 @@
 //! symbolize that in the module's file, with DWARF line info where present and demangling.
 //! Nothing here fails a report: a frame that cannot be resolved prints as
 //! `module.so+0xOFFSET` (or `0xADDR` outside every known module) and the reason is noted once.
+//!
+//! A segment whose writer is in another mount namespace than this reader (a container, a pod)
+//! names its modules by the paths its process sees: this machine may have no file there, or
+//! another one. Those are looked up inside the root of a live process of that namespace
+//! ([`ModuleRoot`], [`Symbolizer::site_stack_in`]): `/proc/<pid>/root/<path>`, resolved with
+//! `openat2(RESOLVE_IN_ROOT)` so that a link in the container stays in the container, the pid
+//! checked (`/proc/<pid>/ns/mnt`) before and after its root is opened. A container's files are
+//! untrusted like another user's: only a regular file is used (opened `O_PATH` and checked
+//! with `fstat` first, so a FIFO or a device is never opened), its build id must be the one
+//! the writer recorded, and only its ELF symbols are read (no DWARF, so no `.dwp` beside it
+//! and no debug link is looked for). When no process of the namespace is left, the paths are
+//! read on this machine (the build id still guards), and that is noted once.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use syncspy_abi::modules::Module;
+use syncspy_abi::origin::Origin;
 
 /// One logical frame (an inlined call expands to several for one address).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,6 +164,91 @@ pub const MAX_CACHED_STACK_FRAMES: usize = 1 << 18;
 /// ticks and creation time (a `follow::SegmentKey`'s parts).
 pub type StackOwner = (u32, u64, u64);
 
+/// Module files in other mount namespaces a `Symbolizer` keeps open (each with the file
+/// blazesym keeps open for it); beyond, it lets go of them all and opens again what it needs.
+pub const MAX_NS_FILES: usize = 512;
+
+/// A mount namespace: the inode of `/proc/<pid>/ns/mnt` and the device of the nsfs it is on
+/// (0: unknown, not compared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MountNs {
+    pub ino: u64,
+    pub dev: u64,
+}
+
+impl MountNs {
+    /// This process's mount namespace; `None` without `/proc`.
+    pub fn own() -> Option<MountNs> {
+        static OWN: std::sync::OnceLock<Option<MountNs>> = std::sync::OnceLock::new();
+        *OWN.get_or_init(|| MountNs::at("/proc/self/ns/mnt"))
+    }
+
+    fn at(path: &str) -> Option<MountNs> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| MountNs {
+            ino: m.ino(),
+            dev: m.dev(),
+        })
+    }
+
+    /// Whether `other` is this namespace (devices compared where both are known).
+    fn is(&self, other: MountNs) -> bool {
+        self.ino == other.ino && (self.dev == 0 || other.dev == 0 || self.dev == other.dev)
+    }
+
+    /// Whether process `pid` (here) is in this namespace now.
+    pub fn holds(&self, pid: u32) -> bool {
+        MountNs::at(&format!("/proc/{pid}/ns/mnt")).is_some_and(|n| self.is(n))
+    }
+}
+
+/// Where a segment's module paths are to be found when its writer is in another mount
+/// namespace than this reader: inside the root of a live process of that namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleRoot {
+    pub ns: MountNs,
+    /// The writer's pid here, when known: tried first (checked to be in `ns`).
+    pub pid: Option<u32>,
+}
+
+impl ModuleRoot {
+    /// The root of a segment whose header records `origin`, written by process `pid` (its
+    /// pid here, when found); `None` when the writer is in this reader's mount namespace, or
+    /// that is not known (a segment before ABI 1.5, no `/proc`): its paths are this
+    /// machine's.
+    pub fn of(origin: Option<&Origin>, pid: Option<u32>) -> Option<ModuleRoot> {
+        let o = origin.filter(|o| o.mnt_ns != 0)?;
+        let ns = MountNs {
+            ino: o.mnt_ns,
+            dev: o.ns_dev,
+        };
+        let own = MountNs::own()?;
+        (!ns.is(own)).then_some(ModuleRoot { ns, pid })
+    }
+}
+
+/// Where a module's file was looked up: at its path here, or inside a mount namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Place {
+    Here,
+    Ns(MountNs),
+}
+
+/// What a `Symbolizer` knows of a mount namespace whose modules it looks up.
+#[derive(Default)]
+struct NsState {
+    /// A process of it, as last found.
+    pid: Option<u32>,
+    /// The pass of the last look for a process, the writer's pid it was asked with, and
+    /// what it found.
+    checked: Option<(u64, Option<u32>, Option<u32>)>,
+    /// Module files open in its root (`O_PATH`), by (path, build id): blazesym reads each
+    /// as `/proc/self/fd/<n>`, which stays that file whatever the container does.
+    files: HashMap<(String, Vec<u8>), OwnedFd>,
+    noted_inside: bool,
+    noted_gone: bool,
+}
+
 /// The work one pass of a long-lived reader may spend on stacks not symbolized before
 /// ([`Symbolizer::begin_pass`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,9 +293,16 @@ enum Usable {
 /// Symbolizes stacks; caches per module and per address across processes.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
-    /// Per (path, build id): whether the file on disk can be used for this module.
-    modules: HashMap<(String, Vec<u8>), Usable>,
-    cache: HashMap<(String, Vec<u8>, u64), Vec<Frame>>,
+    /// Per (where, path, build id): whether the file can be used for this module.
+    modules: HashMap<(Place, String, Vec<u8>), Usable>,
+    cache: HashMap<(Place, String, Vec<u8>, u64), Vec<Frame>>,
+    /// Mount namespaces of writers in another one than this reader's.
+    namespaces: HashMap<MountNs, NsState>,
+    /// Files open in them (`NsState::files`), in all.
+    ns_files: usize,
+    /// A process of each mount namespace (by inode) the caller knows of
+    /// ([`Symbolizer::set_namespace_pids`]).
+    ns_pids: HashMap<u64, u32>,
     notes: Vec<String>,
     /// Whole stacks per call site.
     stacks: HashMap<(StackOwner, u32), CachedStack>,
@@ -220,6 +326,9 @@ impl Symbolizer {
                 .build(),
             modules: HashMap::new(),
             cache: HashMap::new(),
+            namespaces: HashMap::new(),
+            ns_files: 0,
+            ns_pids: HashMap::new(),
             notes: Vec::new(),
             stacks: HashMap::new(),
             stack_frames: 0,
@@ -232,11 +341,33 @@ impl Symbolizer {
     /// others come back empty and are counted in [`Symbolizer::deferred`]; stacks met before
     /// cost nothing. A long-lived reader that reports every process at each step (the agent)
     /// calls it at each step, so that symbolizing never holds its collection up.
+    ///
+    /// It also lets go of the files it holds open in mount namespaces no process is left in
+    /// (one `stat` per such namespace), so that a container's file system is not kept
+    /// after its end.
     pub fn begin_pass(&mut self, budget: Option<PassBudget>) {
         self.pass.budget = budget;
         self.pass.spent = 0;
         self.pass.per_owner.clear();
         self.pass.number = self.pass.number.wrapping_add(1);
+        let held: Vec<MountNs> = self
+            .namespaces
+            .iter()
+            .filter(|(_, s)| !s.files.is_empty())
+            .map(|(ns, _)| *ns)
+            .collect();
+        for ns in held {
+            // Lets go of its files when none is found.
+            self.live_pid(ns, None, true);
+        }
+    }
+
+    /// A process (pid here) of each mount namespace (by inode) the caller knows of, for
+    /// segments whose own process has ended or cannot be placed (the agent's discovery pass
+    /// finds one per namespace). Each is checked to be in its namespace before its root is
+    /// used.
+    pub fn set_namespace_pids(&mut self, pids: impl IntoIterator<Item = (u64, u32)>) {
+        self.ns_pids = pids.into_iter().collect();
     }
 
     /// Stacks left for a later pass by a bounded pass's budget, since this symbolizer began.
@@ -254,6 +385,19 @@ impl Symbolizer {
         site: u32,
         frames: impl FnOnce() -> Vec<u64>,
         modules: &[Module],
+    ) -> Vec<Frame> {
+        self.site_stack_in(owner, site, frames, modules, None)
+    }
+
+    /// [`Symbolizer::site_stack`] of a segment whose module paths are to be found inside
+    /// `root` (its writer's mount namespace, when another than this reader's).
+    pub fn site_stack_in(
+        &mut self,
+        owner: StackOwner,
+        site: u32,
+        frames: impl FnOnce() -> Vec<u64>,
+        modules: &[Module],
+        root: Option<&ModuleRoot>,
     ) -> Vec<Frame> {
         let pass = self.pass.number;
         let stale = match self.stacks.get_mut(&(owner, site)) {
@@ -277,7 +421,7 @@ impl Symbolizer {
             self.pass.spent += stack.len();
             *self.pass.per_owner.entry(owner).or_default() += stack.len();
         }
-        let out = self.stack(&stack, modules);
+        let out = self.stack_in(&stack, modules, root);
         if let Some(old) = self.stacks.remove(&(owner, site)) {
             self.stack_frames -= old.frames.len();
         }
@@ -333,15 +477,36 @@ impl Symbolizer {
 
     /// The logical frames of a stack of return addresses (innermost first).
     pub fn stack(&mut self, return_addrs: &[u64], modules: &[Module]) -> Vec<Frame> {
+        self.stack_in(return_addrs, modules, None)
+    }
+
+    /// [`Symbolizer::stack`] with the module paths inside `root`.
+    pub fn stack_in(
+        &mut self,
+        return_addrs: &[u64],
+        modules: &[Module],
+        root: Option<&ModuleRoot>,
+    ) -> Vec<Frame> {
         return_addrs
             .iter()
-            .flat_map(|a| self.frame(*a, modules))
+            .flat_map(|a| self.frame_in(*a, modules, root))
             .collect()
     }
 
     /// The logical frames of one return address: one, or more when calls were inlined
     /// (innermost first).
     pub fn frame(&mut self, return_addr: u64, modules: &[Module]) -> Vec<Frame> {
+        self.frame_in(return_addr, modules, None)
+    }
+
+    /// [`Symbolizer::frame`] with the module paths inside `root` while a process of its
+    /// namespace lives (at their paths here otherwise).
+    pub fn frame_in(
+        &mut self,
+        return_addr: u64,
+        modules: &[Module],
+        root: Option<&ModuleRoot>,
+    ) -> Vec<Frame> {
         // The call instruction ends just before the return address.
         let pc = return_addr.wrapping_sub(1);
         // The latest entry wins where ranges overlap (an object unloaded and another
@@ -353,11 +518,16 @@ impl Symbolizer {
             }];
         };
         let vaddr = pc.wrapping_sub(m.bias);
-        let key = (m.path.clone(), m.build_id.clone(), vaddr);
+        let place = match root {
+            Some(r) => self.place_of(r),
+            None => Place::Here,
+        };
+        let key = (place, m.path.clone(), m.build_id.clone(), vaddr);
         if let Some(f) = self.cache.get(&key) {
             return f.clone();
         }
-        let frames = self.resolve(m, vaddr);
+        let (frames, place) = self.resolve(m, vaddr, place);
+        let key = (place, key.1, key.2, vaddr);
         if self.cache.len() >= MAX_CACHED_FRAMES {
             // A long-lived reader (the agent) meets ever new addresses; start over rather
             // than grow without bound.
@@ -367,7 +537,9 @@ impl Symbolizer {
         frames
     }
 
-    fn resolve(&mut self, m: &Module, vaddr: u64) -> Vec<Frame> {
+    /// The frames of `vaddr` in module `m`, looked up at `place` (or here, when its
+    /// namespace turned out to have no process left), and where that was.
+    fn resolve(&mut self, m: &Module, vaddr: u64, place: Place) -> (Vec<Frame>, Place) {
         let name = file_name(&m.path).to_string();
         let fallback = || {
             vec![Frame {
@@ -375,11 +547,17 @@ impl Symbolizer {
                 module: Some(name.clone()),
             }]
         };
-        let usable = self.check_module(m);
+        let (usable, file, place) = match place {
+            Place::Here => (self.check_module(m), m.path.clone(), Place::Here),
+            Place::Ns(ns) => match self.check_in_ns(m, ns) {
+                Some((usable, file)) => (usable, file, place),
+                None => (self.check_module(m), m.path.clone(), Place::Here),
+            },
+        };
         if usable == Usable::No {
-            return fallback();
+            return (fallback(), place);
         }
-        let mut elf = Elf::new(&m.path);
+        let mut elf = Elf::new(&file);
         elf.debug_syms = usable == Usable::Yes;
         let src = Source::Elf(elf);
         let syms = match self.inner.symbolize(&src, Input::VirtOffset(&[vaddr][..])) {
@@ -387,12 +565,12 @@ impl Symbolizer {
             Err(e) => {
                 self.note(format!("cannot symbolize in {}: {e}", m.path));
                 self.modules
-                    .insert((m.path.clone(), m.build_id.clone()), Usable::No);
-                return fallback();
+                    .insert((place, m.path.clone(), m.build_id.clone()), Usable::No);
+                return (fallback(), place);
             }
         };
         let Some(Symbolized::Sym(sym)) = syms.into_iter().next() else {
-            return fallback();
+            return (fallback(), place);
         };
         let mut out = Vec::with_capacity(1 + sym.inlined.len());
         for f in sym.inlined.iter().rev() {
@@ -405,13 +583,228 @@ impl Symbolizer {
             text: describe(&sym.name, sym.code_info.as_deref(), &name),
             module: Some(name.clone()),
         });
-        out
+        (out, place)
+    }
+
+    /// Where the modules of a segment with root `r` are looked up now: inside its
+    /// namespace while a process of it lives, else here (said once per namespace).
+    fn place_of(&mut self, r: &ModuleRoot) -> Place {
+        if self.live_pid(r.ns, r.pid, false).is_some() {
+            return Place::Ns(r.ns);
+        }
+        self.note_gone(r.ns);
+        Place::Here
+    }
+
+    fn note_gone(&mut self, ns: MountNs) {
+        let st = self.namespaces.entry(ns).or_default();
+        if !std::mem::replace(&mut st.noted_gone, true) {
+            self.note(format!(
+                "no process of mount namespace {} is left: the modules of its processes are \
+                 read at their paths on this machine (their build ids checked)",
+                ns.ino
+            ));
+        }
+    }
+
+    /// A live process of `ns`: the writer's (`writer`) first, then the one found last, then
+    /// the caller's ([`Symbolizer::set_namespace_pids`]), each checked to be in `ns`. Looked
+    /// for once a pass (a pass that found none looks again for another writer), or now when
+    /// `fresh`. When none is left, the files held open in `ns` are let go.
+    fn live_pid(&mut self, ns: MountNs, writer: Option<u32>, fresh: bool) -> Option<u32> {
+        let pass = self.pass.number;
+        if !self.namespaces.contains_key(&ns) && self.namespaces.len() >= MAX_CACHED_MODULES {
+            self.release_all();
+            self.namespaces.clear();
+        }
+        let hint = self.ns_pids.get(&ns.ino).copied();
+        let st = self.namespaces.entry(ns).or_default();
+        if !fresh {
+            if let Some((p, w, found)) = st.checked {
+                if p == pass && (found.is_some() || w == writer) {
+                    return found;
+                }
+            }
+        }
+        let mut found = None;
+        for pid in [writer, st.pid, hint].into_iter().flatten() {
+            if ns.holds(pid) {
+                found = Some(pid);
+                break;
+            }
+        }
+        st.pid = found;
+        st.checked = Some((pass, writer, found));
+        if found.is_none() && !st.files.is_empty() {
+            self.release(ns);
+        }
+        found
+    }
+
+    /// Lets go of the files open in `ns` and of what was decided with them.
+    fn release(&mut self, ns: MountNs) {
+        let files = self
+            .namespaces
+            .get_mut(&ns)
+            .map(|s| std::mem::take(&mut s.files))
+            .unwrap_or_default();
+        for fd in files.into_values() {
+            self.close_ns_file(fd);
+        }
+        self.modules.retain(|k, _| k.0 != Place::Ns(ns));
+    }
+
+    fn release_all(&mut self) {
+        let all: Vec<MountNs> = self.namespaces.keys().copied().collect();
+        for ns in all {
+            self.release(ns);
+        }
+    }
+
+    /// Drops blazesym's copy of a namespace's file, then the file.
+    fn close_ns_file(&mut self, fd: OwnedFd) {
+        use blazesym::symbolize::evict::{Elf as EvictElf, Evict};
+        let _ = self.inner.evict(&Evict::Elf(EvictElf::new(fd_path(&fd))));
+        self.ns_files = self.ns_files.saturating_sub(1);
+        drop(fd);
+    }
+
+    /// Whether module `m` of a process of mount namespace `ns` can be used, and the file
+    /// blazesym reads it from; `None` when no process of `ns` is left (then it is looked up
+    /// here, said once).
+    fn check_in_ns(&mut self, m: &Module, ns: MountNs) -> Option<(Usable, String)> {
+        let key = (Place::Ns(ns), m.path.clone(), m.build_id.clone());
+        let file_of = |s: &Self| {
+            s.namespaces
+                .get(&ns)
+                .and_then(|st| st.files.get(&(m.path.clone(), m.build_id.clone())))
+                .map_or_else(|| m.path.clone(), fd_path)
+        };
+        if let Some(u) = self.modules.get(&key).copied() {
+            return Some((u, file_of(self)));
+        }
+        if !m.path.starts_with('/') {
+            return Some((self.check_module(m), m.path.clone()));
+        }
+        // The process found this pass, and if it left the namespace since, another.
+        let mut opened = None;
+        for fresh in [false, true] {
+            let Some(pid) = self.live_pid(ns, None, fresh) else {
+                break;
+            };
+            match open_module_in(pid, ns, &m.path) {
+                Ok(fd) => {
+                    opened = Some((pid, Ok(fd)));
+                    break;
+                }
+                Err(Some(e)) => {
+                    opened = Some((pid, Err(e)));
+                    break;
+                }
+                Err(None) => {}
+            }
+        }
+        let Some((pid, fd)) = opened else {
+            self.note_gone(ns);
+            return None;
+        };
+        let at = format!("in mount namespace {} (/proc/{pid}/root)", ns.ino);
+        let mut keep = None;
+        let usable = match fd.and_then(|fd| fstat(&fd).map(|st| (fd, st))) {
+            Err(e) => {
+                self.note(format!(
+                    "cannot read {} {at}: {e}; its frames are shown as offsets",
+                    m.path
+                ));
+                Usable::No
+            }
+            Ok((_, st)) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
+                // Opened `O_PATH` only: a FIFO or a device there was not opened.
+                self.note(format!(
+                    "{} {at} is not a regular file; its frames are shown as offsets",
+                    m.path
+                ));
+                Usable::No
+            }
+            Ok((_, st)) if same_file_here(&m.path, &st) => {
+                // The very file at its path here (a folder of this machine mounted into the
+                // container, or a namespace that shares this reader's files): read as
+                // such, under the rules for this machine's files.
+                self.check_module(m)
+            }
+            Ok((fd, _)) => {
+                let path = fd_path(&fd);
+                let found = if m.build_id.is_empty() {
+                    Ok(None)
+                } else {
+                    syncspy_abi::modules::file_build_id(Path::new(&path))
+                };
+                match found {
+                    Ok(Some(b)) if b != m.build_id => {
+                        self.note(format!(
+                            "{} {at} is not the file the process loaded (build id {} there, \
+                             {} loaded): its frames are shown as offsets",
+                            m.path,
+                            hex(&b),
+                            hex(&m.build_id)
+                        ));
+                        Usable::No
+                    }
+                    Ok(None) if !m.build_id.is_empty() => {
+                        self.note(format!(
+                            "{} {at} has no build id ({} loaded): its frames are shown as \
+                             offsets",
+                            m.path,
+                            hex(&m.build_id)
+                        ));
+                        Usable::No
+                    }
+                    // The same file, or no build id to compare (blazesym reports real
+                    // failures): its ELF symbols only, as another user's file. Its debug
+                    // information could name any file of the container or of this machine.
+                    _ => {
+                        let st = self.namespaces.entry(ns).or_default();
+                        if !std::mem::replace(&mut st.noted_inside, true) {
+                            self.note(format!(
+                                "the modules of mount namespace {} are read inside its root \
+                                 (/proc/{pid}/root), as another user's files: their frames \
+                                 are shown without file and line",
+                                ns.ino
+                            ));
+                        }
+                        keep = Some(fd);
+                        Usable::SymbolsOnly
+                    }
+                }
+            }
+        };
+        if self.modules.len() >= MAX_CACHED_MODULES {
+            self.modules.clear();
+            self.release_all();
+        }
+        if let Some(fd) = keep {
+            if self.ns_files >= MAX_NS_FILES {
+                self.release_all();
+            }
+            self.ns_files += 1;
+            let old = self
+                .namespaces
+                .entry(ns)
+                .or_default()
+                .files
+                .insert((m.path.clone(), m.build_id.clone()), fd);
+            if let Some(old) = old {
+                self.close_ns_file(old);
+            }
+        }
+        self.modules.insert(key, usable);
+        Some((usable, file_of(self)))
     }
 
     /// Checks once per module that its file exists and, when the writer recorded a build
     /// id, that the file still has it (a rebuilt file would give wrong names).
     fn check_module(&mut self, m: &Module) -> Usable {
-        let key = (m.path.clone(), m.build_id.clone());
+        let key = (Place::Here, m.path.clone(), m.build_id.clone());
         if let Some(u) = self.modules.get(&key) {
             return *u;
         }
@@ -459,10 +852,56 @@ impl Symbolizer {
         };
         if self.modules.len() >= MAX_CACHED_MODULES {
             self.modules.clear();
+            self.release_all();
         }
         self.modules.insert(key, usable);
         usable
     }
+}
+
+/// `/proc/self/fd/<n>`: the file `fd` is open on, for blazesym and `file_build_id`.
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an open descriptor (`O_PATH` ones included) into a `stat` it fills.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Whether `path` here is the file `st` describes.
+fn same_file_here(path: &str, st: &libc::stat) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|md| md.dev() == st.st_dev && md.ino() == st.st_ino)
+}
+
+/// Opens `path` inside the root of process `pid` of mount namespace `ns`, `O_PATH` (nothing
+/// at the path is opened for reading: a FIFO, a device are not opened). `Err(None)`: the
+/// process is gone or no longer in `ns`. The pid is checked before its root is opened and
+/// again after: a pid reused in between would have to be in `ns` too.
+fn open_module_in(pid: u32, ns: MountNs, path: &str) -> Result<OwnedFd, Option<std::io::Error>> {
+    if !ns.holds(pid) {
+        return Err(None);
+    }
+    let root = match crate::in_root::open_root(pid) {
+        Ok(r) => r,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Err(None),
+        Err(e) => {
+            return Err(Some(std::io::Error::new(
+                e.kind(),
+                format!("cannot open /proc/{pid}/root: {e}"),
+            )))
+        }
+    };
+    if !ns.holds(pid) {
+        return Err(None);
+    }
+    crate::in_root::open_under(root.as_fd(), Path::new(path), false).map_err(Some)
 }
 
 /// Why a file blazesym opens beside a module cannot be opened safely: its DWARF package
@@ -763,6 +1202,261 @@ pub(crate) mod tests {
                 .any(|n| n.contains("can be written by other users")),
             "{notes:?}"
         );
+    }
+
+    /// A process in a mount namespace of its own (`unshare --mount`) with a tmpfs of its own
+    /// on folder `$1`, where `script` ran first (with `args` as `$2`...); it then sleeps
+    /// until dropped. `None` (said why) where this cannot be made: not root, no `unshare`.
+    struct OtherMountNs(std::process::Child);
+
+    impl OtherMountNs {
+        fn start(dir: &Path, script: &str, args: &[&std::ffi::OsStr]) -> Option<OtherMountNs> {
+            use std::io::BufRead;
+            use std::process::{Command, Stdio};
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("skipped: a mount namespace and a tmpfs need root (CI runs as root)");
+                return None;
+            }
+            let mut child = Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "sh", "-c"])
+                .arg(format!(
+                    "mount -t tmpfs tmpfs \"$1\" && {script} && echo ready && exec sleep 600"
+                ))
+                .arg("sh")
+                .arg(dir)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .ok()?;
+            let mut line = String::new();
+            let out = child.stdout.take().unwrap();
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+            let ns = OtherMountNs(child);
+            if line.trim() != "ready" {
+                eprintln!("skipped: `unshare --mount` with a tmpfs mounted inside fails here");
+                return None;
+            }
+            Some(ns)
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        fn root(&self) -> ModuleRoot {
+            ModuleRoot {
+                ns: MountNs::at(&format!("/proc/{}/ns/mnt", self.pid())).unwrap(),
+                pid: Some(self.pid()),
+            }
+        }
+
+        fn end(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl Drop for OtherMountNs {
+        fn drop(&mut self) {
+            self.end();
+        }
+    }
+
+    /// An ELF file other than the test binary (another build id): this machine's file at
+    /// the path where a container has the program.
+    fn decoy(at: &Path) {
+        std::fs::copy("/bin/sh", at).expect("/bin/sh, an ELF file to stand in the way");
+        assert_ne!(
+            syncspy_abi::modules::file_build_id(at).unwrap(),
+            Some(own_module().build_id)
+        );
+    }
+
+    #[test]
+    fn a_module_that_only_a_containers_root_holds_is_named_from_there() {
+        let d = syncspy_test_support::TempDir::new("sym-ns");
+        let dir = d.path().join("opt");
+        std::fs::create_dir(&dir).unwrap();
+        let mut m = own_module();
+        let exe = m.path.clone();
+        // Inside: the program itself. Here: another file at the same path.
+        let Some(mut ns) =
+            OtherMountNs::start(&dir, r#"cp "$2" "$1/prog""#, &[std::ffi::OsStr::new(&exe)])
+        else {
+            return;
+        };
+        let prog = dir.join("prog");
+        decoy(&prog);
+        m.path = prog.to_string_lossy().into_owned();
+        let root = ns.root();
+        let mods = std::slice::from_ref(&m);
+        let addr = known_return_addr();
+
+        // The segment's origin says where it was written: another namespace than this one.
+        let origin = Origin {
+            mnt_ns: root.ns.ino,
+            ns_dev: root.ns.dev,
+            ..Origin::default()
+        };
+        assert_eq!(ModuleRoot::of(Some(&origin), root.pid), Some(root));
+        assert_eq!(
+            ModuleRoot::of(Some(&Origin::of_this_process()), root.pid),
+            None
+        );
+        assert_eq!(ModuleRoot::of(None, root.pid), None);
+
+        let mut s = Symbolizer::new();
+        let frames = s.frame_in(addr, mods, Some(&root));
+        assert_names_the_known_function(&frames);
+        // A container's file: its ELF symbols only (no DWARF, no debug link followed).
+        assert!(
+            !frames.last().unwrap().text.contains("symbolize.rs:"),
+            "{frames:?}"
+        );
+        assert!(
+            s.notes()
+                .iter()
+                .any(|n| n.contains("read inside its root") && n.contains("another user's")),
+            "{:?}",
+            s.notes()
+        );
+        assert_eq!(s.ns_files, 1);
+        // At the same path here: not the program, refused by its build id.
+        let here = s.frame(addr, mods);
+        assert!(here[0].text.starts_with("prog+0x"), "{here:?}");
+        assert!(s.notes().iter().any(|n| n.contains("build id")));
+
+        // The namespace's last process ends: its files are let go at the next pass (ours
+        // and blazesym's: nothing keeps the container's file system), and its modules are
+        // read here (the build id still guards), which is said once.
+        use std::os::unix::fs::MetadataExt;
+        let inside = std::fs::metadata(format!("/proc/{}/root{}", ns.pid(), m.path))
+            .unwrap()
+            .dev();
+        let open_inside = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::metadata(e.unwrap().path()).ok())
+                .filter(|md| md.dev() == inside)
+                .count()
+        };
+        assert!(open_inside() > 0);
+        ns.end();
+        s.begin_pass(None);
+        assert_eq!(s.ns_files, 0);
+        assert!(s.namespaces.values().all(|st| st.files.is_empty()));
+        assert_eq!(
+            open_inside(),
+            0,
+            "a file of the ended namespace is still open"
+        );
+        let after = s.frame_in(addr + 16, mods, Some(&root));
+        assert!(after[0].text.starts_with("prog+0x"), "{after:?}");
+        s.frame_in(addr + 32, mods, Some(&root));
+        let gone = |n: &&String| n.contains("no process of mount namespace");
+        assert_eq!(s.notes().iter().filter(gone).count(), 1, "{:?}", s.notes());
+    }
+
+    #[test]
+    fn a_pid_of_another_namespace_is_not_used_for_a_namespaces_root() {
+        let d = syncspy_test_support::TempDir::new("sym-ns-reuse");
+        let dir = d.path().join("opt");
+        std::fs::create_dir(&dir).unwrap();
+        let mut m = own_module();
+        let exe = std::ffi::OsString::from(&m.path);
+        // Namespace a holds the program; namespace b (where a's writer pid could now be)
+        // another file at the same path.
+        let Some(a) = OtherMountNs::start(&dir, r#"cp "$2" "$1/prog""#, &[&exe]) else {
+            return;
+        };
+        let Some(b) = OtherMountNs::start(&dir, r#"cp /bin/sh "$1/prog""#, &[]) else {
+            return;
+        };
+        m.path = dir.join("prog").to_string_lossy().into_owned();
+        let mods = std::slice::from_ref(&m);
+        let addr = known_return_addr();
+        // a's segment, its writer's pid now b's process: not used, and no other process of
+        // a known: read here, where nothing is at that path.
+        let stale = ModuleRoot {
+            ns: a.root().ns,
+            pid: Some(b.pid()),
+        };
+        let mut s = Symbolizer::new();
+        let f = s.frame_in(addr, mods, Some(&stale));
+        assert!(f[0].text.starts_with("prog+0x"), "{f:?}");
+        assert!(
+            s.notes()
+                .iter()
+                .any(|n| n.contains("no process of mount namespace")),
+            "{:?}",
+            s.notes()
+        );
+        // A process of a, as the agent's discovery finds one: a's file, named.
+        let mut s = Symbolizer::new();
+        s.set_namespace_pids([(a.root().ns.ino, a.pid())]);
+        assert_names_the_known_function(&s.frame_in(addr, mods, Some(&stale)));
+    }
+
+    #[test]
+    fn a_fifo_at_a_containers_module_path_is_neither_opened_nor_waited_on() {
+        let d = syncspy_test_support::TempDir::new("sym-ns-fifo");
+        let dir = d.path().join("lib");
+        std::fs::create_dir(&dir).unwrap();
+        let Some(ns) = OtherMountNs::start(&dir, r#"mkfifo "$1/libfifo.so""#, &[]) else {
+            return;
+        };
+        let root = ns.root();
+        let inside = format!("/proc/{}/root{}/libfifo.so", ns.pid(), dir.display());
+        let mut watch = inotify::Inotify::init().unwrap();
+        watch
+            .watches()
+            .add(&inside, inotify::WatchMask::OPEN)
+            .unwrap();
+        let m = Module {
+            path: dir.join("libfifo.so").to_string_lossy().into_owned(),
+            bias: 0x1000,
+            start: 0x1000,
+            end: 0x2000,
+            build_id: vec![0xab; 20],
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            let frames = s.frame_in(0x1801, std::slice::from_ref(&m), Some(&root));
+            let _ = tx.send((frames, s.notes().to_vec()));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        let mut buf = [0u8; 4096];
+        let opened = watch.read_events(&mut buf).map(|e| e.count()).unwrap_or(0);
+        // Unblock a reader that did open it (the test fails then; no thread left behind).
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&inside);
+        }
+        let (frames, notes) = got.expect("symbolization blocked on the container's FIFO");
+        assert_eq!(opened, 0, "the FIFO was opened");
+        assert_eq!(frames[0].text, "libfifo.so+0x800");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("in mount namespace") && n.contains("not a regular file")),
+            "{notes:?}"
+        );
+        // The watch does see an open (of the FIFO, without blocking).
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&inside)
+                .unwrap();
+        }
+        assert!(watch.read_events(&mut buf).unwrap().count() > 0);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::aggregate::{Dist, GapCause, ProcessAgg, SITE_SIGFIG};
 use crate::follow::{Followed, SegmentProblem};
 use crate::names::{ApiName, DirectionName, GpuMode, GpuState, KindName, Name};
 use crate::python::{self, PyFrame, PythonReport};
-use crate::symbolize::{is_runtime_module, is_users_frame, Frame, Symbolizer};
+use crate::symbolize::{is_runtime_module, is_users_frame, Frame, ModuleRoot, Symbolizer};
 use crate::warning::{Warning, Warnings};
 use syncspy_abi::modules::Module;
 
@@ -376,7 +376,9 @@ fn stats(t: TotalsSnapshot, d: Option<&Dist>) -> Stats {
 }
 
 /// The symbolized frames of call site `site` of a followed segment (none for site 0, "no
-/// stack captured"); `modules` is the segment's module map.
+/// stack captured"); `modules` is the segment's module map. A segment written in another
+/// mount namespace (a container) has its modules looked up inside that namespace's root
+/// (`ModuleRoot`).
 pub fn site_frames<S>(
     f: &Followed<S>,
     site: u32,
@@ -388,11 +390,14 @@ pub fn site_frames<S>(
     }
     let k = f.key();
     let owner = (k.process.pid, k.process.start_ticks, k.created_ns);
-    sym.site_stack(
+    let at = &f.agg.placement;
+    let root = ModuleRoot::of(at.origin.as_ref(), at.host_pid);
+    sym.site_stack_in(
         owner,
         site,
         || f.reader.site(site).unwrap_or_default(),
         modules,
+        root.as_ref(),
     )
 }
 
