@@ -225,10 +225,11 @@ impl JobIdent {
 
 impl SegmentReader {
     /// The job this process is a rank of; `None` for segments older than ABI 1.3, and
-    /// processes that are no rank of a job.
+    /// processes that are no rank of a job (and frozen readers: the file may end before the
+    /// header does).
     pub fn job(&self) -> Option<JobInfo> {
         let id = self.ident();
-        if id.abi_minor < 3 || (id.header_size as usize) < JOB_END {
+        if self.frozen() || id.abi_minor < 3 || (id.header_size as usize) < JOB_END {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping
