@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod control;
+pub mod fault;
 pub mod gpu;
 pub mod job;
 pub mod kinds;

@@ -278,6 +278,9 @@ impl From<std::io::Error> for OpenError {
 pub(crate) struct Mapping {
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
+    /// A reader's mapping: its entry in `fault`'s list (a fault past the file's end reads
+    /// zeros in a process that installed the handler).
+    pub(crate) guarded: Option<usize>,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value (unmapped once, on drop),
@@ -291,6 +294,9 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(i) = self.guarded {
+            crate::fault::unregister(i);
+        }
         // SAFETY: ptr/len came from a successful mmap and are unmapped once.
         unsafe {
             libc::munmap(self.ptr.cast(), self.len);
@@ -548,6 +554,7 @@ impl SegmentWriter {
             let map = Mapping {
                 ptr: ptr.cast(),
                 len: g.total_size as usize,
+                guarded: None,
             };
             let hdr = map.ptr as *mut Header;
             let mut cmdline = [0u8; CMDLINE_MAX];
@@ -813,6 +820,7 @@ impl SegmentReader {
             let map = Mapping {
                 ptr: ptr.cast(),
                 len: size as usize,
+                guarded: crate::fault::register(ptr as usize, size as usize),
             };
             (meta, map, file)
         };

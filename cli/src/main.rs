@@ -257,6 +257,9 @@ impl RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A segment its owner truncates while it is read must not kill this process (the agent
+    // reads every user's): such reads see zeros (`syncspy_abi::fault`).
+    syncspy_abi::fault::install();
     let code = match cli.command {
         Cmd::Check(a) => {
             let run = a.run.options();

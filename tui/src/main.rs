@@ -91,6 +91,9 @@ struct Args {
 /// `SYNCSPY_DEBUG=1` (not through `RUST_BACKTRACE`, which many developers set for everything).
 fn main() -> ExitCode {
     let args = Args::parse();
+    // A segment its owner truncates while it is read must not kill the monitor: such reads
+    // see zeros (`syncspy_abi::fault`).
+    syncspy_abi::fault::install();
     // One open file per followed segment (its lock tells whether its process runs).
     syncspy_read::follow::raise_open_file_limit();
     match monitor(args) {
