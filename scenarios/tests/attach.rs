@@ -1147,6 +1147,12 @@ fn the_attacher_killed_while_loading_from_memory_leaves_the_container_unharmed()
             Err(log) => assert!(log.contains("signal: 9"), "step {step}: {log}"),
         }
         assert_eq!(t.cmd("sync 2"), "done sync 2", "after step {step}");
+        // The target's thread finishes a dlopen the attacher was killed in on its own, at its
+        // own pace: on a loaded machine that can come after the program answered.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while loaded && !memfd_maps(t.pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert_eq!(memfd_maps(t.pid), loaded, "after step {step}");
         assert_eq!(t.got(&slots), before, "after step {step}");
         std::thread::sleep(Duration::from_millis(1500));
