@@ -137,3 +137,66 @@ fn a_host_function_queued_during_capture_is_left_as_it_is() {
         "{stderr}"
     );
 }
+
+/// A thread inside a CUDA call that waits (here `cuStreamSynchronize`, behind a 30 ms host
+/// function on the same stream) is not also waiting for the host function: the call is one
+/// `stream_sync` at its line, and no `host_wait` is recorded for it (it was counted twice:
+/// the thread sleeps in the call, and wakes right after the host function).
+const SYNC_SCRIPT: &str = "\
+import ctypes
+cu = ctypes.CDLL('libcuda.so.1')
+libc = ctypes.CDLL(None)
+assert cu.cuInit(0) == 0
+dev = ctypes.c_int()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+ctx = ctypes.c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+s = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+for _ in range(3):
+    assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
+    assert cu.cuStreamSynchronize(s) == 0
+";
+
+#[test]
+fn a_thread_in_a_waiting_cuda_call_is_not_also_a_host_wait() {
+    let d = TempDir::new("host-wait-sync");
+    let script = d.file("sync.py", SYNC_SCRIPT);
+    let script = script.to_str().unwrap();
+    let report = d.path().join("r.json");
+    let o = Command::new(SYNCSPY)
+        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
+        .args(["python3", script])
+        .env("SYNCSPY_DIR", d.path())
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .output()
+        .expect("start syncspy");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let sites: Vec<(String, u64, String)> = r["processes"][0]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["kind"].as_str().unwrap().to_string(),
+                s["count"].as_u64().unwrap(),
+                s["location"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        [(
+            "stream_sync".to_string(),
+            3,
+            format!("{script}:16 in <module>")
+        )],
+        "{stderr}"
+    );
+}

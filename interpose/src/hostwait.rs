@@ -16,7 +16,9 @@
 //!    this function woke it, and the wait is recorded on that thread, at its Python line.
 //!
 //! A host function that runs while a thread sleeps for another reason (`time.sleep`, a queue)
-//! does not wake it: nothing is recorded. When several host functions run during one wait,
+//! does not wake it: nothing is recorded. Nor for a thread inside a CUDA call that waits (a
+//! stream synchronize that a host function's stream work happens to end): that call is timed
+//! as its own stall (`stalls`), and would otherwise be counted twice. When several host functions run during one wait,
 //! only the one that woke the thread records it.
 //!
 //! **Its duration** runs from when the thread began to wait to when the function woke it. The
@@ -105,6 +107,7 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     if capturing(q.stream, q.flags & FLAG_PER_THREAD != 0) != Some(false) {
         return None;
     }
+    stalls::arm();
     let t0 = now_ns();
     refs::set(crate::guard::tid(), t0, waiter::cpu_ns());
     let (native, _, _) = crate::stack::capture_site(rt, crate::guard::overhead_weight());
@@ -226,6 +229,9 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
 /// Step 1 (see the module): the Python thread blocked right now, if it is asleep.
 fn before(rt: &Runtime, native: u32) -> Option<Seen> {
     let blocked = python::blocked_thread(rt, native)?;
+    if stalls::contains(blocked.tid) {
+        return None;
+    }
     let t0 = waiter::cpu_ns();
     let at_ns = now_ns();
     let state = thread_state(blocked.tid);
@@ -478,6 +484,62 @@ mod watch {
     }
 }
 
+/// The threads inside a CUDA call that waits (a stall being timed), once a host function has
+/// been queued in the process: such a thread's wait is that call's, never a `host_wait`. A
+/// stall marks its thread in a small table for the call's duration (a compare-and-swap and a
+/// store); before any host function, nothing is marked.
+pub mod stalls {
+    use super::*;
+
+    const N: usize = 1024;
+    const PROBES: usize = 4;
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static IN: [AtomicU32; N] = [const { AtomicU32::new(0) }; N];
+
+    /// From now on stalls mark their threads.
+    pub fn arm() {
+        if !ARMED.load(Relaxed) {
+            ARMED.store(true, Relaxed);
+        }
+    }
+
+    fn home(tid: u32) -> usize {
+        (tid.wrapping_mul(0x9e37_79b1) >> 22) as usize % N
+    }
+
+    /// Held while a stall of thread `tid` runs; unmarks it when dropped.
+    pub struct Mark(Option<usize>);
+
+    /// Marks `tid` as inside a waiting call, if host functions are in use.
+    #[inline(always)]
+    pub fn enter(tid: u32) -> Mark {
+        if !ARMED.load(Relaxed) || tid == 0 {
+            return Mark(None);
+        }
+        let h = home(tid);
+        Mark(
+            (0..PROBES)
+                .map(|k| (h + k) % N)
+                .find(|&j| IN[j].compare_exchange(0, tid, Acquire, Relaxed).is_ok()),
+        )
+    }
+
+    impl Drop for Mark {
+        #[inline(always)]
+        fn drop(&mut self) {
+            if let Some(j) = self.0 {
+                IN[j].store(0, Release);
+            }
+        }
+    }
+
+    /// Whether thread `tid` is inside a waiting call now.
+    pub fn contains(tid: u32) -> bool {
+        let h = home(tid);
+        (0..PROBES).any(|k| IN[(h + k) % N].load(Acquire) == tid)
+    }
+}
+
 /// Each thread's reference point for the start of its next wait: `(wall ns, CPU ns)` when it
 /// last queued a host function or woke from a `host_wait`. A small table mapped by thread id;
 /// a thread whose entry another took has none (its wait starts at the queuing). Entries are
@@ -619,6 +681,18 @@ mod tests {
         // Never after the moment it was seen asleep.
         assert_eq!(start_of_wait(Some((9_990, 0)), &seen, 900), 10_000);
         assert_eq!(start_of_wait(None, &seen, 20_000), 10_000);
+    }
+
+    #[test]
+    fn a_thread_is_marked_only_while_its_stall_runs_once_armed() {
+        let tid = 888_001;
+        stalls::arm();
+        {
+            let _m = stalls::enter(tid);
+            assert!(stalls::contains(tid));
+            assert!(!stalls::contains(888_002));
+        }
+        assert!(!stalls::contains(tid));
     }
 
     #[test]
