@@ -191,10 +191,10 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     s.state.store(FREE, Release);
     let errno_in = errno();
     let rt = Runtime::active();
-    if rt.is_some() {
+    let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
+    if seen.is_some() {
         let _ = catch_unwind(watch::supersede);
     }
-    let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
     set_errno(errno_in);
     // SAFETY: `func` is the non-null host function the program queued with `data`, to be run
     // once on this thread: the driver's contract, which it is being kept now.
@@ -276,10 +276,15 @@ fn after(rt: &Runtime, seen: Seen, rec: Record) {
 /// Records the wait of `seen`, woken at `end_ns`, with its thread's CPU time `cpu_now` then;
 /// that moment is the thread's next reference point.
 fn record(rt: &Runtime, seen: &Seen, mut rec: Record, end_ns: u64, cpu_now: u64) {
-    rec.start_ns = start_of_wait(refs::get(seen.tid), seen, rec.start_ns);
+    let reference = refs::get(seen.tid);
+    // One wait per stretch of sleep: the host function that woke it directly and the watch
+    // of an earlier one may both see the wake.
+    if !refs::claim_stretch(seen.tid, seen.cpu_ns) {
+        return;
+    }
+    rec.start_ns = start_of_wait(reference, seen, rec.start_ns);
     rec.duration_ns = end_ns.saturating_sub(rec.start_ns);
     refs::set(seen.tid, end_ns, cpu_now);
-    refs::set_recorded(seen.tid, seen.cpu_ns);
     rt.seg.record(&rec);
 }
 
@@ -359,8 +364,8 @@ fn thread_cpu_ns(tid: u32) -> Option<u64> {
 
 /// Host functions that ran while a Python thread slept and did not wake it themselves: a
 /// thread of the library's (started at the first) watches the sleeping thread's CPU clock for
-/// `WINDOW`; if it runs in that time, before another host function starts (`supersede`), that
-/// host function ended its wait, which is recorded then, ending when the thread woke (the
+/// `WINDOW`; if it runs in that time, and no later host function found a thread asleep while
+/// it still slept (`supersede`), that host function ended its wait, which is recorded then, ending when the thread woke (the
 /// watch's reading less the CPU time it used since). Not woken in time: nothing is recorded
 /// (a sleep, a queue, another thread's work ended it). The watcher sleeps
 /// while nothing is watched, reads clocks every `POLL` while something is, and its CPU time
@@ -398,9 +403,12 @@ mod watch {
         wake();
     }
 
-    /// A host function is about to run: it, not an earlier one, is what wakes a watched
-    /// thread that has not woken yet, so those are no longer watched (this one's own look
-    /// decides). One clock read per watched thread; nothing if the list is busy.
+    /// A host function is about to run and found a thread asleep: it, not an earlier one, is
+    /// what may wake a watched thread that has not woken yet (this one's own look decides for
+    /// the thread it found, and which function woke another cannot be told), so those are no
+    /// longer watched. A host function that found no one asleep leaves them (a thread about to
+    /// wake from an earlier one's work). One clock read per watched thread; nothing if the
+    /// list is busy.
     pub fn supersede() {
         let Ok(mut v) = WATCHED.try_lock() else {
             return;
@@ -474,8 +482,7 @@ mod watch {
                     && o.seen.cpu_ns == w.seen.cpu_ns
                     && (o.ran_ns, j) > (w.ran_ns, k)
             });
-            // A wait of that stretch already recorded (a host function that woke it itself).
-            if later || refs::recorded(w.seen.tid) == Some(w.seen.cpu_ns) {
+            if later {
                 continue;
             }
             let end = now.saturating_sub(cpu - w.seen.cpu_ns).max(w.ran_ns);
@@ -591,21 +598,27 @@ mod refs {
         });
     }
 
-    /// Notes that the wait of `tid` asleep at CPU time `cpu` was recorded (after `set`).
-    pub fn set_recorded(tid: u32, cpu: u64) {
-        with(tid, |r| {
-            if r.tid.load(Relaxed) == tid {
+    /// Claims the recording of the wait of `tid` asleep at CPU time `cpu`: false if that
+    /// stretch of sleep was recorded already (or, rarely, the entry stayed busy).
+    pub fn claim_stretch(tid: u32, cpu: u64) -> bool {
+        for _ in 0..64 {
+            let claimed = with(tid, |r| {
+                if r.tid.load(Relaxed) != tid {
+                    r.tid.store(tid, Relaxed);
+                    r.wall.store(0, Relaxed);
+                    r.cpu.store(u64::MAX, Relaxed);
+                } else if r.recorded.load(Relaxed) == cpu {
+                    return false;
+                }
                 r.recorded.store(cpu, Relaxed);
+                true
+            });
+            if let Some(c) = claimed {
+                return c;
             }
-        });
-    }
-
-    /// What `set_recorded` last noted for `tid`.
-    pub fn recorded(tid: u32) -> Option<u64> {
-        with(tid, |r| {
-            (r.tid.load(Relaxed) == tid).then(|| r.recorded.load(Relaxed))
-        })
-        .flatten()
+            std::hint::spin_loop();
+        }
+        false
     }
 
     pub fn get(tid: u32) -> Option<(u64, u64)> {
@@ -693,6 +706,13 @@ mod tests {
             assert!(!stalls::contains(888_002));
         }
         assert!(!stalls::contains(tid));
+    }
+
+    #[test]
+    fn a_stretch_of_sleep_is_recorded_once() {
+        assert!(refs::claim_stretch(777_101, 5));
+        assert!(!refs::claim_stretch(777_101, 5));
+        assert!(refs::claim_stretch(777_101, 6));
     }
 
     #[test]
