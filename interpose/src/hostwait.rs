@@ -300,22 +300,61 @@ fn start_of_wait(reference: Option<(u64, u64)>, seen: &Seen, queued_ns: u64) -> 
 }
 
 /// The scheduler state letter of thread `tid` of this process (`R`, `S`, `D`, ...), read from
-/// `/proc/self/task/TID/stat`; `None` if it cannot be read or names another thread.
+/// `/proc/self/task/TID/stat`; `None` if it cannot be read or names another thread. The main
+/// thread's file (the usual waiter) stays open: one `pread` a look instead of three calls.
 fn thread_state(tid: u32) -> Option<u8> {
-    let mut path = [0u8; 48];
-    let n = write_path(&mut path, tid)?;
     let mut buf = [0u8; 256];
-    // SAFETY: `path` is NUL-terminated at `n`; `buf` is a local of the length given.
-    let got = unsafe {
-        let fd = libc::open(path[..=n].as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
+    if tid == std::process::id() {
+        if let Some(state) = main_state(tid, &mut buf) {
+            return Some(state);
         }
+    }
+    let fd = open_stat(tid)?;
+    // SAFETY: `fd` was just opened here; `buf` is a local of the length given.
+    let got = unsafe {
         let got = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
         libc::close(fd);
         got
     };
     parse_state(&buf[..usize::try_from(got).ok()?], tid)
+}
+
+/// The main thread's state through its kept file. The descriptor is never closed by the
+/// library: if the program closed it (and the number now names a file of its own), the read
+/// fails or names another thread, and a new one is opened; the old number is left alone.
+fn main_state(tid: u32, buf: &mut [u8; 256]) -> Option<u8> {
+    static FD: AtomicI32 = AtomicI32::new(-1);
+    for _ in 0..2 {
+        let mut fd = FD.load(Relaxed);
+        if fd < 0 {
+            fd = open_stat(tid)?;
+            if FD.compare_exchange(-1, fd, AcqRel, Relaxed).is_err() {
+                // SAFETY: `fd` was just opened here and not published.
+                unsafe { libc::close(fd) };
+                fd = FD.load(Relaxed);
+            }
+        }
+        // SAFETY: a read at offset 0 into a local buffer; a descriptor that is no longer the
+        // library's fails or reads other content, which `parse_state` refuses.
+        let got = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if let Some(state) = usize::try_from(got)
+            .ok()
+            .and_then(|n| parse_state(&buf[..n], tid))
+        {
+            return Some(state);
+        }
+        let _ = FD.compare_exchange(fd, -1, AcqRel, Relaxed);
+    }
+    None
+}
+
+/// Opens `/proc/self/task/TID/stat` read-only.
+fn open_stat(tid: u32) -> Option<c_int> {
+    let mut path = [0u8; 48];
+    let n = write_path(&mut path, tid)?;
+    // SAFETY: `path` is NUL-terminated at `n`.
+    let fd = unsafe { libc::open(path[..=n].as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
 }
 
 /// `/proc/self/task/TID/stat` into `out`, NUL-terminated; the path's length.
@@ -367,9 +406,9 @@ fn thread_cpu_ns(tid: u32) -> Option<u64> {
 /// `WINDOW`; if it runs in that time, and no later host function found a thread asleep while
 /// it still slept (`supersede`), that host function ended its wait, which is recorded then, ending when the thread woke (the
 /// watch's reading less the CPU time it used since). Not woken in time: nothing is recorded
-/// (a sleep, a queue, another thread's work ended it). The watcher sleeps
-/// while nothing is watched, reads clocks every `POLL` while something is, and its CPU time
-/// counts against the waiter reads' budget.
+/// (a sleep, a queue, another thread's work ended it). The watcher sleeps while nothing is
+/// watched, reads clocks every 20 us while an entry is younger than 200 us and every 200 us
+/// after that, and its CPU time counts against the waiter reads' budget.
 mod watch {
     use std::sync::{Mutex, TryLockError};
     use std::thread::Thread;
@@ -379,7 +418,11 @@ mod watch {
 
     /// How long after a host function ran its thread may wake for it to count as the wake.
     pub const WINDOW_NS: u64 = 2_000_000;
+    /// Looks every `POLL` while an entry is younger than `YOUNG_NS` (most wakes come then:
+    /// XLA's thread wakes the waiter within tens of microseconds), else every `LATE_POLL`.
     const POLL: Duration = Duration::from_micros(20);
+    const LATE_POLL: Duration = Duration::from_micros(200);
+    const YOUNG_NS: u64 = 200_000;
     /// Watched host functions at most; more are dropped (nothing recorded).
     const MAX: usize = 64;
 
@@ -395,12 +438,21 @@ mod watch {
     static WATCHER: Mutex<Option<(u32, Thread)>> = Mutex::new(None);
 
     pub fn submit(w: Watched) {
-        match WATCHED.try_lock() {
-            Ok(mut v) if v.len() < MAX => v.push(w),
-            Ok(_) | Err(TryLockError::WouldBlock) => return,
-            Err(TryLockError::Poisoned(_)) => return,
+        // The watcher holds the list for a copy at a time: a few tries get it, never a wait.
+        for _ in 0..1000 {
+            match WATCHED.try_lock() {
+                Ok(mut v) => {
+                    if v.len() < MAX {
+                        v.push(w);
+                        drop(v);
+                        wake();
+                    }
+                    return;
+                }
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+                Err(TryLockError::Poisoned(_)) => return,
+            }
         }
-        wake();
     }
 
     /// A host function is about to run and found a thread asleep: it, not an earlier one, is
@@ -440,28 +492,49 @@ mod watch {
         // SAFETY: sets this thread's own timer slack (1 us): its short sleeps stay short.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
         loop {
-            let empty = WATCHED.lock().map(|v| v.is_empty()).unwrap_or(true);
-            if empty {
+            let youngest = WATCHED
+                .lock()
+                .map(|v| v.iter().map(|w| w.ran_ns).max())
+                .unwrap_or(None);
+            let Some(youngest) = youngest else {
                 std::thread::park();
                 continue;
-            }
-            std::thread::sleep(POLL);
+            };
+            let young = now_ns().saturating_sub(youngest) < YOUNG_NS;
+            // A new entry's unpark ends a late pause early.
+            std::thread::park_timeout(if young { POLL } else { LATE_POLL });
             let t0 = waiter::cpu_ns();
             let _ = catch_unwind(AssertUnwindSafe(step));
             waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
         }
     }
 
-    /// One look at every watched thread.
+    /// One look at every watched thread. The list is held only to copy from and to it, never
+    /// while clocks are read: a host function queuing an entry does not find it busy for long.
     fn step() {
         let now = now_ns();
+        let tids: Vec<u32> = match WATCHED.lock() {
+            Ok(v) => {
+                let mut t: Vec<u32> = v.iter().map(|w| w.seen.tid).collect();
+                t.sort_unstable();
+                t.dedup();
+                t
+            }
+            Err(_) => return,
+        };
+        let clocks: Vec<(u32, Option<u64>)> =
+            tids.into_iter().map(|t| (t, thread_cpu_ns(t))).collect();
         let Ok(mut v) = WATCHED.lock() else {
             return;
         };
         let mut woke: Vec<(Watched, u64)> = Vec::new();
         let mut i = 0;
         while i < v.len() {
-            let cpu = thread_cpu_ns(v[i].seen.tid);
+            let Some(&(_, cpu)) = clocks.iter().find(|(t, _)| *t == v[i].seen.tid) else {
+                // Added since the clocks were read: the next look.
+                i += 1;
+                continue;
+            };
             match cpu {
                 Some(c) if c > v[i].seen.cpu_ns => woke.push((v.swap_remove(i), c)),
                 Some(_) if now.saturating_sub(v[i].ran_ns) <= WINDOW_NS => i += 1,
