@@ -64,6 +64,36 @@ pub struct Found {
 /// Finds the waiting thread (the module's rule) and walks its frames into `w`. `me`: the
 /// calling thread's own state (0 if it has none).
 pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Found, Miss> {
+    let at = locate(py, m, me)?;
+    // SAFETY: `Remote` reads have no requirement.
+    unsafe { walk::walk_with(py, m, at.found.tstate, w) };
+    if w.n == 0 {
+        return Err(Miss::Torn);
+    }
+    if !still_blocked(py, m, &at) {
+        return Err(Miss::Torn);
+    }
+    Ok(at.found)
+}
+
+/// The waiting thread `locate` picked, with what tells later that it has not moved.
+pub struct Located {
+    pub found: Found,
+    /// Its innermost frame when it was picked.
+    pub top: usize,
+    /// Where the GIL's `locked` flag and holder are.
+    gil: (usize, usize),
+}
+
+/// The thread state holding the GIL now (0: nobody); `None` if unreadable.
+fn gil_holder(m: &mut Remote, (locked_at, holder_at): (usize, usize)) -> Option<usize> {
+    // SAFETY: `Remote` reads have no requirement.
+    let (locked, holder) = unsafe { (m.read::<i32>(locked_at)?, m.word(holder_at, 0)?) };
+    Some(if locked != 0 { holder } else { 0 })
+}
+
+/// Picks the waiting thread by the module's rule, without walking its frames.
+pub fn locate(py: &Python, m: &mut Remote, me: usize) -> Result<Located, Miss> {
     let t = &py.layout.threads;
     m.reset();
     // SAFETY: `Remote` reads have no requirement.
@@ -73,7 +103,7 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Foun
     }
     // SAFETY: as above.
     let main_tid = unsafe { m.word(py.runtime, t.runtime_main_thread) }.ok_or(Miss::Unreadable)?;
-    let (locked_at, holder_at) = match t.gil {
+    let gil = match t.gil {
         GilAt::Runtime { locked, holder } => (py.runtime + locked, py.runtime + holder),
         GilAt::Interp {
             ptr,
@@ -88,13 +118,7 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Foun
             (g + locked, g + holder)
         }
     };
-    // The thread state holding the GIL now (0: nobody).
-    let running = |m: &mut Remote| -> Option<usize> {
-        // SAFETY: as above.
-        let (locked, holder) = unsafe { (m.read::<i32>(locked_at)?, m.word(holder_at, 0)?) };
-        Some(if locked != 0 { holder } else { 0 })
-    };
-    let holder = running(m).ok_or(Miss::Unreadable)?;
+    let holder = gil_holder(m, gil).ok_or(Miss::Unreadable)?;
     // SAFETY: as above.
     let mut ts = unsafe { m.word(interp, t.interp_threads_head) }.ok_or(Miss::Unreadable)?;
     let mut main = None;
@@ -130,23 +154,40 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Foun
         (None, Some(_)) => return Err(Miss::Ambiguous),
         (None, None) => return Err(Miss::NoneWaiting),
     };
-    // SAFETY: as above.
-    unsafe { walk::walk_with(py, m, pick.0, w) };
-    if w.n == 0 {
-        return Err(Miss::Torn);
-    }
-    // Read again, not from the cache: the thread must still be off the GIL, at the same
-    // innermost frame.
-    m.reset();
-    // SAFETY: as above.
-    let top = unsafe { walk::top_frame(py, m, pick.0) };
-    if running(m) == Some(pick.0) || top != Some(pick.1) {
-        return Err(Miss::Torn);
-    }
-    Ok(Found {
-        main: is_main,
-        tstate: pick.0,
+    Ok(Located {
+        found: Found {
+            main: is_main,
+            tstate: pick.0,
+        },
+        top: pick.1,
+        gil,
     })
+}
+
+/// Whether the thread `at` picked is still off the GIL at the same innermost frame, read
+/// again (not from the page cache).
+pub fn still_blocked(py: &Python, m: &mut Remote, at: &Located) -> bool {
+    m.reset();
+    // SAFETY: `Remote` reads have no requirement.
+    let top = unsafe { walk::top_frame(py, m, at.found.tstate) };
+    gil_holder(m, at.gil) != Some(at.found.tstate) && top == Some(at.top)
+}
+
+/// What identifies the innermost frame of a blocked thread for a repeated look: the frame,
+/// its code object, its instruction and its caller's frame. The same key later means the
+/// same line in the same caller (a deeper caller could differ: a look that finds the key
+/// takes the stack it had the first time).
+pub fn frame_key(py: &Python, m: &mut Remote, top: usize) -> Option<[usize; 4]> {
+    let l = &py.layout;
+    // SAFETY: `Remote` reads have no requirement.
+    unsafe {
+        Some([
+            top,
+            m.word(top, l.frame_code)?,
+            m.word(top, l.frame_instr)?,
+            m.word(top, l.frame_previous)?,
+        ])
+    }
 }
 
 /// The kernel's id of the thread of `found` (the one `/proc/self/task` lists), if it can be
