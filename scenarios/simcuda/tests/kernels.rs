@@ -14,6 +14,15 @@ use simcudart as sim;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// The tests of this file run one at a time: `bad_pointers_fault_on_the_device` forks, and a
+/// fork while another test's thread holds a lock (the simulator's, the allocator's) leaves the
+/// child waiting on it forever (seen once in CI: the child hung for the 20 s limit).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn d(x: u32, y: u32) -> dim3 {
     dim3 { x, y, z: 1 }
 }
@@ -105,6 +114,7 @@ fn elapsed_ms(a: cudaEvent_t, b: cudaEvent_t) -> f64 {
 
 #[test]
 fn the_library_holds_every_kernel_of_kernels_dir() {
+    let _serial = serial();
     let lib = kernels();
     let mut n = 0u32;
     assert_eq!(
