@@ -14,11 +14,11 @@ use serde_json::Value;
 mod common;
 use common::{TempDir, SYNCSPY};
 
-/// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function) for a host function that
-/// wakes it itself; line 33 (3 times) for one that wakes another thread, which then wakes it
-/// (as XLA's host functions hand their work to a thread of XLA's); line 38 sleeps while a host
-/// function runs (2 times): not a wait for it.
-const SCRIPT: &str = "\
+/// Lines 1 to 13 of both scripts: the simulated driver's context, a stream, `usleep` as a host
+/// function.
+macro_rules! preamble {
+    () => {
+        "\
 import ctypes, threading, time
 cu = ctypes.CDLL('libcuda.so.1')
 libc = ctypes.CDLL(None)
@@ -32,6 +32,17 @@ s = ctypes.c_void_p()
 assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
 cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+"
+    };
+}
+
+/// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function) for a host function that
+/// wakes it itself; line 33 (3 times) for one that wakes another thread, which then wakes it
+/// (as XLA's host functions hand their work to a thread of XLA's); line 38 sleeps while a host
+/// function runs (2 times): not a wait for it.
+const SCRIPT: &str = concat!(
+    preamble!(),
+    "\
 post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
 noop = ctypes.cast(libc.getpid, ctypes.c_void_p)
 sem = ctypes.create_string_buffer(64)
@@ -57,12 +68,13 @@ for _ in range(2):
     assert cu.cuLaunchHostFunc(s, usleep, 10000) == 0
     assert cu.cuLaunchHostFunc(s, noop, None) == 0
     time.sleep(0.05)
-";
+"
+);
 
-/// Runs `SCRIPT` under `syncspy run --sim` with `env`; the script's path, the report's first
+/// Runs `text` under `syncspy run --sim` with `env`; the script's path, the report's first
 /// process and syncspy's stderr.
-fn run(d: &TempDir, env: &[(&str, &str)]) -> (String, Value, String) {
-    let script = d.file("hw.py", SCRIPT);
+fn run(d: &TempDir, text: &str, env: &[(&str, &str)]) -> (String, Value, String) {
+    let script = d.file("hw.py", text);
     let script = script.to_str().unwrap();
     let report = d.path().join("r.json");
     let o = Command::new(SYNCSPY)
@@ -83,7 +95,7 @@ fn run(d: &TempDir, env: &[(&str, &str)]) -> (String, Value, String) {
 #[test]
 fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
     let d = TempDir::new("host-wait");
-    let (script, p, stderr) = run(&d, &[]);
+    let (script, p, stderr) = run(&d, SCRIPT, &[]);
     let p = &p;
     let sites = p["sites"].as_array().unwrap();
     let got: Vec<(&str, &str, u64, &str)> = sites
@@ -129,7 +141,7 @@ fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
 #[test]
 fn a_host_function_queued_during_capture_is_left_as_it_is() {
     let d = TempDir::new("host-wait-capture");
-    let (_, p, stderr) = run(&d, &[("SIMCUDA_CAPTURING", "1")]);
+    let (_, p, stderr) = run(&d, SCRIPT, &[("SIMCUDA_CAPTURING", "1")]);
     assert_eq!(p["sites"].as_array().map(Vec::len), Some(0), "{stderr}");
     assert_eq!(
         p["non_stall_calls"]["cuLaunchHostFunc"]["count"].as_u64(),
@@ -142,61 +154,31 @@ fn a_host_function_queued_during_capture_is_left_as_it_is() {
 /// function on the same stream) is not also waiting for the host function: the call is one
 /// `stream_sync` at its line, and no `host_wait` is recorded for it (it was counted twice:
 /// the thread sleeps in the call, and wakes right after the host function).
-const SYNC_SCRIPT: &str = "\
-import ctypes
-cu = ctypes.CDLL('libcuda.so.1')
-libc = ctypes.CDLL(None)
-assert cu.cuInit(0) == 0
-dev = ctypes.c_int()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-ctx = ctypes.c_void_p()
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
-s = ctypes.c_void_p()
-assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
-cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+const SYNC_SCRIPT: &str = concat!(
+    preamble!(),
+    "\
 for _ in range(3):
     assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
     assert cu.cuStreamSynchronize(s) == 0
-";
+"
+);
 
 #[test]
 fn a_thread_in_a_waiting_cuda_call_is_not_also_a_host_wait() {
     let d = TempDir::new("host-wait-sync");
-    let script = d.file("sync.py", SYNC_SCRIPT);
-    let script = script.to_str().unwrap();
-    let report = d.path().join("r.json");
-    let o = Command::new(SYNCSPY)
-        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
-        .args(["python3", script])
-        .env("SYNCSPY_DIR", d.path())
-        .env_remove("SYNCSPY_LIB")
-        .env_remove("SYNCSPY_SIM_LIB")
-        .output()
-        .expect("start syncspy");
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    let sites: Vec<(String, u64, String)> = r["processes"][0]["sites"]
+    let (script, p, stderr) = run(&d, SYNC_SCRIPT, &[]);
+    let sites: Vec<(&str, u64, &str)> = p["sites"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| {
             (
-                s["kind"].as_str().unwrap().to_string(),
+                s["kind"].as_str().unwrap(),
                 s["count"].as_u64().unwrap(),
-                s["location"].as_str().unwrap_or("").to_string(),
+                s["location"].as_str().unwrap_or(""),
             )
         })
         .collect();
-    assert_eq!(
-        sites,
-        [(
-            "stream_sync".to_string(),
-            3,
-            format!("{script}:16 in <module>")
-        )],
-        "{stderr}"
-    );
+    let at = format!("{script}:16 in <module>");
+    assert_eq!(sites, [("stream_sync", 3, at.as_str())], "{stderr}");
 }
