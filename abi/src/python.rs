@@ -660,13 +660,9 @@ impl SegmentReader {
         }
     }
 
-    /// The Python frames of call site `id` (the `site` of a record), innermost first: the
-    /// first is the line that made the CUDA call, or called the library that did. `None` when
-    /// the site has no Python frames (a native thread, a program without Python, a segment
-    /// without Python tables, an unknown id) or its entry is not yet published.
-    ///
-    /// Reads at most `MAX_PY_FRAMES` code entries; call it once per site, not per record.
-    pub fn python_stack(&self, id: u32) -> Option<PyStack> {
+    /// The Python entry of call site `id` once its writer published it; `None` for a frozen or
+    /// truncated segment, one without Python tables, an unknown id or an unpublished entry.
+    fn published_py_site(&self, id: u32) -> Option<&PySiteEntry> {
         let py = self.v.py;
         if self.frozen() || py.site_capacity == 0 || !self.intact() {
             return None;
@@ -677,9 +673,17 @@ impl SegmentReader {
         }
         // SAFETY: validated at open to lie inside the mapping, 64-byte aligned; atomics only.
         let e = unsafe { &*(self.v.map.ptr.add(py.sites_offset) as *const PySiteEntry).add(idx) };
-        if e.state.load(Ordering::Acquire) != STATE_READY {
-            return None;
-        }
+        (e.state.load(Ordering::Acquire) == STATE_READY).then_some(e)
+    }
+
+    /// The Python frames of call site `id` (the `site` of a record), innermost first: the
+    /// first is the line that made the CUDA call, or called the library that did. `None` when
+    /// the site has no Python frames (a native thread, a program without Python, a segment
+    /// without Python tables, an unknown id) or its entry is not yet published.
+    ///
+    /// Reads at most `MAX_PY_FRAMES` code entries; call it once per site, not per record.
+    pub fn python_stack(&self, id: u32) -> Option<PyStack> {
+        let e = self.published_py_site(id)?;
         let n = (e.nframes.load(Ordering::Relaxed) as usize).min(MAX_PY_FRAMES);
         if n == 0 {
             return None;
@@ -695,19 +699,7 @@ impl SegmentReader {
     /// own thread had no Python frames, and never together with `python_stack(id)`. `None`
     /// for every other site, an unpublished entry, and segments older than 1.6.
     pub fn waited_by(&self, id: u32) -> Option<PyWaiter> {
-        let py = self.v.py;
-        if self.frozen() || py.site_capacity == 0 || !self.intact() {
-            return None;
-        }
-        let idx = (id as usize).checked_sub(1)?;
-        if idx >= py.site_capacity {
-            return None;
-        }
-        // SAFETY: validated at open to lie inside the mapping, 64-byte aligned; atomics only.
-        let e = unsafe { &*(self.v.map.ptr.add(py.sites_offset) as *const PySiteEntry).add(idx) };
-        if e.state.load(Ordering::Acquire) != STATE_READY {
-            return None;
-        }
+        let e = self.published_py_site(id)?;
         let flags = e.flags.load(Ordering::Relaxed);
         let n = (e.waiter_frames.load(Ordering::Relaxed) as usize).min(MAX_PY_FRAMES);
         if flags & FLAG_WAITED_BY == 0 || n == 0 || e.nframes.load(Ordering::Relaxed) != 0 {

@@ -8,7 +8,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{artifact, cudacalls, eventually, metric, metrics, Running, TempDir, SYNCSPY};
+use common::{
+    artifact, cudacalls, eventually, metric, metrics, snapshot, Running, TempDir, SYNCSPY,
+};
 
 /// The flooding user (`nobody`).
 const OTHER_USER: u32 = 65534;
@@ -39,21 +41,6 @@ fn flood(bin: &std::path::Path, mode: &str, dir: &std::path::Path, n: &str) -> R
             .spawn()
             .unwrap(),
     )
-}
-
-fn snapshot(addr: &str, token: &str) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "GET /api/v1/snapshot HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
 }
 
 /// The flooding user's processes in a snapshot.

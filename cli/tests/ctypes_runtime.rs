@@ -6,12 +6,10 @@
 //! (`cuMemcpyDtoH`, `cuStreamSynchronize`). Needs `python3` on PATH.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
-
 use serde_json::Value;
 
 mod common;
-use common::{TempDir, SYNCSPY};
+use common::{run_sim_env, TempDir};
 
 const SCRIPT: &str = "\
 import ctypes
@@ -33,16 +31,12 @@ fn runtime_calls_through_ctypes_are_reported_under_the_runtime_names() {
     let script = script.to_str().unwrap();
     for driver in ["1", "0"] {
         let report = d.path().join(format!("r{driver}.json"));
-        let o = Command::new(SYNCSPY)
-            .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
-            .args(["python3", script])
-            .env("SYNCSPY_DIR", d.path())
-            .env("SYNCSPY_DRIVER", driver)
-            .env("SIMCUDA_TIME_SCALE", "1")
-            .env_remove("SYNCSPY_LIB")
-            .env_remove("SYNCSPY_SIM_LIB")
-            .output()
-            .expect("start syncspy");
+        let o = run_sim_env(
+            &d,
+            &["--report", report.to_str().unwrap()],
+            &["python3", script],
+            &[("SYNCSPY_DRIVER", driver)],
+        );
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "{stderr}");
         let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();

@@ -7,12 +7,10 @@
 //! order. Needs `python3` on PATH.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
-
 use serde_json::Value;
 
 mod common;
-use common::{TempDir, SYNCSPY};
+use common::{run_sim_env, TempDir};
 
 /// Lines 1 to 13 of both scripts: the simulated driver's context, a stream, `usleep` as a host
 /// function.
@@ -77,15 +75,12 @@ fn run(d: &TempDir, text: &str, env: &[(&str, &str)]) -> (String, Value, String)
     let script = d.file("hw.py", text);
     let script = script.to_str().unwrap();
     let report = d.path().join("r.json");
-    let o = Command::new(SYNCSPY)
-        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
-        .args(["python3", script])
-        .env("SYNCSPY_DIR", d.path())
-        .envs(env.iter().copied())
-        .env_remove("SYNCSPY_LIB")
-        .env_remove("SYNCSPY_SIM_LIB")
-        .output()
-        .expect("start syncspy");
+    let o = run_sim_env(
+        d,
+        &["--report", report.to_str().unwrap()],
+        &["python3", script],
+        env,
+    );
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();

@@ -231,19 +231,8 @@ fn an_agent_on_the_host_follows_a_job_whose_dev_shm_is_private_to_its_pod() {
 
 /// `/api/v1/snapshot` of the agent at `addr`, with the token the agent wrote in `d`.
 fn snapshot(addr: &str, d: &TempDir) -> serde_json::Value {
-    use std::io::{Read, Write};
     let token = syncspy_read::snapshot::read_token(&d.path().join("agent.token")).unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        s,
-        "GET /api/v1/snapshot HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
+    common::snapshot(addr, &token)
 }
 
 /// A folder beside the built artifacts (not under `/dev/shm`, which the pod's tmpfs hides),

@@ -15,7 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::{artifact, TempDir, SYNCSPY};
+use common::{artifact, run_sim, TempDir, SYNCSPY};
 
 use syncspy_test_support::pycaller::{self, fixture};
 
@@ -151,18 +151,16 @@ fn deep_stack_on(python: &str) {
     );
     let (call_line, module_line) = (12, 15);
     let report = d.path().join("r.json");
-    let o = Command::new(SYNCSPY)
-        .args(["run", "--sim", "--report", report.to_str().unwrap(), "--"])
-        .arg(python)
-        .arg(&script)
-        .arg(&lib)
-        .arg(&pkgs)
-        .env("SYNCSPY_DIR", d.path())
-        .env("SIMCUDA_TIME_SCALE", "1")
-        .env_remove("SYNCSPY_LIB")
-        .env_remove("SYNCSPY_SIM_LIB")
-        .output()
-        .expect("start syncspy");
+    let o = run_sim(
+        &d,
+        &["--report", report.to_str().unwrap()],
+        &[
+            python,
+            script.to_str().unwrap(),
+            lib.to_str().unwrap(),
+            pkgs.to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{python}: {stderr}");
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
@@ -213,18 +211,15 @@ fn the_report_names_the_line_that_waited_for_a_native_threads_stalls() {
     let m = pycaller::markers_of("waits.py", "# W:");
     let report = d.path().join("r.json");
     // Its segment kept for the monitor, below.
-    let o = Command::new(SYNCSPY)
-        .args(["run", "--sim", "--keep-segments", "--report"])
-        .args([report.to_str().unwrap(), "--"])
-        .arg("python3")
-        .arg(fixture("waits.py"))
-        .arg(&lib)
-        .env("SYNCSPY_DIR", d.path())
-        .env("SIMCUDA_TIME_SCALE", "1")
-        .env_remove("SYNCSPY_LIB")
-        .env_remove("SYNCSPY_SIM_LIB")
-        .output()
-        .expect("start syncspy");
+    let o = run_sim(
+        &d,
+        &["--keep-segments", "--report", report.to_str().unwrap()],
+        &[
+            "python3",
+            fixture("waits.py").to_str().unwrap(),
+            lib.to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();

@@ -590,10 +590,19 @@ pub mod stalls {
     /// Held while a stall of thread `tid` runs; unmarks it when dropped.
     pub struct Mark(Option<usize>);
 
-    /// Marks `tid` as inside a waiting call, if host functions are in use.
+    /// Marks the calling thread as inside a waiting call, if host functions are in use (until
+    /// then: one relaxed load, not even the thread id).
     #[inline(always)]
-    pub fn enter(tid: u32) -> Mark {
-        if !ARMED.load(Relaxed) || tid == 0 {
+    pub fn enter() -> Mark {
+        if !ARMED.load(Relaxed) {
+            return Mark(None);
+        }
+        enter_armed(crate::guard::tid())
+    }
+
+    #[inline(never)]
+    fn enter_armed(tid: u32) -> Mark {
+        if tid == 0 {
             return Mark(None);
         }
         let h = home(tid);
@@ -771,12 +780,12 @@ mod tests {
 
     #[test]
     fn a_thread_is_marked_only_while_its_stall_runs_once_armed() {
-        let tid = 888_001;
+        let tid = crate::guard::tid();
         stalls::arm();
         {
-            let _m = stalls::enter(tid);
+            let _m = stalls::enter();
             assert!(stalls::contains(tid));
-            assert!(!stalls::contains(888_002));
+            assert!(!stalls::contains(tid.wrapping_add(1)));
         }
         assert!(!stalls::contains(tid));
     }

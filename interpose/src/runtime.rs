@@ -558,7 +558,7 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         return result;
     };
     let t0 = now_ns();
-    let mark = crate::hostwait::stalls::enter(guard::tid());
+    let mark = crate::hostwait::stalls::enter();
     let result = real();
     drop(mark);
     let t1 = now_ns();

@@ -24,6 +24,16 @@ pub fn cudacalls() -> String {
 
 /// `syncspy run --sim [extra...] -- CMD` with `d` as the segment folder.
 pub fn run_sim(d: &TempDir, extra: &[&str], cmd: &[&str]) -> std::process::Output {
+    run_sim_env(d, extra, cmd, &[])
+}
+
+/// `run_sim` with `env` set for syncspy and CMD.
+pub fn run_sim_env(
+    d: &TempDir,
+    extra: &[&str],
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     std::process::Command::new(SYNCSPY)
         .args(["run", "--sim"])
         .args(extra)
@@ -34,6 +44,7 @@ pub fn run_sim(d: &TempDir, extra: &[&str], cmd: &[&str]) -> std::process::Outpu
         .env_remove("SYNCSPY_LIB")
         .env_remove("SYNCSPY_SIM_LIB")
         .env_remove("SYNCSPY_RING")
+        .envs(env.iter().copied())
         .output()
         .expect("start syncspy")
 }
@@ -63,6 +74,22 @@ pub fn metrics(addr: &str) -> String {
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// `/api/v1/snapshot` of the agent at `addr`, asked with `token`.
+pub fn snapshot(addr: &str, token: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "GET /api/v1/snapshot HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
 }
 
 /// The value of the first line of `body` that starts with `line_start`, as a number.

@@ -23,108 +23,53 @@ pub fn hook(name: &[u8]) -> Option<*mut c_void> {
         .map(|(_, f)| f)
 }
 
+/// Lists each hook with its name, the name taken from the hook's own (so the two cannot
+/// differ).
+macro_rules! named {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        [$((stringify!($name), $module::$name as *mut c_void)),*]
+    };
+}
+
 /// Every runtime function the library exports, with its hook.
 fn table() -> [(&'static str, *mut c_void); 36] {
-    [
-        (
-            "cudaDeviceSynchronize",
-            sync::cudaDeviceSynchronize as *mut c_void,
-        ),
-        (
-            "cudaStreamSynchronize",
-            sync::cudaStreamSynchronize as *mut c_void,
-        ),
-        (
-            "cudaStreamSynchronize_ptsz",
-            sync::cudaStreamSynchronize_ptsz as *mut c_void,
-        ),
-        (
-            "cudaEventSynchronize",
-            sync::cudaEventSynchronize as *mut c_void,
-        ),
-        ("cudaStreamQuery", sync::cudaStreamQuery as *mut c_void),
-        (
-            "cudaStreamQuery_ptsz",
-            sync::cudaStreamQuery_ptsz as *mut c_void,
-        ),
-        ("cudaEventQuery", sync::cudaEventQuery as *mut c_void),
-        ("cudaMemcpy", memcpy::cudaMemcpy as *mut c_void),
-        ("cudaMemcpy_ptds", memcpy::cudaMemcpy_ptds as *mut c_void),
-        ("cudaMemcpyAsync", memcpy::cudaMemcpyAsync as *mut c_void),
-        (
-            "cudaMemcpyAsync_ptsz",
-            memcpy::cudaMemcpyAsync_ptsz as *mut c_void,
-        ),
-        ("cudaMemcpy2D", memcpy::cudaMemcpy2D as *mut c_void),
-        (
-            "cudaMemcpy2D_ptds",
-            memcpy::cudaMemcpy2D_ptds as *mut c_void,
-        ),
-        (
-            "cudaMemcpy2DAsync",
-            memcpy::cudaMemcpy2DAsync as *mut c_void,
-        ),
-        (
-            "cudaMemcpy2DAsync_ptsz",
-            memcpy::cudaMemcpy2DAsync_ptsz as *mut c_void,
-        ),
-        ("cudaMemcpy3D", memcpy::cudaMemcpy3D as *mut c_void),
-        (
-            "cudaMemcpy3D_ptds",
-            memcpy::cudaMemcpy3D_ptds as *mut c_void,
-        ),
-        (
-            "cudaMemcpy3DAsync",
-            memcpy::cudaMemcpy3DAsync as *mut c_void,
-        ),
-        (
-            "cudaMemcpy3DAsync_ptsz",
-            memcpy::cudaMemcpy3DAsync_ptsz as *mut c_void,
-        ),
-        (
-            "cudaMemcpyToSymbol",
-            memcpy::cudaMemcpyToSymbol as *mut c_void,
-        ),
-        (
-            "cudaMemcpyToSymbol_ptds",
-            memcpy::cudaMemcpyToSymbol_ptds as *mut c_void,
-        ),
-        (
-            "cudaMemcpyFromSymbol",
-            memcpy::cudaMemcpyFromSymbol as *mut c_void,
-        ),
-        (
-            "cudaMemcpyFromSymbol_ptds",
-            memcpy::cudaMemcpyFromSymbol_ptds as *mut c_void,
-        ),
-        (
-            "cudaMemcpyToSymbolAsync",
-            memcpy::cudaMemcpyToSymbolAsync as *mut c_void,
-        ),
-        (
-            "cudaMemcpyToSymbolAsync_ptsz",
-            memcpy::cudaMemcpyToSymbolAsync_ptsz as *mut c_void,
-        ),
-        (
-            "cudaMemcpyFromSymbolAsync",
-            memcpy::cudaMemcpyFromSymbolAsync as *mut c_void,
-        ),
-        (
-            "cudaMemcpyFromSymbolAsync_ptsz",
-            memcpy::cudaMemcpyFromSymbolAsync_ptsz as *mut c_void,
-        ),
-        ("cudaMemcpyPeer", memcpy::cudaMemcpyPeer as *mut c_void),
-        ("cudaFree", memory::cudaFree as *mut c_void),
-        ("cudaFreeHost", memory::cudaFreeHost as *mut c_void),
-        (
-            "cudaHostUnregister",
-            memory::cudaHostUnregister as *mut c_void,
-        ),
-        ("cudaMallocHost", memory::cudaMallocHost as *mut c_void),
-        ("cudaHostAlloc", memory::cudaHostAlloc as *mut c_void),
-        ("cudaHostRegister", memory::cudaHostRegister as *mut c_void),
-        ("cudaMemset", memory::cudaMemset as *mut c_void),
-        ("cudaMemset_ptds", memory::cudaMemset_ptds as *mut c_void),
+    named![
+        sync::cudaDeviceSynchronize,
+        sync::cudaStreamSynchronize,
+        sync::cudaStreamSynchronize_ptsz,
+        sync::cudaEventSynchronize,
+        sync::cudaStreamQuery,
+        sync::cudaStreamQuery_ptsz,
+        sync::cudaEventQuery,
+        memcpy::cudaMemcpy,
+        memcpy::cudaMemcpy_ptds,
+        memcpy::cudaMemcpyAsync,
+        memcpy::cudaMemcpyAsync_ptsz,
+        memcpy::cudaMemcpy2D,
+        memcpy::cudaMemcpy2D_ptds,
+        memcpy::cudaMemcpy2DAsync,
+        memcpy::cudaMemcpy2DAsync_ptsz,
+        memcpy::cudaMemcpy3D,
+        memcpy::cudaMemcpy3D_ptds,
+        memcpy::cudaMemcpy3DAsync,
+        memcpy::cudaMemcpy3DAsync_ptsz,
+        memcpy::cudaMemcpyToSymbol,
+        memcpy::cudaMemcpyToSymbol_ptds,
+        memcpy::cudaMemcpyFromSymbol,
+        memcpy::cudaMemcpyFromSymbol_ptds,
+        memcpy::cudaMemcpyToSymbolAsync,
+        memcpy::cudaMemcpyToSymbolAsync_ptsz,
+        memcpy::cudaMemcpyFromSymbolAsync,
+        memcpy::cudaMemcpyFromSymbolAsync_ptsz,
+        memcpy::cudaMemcpyPeer,
+        memory::cudaFree,
+        memory::cudaFreeHost,
+        memory::cudaHostUnregister,
+        memory::cudaMallocHost,
+        memory::cudaHostAlloc,
+        memory::cudaHostRegister,
+        memory::cudaMemset,
+        memory::cudaMemset_ptds,
     ]
 }
 
