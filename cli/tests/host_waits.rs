@@ -177,3 +177,62 @@ fn a_thread_in_a_waiting_cuda_call_is_not_also_a_host_wait() {
     let at = format!("{script}:16 in <module>");
     assert_eq!(sites, [("stream_sync", 3, at.as_str())], "{stderr}");
 }
+
+/// Two lines that wait through the same library function (as JAX's `device_get` does, through
+/// `ArrayImpl._value`): the library's frame is the same frame at the same instruction, called
+/// from the same depth, for both; each wait is still named at its own line (a look that
+/// reused the stack found at the first line once named every later wait there).
+#[test]
+fn waits_through_one_library_function_are_named_at_each_calling_line() {
+    let d = TempDir::new("host-wait-lib");
+    let lib = d.path().join("site-packages");
+    std::fs::create_dir(&lib).unwrap();
+    std::fs::write(
+        lib.join("waitlib.py"),
+        "def wait(libc, sem):\n    libc.sem_wait(sem)\n",
+    )
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        preamble!(),
+        format_args!(
+            "\
+import sys
+sys.path.insert(0, {lib:?})
+import waitlib
+post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
+sem = ctypes.create_string_buffer(64)
+assert libc.sem_init(sem, 0, 0) == 0
+def once():
+    assert cu.cuLaunchHostFunc(s, usleep, 20000) == 0
+    assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
+once(); waitlib.wait(libc, sem)
+for _ in range(3):
+    once(); waitlib.wait(libc, sem)
+",
+            lib = lib.to_str().unwrap()
+        )
+    );
+    let (script, p, stderr) = run(&d, &text, &[]);
+    let mut got: Vec<(String, u64)> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "host_wait")
+        .map(|s| {
+            (
+                s["location"].as_str().unwrap_or("").to_string(),
+                s["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (format!("{script}:23 in <module>"), 1),
+            (format!("{script}:25 in <module>"), 3),
+        ],
+        "{stderr}"
+    );
+}

@@ -193,20 +193,9 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         return None;
     }
     read_others(py, |m| {
-        let at = waiter::locate(py, m, 0).ok()?;
-        let tid = waiter::native_tid(py, m, at.found)?;
-        // A thread blocked again where it was last time (a loop's wait): its stack is the one
-        // found then, after a few reads instead of a walk.
-        let key = waiter::frame_key(py, m, at.top).map(|k| (native, at.found.tstate, k));
-        if let Some(site) = key.and_then(looks::get) {
-            return waiter::still_blocked(py, m, &at).then_some(Blocked { site, tid });
-        }
         let mut w = Walk::new();
-        // SAFETY: `Remote` reads have no requirement.
-        unsafe { walk::walk_with(py, m, at.found.tstate, &mut w) };
-        if w.n == 0 || !waiter::still_blocked(py, m, &at) {
-            return None;
-        }
+        let found = waiter::find(py, m, 0, &mut w).ok()?;
+        let tid = waiter::native_tid(py, m, found)?;
         let site = match cache::lookup(native, w.hash) {
             Some(site) => site,
             None => {
@@ -220,50 +209,8 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
                 site
             }
         };
-        if let Some(k) = key {
-            looks::put(k, site);
-        }
         Some(Blocked { site, tid })
     })
-}
-
-/// The sites of recent looks at blocked threads (`blocked_thread`), by (native site, thread
-/// state, `waiter::frame_key`): on the thread that runs host functions, a few entries, the
-/// oldest replaced first.
-mod looks {
-    use std::cell::RefCell;
-
-    type Key = (u32, usize, [usize; 4]);
-    const N: usize = 16;
-    /// The next entry to replace, and the entries.
-    type Looks = (usize, [Option<(Key, u32)>; N]);
-
-    thread_local! {
-        static LOOKS: RefCell<Looks> = const { RefCell::new((0, [None; N])) };
-    }
-
-    pub fn get(key: Key) -> Option<u32> {
-        LOOKS
-            .try_with(|l| {
-                let l = l.try_borrow().ok()?;
-                l.1.iter()
-                    .flatten()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, s)| *s)
-            })
-            .ok()
-            .flatten()
-    }
-
-    pub fn put(key: Key, site: u32) {
-        let _ = LOOKS.try_with(|l| {
-            if let Ok(mut l) = l.try_borrow_mut() {
-                let i = l.0 % N;
-                l.1[i] = Some((key, site));
-                l.0 = l.0.wrapping_add(1);
-            }
-        });
-    }
 }
 
 /// The (code id, line) of each frame of `w`, decoding names into the code table.

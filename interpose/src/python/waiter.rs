@@ -77,10 +77,10 @@ pub fn find(py: &Python, m: &mut Remote, me: usize, w: &mut Walk) -> Result<Foun
 }
 
 /// The waiting thread `locate` picked, with what tells later that it has not moved.
-pub struct Located {
-    pub found: Found,
+struct Located {
+    found: Found,
     /// Its innermost frame when it was picked.
-    pub top: usize,
+    top: usize,
     /// Where the GIL's `locked` flag and holder are.
     gil: (usize, usize),
 }
@@ -93,7 +93,7 @@ fn gil_holder(m: &mut Remote, (locked_at, holder_at): (usize, usize)) -> Option<
 }
 
 /// Picks the waiting thread by the module's rule, without walking its frames.
-pub fn locate(py: &Python, m: &mut Remote, me: usize) -> Result<Located, Miss> {
+fn locate(py: &Python, m: &mut Remote, me: usize) -> Result<Located, Miss> {
     let t = &py.layout.threads;
     m.reset();
     // SAFETY: `Remote` reads have no requirement.
@@ -166,28 +166,11 @@ pub fn locate(py: &Python, m: &mut Remote, me: usize) -> Result<Located, Miss> {
 
 /// Whether the thread `at` picked is still off the GIL at the same innermost frame, read
 /// again (not from the page cache).
-pub fn still_blocked(py: &Python, m: &mut Remote, at: &Located) -> bool {
+fn still_blocked(py: &Python, m: &mut Remote, at: &Located) -> bool {
     m.reset();
     // SAFETY: `Remote` reads have no requirement.
     let top = unsafe { walk::top_frame(py, m, at.found.tstate) };
     gil_holder(m, at.gil) != Some(at.found.tstate) && top == Some(at.top)
-}
-
-/// What identifies the innermost frame of a blocked thread for a repeated look: the frame,
-/// its code object, its instruction and its caller's frame. The same key later means the
-/// same line in the same caller (a deeper caller could differ: a look that finds the key
-/// takes the stack it had the first time).
-pub fn frame_key(py: &Python, m: &mut Remote, top: usize) -> Option<[usize; 4]> {
-    let l = &py.layout;
-    // SAFETY: `Remote` reads have no requirement.
-    unsafe {
-        Some([
-            top,
-            m.word(top, l.frame_code)?,
-            m.word(top, l.frame_instr)?,
-            m.word(top, l.frame_previous)?,
-        ])
-    }
 }
 
 /// The kernel's id of the thread of `found` (the one `/proc/self/task` lists), if it can be
