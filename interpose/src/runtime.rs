@@ -665,10 +665,43 @@ mod poll {
     use std::cell::Cell;
     use syncspy_abi::Api;
 
+    /// Between two answers of a run, a thread that let more than this pass, most of it off
+    /// the CPU, slept between them: it was checking, not waiting (`Runtime::poll_step`).
+    /// NCCL's watchdog sleeps 100 ms between two `cudaEventQuery`s, a heartbeat or progress
+    /// bar longer. A spinning loop asks within microseconds; a Python loop that loses the GIL
+    /// to another thread between two asks, within one switch interval (5 ms); a thread busy
+    /// spinning on another object stays on the CPU.
+    pub const MAX_GAP_NS: u64 = 10_000_000;
+
+    /// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID), 0 if unreadable.
+    pub fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+            return 0;
+        }
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+    }
+
+    /// Whether the thread slept since the run's latest answer: more than `MAX_GAP_NS`
+    /// passed, and it spent less than half of it on the CPU.
+    pub fn slept_since(run: &Run, now_ns: u64, cpu_ns: u64) -> bool {
+        let gap = now_ns.saturating_sub(run.last_ns);
+        gap > MAX_GAP_NS && cpu_ns.saturating_sub(run.last_cpu_ns) < gap / 2
+    }
+
     #[derive(Clone, Copy)]
     pub struct Run {
         /// When the run's first query returned not-ready (`now_ns`); 0: no run open.
         pub start_ns: u64,
+        /// When its latest not-ready query returned, and the thread's CPU time then.
+        pub last_ns: u64,
+        pub last_cpu_ns: u64,
         /// The stream or event queried.
         pub object: u64,
         /// Not-ready queries so far.
@@ -679,6 +712,8 @@ mod poll {
 
     pub const NONE: Run = Run {
         start_ns: 0,
+        last_ns: 0,
+        last_cpu_ns: 0,
         object: 0,
         polls: 0,
         api: Api::CudaStreamQuery,
@@ -709,47 +744,83 @@ impl Runtime {
     /// run), and calls that did not stall do not end it. A stall recorded meanwhile on the
     /// thread ends it at that stall's start (`end_poll_run`). A run still open when its thread
     /// or process ends is not recorded.
+    ///
+    /// Only a thread that keeps asking waits: when it slept since the run's latest not-ready
+    /// answer (`poll::slept_since`: more than 10 ms, mostly off the CPU, like NCCL's
+    /// watchdog between two `cudaEventQuery`s), it was checking, not waiting. The run then
+    /// ends at that answer, recorded only if it had at least two of them (a spin that gave
+    /// up); this query starts afresh (a new run if it is not-ready, nothing otherwise).
     #[cold]
     #[inline(never)]
     fn poll_step(&self, api: Api, object: u64, flags: u8, result: u32) {
         let Ok(run) = poll::RUN.try_with(std::cell::Cell::get) else {
             return;
         };
+        let now = now_ns().max(1);
+        let cpu = poll::thread_cpu_ns();
+        let open = poll::Run {
+            start_ns: now,
+            last_ns: now,
+            last_cpu_ns: cpu,
+            object,
+            polls: 1,
+            api,
+            flags,
+        };
         if run.start_ns == 0 {
             // Only a not-ready result gets here without an open run.
-            poll::RUN.set(poll::Run {
-                start_ns: now_ns().max(1),
-                object,
-                polls: 1,
-                api,
-                flags,
-            });
+            poll::RUN.set(open);
             return;
         }
         if run.api != api || run.object != object {
             return;
         }
+        if poll::slept_since(&run, now, cpu) {
+            poll::RUN.set(if result == NOT_READY {
+                open
+            } else {
+                poll::NONE
+            });
+            self.emit_given_up(run);
+            return;
+        }
         if result == NOT_READY {
             poll::RUN.set(poll::Run {
                 polls: run.polls.saturating_add(1),
+                last_ns: now,
+                last_cpu_ns: cpu,
                 ..run
             });
             return;
         }
         poll::RUN.set(poll::NONE);
-        self.emit_poll(run, now_ns(), result);
+        self.emit_poll(run, now, result);
     }
 
     /// Ends this thread's open polling run at `end_ns` (a stall's start), as a `poll_wait`
-    /// that did not see the work done (result not-ready).
+    /// that did not see the work done (result not-ready); a run whose thread slept since its
+    /// latest answer (`poll::slept_since`) ends at that answer instead.
     #[cold]
     #[inline(never)]
     fn end_poll_run(&self, end_ns: u64) {
         let Ok(run) = poll::RUN.try_with(|c| c.replace(poll::NONE)) else {
             return;
         };
-        if run.start_ns != 0 {
+        if run.start_ns == 0 {
+            return;
+        }
+        if poll::slept_since(&run, end_ns, poll::thread_cpu_ns()) {
+            self.emit_given_up(run);
+        } else {
             self.emit_poll(run, end_ns.max(run.start_ns), NOT_READY);
+        }
+    }
+
+    /// A run its thread stopped asking in: a `poll_wait` up to its latest not-ready answer
+    /// when it had several (a spin that gave up), nothing for a lone check.
+    fn emit_given_up(&self, run: poll::Run) {
+        if run.polls >= 2 {
+            self.emit_poll(run, run.last_ns, NOT_READY);
         }
     }
 

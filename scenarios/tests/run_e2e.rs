@@ -360,6 +360,46 @@ fn polling_runs_end_at_a_stall_or_at_their_own_objects_ready_answer() {
     assert!(total >= 3 * 15_000_000, "{total} ns");
 }
 
+/// A thread that sleeps between its queries (NCCL's watchdog: a `cudaEventQuery` every
+/// 100 ms) is checking, not waiting: its not-ready answers make no `poll_wait`, neither when
+/// a later answer finds the work done nor when the thread then synchronizes; a spin beside
+/// them is still one `poll_wait` of its own length.
+#[test]
+fn queries_with_sleeps_between_them_are_checks_not_poll_waits() {
+    let c = cudacalls();
+    let mut ops: Vec<&str> = vec![&c, "--iters", "2", "busy=s1:250000"];
+    // Checks every 100 ms until the work is done (the fourth finds it done).
+    for _ in 0..4 {
+        ops.extend(["query=s1", "sleep=100000"]);
+    }
+    // A spin on 20 ms of work.
+    ops.extend(["busy=s1:20000", "poll=s1"]);
+    // Checks, then (after a sleep) a sync that waits for the rest.
+    ops.extend([
+        "busy=s1:300000",
+        "query=s1",
+        "sleep=100000",
+        "query=s1",
+        "sleep=50000",
+    ]);
+    ops.push("sync=s1");
+    let r = syncspy_run("watchdog", &[], &ops);
+    assert_eq!(r.code(), 0, "stderr:\n{}", r.stderr());
+    let t = &r.truth[0];
+    let p = r.proc_of(t["pid"].as_u64().unwrap());
+    let n = |k: &str| t["polls"]["cudaStreamQuery"][k].as_u64().unwrap();
+    // The program's own view: its checks saw the work pending (3 + 2 per iteration).
+    assert!(n("not_ready") >= 2 * 5, "{t}");
+    let pw = kind(p, "poll_wait");
+    assert_eq!(count(pw), 2, "one per spin, none for the checks: {pw}");
+    let total = pw["total_ns"].as_u64().unwrap();
+    assert!(total < 2 * 40_000_000, "the spins' waits only: {total} ns");
+    assert!(total >= 2 * 15_000_000, "{total} ns");
+    assert_eq!(count(kind(p, "stream_sync")), 2);
+    // Every query is still counted as a call.
+    assert_matches_truth(p, t);
+}
+
 #[test]
 fn stall_durations_are_the_waits_that_happened() {
     let c = cudacalls();
