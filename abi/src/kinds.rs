@@ -28,9 +28,10 @@ macro_rules! named_enum {
             }
         }
 
+        /// The name, honouring width, fill, alignment and precision (`{:<16}` in tables).
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.name())
+                f.pad(self.name())
             }
         }
     };
@@ -173,5 +174,22 @@ mod tests {
         assert_eq!(Kind::from_u8(0), None);
         assert_eq!(Api::from_u8(200), None);
         assert_eq!(Direction::from_u8(4), Some(Direction::HostToHost));
+    }
+
+    #[test]
+    fn display_honours_width_fill_alignment_and_precision() {
+        // Tables pad names to a column: `{:<16}` must pad a kind as it pads a string.
+        assert_eq!(format!("{:<16}|", Kind::DeviceSync), "device_sync     |");
+        assert_eq!(format!("{:>16}|", Kind::PollWait), "       poll_wait|");
+        assert_eq!(format!("{:*^13}", Kind::GpuIdle), "**gpu_idle***");
+        assert_eq!(format!("{:.6}", Kind::StreamSync), "stream");
+        assert_eq!(format!("{:<12}|", Api::CudaMemcpy), "cudaMemcpy  |");
+        assert_eq!(format!("{:>5}", Direction::HostToDevice), "  h2d");
+        // Too long for the width: the whole name, never cut.
+        assert_eq!(format!("{:<4}", Kind::MemcpyPageable), "memcpy_pageable");
+        for k in Kind::ALL {
+            assert_eq!(format!("{k:<20}").len(), 20, "{k}");
+            assert_eq!(format!("{k}"), k.name());
+        }
     }
 }

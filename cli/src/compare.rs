@@ -577,6 +577,55 @@ mod tests {
         assert_eq!(back, c);
     }
 
+    /// `syncspy report a.json b.json`: the kind table's columns line up whatever the names'
+    /// lengths.
+    #[test]
+    fn the_kind_table_columns_line_up_for_names_of_every_length() {
+        let mut before = proc_with(10, 10_000_000, true);
+        before.kinds.insert(
+            "gpu_idle".into(),
+            Stats {
+                count: 3,
+                total_ns: 3_000,
+                ..Stats::default()
+            },
+        );
+        let after = proc_with(3, 3_000_000, false);
+        let c = compare(
+            "a.json",
+            &report(vec![before]),
+            "b.json",
+            &report(vec![after]),
+        );
+        let t = render_text(&c);
+        let header = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("kind "))
+            .unwrap_or_else(|| panic!("no kind table: {t}"));
+        // Where the first "count" heading ends: every row's before-count ends there too.
+        let count_end = header.find("count").map(|i| i + "count".len());
+        let rows: Vec<&str> = t
+            .lines()
+            .filter(|l| {
+                ["stream_sync", "memcpy_pageable", "gpu_idle"]
+                    .iter()
+                    .any(|n| l.starts_with(&format!("  {n} ")))
+            })
+            .collect();
+        assert_eq!(rows.len(), 3, "{t}");
+        for row in rows {
+            let name = row.split_whitespace().next().unwrap_or_default();
+            let count = row[2 + name.len()..].trim_start();
+            let end = row.len() - count.len() + count.find(' ').unwrap_or(count.len());
+            assert_eq!(
+                Some(end),
+                count_end,
+                "misaligned:\n{header}\n{row}\nin\n{t}"
+            );
+            assert_eq!(row.len(), header.len(), "misaligned:\n{header}\n{row}");
+        }
+    }
+
     #[test]
     fn changes_read_naturally() {
         assert_eq!(change(5, 5, count_text), "0");

@@ -760,6 +760,107 @@ mod tests {
         assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
     }
 
+    /// The kind table's columns line up whatever the kinds' name lengths, known or not.
+    #[test]
+    fn the_kind_table_columns_line_up_for_names_of_every_length() {
+        let mut p = ProcessReport {
+            pid: 7,
+            cmdline: "./train".into(),
+            wall_ns: 1_000_000_000,
+            ..ProcessReport::default()
+        };
+        let kinds = [
+            ("device_sync", 1, 3_000),
+            ("memcpy_pageable", 20, 32_470_000),
+            ("gpu_idle", 4, 1_000_000),
+            ("poll_wait", 300, 12_000_000),
+            // A kind from a newer writer: an unknown name, padded the same way.
+            ("tensor_sync", 2, 5_000),
+        ];
+        for (name, count, total_ns) in kinds {
+            p.kinds.insert(
+                name.into(),
+                Stats {
+                    count,
+                    total_ns,
+                    p50_ns: total_ns / count,
+                    p99_ns: total_ns / count,
+                    max_ns: total_ns / count,
+                    recorded_count: count,
+                    ..Stats::default()
+                },
+            );
+        }
+        let r = Report {
+            syncspy_report: 1,
+            processes: vec![p],
+            ..Report::default()
+        };
+        let s = render(&r);
+        let header = s
+            .lines()
+            .find(|l| l.trim_start().starts_with("kind "))
+            .unwrap_or_else(|| panic!("no kind table: {s}"));
+        let rows: Vec<&str> = s
+            .lines()
+            .filter(|l| {
+                kinds
+                    .iter()
+                    .any(|(n, ..)| l.starts_with(&format!("  {n} ")))
+            })
+            .collect();
+        assert_eq!(rows.len(), kinds.len(), "{s}");
+        // Each word of a line with the column where it ends.
+        let words = |l: &str| -> Vec<(String, usize)> {
+            let mut out = Vec::new();
+            let mut start = None;
+            for (i, c) in l.char_indices().chain([(l.len(), ' ')]) {
+                match (c == ' ', start) {
+                    (false, None) => start = Some(i),
+                    (true, Some(b)) => {
+                        out.push((l[b..i].to_string(), i));
+                        start = None;
+                    }
+                    _ => {}
+                }
+            }
+            out
+        };
+        let end_of = |w: &str| {
+            words(header)
+                .into_iter()
+                .find(|(t, _)| t == w)
+                .map(|(_, e)| e)
+                .unwrap_or_else(|| panic!("no {w} in {header}"))
+        };
+        let (count_end, total_end, wall_end) = (end_of("count"), end_of("ms"), end_of("wall"));
+        for row in &rows {
+            let w = words(row);
+            let msg = format!("misaligned row:\n{header}\n{row}\nin\n{s}");
+            // The name starts the row; the count and total ms columns end under their
+            // headings, and so does the last (the wall share).
+            assert_eq!(w[0].1 - w[0].0.len(), 2, "{msg}");
+            assert_eq!(w[1].1, count_end, "{msg}");
+            assert_eq!(w[2].1, total_end, "{msg}");
+            assert_eq!(w[w.len() - 1].1, wall_end, "{msg}");
+        }
+        // In the ABI's order, the unknown name last.
+        let order: Vec<&str> = rows
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "device_sync",
+                "memcpy_pageable",
+                "gpu_idle",
+                "poll_wait",
+                "tensor_sync"
+            ]
+        );
+    }
+
     #[test]
     fn attach_reports_threads_and_start_up_cost_read_for_what_they_are() {
         let p = ProcessReport {

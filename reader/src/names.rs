@@ -100,9 +100,10 @@ impl<T: Vocabulary> From<&str> for Name<T> {
     }
 }
 
+/// The name, honouring width, fill, alignment and precision (`{:<16}` in tables).
 impl<T: Vocabulary> fmt::Display for Name<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -173,7 +174,7 @@ macro_rules! text_vocabulary {
 
         impl ::std::fmt::Display for $name {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str($crate::names::Vocabulary::name(*self))
+                f.pad($crate::names::Vocabulary::name(*self))
             }
         }
     };
@@ -226,6 +227,26 @@ mod tests {
         }
         let s: GpuState = Name::<GpuState>::new("yielded").known().unwrap();
         assert_eq!(s, GpuState::Yielded);
+    }
+
+    #[test]
+    fn display_honours_width_fill_alignment_and_precision() {
+        let known = KindName::from(Kind::DeviceSync);
+        let other = KindName::new("tensor_sync");
+        let api = ApiName::from(Api::CudaStreamSynchronize);
+        assert_eq!(format!("{known:<16}|"), "device_sync     |");
+        assert_eq!(format!("{other:<16}|"), "tensor_sync     |");
+        assert_eq!(format!("{known:>16}|"), "     device_sync|");
+        assert_eq!(format!("{api:-^25}"), "--cudaStreamSynchronize--");
+        assert_eq!(format!("{other:.6}"), "tensor");
+        assert_eq!(format!("{:<12}|", GpuState::Paused), "paused      |");
+        assert_eq!(format!("{:>6}", GpuMode::On), "    on");
+        // Names of different lengths fill one column.
+        let rows: Vec<String> = ["device_sync", "memcpy_pageable", "gpu_idle", "zz_new"]
+            .iter()
+            .map(|n| format!("{:<16}{:>4}", KindName::new(n), 1))
+            .collect();
+        assert!(rows.iter().all(|r| r.len() == 20), "{rows:?}");
     }
 
     #[test]
