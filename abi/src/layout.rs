@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 7;
+pub const ABI_MINOR: u16 = 8;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -194,6 +194,9 @@ pub struct Header {
     /// ABI 1.5: the writer's namespaces and how its liveness shows (`origin` module);
     /// written once, before the segment is visible.
     pub origin: crate::origin::Origin,
+    /// ABI 1.8: the process's collective-communication calls, measured on the GPU
+    /// (`collectives` module).
+    pub collectives: crate::collectives::CollectiveLive,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.

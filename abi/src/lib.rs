@@ -15,6 +15,7 @@
 //! larger header.
 
 pub mod clock;
+pub mod collectives;
 pub mod control;
 pub mod fault;
 pub mod gpu;

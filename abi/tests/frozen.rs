@@ -8,7 +8,8 @@
 //! collective-kernel time, `tests/data/segment-v1.5.bin` one written by ABI 1.5's, with the
 //! writer's namespaces and its liveness lock, `tests/data/segment-v1.6.bin` one written by
 //! ABI 1.6's, with a call site waited for by the main Python thread,
-//! `tests/data/segment-v1.7.bin` one written by ABI 1.7's, with a `host_wait`; all
+//! `tests/data/segment-v1.7.bin` one written by ABI 1.7's, with a `host_wait`,
+//! `tests/data/segment-v1.8.bin` one written by ABI 1.8's, with measured collectives; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -21,6 +22,7 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
+use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive, COLLECTIVES_END};
 use syncspy_abi::control::{
     CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
 };
@@ -67,6 +69,9 @@ const V1_6: &str = "segment-v1.6.bin";
 /// The frozen ABI 1.7 segment: the v1.6 contents, one `cuLaunchHostFunc` call and the
 /// `host_wait` its host function ended.
 const V1_7: &str = "segment-v1.7.bin";
+/// The frozen ABI 1.8 segment: the v1.7 contents and the collectives part of a rank that made
+/// twelve collective calls.
+const V1_8: &str = "segment-v1.8.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -498,6 +503,35 @@ fn write_v1_6(dir: &Path) -> PathBuf {
 
 /// Writes the v1.7 segment's contents: the v1.6 contents, one `cuLaunchHostFunc` (a call that
 /// did not stall) and the `host_wait` of `records_v1_7`.
+/// The collectives part of the v1.8 file, as a reader reports it.
+fn collectives_v1_8() -> CollectiveCalls {
+    CollectiveCalls {
+        calls: 12,
+        measured: 2,
+        gpu_ns: 9_000_000,
+        max_ns: 6_000_000,
+        first_ns: 1_000_000_000,
+        last_ns: 1_040_000_000,
+        unmeasured: 1,
+        comm_id: 0x0c0_ffee,
+        comm_rank: Some(3),
+        comm_size: Some(8),
+    }
+}
+
+/// Writes the v1.8 segment's contents with the current writer; returns the file's path.
+fn write_v1_8(dir: &Path) -> PathBuf {
+    write_v1_6_with(dir, &records_v1_7(), |w| {
+        w.live().calls[Api::CuLaunchHostFunc as usize].add_untimed(0);
+        let c = w.collectives();
+        c.calls.fetch_add(12, Relaxed);
+        c.add_measured(1_000_000_000, 1_010_000_000, 6_000_000);
+        c.add_measured(1_030_000_000, 1_040_000_000, 3_000_000);
+        c.unmeasured.fetch_add(1, Relaxed);
+        c.set_comm(0x0c0_ffee, Some(3), Some(8));
+    })
+}
+
 fn write_v1_7(dir: &Path) -> PathBuf {
     write_v1_6_with(dir, &records_v1_7(), |w| {
         w.live().calls[Api::CuLaunchHostFunc as usize].add_untimed(0);
@@ -1338,14 +1372,14 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_7_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_8_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_7(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_7, &fresh);
+    let fresh = std::fs::read(write_v1_8(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_8, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.7 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.8 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
@@ -1353,27 +1387,53 @@ fn the_current_writer_reproduces_the_v1_7_file_byte_for_byte() {
 }
 
 #[test]
-fn without_host_functions_the_current_writer_changes_only_the_minor_of_v1_6() {
+fn without_collectives_the_current_writer_changes_only_the_version_fields_of_v1_7() {
+    let dir = TempDir::new("rewrite-1-7");
+    let fresh = std::fs::read(write_v1_7(&dir.0)).unwrap();
+    assert_only_the_minor_differs(V1_7, &fresh, 7);
+}
+
+#[test]
+fn without_host_functions_the_current_writer_changes_only_the_version_fields_of_v1_6() {
     let dir = TempDir::new("rewrite-1-6");
     let fresh = std::fs::read(write_v1_6(&dir.0)).unwrap();
     assert_only_the_minor_differs(V1_6, &fresh, 6);
 }
 
 #[test]
-fn without_waiting_threads_the_current_writer_changes_only_the_minor_of_v1_5() {
+fn without_waiting_threads_the_current_writer_changes_only_the_version_fields_of_v1_5() {
     let dir = TempDir::new("rewrite-1-5");
     let fresh = std::fs::read(write_v1_5(&dir.0)).unwrap();
     assert_only_the_minor_differs(V1_5, &fresh, 5);
 }
 
-/// Asserts that `fresh` (written now) and the frozen file `name` (of minor `frozen_minor`, with
-/// this build's header) differ only in `abi_minor`.
+#[test]
+fn the_v1_8_file_reads_back_exactly() {
+    let path = data(V1_8);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables and the v1.8 header");
+    let r = SegmentReader::open(&path).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 8));
+    assert_eq!(r.ident().header_size, 7288);
+    assert_eq!(r.collective_calls(), Some(collectives_v1_8()));
+    assert_eq!(r.collective_calls().unwrap().window_ns(), 40_000_000);
+    // Every earlier part reads as in v1.7.
+    let old = SegmentReader::open(&data(V1_7)).unwrap();
+    assert_eq!(old.collective_calls(), None);
+    assert_eq!(r.job(), old.job());
+    assert_eq!(r.control_status(), old.control_status());
+}
+
+/// Asserts that `fresh` (written now, with nothing in the parts appended since the frozen
+/// file's version) and the frozen file `name` (of minor `frozen_minor`, v1.5 or later) differ
+/// only in `abi_minor` and, from v1.8 on, `header_size`.
 fn assert_only_the_minor_differs(name: &str, fresh: &[u8], frozen_minor: u16) {
     let frozen = frozen_or_keep(name, fresh);
     let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
     let differ: Vec<usize> = differing(fresh, &frozen)
         .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i))
+        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
         .collect();
     assert!(
         differ.is_empty(),
@@ -1383,6 +1443,10 @@ fn assert_only_the_minor_differs(name: &str, fresh: &[u8], frozen_minor: u16) {
     );
     assert_eq!(get_u16(&frozen, minor), frozen_minor);
     assert_eq!(get_u16(fresh, minor), ABI_MINOR);
+    assert_eq!(get_u32(&frozen, size), 7216);
+    assert_eq!(get_u32(fresh, size) as usize, size_of::<Header>());
+    let collectives = offset_of!(Header, collectives)..COLLECTIVES_END;
+    assert!(fresh[collectives].iter().all(|b| *b == 0));
 }
 
 #[test]
@@ -1745,11 +1809,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_7_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 7));
+fn this_build_writes_abi_1_8_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 8));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 7216);
+    assert_eq!(size_of::<Header>(), 7288);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -1785,7 +1849,8 @@ fn this_build_writes_abi_1_7_and_its_file_is_the_newest() {
             (1, 4),
             (1, 5),
             (1, 6),
-            (1, 7)
+            (1, 7),
+            (1, 8)
         ]
     );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
@@ -1831,6 +1896,9 @@ fn layout() -> Vec<(String, usize, usize)> {
         job.id,
         control.trace_until_ns, control.trace_granted_ns, control.collectives,
         origin.flags, origin.pid_ns, origin.mnt_ns, origin.ns_dev,
+        collectives.calls, collectives.measured, collectives.gpu_ns, collectives.max_ns,
+        collectives.first_ns, collectives.last_ns, collectives.unmeasured,
+        collectives.comm_id, collectives.comm_rank_1, collectives.comm_size,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
@@ -1916,7 +1984,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<Control>(), 272);
     assert_eq!(offset_of!(Header, origin), 7184);
     assert_eq!(size_of::<Origin>(), 32);
-    assert_eq!(size_of::<Header>(), 7216);
+    assert_eq!(offset_of!(Header, collectives), 7216);
+    assert_eq!(size_of::<CollectiveLive>(), 72);
+    assert_eq!(size_of::<Header>(), 7288);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);
