@@ -6,9 +6,9 @@ Off unless asked:
   to each test's JUnit properties (``syncspy_stalls``, ``syncspy_stall_ms``,
   ``syncspy_sites``).
 - ``@pytest.mark.syncspy(max_stalls=0, kinds=None, threads="process")`` fails a test whose
-  code made more stalls than allowed; ``kinds`` limits the count to those kinds
-  (``stream_sync``, ``device_sync``, ``event_sync``, ``memcpy_sync``, ``memcpy_pageable``,
-  ``implicit_sync``); ``max_stalls`` may also be a dict, a limit per kind. The message names
+  code made more stalls than allowed; ``kinds`` limits the count to those kinds (any of
+  ``syncspy.HOST_STALL_KINDS``: ``stream_sync``, ``device_sync``, ``poll_wait``,
+  ``host_wait``, ...); ``max_stalls`` may also be a dict, a limit per kind. The message names
   each line: ``test_model.py:42 cudaStreamSynchronize x3``. The marker needs syncspy loaded
   before CUDA: ``--syncspy``, or ``import syncspy`` at the top of ``conftest.py``.
 """
@@ -17,14 +17,6 @@ import warnings
 
 import pytest
 
-KINDS = (
-    "device_sync",
-    "stream_sync",
-    "event_sync",
-    "memcpy_sync",
-    "memcpy_pageable",
-    "implicit_sync",
-)
 _RESULT = "_syncspy_window"
 
 
@@ -39,16 +31,22 @@ def pytest_addoption(parser):
     )
 
 
+def _package():
+    """The installed ``syncspy`` package. Importing it loads the library (as ``_arm`` does);
+    its warning is not shown here: ``_arm`` reports the same error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import syncspy
+    return syncspy
+
+
 def _arm(config):
     """Loads the library once per process; returns the error, or None."""
     if getattr(config, "_syncspy_error", None) is not None or getattr(
         config, "_syncspy", None
     ):
         return config._syncspy_error
-    with warnings.catch_warnings():  # the import's warning: reported below instead
-        warnings.simplefilter("ignore")
-        import syncspy
-
+    syncspy = _package()
     try:
         syncspy.arm()
         config._syncspy = syncspy
@@ -85,10 +83,19 @@ def _limits(marker):
     kinds = kw.get("kinds")
     if isinstance(kinds, str):
         kinds = (kinds,)
+    # The kinds the installed package knows (its one list, the ABI's), not a copy here.
+    syncspy = _package()
     for k in list(kinds or ()) + (list(limit) if isinstance(limit, dict) else []):
-        if k not in KINDS:
+        if k not in syncspy.HOST_STALL_KINDS:
             raise pytest.UsageError(
-                "syncspy marker: unknown kind %r (kinds: %s)" % (k, ", ".join(KINDS))
+                "syncspy marker: %s %r (kinds: %s)"
+                % (
+                    "not a host stall, so never counted:"
+                    if k in syncspy.KINDS
+                    else "unknown kind",
+                    k,
+                    ", ".join(syncspy.HOST_STALL_KINDS),
+                )
             )
     return limit, kinds, kw.get("threads", "process")
 

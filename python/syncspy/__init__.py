@@ -38,7 +38,29 @@ __all__ = [
     "watch",
     "library_path",
     "cli_path",
+    "KINDS",
+    "HOST_STALL_KINDS",
 ]
+
+#: Every event kind syncspy records, in the ABI's order (``syncspy_abi::Kind::ALL``,
+#: docs/contracts.md "Event kinds"). The one list on the Python side: the pytest plugin
+#: checks its marker's kinds against it, and cli/tests/kind_lists.rs fails when it and the
+#: ABI's differ.
+KINDS = (
+    "device_sync",
+    "stream_sync",
+    "event_sync",
+    "memcpy_sync",
+    "memcpy_pageable",
+    "implicit_sync",
+    "gpu_idle",
+    "poll_wait",
+    "host_wait",
+)
+#: The kinds in which the host thread itself waited (``Kind::is_host_stall``): what
+#: ``Watch.stalls`` holds and the pytest marker counts. ``gpu_idle`` (the GPU running
+#: nothing) is not one.
+HOST_STALL_KINDS = tuple(k for k in KINDS if k != "gpu_idle")
 
 #: Python modules that load a CUDA runtime or driver when imported.
 FRAMEWORKS = (

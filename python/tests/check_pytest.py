@@ -23,7 +23,7 @@ p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ou
 text = p.stdout.decode()
 print(text)
 assert p.returncode == 1, "exit %d" % p.returncode
-assert "1 failed, 8 passed" in text, "expected 1 failed, 8 passed"
+assert "1 failed, 11 passed" in text, "expected 1 failed, 11 passed"
 want = "test_gpu.py:%d cudaStreamSynchronize x2" % mark["over"]
 assert "syncspy: 2 host stalls (stream_sync), at most 0 allowed" in text
 assert want in text, want
@@ -31,7 +31,7 @@ assert want in text, want
 assert "syncspy: host stalls per test" in text
 assert "test_unmarked_reported: 1 stalls" in text
 assert "test_within_budget: 3 stalls" in text
-assert "8 tests with stalls, 1 without" in text, "per-test summary"
+assert "11 tests with stalls, 1 without" in text, "per-test summary"
 
 cases = {c.get("name"): c for c in ET.parse(junit).iter("testcase")}
 props = {
@@ -43,11 +43,38 @@ assert want in props["test_over_budget"]["syncspy_sites"]
 w = "test_gpu.py:%d cudaStreamSynchronize x3" % mark["within"]
 assert props["test_within_budget"]["syncspy_sites"] == w, props["test_within_budget"]
 assert cases["test_over_budget"].find("failure") is not None
+# The marker takes every host-stall kind of the installed package (poll_wait and host_wait
+# included), and counts only those.
+for name in ("test_host_wait_kind", "test_poll_wait_kind", "test_new_kinds_in_a_dict"):
+    assert cases[name].find("failure") is None, name
+    assert cases[name].find("error") is None, name
+    assert props[name]["syncspy_stalls"] == "1", props[name]
 # Each process that ran tests recorded into a segment of its own (xdist: one per worker).
 pids = {n.split("-")[1] for n in set(os.listdir(shm)) - before if n.startswith("syncspy-")}
 if extra:
-    assert "2 workers [9 items]" in text, "xdist did not start 2 workers"
+    assert "2 workers [12 items]" in text, "xdist did not start 2 workers"
     assert len(pids) == 2, pids
 else:
     assert len(pids) == 1, pids
+if not extra:
+    # A kind the package does not know, or one that is no host stall, is refused by name.
+    refused = os.path.join(out, "refused")
+    os.makedirs(refused, exist_ok=True)
+    with open(os.path.join(refused, "test_refused.py"), "w") as f:
+        f.write(
+            "import pytest\n\n"
+            "@pytest.mark.syncspy(kinds=['tensor_sync'])\n"
+            "def test_unknown():\n    pass\n\n"
+            "@pytest.mark.syncspy(max_stalls={'gpu_idle': 0})\n"
+            "def test_not_a_stall():\n    pass\n"
+        )
+    cmd = [sys.executable, "-m", "pytest", "--syncspy", "-p", "no:cacheprovider", refused]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=out)
+    text = p.stdout.decode()
+    print(text)
+    assert p.returncode == 1, "exit %d" % p.returncode
+    assert "2 failed" in text, "expected 2 failed"
+    assert "unknown kind 'tensor_sync' (kinds: device_sync, stream_sync" in text
+    assert "not a host stall, so never counted: 'gpu_idle'" in text
+    assert "poll_wait, host_wait)" in text, "the package's kinds"
 print("check_pytest%s: ok" % (" " + " ".join(extra) if extra else ""))

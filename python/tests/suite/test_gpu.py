@@ -30,6 +30,23 @@ def test_other_kind_allowed():
     lib.pc_sync()
 
 
+# Every host-stall kind of the installed package is a marker kind (issue 34: the plugin's own
+# list had no poll_wait or host_wait: "unknown kind"). A stream_sync is neither.
+@pytest.mark.syncspy(max_stalls=0, kinds=["host_wait"])
+def test_host_wait_kind():
+    lib.pc_sync()
+
+
+@pytest.mark.syncspy(max_stalls=0, kinds=["poll_wait"])
+def test_poll_wait_kind():
+    lib.pc_sync()
+
+
+@pytest.mark.syncspy(max_stalls={"poll_wait": 0, "host_wait": 0, "stream_sync": 1})
+def test_new_kinds_in_a_dict():
+    lib.pc_sync()
+
+
 def test_unmarked_reported():
     lib.pc_sync()  # L:unmarked
 
