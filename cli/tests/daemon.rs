@@ -370,9 +370,27 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
                 .into(),
         );
     }
+    // Recorded series (`level:syncspy_...:operations`) are those the shipped rules record;
+    // what the rules read is checked against live agents by tests/prometheus.rs.
+    let rules = std::fs::read_to_string(root.join("deploy/prometheus/syncspy-rules.yml")).unwrap();
+    let recorded: std::collections::BTreeSet<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- record:").map(str::trim))
+        .collect();
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
     let mut used = 0;
     for q in &queries {
         for (i, _) in q.match_indices("syncspy_") {
+            if q[..i].ends_with(':') {
+                let start = q[..i].rfind(|c| !name_char(c)).map_or(0, |k| k + 1);
+                let name: String = q[start..].chars().take_while(|c| name_char(*c)).collect();
+                assert!(
+                    recorded.contains(name.as_str()),
+                    "{name} (in {q}) is not recorded by deploy/prometheus: {recorded:?}"
+                );
+                used += 1;
+                continue;
+            }
             let name: String = q[i..]
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
