@@ -137,7 +137,7 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
 /// Whether `stream` is capturing a CUDA graph (`None`: the driver could not say). A host
 /// function captured into a graph runs at every replay, and a slot serves one run: a captured
 /// one (or one whose stream cannot be asked) is queued as the program's own.
-fn capturing(stream: u64, per_thread: bool) -> Option<bool> {
+pub(crate) fn capturing(stream: u64, per_thread: bool) -> Option<bool> {
     type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
     static PLAIN: Real = Real::driver(c"cuStreamIsCapturing");
     static PER_THREAD: Real = Real::driver(c"cuStreamIsCapturing_ptsz");

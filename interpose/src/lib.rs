@@ -23,6 +23,7 @@ pub mod gpu;
 mod guard;
 pub mod hooks;
 mod hostwait;
+pub mod nccl;
 mod pinned;
 mod python;
 mod real;

@@ -19,6 +19,7 @@ use syncspy_abi::objects::for_each_object;
 enum Lib {
     Runtime,
     Driver,
+    Nccl,
 }
 
 pub struct Real {
@@ -40,6 +41,11 @@ impl Real {
     /// A CUDA driver function (`libcuda.so.1`).
     pub const fn driver(name: &'static CStr) -> Real {
         Real::of(name, Lib::Driver)
+    }
+
+    /// An NCCL function (`libnccl.so.2`).
+    pub const fn nccl(name: &'static CStr) -> Real {
+        Real::of(name, Lib::Nccl)
     }
 
     const fn of(name: &'static CStr, lib: Lib) -> Real {
@@ -102,6 +108,7 @@ fn lookup(name: &CStr, lib: Lib) -> *mut c_void {
     match lib {
         Lib::Runtime => resolve_in_loaded(RUNTIME_SONAMES, b"libcudart", name),
         Lib::Driver => resolve_in_loaded(DRIVER_SONAMES, b"libcuda.so", name),
+        Lib::Nccl => resolve_in_loaded(NCCL_SONAMES, b"libnccl", name),
     }
 }
 
@@ -117,6 +124,7 @@ pub fn lookup_driver(name: &CStr) -> *mut c_void {
 
 const RUNTIME_SONAMES: &[&CStr] = &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so"];
 const DRIVER_SONAMES: &[&CStr] = &[c"libcuda.so.1", c"libcuda.so"];
+const NCCL_SONAMES: &[&CStr] = &[c"libnccl.so.2", c"libnccl.so"];
 
 fn resolve_in_loaded(sonames: &[&CStr], file_needle: &[u8], name: &CStr) -> *mut c_void {
     for soname in sonames {

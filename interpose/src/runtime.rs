@@ -523,7 +523,7 @@ pub(crate) fn current_device() -> i32 {
 /// library's own work; `None` tells the hook to forward the call, with errno as it came.
 /// A call made while the library initialises is counted as missed.
 #[inline(always)]
-fn enter(errno_in: i32) -> Option<(&'static Runtime, Reentry)> {
+pub(crate) fn enter(errno_in: i32) -> Option<(&'static Runtime, Reentry)> {
     let Some(rt) = Runtime::active() else {
         if STATE.load(Ordering::Relaxed) == INITIALIZING {
             MISSED.fetch_add(1, Ordering::Relaxed);
@@ -1004,6 +1004,7 @@ extern "C" fn after_fork_in_child() {
     // The child's first initialisation starts its own patience, not the parent's.
     INIT_BEGAN.store(0, Ordering::Relaxed);
     crate::gpu::after_fork_in_child();
+    crate::nccl::after_fork_in_child();
     // A dormant parent has a dormant child; an armed one a child that records (and starts
     // its own attach worker on its first call, see `attach::on_runtime_created`).
     if STATE.load(Ordering::Relaxed) != DORMANT {
