@@ -403,8 +403,10 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
     );
     reg.register_with_unit(
         "job_rank_collective",
-        "Time a rank's GPU spent in collective-communication (NCCL) kernels, in traced time \
-         (present when the rank's GPU is traced and its library is ABI 1.4 or newer)",
+        "Time a rank's GPU spent in collective-communication (NCCL) calls, waiting for the \
+         other ranks included: measured around every call by ABI 1.8 libraries, else the \
+         collective kernels of traced time. The rank the others wait for has the smallest \
+         rate",
         Unit::Seconds,
         collective.clone(),
     );

@@ -205,6 +205,9 @@ pub struct LiveSnapshot {
     /// The control part of the header (ABI 1.4: tracing request, collective kernels);
     /// `None` for older segments.
     pub control: Option<syncspy_abi::control::ControlStatus>,
+    /// The collectives part (ABI 1.8: NCCL calls and their GPU time); `None` for older
+    /// segments.
+    pub collectives: Option<syncspy_abi::collectives::CollectiveCalls>,
 }
 
 impl Default for LiveSnapshot {
@@ -228,6 +231,7 @@ impl Default for LiveSnapshot {
             calls: [TotalsSnapshot::default(); API_SLOTS],
             gpu: None,
             control: None,
+            collectives: None,
         }
     }
 }
@@ -264,6 +268,7 @@ impl LiveSnapshot {
             calls: std::array::from_fn(|i| live.calls[i].snapshot()),
             gpu: r.gpu_status(),
             control: r.control_status(),
+            collectives: r.collective_calls(),
         }
     }
 

@@ -76,6 +76,18 @@ crate::names::text_vocabulary! {
     }
 }
 
+crate::names::text_vocabulary! {
+    /// Where the collective basis took each rank's time in collectives
+    /// (`JobReport::collective_source`).
+    CollectiveSource {
+        /// The library's own measurement of every NCCL call (events around it, ABI 1.8):
+        /// always on, over each rank's window from its first collective.
+        NcclCalls => "nccl_calls",
+        /// Collective kernels in the GPU trace (ABI 1.4), over the traced time only.
+        GpuTrace => "gpu_trace",
+    }
+}
+
 /// A score must exceed the others' median by this factor, and by `MIN_EXCESS_NS`.
 pub const STRAGGLER_FACTOR: f64 = 1.25;
 pub const MIN_EXCESS_NS: u64 = 1_000_000;
@@ -167,6 +179,9 @@ pub struct JobReport {
     ranks: Vec<RankReport>,
     stall_ns: u64,
     basis: Name<Basis>,
+    /// On the collective basis: where the ranks' collective times come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    collective_source: Option<Name<CollectiveSource>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     straggler: Option<Straggler>,
 }
@@ -202,6 +217,11 @@ impl JobReport {
         &self.basis
     }
 
+    /// On the collective basis, where the ranks' collective times come from.
+    pub fn collective_source(&self) -> Option<&Name<CollectiveSource>> {
+        self.collective_source.as_ref()
+    }
+
     /// The rank the others waited for, when one stands out.
     pub fn straggler(&self) -> Option<&Straggler> {
         self.straggler.as_ref()
@@ -215,7 +235,12 @@ impl JobReport {
             Some(w) => format!("{seen} of {w} ranks"),
             None => format!("{seen} ranks"),
         };
+        let nccl = self
+            .collective_source
+            .as_ref()
+            .is_some_and(|c| *c == CollectiveSource::NcclCalls);
         let what = match self.basis.known() {
+            Some(Basis::Collective) if nccl => "collective time",
             Some(Basis::Collective) => "collective-kernel time",
             Some(Basis::GpuIdle) => "GPU idle behind host stalls",
             Some(Basis::HostStall) | None => "host stalls",
@@ -255,7 +280,7 @@ impl JobReport {
                 )
             }
             None if self.basis == Basis::Collective => {
-                "no straggler (the ranks' collective-kernel times agree)".to_string()
+                format!("no straggler (the ranks' {what}s agree)")
             }
             None => format!("no straggler ({what} within {STRAGGLER_FACTOR}x of the median)"),
         };
@@ -361,12 +386,10 @@ pub fn collective_rule(coll: &[u64], traced: &[u64]) -> Option<(usize, Vec<u64>,
 /// when some rank has no collective measurement or no rank ran a collective kernel.
 fn collective_straggler(
     ranks: &[RankReport],
+    coll: &[Option<u64>],
     traced: &[u64],
 ) -> Option<(Option<Straggler>, Vec<u64>)> {
-    let coll: Vec<u64> = ranks
-        .iter()
-        .map(|r| r.collective_ns)
-        .collect::<Option<_>>()?;
+    let coll: Vec<u64> = coll.iter().copied().collect::<Option<_>>()?;
     let (s, waits, med, named) = collective_rule(&coll, traced)?;
     let others: Vec<u64> = (0..ranks.len())
         .filter(|i| *i != s)
@@ -428,20 +451,42 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
         })
         .collect();
     ranks.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
-    let traced: Vec<u64> = ranks
+    let proc_of = |pid: u32| ps.iter().find(|p| p.pid == pid);
+    // Each rank shows its own NCCL measurement where it has one; the rule takes those when
+    // every rank has one, else the GPU trace's collective kernels.
+    let nccl: Vec<Option<(u64, u64)>> = ranks
         .iter()
-        .map(|r| {
-            ps.iter()
-                .find(|p| p.pid == r.pid)
-                .map_or(0, |p| p.gpu.traced_ns)
-        })
+        .map(|r| proc_of(r.pid)?.collectives.as_ref()?.share())
         .collect();
-    if let Some((straggler, waits)) = collective_straggler(&ranks, &traced) {
-        for (r, w) in ranks.iter_mut().zip(waits) {
+    let trace_coll: Vec<Option<u64>> = ranks.iter().map(|r| r.collective_ns).collect();
+    for (r, s) in ranks.iter_mut().zip(&nccl) {
+        if let Some((c, _)) = s {
+            r.collective_ns = Some(*c);
+        }
+    }
+    let (source, coll, traced): (_, Vec<Option<u64>>, Vec<u64>) =
+        if nccl.iter().all(Option::is_some) {
+            (
+                CollectiveSource::NcclCalls,
+                nccl.iter().map(|s| s.map(|s| s.0)).collect(),
+                nccl.iter().map(|s| s.map_or(0, |s| s.1)).collect(),
+            )
+        } else {
+            (
+                CollectiveSource::GpuTrace,
+                trace_coll,
+                ranks
+                    .iter()
+                    .map(|r| proc_of(r.pid).map_or(0, |p| p.gpu.traced_ns))
+                    .collect(),
+            )
+        };
+    if let Some((straggler, waits)) = collective_straggler(&ranks, &coll, &traced) {
+        for ((r, w), c) in ranks.iter_mut().zip(waits).zip(&coll) {
             r.collective_wait_ns = Some(w);
             // The collective basis scores the time in collectives; the host site stays the
             // rank's longest host stall (what made a straggler late).
-            r.score_ns = r.collective_ns.unwrap_or(0);
+            r.score_ns = c.unwrap_or(0);
             if let Some(p) = ps.iter().find(|p| p.pid == r.pid) {
                 r.top_site = top_host_site(p);
             }
@@ -453,7 +498,9 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 .and_then(|r| r.top_site.clone());
             s
         });
-        return finish(id, ps, ranks, Basis::Collective, straggler);
+        let mut job = finish(id, ps, ranks, Basis::Collective, straggler);
+        job.collective_source = Some(source.into());
+        return job;
     }
     let straggler = ranks
         .iter()
@@ -506,6 +553,7 @@ fn finish(
         stall_ns: ranks.iter().map(|r| r.stall_ns).sum(),
         ranks,
         basis: basis.into(),
+        collective_source: None,
         straggler,
     }
 }
@@ -546,6 +594,75 @@ mod tests {
         p.gpu.collective_ns = Some(coll_ms * 1_000_000);
         p.gpu.collectives = 100;
         p
+    }
+
+    /// `proc` whose library measured its NCCL calls: `coll_ms` of GPU time in collectives
+    /// over a `window_ms` window.
+    fn nccl(mut p: ProcessReport, window_ms: u64, coll_ms: u64) -> ProcessReport {
+        p.collectives = Some(crate::report::CollectivesReport {
+            calls: 50,
+            measured: 50,
+            gpu_ns: coll_ms * 1_000_000,
+            window_ns: window_ms * 1_000_000,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn the_ranks_own_nccl_measurements_name_the_straggler_over_a_sampled_trace() {
+        // Rank 2 is late at train.py:17 before each all-reduce; the others wait for it in their
+        // collectives (host stalls name a waiting rank: they wait in `.item()` after it). The
+        // GPU trace sampled one second, mostly set-up, where rank 0 had the least collective
+        // time: the measurement of every call decides.
+        let ps = vec![
+            nccl(
+                traced(proc(30, Some(("d", 0)), 900, "t.py:20"), 1_000, 1),
+                3_000,
+                700,
+            ),
+            nccl(
+                traced(proc(31, Some(("d", 1)), 880, "t.py:20"), 1_000, 3),
+                3_000,
+                690,
+            ),
+            nccl(
+                traced(proc(32, Some(("d", 2)), 200, "t.py:17"), 1_000, 2),
+                2_900,
+                40,
+            ),
+            nccl(
+                traced(proc(33, Some(("d", 3)), 870, "t.py:20"), 1_000, 3),
+                3_000,
+                650,
+            ),
+        ];
+        let j = &jobs_of(&ps)[0];
+        assert_eq!(j.basis, Basis::Collective);
+        assert_eq!(
+            j.collective_source(),
+            Some(&Name::from(CollectiveSource::NcclCalls))
+        );
+        let s = j.straggler().expect("a straggler");
+        assert_eq!(s.rank, Some(2));
+        assert_eq!(
+            s.top_site.as_ref().unwrap().location.as_deref(),
+            Some("t.py:17")
+        );
+        assert_eq!(s.waited_ranks, Some(3));
+        assert_eq!(j.ranks()[0].collective_ns, Some(700_000_000));
+        assert!(j
+            .summary()
+            .contains("straggler rank 2 stream_sync at t.py:17 -> 3 ranks"));
+        // One rank without the measurement (an older library): the trace decides, as before.
+        let mut mixed = ps.clone();
+        mixed[3].collectives = None;
+        let j = &jobs_of(&mixed)[0];
+        assert_eq!(
+            j.collective_source(),
+            Some(&Name::from(CollectiveSource::GpuTrace))
+        );
+        assert_eq!(j.straggler().and_then(|s| s.rank), Some(0));
     }
 
     #[test]

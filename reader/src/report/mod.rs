@@ -345,6 +345,10 @@ pub struct ProcessReport {
     /// out when it is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<jobs::JobRef>,
+    /// The process's collective-communication (NCCL) calls and their time on its GPU, as the
+    /// library measured them (ABI 1.8); left out when it made none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<CollectivesReport>,
     /// The process's pid as the reader that wrote this report saw it (the node's, for a
     /// reader there), when `pid` (its pid in its own PID namespace) differs from it or the
     /// process is in another PID namespace; left out otherwise.
@@ -507,6 +511,11 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         segment: f.reader.path().display().to_string(),
         python: PythonReport::of(&f.reader.python_status()),
         job: a.job.as_ref().map(jobs::JobRef::of),
+        collectives: a
+            .live
+            .collectives
+            .filter(|c| c.calls > 0)
+            .map(|c| CollectivesReport::of(&c)),
         host_pid: a
             .placement
             .host_pid
@@ -529,6 +538,50 @@ impl ProcessReport {
             .filter(|(k, _)| k.known().is_some_and(Kind::is_host_stall))
             .map(|(_, s)| s.count)
             .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// A process's collective-communication calls (`processes[].collectives`): each measured on
+/// the GPU with CUDA events around it, always on (`syncspy_abi::collectives`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CollectivesReport {
+    /// Collective calls (each call of a group counts).
+    pub calls: u64,
+    /// Measurements (a collective, or a group's collectives on one stream).
+    pub measured: u64,
+    /// Calls not measured (a stream capturing a graph, no runtime, no free slot).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unmeasured: u64,
+    /// Their time on this rank's GPU, waiting for the other ranks included.
+    pub gpu_ns: u64,
+    pub max_ns: u64,
+    /// The window the measurements cover: from the first measured call to the latest reading.
+    pub window_ns: u64,
+    /// This process's rank in the communicator of its latest measured collective, and the
+    /// communicator's size, when the library saw them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_size: Option<u32>,
+}
+
+impl CollectivesReport {
+    pub fn of(c: &syncspy_abi::collectives::CollectiveCalls) -> CollectivesReport {
+        CollectivesReport {
+            calls: c.calls,
+            measured: c.measured,
+            unmeasured: c.unmeasured,
+            gpu_ns: c.gpu_ns,
+            max_ns: c.max_ns,
+            window_ns: c.window_ns(),
+            comm_rank: c.comm_rank,
+            comm_size: c.comm_size,
+        }
+    }
+
+    /// The time in collectives and the window it is a share of, when some were measured.
+    pub fn share(&self) -> Option<(u64, u64)> {
+        (self.measured > 0 && self.window_ns > 0).then_some((self.gpu_ns, self.window_ns))
     }
 }
 
