@@ -20,6 +20,12 @@ import pytest
 _RESULT = "_syncspy_window"
 
 
+def _count(n, one, many):
+    """``1 stall``, ``3 stalls``: the count and the word that agrees with it (n may come
+    back from an xdist worker as text)."""
+    return "%s %s" % (n, one if str(n) == "1" else many)
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("syncspy", "syncspy: CPU waits for the GPU")
     group.addoption(
@@ -174,8 +180,8 @@ def pytest_runtest_makereport(item, call):
         lines = []
         for kind, n, got in over:
             lines.append(
-                "syncspy: %d host stalls (%s), at most %d allowed:"
-                % (sum(s.count for s in got), kind, n)
+                "syncspy: %s (%s), at most %d allowed:"
+                % (_count(sum(s.count for s in got), "host stall", "host stalls"), kind, n)
             )
             for s in got:
                 lines.append(
@@ -183,7 +189,10 @@ def pytest_runtest_makereport(item, call):
                     % (s, s.kind, s.total_ns / 1e6, "  in " + s.function if s.function else "")
                 )
         if w.lost_records:
-            lines.append("  (%d records were lost from the ring)" % w.lost_records)
+            lines.append(
+                "  (%s lost from the ring)"
+                % _count(w.lost_records, "record was", "records were")
+            )
         rep.outcome = "failed"
         rep.longrepr = "\n".join(lines)
 
@@ -210,11 +219,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rows.sort(key=lambda r: -float(r[1].get("syncspy_stall_ms", 0)))
     for nodeid, p in rows:
         tr.write_line(
-            "%s: %s stalls, %s ms: %s"
-            % (nodeid, p["syncspy_stalls"], p["syncspy_stall_ms"], p["syncspy_sites"])
+            "%s: %s, %s ms: %s"
+            % (
+                nodeid,
+                _count(p["syncspy_stalls"], "stall", "stalls"),
+                p["syncspy_stall_ms"],
+                p["syncspy_sites"],
+            )
         )
     quiet = sum(1 for n, p in _tests if p.get("syncspy_stalls") == 0)
-    tr.write_line("%d tests with stalls, %d without" % (len(rows), quiet))
+    tr.write_line("%s with stalls, %d without" % (_count(len(rows), "test", "tests"), quiet))
     if errors:
         tr.write_line("not recorded: %s" % errors[0][1])
     own = getattr(config, "_syncspy", None)

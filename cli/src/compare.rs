@@ -17,6 +17,7 @@ use syncspy_read::names::{ApiName, KindName};
 use crate::budget::CheckStatus;
 use crate::markdown::{md_cell, md_code};
 use crate::summary::{fmt_bytes, fmt_ns, shell_words, user_frames};
+use syncspy_read::plural;
 use syncspy_read::report::Report;
 pub use syncspy_read::snapshot::Amounts;
 
@@ -223,9 +224,10 @@ fn loss_notes(c: &Comparison) -> Vec<String> {
     for (label, s) in [("before", &c.before), ("after", &c.after)] {
         if s.lost_records > 0 {
             v.push(format!(
-                "{label}: {} records were lost by the reader: site figures are incomplete, \
-                 kind figures are exact",
-                s.lost_records
+                "{label}: {} {} lost by the reader: site figures are incomplete, kind \
+                 figures are exact",
+                plural::count(s.lost_records, "record", "records"),
+                plural::word(s.lost_records, "was", "were")
             ));
         }
         if s.exit_code != 0 {
@@ -318,11 +320,12 @@ pub fn render_text(c: &Comparison) -> String {
             let _ = writeln!(o, "        at {f}");
         }
     }
-    if c.sites.len() > SHOWN_SITES {
+    let n = c.sites.len().saturating_sub(SHOWN_SITES);
+    if n > 0 {
         let _ = writeln!(
             o,
-            "      ... {} more sites (--format json lists them all)",
-            c.sites.len() - SHOWN_SITES
+            "      ... {n} more {} (--format json lists them all)",
+            plural::word(n, "site", "sites")
         );
     }
     if !c.rules.is_empty() {
@@ -429,12 +432,13 @@ pub fn render_markdown(c: &Comparison) -> String {
                 change(s.before.total_ns, s.after.total_ns, fmt_ns)
             );
         }
-        if c.sites.len() > SHOWN_SITES {
+        let n = c.sites.len().saturating_sub(SHOWN_SITES);
+        if n > 0 {
             let _ = writeln!(o);
             let _ = writeln!(
                 o,
-                "{} more sites: `syncspy report --format json BEFORE AFTER` lists them all.",
-                c.sites.len() - SHOWN_SITES
+                "{n} more {}: `syncspy report --format json BEFORE AFTER` lists them all.",
+                plural::word(n, "site", "sites")
             );
         }
     }
@@ -624,6 +628,34 @@ mod tests {
             );
             assert_eq!(row.len(), header.len(), "misaligned:\n{header}\n{row}");
         }
+    }
+
+    #[test]
+    fn counts_of_one_take_the_singular() {
+        let mut after = proc_with(1, 1_000, false);
+        after.lost_records = 1;
+        for i in 0..SHOWN_SITES {
+            after.sites.push(Site {
+                kind: "stream_sync".into(),
+                api: "cudaStreamSynchronize".into(),
+                count: 1,
+                total_ns: 10,
+                frames: vec![format!("f{i} (x.cc:{i})")],
+                ..Site::default()
+            });
+        }
+        let c = compare(
+            "a",
+            &report(vec![proc_with(1, 1_000, false)]),
+            "b",
+            &report(vec![after]),
+        );
+        assert_eq!(c.sites.len(), SHOWN_SITES + 1);
+        let t = render_text(&c);
+        assert!(t.contains("after: 1 record was lost by the reader"), "{t}");
+        assert!(t.contains("... 1 more site (--format json"), "{t}");
+        let m = render_markdown(&c);
+        assert!(m.contains("1 more site: `syncspy report"), "{m}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::summary::{
     fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, shell_words, user_frames,
     TOP_CAUSES, TOP_SITES,
 };
+use syncspy_read::plural;
 use syncspy_read::report::{ProcessReport, Report};
 
 /// Text for a markdown table cell: pipes escaped, line breaks removed.
@@ -162,9 +163,11 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o);
             let _ = writeln!(
                 o,
-                "> {} events dropped by the library, {missed} records lost by the reader: \
-                 percentiles and sites cover {} events; totals are exact.",
-                p.dropped_events, p.recorded_events
+                "> {} dropped by the library, {} lost by the reader: percentiles and sites \
+                 cover {}; totals are exact.",
+                plural::count(p.dropped_events, "event", "events"),
+                plural::count(missed, "record", "records"),
+                plural::count(p.recorded_events, "event", "events")
             );
         }
     }

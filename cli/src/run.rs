@@ -875,8 +875,8 @@ fn finish_run(
         )?;
         if opts.print_summary {
             eprintln!(
-                "syncspy: trace: {} events written to {}{}",
-                sink.events().len(),
+                "syncspy: trace: {} written to {}{}",
+                syncspy_read::plural::count(sink.events().len(), "event", "events"),
                 path.display(),
                 if sink.cut() > 0 {
                     format!(" (cut: {} more not kept)", sink.cut())

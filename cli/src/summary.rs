@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use syncspy_read::names::{GpuState, Name};
+use syncspy_read::plural;
 use syncspy_read::report::{IdleCause, ProcessReport, Report, Site};
 use syncspy_read::symbolize::{is_runtime_module, is_users_frame};
 
@@ -87,12 +88,12 @@ pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
         _ => format!("idle {:.1}%", (1.0 - busy) * 100.0),
     };
     format!(
-        "busy {:.1}% of {} traced ({}), {}; {} gaps of {} or more: {} (p50 {}, max {}); {} shorter",
+        "busy {:.1}% of {} traced ({}), {}; {} of {} or more: {} (p50 {}, max {}); {} shorter",
         busy * 100.0,
         fmt_ns(span),
         g.mode.as_ref().map_or("?", Name::as_str),
         active,
-        g.idle.count,
+        plural::count(g.idle.count, "gap", "gaps"),
         fmt_ns(g.min_gap_ns),
         fmt_ns(g.idle.total_ns),
         fmt_ns(g.idle.p50_ns),
@@ -202,9 +203,8 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "{} process{} without stalls: {}",
-            quiet.len(),
-            if quiet.len() == 1 { "" } else { "es" },
+            "{} without stalls: {}",
+            plural::count(quiet.len(), "process", "processes"),
             list.join(", ")
         );
     }
@@ -295,18 +295,19 @@ fn render_losses(out: &mut String, p: &ProcessReport) {
     if p.dropped_events > 0 {
         let _ = writeln!(
             out,
-            "  !! {} events DROPPED by libsyncspy (no free ring slot, or made while recording \
+            "  !! {} DROPPED by libsyncspy (no free ring slot, or made while recording \
              was starting): percentiles and call sites do not include them",
-            p.dropped_events
+            plural::count(p.dropped_events, "event", "events")
         );
     }
     let missed = p.lost_records.saturating_sub(p.dropped_events);
     if missed > 0 {
         let _ = writeln!(
             out,
-            "  !! {missed} records LOST by the reader (the ring overflowed before it was read; \
-             raise SYNCSPY_RING): percentiles and call sites cover {} events, totals are exact",
-            p.recorded_events
+            "  !! {} LOST by the reader (the ring overflowed before it was read; raise \
+             SYNCSPY_RING): percentiles and call sites cover {}, totals are exact",
+            plural::count(missed, "record", "records"),
+            plural::count(p.recorded_events, "event", "events")
         );
     }
 }
@@ -423,11 +424,12 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             let _ = writeln!(out, "        advice: {a}");
         }
     }
-    if p.sites.len() > TOP_SITES {
+    let n = p.sites.len().saturating_sub(TOP_SITES);
+    if n > 0 {
         let _ = writeln!(
             out,
-            "      ... {} more call sites in the JSON report",
-            p.sites.len() - TOP_SITES
+            "      ... {n} more {} in the JSON report",
+            plural::word(n, "call site", "call sites")
         );
     }
     if !p.non_stall_calls.is_empty() {
@@ -450,55 +452,60 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     // event.
     let events: u64 = p.kinds.values().map(|k| k.count).sum();
     let start_up = if events < 1000 && p.overhead_ns * 20 > p.wall_ns {
-        format!(", mostly its one-time start-up ({events} events recorded)")
+        format!(
+            ", mostly its one-time start-up ({} recorded)",
+            plural::count(events, "event", "events")
+        )
     } else {
         String::new()
     };
     let _ = writeln!(
         out,
-        "  syncspy overhead: {} ({} of wall{start_up}); call sites: {} stacks unwound, {} from cache, {} in all",
+        "  syncspy overhead: {} ({} of wall{start_up}); call sites: {} unwound, {} from cache, {} in all",
         fmt_ns(p.overhead_ns),
         pct(p.overhead_ns, p.wall_ns),
-        p.stack_captures,
+        plural::count(p.stack_captures, "stack", "stacks"),
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
     if p.corrupt_records > 0 {
         let _ = writeln!(
             out,
-            "  !! {} CORRUPT records skipped (does the library match this syncspy build?)",
-            p.corrupt_records
+            "  !! {} skipped (does the library match this syncspy build?)",
+            plural::count(p.corrupt_records, "CORRUPT record", "CORRUPT records")
         );
     }
     if p.sites_dropped > 0 || p.modules_dropped > 0 {
         let _ = writeln!(
             out,
-            "  !! call-site table full: {} stacks not kept; module map full: {} modules not kept",
-            p.sites_dropped, p.modules_dropped
+            "  !! call-site table full: {} not kept; module map full: {} not kept",
+            plural::count(p.sites_dropped, "stack", "stacks"),
+            plural::count(p.modules_dropped, "module", "modules")
         );
     }
     if p.bad_site_records > 0 {
         let _ = writeln!(
             out,
-            "  !! {} records named a call site outside the segment's site table: counted \
-             under no site (is the segment corrupt?)",
-            p.bad_site_records
+            "  !! {} named a call site outside the segment's site table: counted under no \
+             site (is the segment corrupt?)",
+            plural::count(p.bad_site_records, "record", "records")
         );
     }
     if p.refused_site_records > 0 {
         let _ = writeln!(
             out,
-            "  !! {} records of call sites beyond the first {} distinct ones: in the totals \
-             and percentiles, not in the call sites",
-            p.refused_site_records,
+            "  !! {} of call sites beyond the first {} distinct ones: in the totals and \
+             percentiles, not in the call sites",
+            plural::count(p.refused_site_records, "record", "records"),
             syncspy_read::aggregate::MAX_SITE_KEYS
         );
     }
     if p.clamped_values > 0 {
         let _ = writeln!(
             out,
-            "  note: {} durations outside 1 ns .. 1 h were clamped in the histograms",
-            p.clamped_values
+            "  note: {} outside 1 ns .. 1 h {} clamped in the histograms",
+            plural::count(p.clamped_values, "duration", "durations"),
+            plural::word(p.clamped_values, "was", "were")
         );
     }
     if let Some(n) = p.python.as_ref().and_then(|py| py.note()) {
@@ -758,6 +765,94 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("GPU"), "no GPU part, no GPU line: {s}");
+    }
+
+    /// Counts of one read in the singular ("1 stalls" was the summary's English).
+    #[test]
+    fn counts_of_one_take_the_singular() {
+        let mut p = ProcessReport {
+            pid: 5,
+            cmdline: "./one".into(),
+            wall_ns: 1_000_000_000,
+            stall_ns: 1_000,
+            overhead_ns: 100_000_000,
+            dropped_events: 1,
+            lost_records: 2,
+            recorded_events: 1,
+            stack_captures: 1,
+            corrupt_records: 1,
+            sites_dropped: 1,
+            modules_dropped: 1,
+            bad_site_records: 1,
+            refused_site_records: 1,
+            clamped_values: 1,
+            ..ProcessReport::default()
+        };
+        p.kinds.insert(
+            "stream_sync".into(),
+            Stats {
+                count: 1,
+                total_ns: 1_000,
+                recorded_count: 1,
+                ..Stats::default()
+            },
+        );
+        for i in 0..=TOP_SITES {
+            p.sites.push(Site {
+                kind: "stream_sync".into(),
+                api: "cudaStreamSynchronize".into(),
+                count: 1,
+                frames: vec![format!("f{i} (a.cc:{i})")],
+                ..Site::default()
+            });
+        }
+        p.gpu = syncspy_read::report::Gpu {
+            idle: syncspy_read::report::IdleStats {
+                count: 1,
+                total_ns: 20_000,
+                ..Default::default()
+            },
+            busy_fraction: Some(0.5),
+            state: Some("tracing".into()),
+            mode: Some("on".into()),
+            min_gap_ns: 10_000,
+            ..Default::default()
+        };
+        let quiet = ProcessReport {
+            pid: 6,
+            cmdline: "sh".into(),
+            ..ProcessReport::default()
+        };
+        let r = Report {
+            syncspy_report: 1,
+            processes: vec![p, quiet],
+            ..Report::default()
+        };
+        let s = render(&r);
+        for want in [
+            "!! 1 event DROPPED by libsyncspy",
+            "!! 1 record LOST by the reader",
+            "call sites cover 1 event, totals",
+            "... 1 more call site in the JSON report",
+            "mostly its one-time start-up (1 event recorded)",
+            "call sites: 1 stack unwound, ",
+            "!! 1 CORRUPT record skipped",
+            "call-site table full: 1 stack not kept; module map full: 1 module not kept",
+            "!! 1 record named a call site outside",
+            "!! 1 record of call sites beyond the first",
+            "note: 1 duration outside 1 ns .. 1 h was clamped",
+            "; 1 gap of 10.0 us or more",
+            "1 process without stalls: 6 (sh)",
+        ] {
+            assert!(s.contains(want), "no {want:?} in\n{s}");
+        }
+        for (n, was) in [(2, "2 durations outside 1 ns .. 1 h were clamped"), (0, "")] {
+            let mut r = r.clone();
+            r.processes[0].clamped_values = n;
+            let s = render(&r);
+            assert_eq!(s.contains("clamped"), n > 0, "{s}");
+            assert!(s.contains(was), "{s}");
+        }
     }
 
     /// The kind table's columns line up whatever the kinds' name lengths, known or not.

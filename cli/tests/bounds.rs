@@ -156,5 +156,8 @@ fn one_users_flood_stays_within_its_cap_and_roots_job_is_counted() {
     let said = eventually("the agent's line about its budget", || {
         log.try_iter().find(|l| l.contains("over budget"))
     });
-    assert!(said.contains("segments not followed"), "{said}");
+    assert!(
+        said.contains("segments not followed") || said.contains("1 segment not followed"),
+        "{said}"
+    );
 }

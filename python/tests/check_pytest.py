@@ -29,7 +29,7 @@ assert "syncspy: 2 host stalls (stream_sync), at most 0 allowed" in text
 assert want in text, want
 # The session report lists every test's stalls.
 assert "syncspy: host stalls per test" in text
-assert "test_unmarked_reported: 1 stalls" in text
+assert "test_unmarked_reported: 1 stall, " in text, "one stall, singular"
 assert "test_within_budget: 3 stalls" in text
 assert "11 tests with stalls, 1 without" in text, "per-test summary"
 

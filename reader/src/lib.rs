@@ -35,6 +35,7 @@ pub mod in_root;
 pub mod limits;
 pub mod names;
 pub mod place;
+pub mod plural;
 pub mod python;
 pub mod rates;
 pub mod report;

@@ -129,9 +129,11 @@ impl std::fmt::Display for Dropped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} segments not followed, {} histograms not made, {} modules not used, {} polls \
-             deferred",
-            self.segments, self.histograms, self.modules, self.deferred_polls
+            "{} not followed, {} not made, {} not used, {} deferred",
+            crate::plural::count(self.segments, "segment", "segments"),
+            crate::plural::count(self.histograms, "histogram", "histograms"),
+            crate::plural::count(self.modules, "module", "modules"),
+            crate::plural::count(self.deferred_polls, "poll", "polls")
         )
     }
 }

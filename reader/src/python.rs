@@ -48,7 +48,10 @@ impl PyFrame {
     /// `train.py:142 in train_step`, the form every view shows.
     pub fn text(&self) -> String {
         if self.skipped > 0 {
-            return format!("... {} frames skipped ...", self.skipped);
+            return format!(
+                "... {} skipped ...",
+                crate::plural::count(self.skipped, "frame", "frames")
+            );
         }
         let file = if self.file.is_empty() {
             "?"
@@ -251,9 +254,10 @@ impl PythonReport {
         let v = self.version.as_deref().unwrap_or("?");
         match self.state.as_str() {
             "supported" if self.rejected > 0 || self.codes_dropped > 0 => Some(format!(
-                "Python {v}: {} stacks stopped at a frame that failed validation, {} code \
-                 objects without names (table full)",
-                self.rejected, self.codes_dropped
+                "Python {v}: {} at a frame that failed validation, {} without names \
+                 (table full)",
+                crate::plural::count(self.rejected, "stack stopped", "stacks stopped"),
+                crate::plural::count(self.codes_dropped, "code object", "code objects")
             )),
             "supported" => None,
             "unsupported" => Some(format!(

@@ -15,6 +15,7 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 use crate::app::{App, Pane, ProcSort};
 use crate::loghist::BAR_CELLS;
 use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, SiteRow, STALL_KINDS};
+use syncspy_read::plural;
 use syncspy_read::report::{IdleCause, HOST_BUSY_ELSEWHERE};
 
 const ASCII_BORDER: border::Set = border::Set {
@@ -150,7 +151,11 @@ impl App {
         }
         if dropped > 0 {
             spans.push(Span::styled(
-                format!("  {} EVENTS DROPPED", count(dropped)),
+                format!(
+                    "  {} {} DROPPED",
+                    count(dropped),
+                    plural::word(dropped, "EVENT", "EVENTS")
+                ),
                 self.alarm(),
             ));
         }
@@ -207,7 +212,7 @@ impl App {
                     rows.push(
                         Row::new(vec![
                             Cell::from("JOB"),
-                            Cell::from(format!("{} ranks", s.ranks)),
+                            Cell::from(plural::count(s.ranks, "rank", "ranks")),
                             Cell::from(""),
                             Cell::from(""),
                             Cell::from(""),

@@ -213,6 +213,19 @@ fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
 }
 
 #[test]
+fn one_dropped_event_is_one_event() {
+    let mut one = loader();
+    one.dropped = 1;
+    let app = app_with(Snapshot {
+        processes: vec![one, trainer()],
+        ..snapshot()
+    });
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("  1 EVENT DROPPED"), "{s}");
+    assert!(!s.contains("1 EVENTS"), "{s}");
+}
+
+#[test]
 fn the_80x24_screen_shows_processes_kinds_and_sites() {
     let app = app_with(snapshot());
     let s = screen(&app, 80, 24);

@@ -21,6 +21,7 @@ use syncspy_abi::Kind;
 
 use super::file::{Budget, Iterations, Limit, Measure, Rule};
 use crate::summary::{fmt_bytes, fmt_ns, user_frames};
+use syncspy_read::plural;
 use syncspy_read::report::{ProcessReport, Report, Site};
 pub use syncspy_read::verdict::{
     BudgetReport, CheckStatus, IterationCount, LimitResult, Outcome, RuleResult, SiteHit,
@@ -196,9 +197,10 @@ pub fn fmt_measure(measure: Measure, v: f64) -> String {
     }
 }
 
-fn noun(measure: Measure) -> &'static str {
+/// What the value counts, agreeing with it (`1 event`, `3 events`, `1.50 events`).
+fn noun(measure: Measure, v: f64) -> &'static str {
     match measure {
-        Measure::Count => "events",
+        Measure::Count => plural::word(v, "event", "events"),
         Measure::TotalNs => "stalled",
         Measure::Bytes => "moved",
         Measure::StallShare => "of wall time stalled",
@@ -213,14 +215,14 @@ fn judge(limit: &Limit, v: Span) -> LimitResult {
         ""
     };
     let max_text = fmt_measure(limit.measure, limit.max);
-    let n = noun(limit.measure);
     let (status, message) = if v.lo > limit.max {
         let at_least = if v.is_exact() { "" } else { "at least " };
         (
             CheckStatus::Fail,
             format!(
-                "{at_least}{} {n}{per} > {} {max_text}",
+                "{at_least}{} {}{per} > {} {max_text}",
                 fmt_measure(limit.measure, v.lo),
+                noun(limit.measure, v.lo),
                 limit.key
             ),
         )
@@ -228,9 +230,10 @@ fn judge(limit: &Limit, v: Span) -> LimitResult {
         (
             CheckStatus::NotEvaluated,
             format!(
-                "between {} and {} {n}{per}: cannot tell against {} {max_text}",
+                "between {} and {} {}{per}: cannot tell against {} {max_text}",
                 fmt_measure(limit.measure, v.lo),
                 fmt_measure(limit.measure, v.hi),
+                noun(limit.measure, v.hi),
                 limit.key
             ),
         )
@@ -239,8 +242,9 @@ fn judge(limit: &Limit, v: Span) -> LimitResult {
         (
             CheckStatus::Pass,
             format!(
-                "{up_to}{} {n}{per} <= {} {max_text}",
+                "{up_to}{} {}{per} <= {} {max_text}",
                 fmt_measure(limit.measure, v.hi),
+                noun(limit.measure, v.hi),
                 limit.key
             ),
         )
@@ -389,16 +393,17 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
         let mut why = Vec::new();
         if sel.unseen > 0 {
             why.push(format!(
-                "{} events were not received by the reader (lost_records {}: raise \
-                 SYNCSPY_RING)",
-                sel.unseen, p.lost_records
+                "{} {} not received by the reader (lost_records {}: raise SYNCSPY_RING)",
+                plural::count(sel.unseen, "event", "events"),
+                plural::word(sel.unseen, "was", "were"),
+                p.lost_records
             ));
         }
         if sel.frameless > 0 {
             why.push(format!(
-                "{} events have no call stack (SYNCSPY_STACKS=0, SYNCSPY_STACK_MIN_NS, or a \
-                 full call-site table)",
-                sel.frameless
+                "{} no call stack (SYNCSPY_STACKS=0, SYNCSPY_STACK_MIN_NS, or a full \
+                 call-site table)",
+                plural::count(sel.frameless, "event has", "events have")
             ));
         }
         notes.push(format!(
@@ -520,6 +525,36 @@ pub fn evaluate(budget: &Budget, report: &Report) -> BudgetReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_of_one_is_one_event() {
+        let limit = |max| Limit {
+            key: "max_count",
+            measure: Measure::Count,
+            per_iteration: false,
+            max,
+        };
+        assert_eq!(
+            judge(&limit(0.0), Span::exact(1.0)).message,
+            "1 event > max_count 0"
+        );
+        assert_eq!(
+            judge(&limit(1.0), Span::exact(1.0)).message,
+            "1 event <= max_count 1"
+        );
+        assert_eq!(
+            judge(&limit(0.0), Span { lo: 1.0, hi: 3.0 }).message,
+            "at least 1 event > max_count 0"
+        );
+        assert_eq!(
+            judge(&limit(2.0), Span { lo: 1.0, hi: 3.0 }).message,
+            "between 1 and 3 events: cannot tell against max_count 2"
+        );
+        assert_eq!(
+            judge(&limit(2.0), Span::exact(2.0)).message,
+            "2 events <= max_count 2"
+        );
+    }
     use crate::budget::file::parse;
     use syncspy_read::report::Stats;
 

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::eval::{BudgetReport, CheckStatus, Outcome, RuleResult};
 use crate::summary::fmt_ns;
+use syncspy_read::plural;
 
 /// Sites shown under a failed (or undecided) result, and frames per site.
 pub const SHOWN_SITES: usize = 3;
@@ -82,11 +83,12 @@ fn render_result(out: &mut String, r: &RuleResult) {
                 let _ = writeln!(out, "               at {f}");
             }
         }
-        if r.sites.len() > SHOWN_SITES {
+        let n = r.sites.len().saturating_sub(SHOWN_SITES);
+        if n > 0 {
             let _ = writeln!(
                 out,
-                "          ... {} more sites in the JSON report",
-                r.sites.len() - SHOWN_SITES
+                "          ... {n} more {} in the JSON report",
+                plural::word(n, "site", "sites")
             );
         }
     }
