@@ -50,8 +50,34 @@ pub struct NcclUniqueId {
     pub internal: [u8; 128],
 }
 
+/// The first collectives of a process are all measured; after them, one in `SAMPLE_PERIOD`,
+/// chosen by a hash of the call's index in the process, so that every rank of an SPMD job
+/// (which makes the same collective calls in the same order) measures the same calls, and a
+/// loop whose step makes a fixed number of collectives is not sampled at one phase of it.
+/// A sampled measurement counts `SAMPLE_PERIOD` times. Measured on an all-reduce-heavy loop
+/// (16,000 a second, docs/performance.md), measuring every call cost about 17% of its time
+/// (two event records on the calling thread, and the reading thread's runtime calls contending
+/// with the launches).
+const MEASURE_ALL: u64 = 1024;
+const SAMPLE_PERIOD: u64 = 16;
+
+/// Whether the collective call of index `i` (from 0, in the process) is measured, and its
+/// weight.
+fn sampled(i: u64) -> Option<u32> {
+    if i < MEASURE_ALL {
+        return Some(1);
+    }
+    // splitmix64's finalizer: neighbouring indices spread over the whole range.
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z.is_multiple_of(SAMPLE_PERIOD)
+        .then_some(SAMPLE_PERIOD as u32)
+}
+
 /// Measurements in flight at once: collectives queued on the GPU and not yet read.
-const SLOT_COUNT: usize = 256;
+const SLOT_COUNT: usize = 1024;
 /// Streams of one group measured (more are counted, not measured).
 const GROUP_STREAMS: usize = 4;
 /// Communicators whose identity is kept.
@@ -74,6 +100,8 @@ struct Slot {
     after: AtomicUsize,
     called_ns: AtomicU64,
     comm: AtomicUsize,
+    /// How many collectives the measurement stands for (`sampled`).
+    weight: AtomicU32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -84,6 +112,7 @@ const EMPTY_SLOT: Slot = Slot {
     after: AtomicUsize::new(0),
     called_ns: AtomicU64::new(0),
     comm: AtomicUsize::new(0),
+    weight: AtomicU32::new(1),
 };
 
 static SLOTS: [Slot; SLOT_COUNT] = [EMPTY_SLOT; SLOT_COUNT];
@@ -132,10 +161,13 @@ static SET_DEVICE: Real = Real::new(c"cudaSetDevice");
 static COMM_USER_RANK: Real = Real::nccl(c"ncclCommUserRank");
 static COMM_COUNT_FN: Real = Real::nccl(c"ncclCommCount");
 
-/// This thread's open group: its depth and the streams its collectives used.
+/// This thread's open group: its depth, whether it is measured (by its first call's index,
+/// `sampled`: 0 not measured, else the weight) and the streams its collectives used.
 #[derive(Clone, Copy)]
 struct Group {
     depth: u32,
+    decided: bool,
+    weight: u32,
     n: usize,
     streams: [usize; GROUP_STREAMS],
     comms: [usize; GROUP_STREAMS],
@@ -143,6 +175,8 @@ struct Group {
 
 const NO_GROUP: Group = Group {
     depth: 0,
+    decided: false,
+    weight: 0,
     n: 0,
     streams: [0; GROUP_STREAMS],
     comms: [0; GROUP_STREAMS],
@@ -171,12 +205,22 @@ fn collective(comm: NcclComm, stream: Stream, real: impl FnOnce() -> NcclResult)
         return real();
     };
     let c = rt.seg.collectives();
-    c.calls.fetch_add(1, Relaxed);
+    let index = c.calls.fetch_add(1, Relaxed);
+    let weight = sampled(index);
     let in_group = GROUP.try_with(|g| g.get().depth > 0).unwrap_or(false);
     if in_group {
         let noted = GROUP
             .try_with(|g| {
                 let mut v = g.get();
+                if !v.decided {
+                    // The group's first call decides for the group.
+                    v.decided = true;
+                    v.weight = weight.unwrap_or(0);
+                    g.set(v);
+                }
+                if v.weight == 0 {
+                    return true;
+                }
                 let s = stream as usize;
                 if v.streams[..v.n].contains(&s) {
                     return true;
@@ -197,9 +241,13 @@ fn collective(comm: NcclComm, stream: Stream, real: impl FnOnce() -> NcclResult)
         set_errno(errno_in);
         return real();
     }
+    let Some(weight) = weight else {
+        set_errno(errno_in);
+        return real();
+    };
     let slot = catch_unwind(AssertUnwindSafe(|| {
         note_comm(comm);
-        begin(stream, comm)
+        begin(stream, comm, weight)
     }))
     .ok()
     .flatten();
@@ -222,7 +270,7 @@ fn collective(comm: NcclComm, stream: Stream, real: impl FnOnce() -> NcclResult)
 
 /// Claims a slot and records its "before" event on `stream`; `None` when the stream is
 /// capturing a graph (or cannot say), no slot is free, or an event call failed.
-fn begin(stream: Stream, comm: NcclComm) -> Option<usize> {
+fn begin(stream: Stream, comm: NcclComm, weight: u32) -> Option<usize> {
     if crate::hostwait::capturing(stream as u64, false) != Some(false) {
         return None;
     }
@@ -239,6 +287,7 @@ fn begin(stream: Stream, comm: NcclComm) -> Option<usize> {
     }
     s.called_ns.store(now_ns(), Relaxed);
     s.comm.store(comm as usize, Relaxed);
+    s.weight.store(weight, Relaxed);
     Some(i)
 }
 
@@ -320,7 +369,7 @@ fn start_reader(rt: &'static Runtime) {
 fn read_loop(rt: &'static Runtime) {
     let _reentry = crate::guard::Reentry::enter();
     loop {
-        let pending = {
+        let busy = {
             let Ok(_held) = READING.lock() else {
                 return;
             };
@@ -329,12 +378,15 @@ fn read_loop(rt: &'static Runtime) {
             }
             read_done(rt)
         };
-        let ms = if pending { 10 } else { 50 };
+        // Collectives in flight (or just read: more are coming): read again soon, so that a
+        // loop of thousands a second never runs out of slots; otherwise sleep longer.
+        let ms = if busy { 2 } else { 50 };
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 
-/// Reads every pending slot whose "after" event is done; whether some are still pending.
+/// Reads every pending slot whose "after" event is done; whether it read some or some are
+/// still pending.
 fn read_done(rt: &'static Runtime) -> bool {
     let (Some(query), Some(elapsed), Some(set_device)) = (
         EVENT_QUERY.get::<EventFn>(),
@@ -368,6 +420,7 @@ fn read_done(rt: &'static Runtime) -> bool {
                 // local out-value and the slot's two events, both recorded and done.
                 if unsafe { elapsed(&mut ms, before, after) } == 0 {
                     let ns = (f64::from(ms.max(0.0)) * 1e6) as u64;
+                    let ns = ns.saturating_mul(u64::from(s.weight.load(Relaxed)));
                     c.add_measured(s.called_ns.load(Relaxed), now_ns(), ns);
                     let (id, rank, size) = comm_of(s.comm.load(Relaxed));
                     c.set_comm(id, rank, size);
@@ -375,6 +428,7 @@ fn read_done(rt: &'static Runtime) -> bool {
                     c.unmeasured.fetch_add(1, Relaxed);
                 }
                 s.state.store(FREE, Release);
+                pending = true;
             }
             crate::runtime::NOT_READY => pending = true,
             _ => {
@@ -704,7 +758,7 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
         c.set(v);
     });
     let errno_in = errno();
-    let entered = if outermost && g.n > 0 {
+    let entered = if outermost && g.n > 0 && g.weight > 0 {
         enter(errno_in)
     } else {
         None
@@ -718,7 +772,7 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     for (k, slot) in slots.iter_mut().enumerate().take(g.n) {
         *slot = catch_unwind(AssertUnwindSafe(|| {
             note_comm(g.comms[k] as NcclComm);
-            begin(g.streams[k] as Stream, g.comms[k] as NcclComm)
+            begin(g.streams[k] as Stream, g.comms[k] as NcclComm, g.weight)
         }))
         .ok()
         .flatten();
@@ -836,6 +890,23 @@ mod tests {
         assert_eq!(comm_of(comm as usize), (42, Some(2), Some(4)));
         assert_eq!(comm_of(0x6161_0000), (0, None, None));
         assert_eq!(comm_of(0), (0, None, None));
+    }
+
+    #[test]
+    fn the_first_collectives_are_all_measured_then_one_in_the_period_without_phase() {
+        assert!((0..MEASURE_ALL).all(|i| sampled(i) == Some(1)));
+        let later: Vec<u64> = (MEASURE_ALL..MEASURE_ALL + 160_000)
+            .filter(|i| sampled(*i).is_some())
+            .collect();
+        assert!((9_000..11_000).contains(&later.len()), "{}", later.len());
+        assert!(later
+            .iter()
+            .all(|i| sampled(*i) == Some(SAMPLE_PERIOD as u32)));
+        // A step of 8 collectives: every position in the step is measured about as often.
+        for phase in 0..8 {
+            let n = later.iter().filter(|i| *i % 8 == phase).count();
+            assert!((1_000..1_500).contains(&n), "phase {phase}: {n}");
+        }
     }
 
     #[test]
