@@ -287,6 +287,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
                 r.gpu.measured,
                 r.gpu.traced_ns,
             )
+            .with_nccl(r.collectives.as_ref().and_then(|c| c.share()))
         }),
         gpu: gpu_view(&r.gpu, base),
     }

@@ -478,6 +478,12 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
                 gpu_measured(&a.live),
                 a.live.gpu.as_ref().map_or(0, |g| g.traced_ns),
             )
+            .with_nccl(
+                a.live
+                    .collectives
+                    .as_ref()
+                    .and_then(|c| syncspy_read::report::CollectivesReport::of(c).share()),
+            )
         }),
         gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };

@@ -208,6 +208,15 @@ impl RankOf {
         }
     }
 
+    /// The rank's own measurement of its NCCL calls (time in collectives, window; ABI 1.8)
+    /// instead of the traced kernels, when it has one: the report's rule takes it first.
+    pub fn with_nccl(mut self, share: Option<(u64, u64)>) -> RankOf {
+        if share.is_some() {
+            self.collective = share;
+        }
+        self
+    }
+
     /// `exp-7 r3` (`exp-7 r?` when the launcher gave no rank).
     pub fn label(&self) -> String {
         match self.rank {
@@ -638,6 +647,11 @@ mod tests {
         );
         assert_eq!(RankOf::new("exp", None, Some(5), false, 9).collective, None);
         assert_eq!(RankOf::new("exp", None, None, true, 9).collective, None);
+        // The rank's own NCCL measurement comes first, traced or not.
+        let n = RankOf::new("exp", None, None, false, 0).with_nccl(Some((7, 100)));
+        assert_eq!(n.collective, Some((7, 100)));
+        let kept = RankOf::new("exp", None, Some(5), true, 9).with_nccl(None);
+        assert_eq!(kept.collective, Some((5, 9)));
     }
 
     #[test]
