@@ -597,12 +597,14 @@ pub fn hook_query(api: Api, object: u64, flags: u8, real: impl FnOnce() -> u32) 
     };
     set_errno(errno_in);
     rt.seg.live().calls[api as usize].add_untimed(0);
+    // While a run is open, the time inside every query counts as asking (`poll::ASKING`).
+    let entered_ns = if poll::open() { now_ns() } else { 0 };
     let result = real();
     first_return();
-    if result == NOT_READY || poll::open() {
+    if result == NOT_READY || entered_ns != 0 {
         let errno_out = errno();
         if catch_unwind(AssertUnwindSafe(|| {
-            rt.poll_step(api, object, flags, result)
+            rt.poll_step(api, object, flags, result, entered_ns)
         }))
         .is_err()
         {
@@ -665,13 +667,15 @@ mod poll {
     use std::cell::Cell;
     use syncspy_abi::Api;
 
-    /// Between two answers of a run, a thread that let more than this pass, most of it off
-    /// the CPU, slept between them: it was checking, not waiting (`Runtime::poll_step`).
-    /// NCCL's watchdog sleeps 100 ms between two `cudaEventQuery`s, a heartbeat or progress
-    /// bar longer. A spinning loop asks within microseconds; a Python loop that loses the GIL
-    /// to another thread between two asks, within one switch interval (5 ms); a thread busy
-    /// spinning on another object stays on the CPU.
+    /// Time outside the queries between two answers of a run: more than this, nearly all of
+    /// it off the CPU, and the thread slept between them (`Runtime::poll_step`). NCCL's
+    /// watchdog sleeps 100 ms between two `cudaEventQuery`s, a heartbeat or progress bar
+    /// longer. A spinning loop asks again within microseconds; a Python loop that loses the GIL
+    /// to another thread between two asks, within one switch interval (5 ms).
     pub const MAX_GAP_NS: u64 = 10_000_000;
+    /// A run whose time outside the queries is at most this was back to back, whatever the
+    /// thread did between them (`spun`).
+    pub const SHORT_AWAY_NS: u64 = 2_000_000;
 
     /// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID), 0 if unreadable.
     pub fn thread_cpu_ns() -> u64 {
@@ -688,20 +692,18 @@ mod poll {
             .saturating_add(ts.tv_nsec as u64)
     }
 
-    /// Whether the thread slept since the run's latest answer: more than `MAX_GAP_NS`
-    /// passed, and it spent less than half of it on the CPU.
-    pub fn slept_since(run: &Run, now_ns: u64, cpu_ns: u64) -> bool {
-        let gap = now_ns.saturating_sub(run.last_ns);
-        gap > MAX_GAP_NS && cpu_ns.saturating_sub(run.last_cpu_ns) < gap / 2
-    }
-
     #[derive(Clone, Copy)]
     pub struct Run {
         /// When the run's first query returned not-ready (`now_ns`); 0: no run open.
         pub start_ns: u64,
-        /// When its latest not-ready query returned, and the thread's CPU time then.
+        /// When its latest not-ready query returned, the thread's CPU time and `ASKING` then.
         pub last_ns: u64,
         pub last_cpu_ns: u64,
+        pub last_asking_ns: u64,
+        /// Since the run opened, up to its latest answer: the thread's time outside query
+        /// calls, and its CPU time meanwhile.
+        pub away_ns: u64,
+        pub away_cpu_ns: u64,
         /// The stream or event queried.
         pub object: u64,
         /// Not-ready queries so far.
@@ -714,6 +716,9 @@ mod poll {
         start_ns: 0,
         last_ns: 0,
         last_cpu_ns: 0,
+        last_asking_ns: 0,
+        away_ns: 0,
+        away_cpu_ns: 0,
         object: 0,
         polls: 0,
         api: Api::CudaStreamQuery,
@@ -722,6 +727,9 @@ mod poll {
 
     thread_local! {
         pub static RUN: Cell<Run> = const { Cell::new(NONE) };
+        /// Time this thread spent inside query calls made while a run was open (any object):
+        /// asking, wherever the driver kept it (a query may wait on a lock).
+        pub static ASKING: Cell<u64> = const { Cell::new(0) };
     }
 
     /// Whether a run is open on this thread (false during thread teardown).
@@ -729,10 +737,41 @@ mod poll {
     pub fn open() -> bool {
         RUN.try_with(|c| c.get().start_ns != 0).unwrap_or(false)
     }
+
+    /// `ASKING` now (0 during thread teardown).
+    pub fn asking() -> u64 {
+        ASKING.try_with(Cell::get).unwrap_or(0)
+    }
+
+    /// Since `run`'s latest answer, up to `end_ns`: the time outside queries and the CPU time.
+    pub fn away_since(run: &Run, end_ns: u64, cpu_ns: u64, asking_ns: u64) -> (u64, u64) {
+        let wall = end_ns.saturating_sub(run.last_ns);
+        let inside = asking_ns.saturating_sub(run.last_asking_ns);
+        (
+            wall.saturating_sub(inside),
+            cpu_ns.saturating_sub(run.last_cpu_ns),
+        )
+    }
+
+    /// Whether the thread slept between two answers: more than `MAX_GAP_NS` outside the
+    /// queries, less than an eighth of it on the CPU (a spinning thread on a loaded machine
+    /// may get much less than a whole core; a sleeping one gets nothing).
+    pub fn slept((away, cpu): (u64, u64)) -> bool {
+        away > MAX_GAP_NS && cpu < away / 8
+    }
+
+    /// Whether the thread kept asking over the whole run: its time outside the queries was
+    /// short, or at least an eighth of it on the CPU. A thread that asks at each wake-up of a
+    /// condition variable (NCCL's watchdog is also woken by each new collective, so its checks
+    /// may come a few milliseconds apart) sleeps through nearly all of it.
+    pub fn spun(run: &Run) -> bool {
+        run.away_ns <= SHORT_AWAY_NS || run.away_cpu_ns >= run.away_ns / 8
+    }
 }
 
 impl Runtime {
-    /// A query returned not-ready, or one returned while this thread has a run open.
+    /// A query returned not-ready, or one returned while this thread has a run open
+    /// (`entered_ns`: when that query was entered; 0 if no run was open then).
     ///
     /// Rules: the first not-ready query opens a run on its object (stream or event, under its
     /// API), timed from its return. Further not-ready queries of that object are its polls.
@@ -745,27 +784,36 @@ impl Runtime {
     /// thread ends it at that stall's start (`end_poll_run`). A run still open when its thread
     /// or process ends is not recorded.
     ///
-    /// Only a thread that keeps asking waits: when it slept since the run's latest not-ready
-    /// answer (`poll::slept_since`: more than 10 ms, mostly off the CPU, like NCCL's
-    /// watchdog between two `cudaEventQuery`s), it was checking, not waiting. The run then
-    /// ends at that answer, recorded only if it had at least two of them (a spin that gave
-    /// up); this query starts afresh (a new run if it is not-ready, nothing otherwise).
+    /// Only a thread that keeps asking waits. Time inside any query call counts as asking;
+    /// the rest is the thread's time away. When it slept since the run's latest not-ready
+    /// answer (`poll::slept`: more than 10 ms away, nearly all off the CPU, like NCCL's
+    /// watchdog between two `cudaEventQuery`s), it was checking: the run ends at that answer,
+    /// recorded only if it had at least two and spun; this query starts afresh (a new run if
+    /// it is not-ready, nothing otherwise). A run over which the thread was away and asleep
+    /// for most of more than 2 ms (`poll::spun`: checks at each wake-up of a condition
+    /// variable, a few milliseconds apart) is no wait either, however it ends.
     #[cold]
     #[inline(never)]
-    fn poll_step(&self, api: Api, object: u64, flags: u8, result: u32) {
+    fn poll_step(&self, api: Api, object: u64, flags: u8, result: u32, entered_ns: u64) {
         let Ok(run) = poll::RUN.try_with(std::cell::Cell::get) else {
             return;
         };
         let now = now_ns().max(1);
+        if entered_ns != 0 {
+            let _ = poll::ASKING.try_with(|a| a.set(a.get() + now.saturating_sub(entered_ns)));
+        }
         let cpu = poll::thread_cpu_ns();
+        let asking = poll::asking();
         let open = poll::Run {
             start_ns: now,
             last_ns: now,
             last_cpu_ns: cpu,
-            object,
+            last_asking_ns: asking,
             polls: 1,
+            object,
             api,
             flags,
+            ..poll::NONE
         };
         if run.start_ns == 0 {
             // Only a not-ready result gets here without an open run.
@@ -775,7 +823,8 @@ impl Runtime {
         if run.api != api || run.object != object {
             return;
         }
-        if poll::slept_since(&run, now, cpu) {
+        let away = poll::away_since(&run, now, cpu, asking);
+        if poll::slept(away) {
             poll::RUN.set(if result == NOT_READY {
                 open
             } else {
@@ -784,22 +833,31 @@ impl Runtime {
             self.emit_given_up(run);
             return;
         }
+        let run = poll::Run {
+            away_ns: run.away_ns.saturating_add(away.0),
+            away_cpu_ns: run.away_cpu_ns.saturating_add(away.1),
+            ..run
+        };
         if result == NOT_READY {
             poll::RUN.set(poll::Run {
                 polls: run.polls.saturating_add(1),
                 last_ns: now,
                 last_cpu_ns: cpu,
+                last_asking_ns: asking,
                 ..run
             });
             return;
         }
         poll::RUN.set(poll::NONE);
-        self.emit_poll(run, now, result);
+        if poll::spun(&run) {
+            self.emit_poll(run, now, result);
+        }
     }
 
     /// Ends this thread's open polling run at `end_ns` (a stall's start), as a `poll_wait`
     /// that did not see the work done (result not-ready); a run whose thread slept since its
-    /// latest answer (`poll::slept_since`) ends at that answer instead.
+    /// latest answer (`poll::slept`) ends at that answer instead, and one that did not keep
+    /// asking (`poll::spun`) is not recorded.
     #[cold]
     #[inline(never)]
     fn end_poll_run(&self, end_ns: u64) {
@@ -809,17 +867,25 @@ impl Runtime {
         if run.start_ns == 0 {
             return;
         }
-        if poll::slept_since(&run, end_ns, poll::thread_cpu_ns()) {
+        let away = poll::away_since(&run, end_ns, poll::thread_cpu_ns(), poll::asking());
+        if poll::slept(away) {
             self.emit_given_up(run);
-        } else {
+            return;
+        }
+        let run = poll::Run {
+            away_ns: run.away_ns.saturating_add(away.0),
+            away_cpu_ns: run.away_cpu_ns.saturating_add(away.1),
+            ..run
+        };
+        if poll::spun(&run) {
             self.emit_poll(run, end_ns.max(run.start_ns), NOT_READY);
         }
     }
 
     /// A run its thread stopped asking in: a `poll_wait` up to its latest not-ready answer
-    /// when it had several (a spin that gave up), nothing for a lone check.
+    /// when it had several and spun between them (a spin that gave up), nothing for checks.
     fn emit_given_up(&self, run: poll::Run) {
-        if run.polls >= 2 {
+        if run.polls >= 2 && poll::spun(&run) {
             self.emit_poll(run, run.last_ns, NOT_READY);
         }
     }

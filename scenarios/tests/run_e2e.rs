@@ -361,9 +361,10 @@ fn polling_runs_end_at_a_stall_or_at_their_own_objects_ready_answer() {
 }
 
 /// A thread that sleeps between its queries (NCCL's watchdog: a `cudaEventQuery` every
-/// 100 ms) is checking, not waiting: its not-ready answers make no `poll_wait`, neither when
-/// a later answer finds the work done nor when the thread then synchronizes; a spin beside
-/// them is still one `poll_wait` of its own length.
+/// 100 ms, or a few milliseconds apart when new collectives wake it) is checking, not
+/// waiting: its not-ready answers make no `poll_wait`, neither when a later answer finds the
+/// work done nor when the thread then synchronizes; a spin beside them is still one
+/// `poll_wait` of its own length.
 #[test]
 fn queries_with_sleeps_between_them_are_checks_not_poll_waits() {
     let c = cudacalls();
@@ -371,6 +372,11 @@ fn queries_with_sleeps_between_them_are_checks_not_poll_waits() {
     // Checks every 100 ms until the work is done (the fourth finds it done).
     for _ in 0..4 {
         ops.extend(["query=s1", "sleep=100000"]);
+    }
+    // Checks 4 ms apart (a watchdog woken by each new collective) until 30 ms of work is done.
+    ops.push("busy=s1:30000");
+    for _ in 0..10 {
+        ops.extend(["query=s1", "sleep=4000"]);
     }
     // A spin on 20 ms of work.
     ops.extend(["busy=s1:20000", "poll=s1"]);
@@ -388,8 +394,8 @@ fn queries_with_sleeps_between_them_are_checks_not_poll_waits() {
     let t = &r.truth[0];
     let p = r.proc_of(t["pid"].as_u64().unwrap());
     let n = |k: &str| t["polls"]["cudaStreamQuery"][k].as_u64().unwrap();
-    // The program's own view: its checks saw the work pending (3 + 2 per iteration).
-    assert!(n("not_ready") >= 2 * 5, "{t}");
+    // The program's own view: its checks saw the work pending (3 + 7 + 2 per iteration).
+    assert!(n("not_ready") >= 2 * 10, "{t}");
     let pw = kind(p, "poll_wait");
     assert_eq!(count(pw), 2, "one per spin, none for the checks: {pw}");
     let total = pw["total_ns"].as_u64().unwrap();
