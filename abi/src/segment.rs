@@ -753,6 +753,23 @@ pub struct SegmentReader {
     /// The file, kept open: its lock says whether the writer runs (`writer_alive`).
     file: std::fs::File,
     frozen: bool,
+    /// How the file was shown to be its process's (`open`).
+    ownership: Ownership,
+}
+
+/// How a reader knows that a segment file is the segment of the process its header names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// The file is the reader's own (its effective uid owns it).
+    Reader,
+    /// The process named in the header runs, with the start time the header says, as the
+    /// user who owns the file.
+    Process,
+    /// The process named in the header no longer runs (or cannot be found from here): only
+    /// the file's owner vouches for it. Its numbers are that user's; no other user's
+    /// process can be claimed, since a running one is checked and an ended one is nobody's
+    /// any more.
+    FileOwner,
 }
 
 impl SegmentReader {
@@ -763,7 +780,8 @@ impl SegmentReader {
     /// O_NONBLOCK` (a FIFO swapped in between cannot block the open) and checked again on
     /// the open file. A link, FIFO, device, folder or socket is `OpenError::NotRegular`,
     /// which says nothing about a link's target. The file must be owned by this reader's
-    /// effective uid or by a uid the process named in its header runs as
+    /// effective uid, or by a uid the process named in its header runs as, or that process
+    /// must have ended ([`Ownership`]); a running process of another user is refused
     /// (`OpenError::Owner`): nobody can pass their file off as another user's process.
     pub fn open(path: &Path) -> Result<SegmentReader, OpenError> {
         let c = cpath(path)?;
@@ -841,14 +859,17 @@ impl SegmentReader {
                         as *const crate::origin::Origin)
                 }
             });
-        if ident.magic == MAGIC
-            && !owner_may_write(meta.uid(), ident.pid, ident.start_ticks, origin.as_ref())
-        {
-            return Err(OpenError::Owner {
-                uid: meta.uid(),
-                pid: ident.pid,
-            });
-        }
+        let ownership = if ident.magic == MAGIC {
+            ownership(meta.uid(), ident.pid, ident.start_ticks, origin.as_ref()).ok_or(
+                OpenError::Owner {
+                    uid: meta.uid(),
+                    pid: ident.pid,
+                },
+            )?
+        } else {
+            // Not a segment: `validate` says so.
+            Ownership::FileOwner
+        };
         // The Python part of the header exists from ABI 1.1 on, when the header covers it.
         let py_end = std::mem::offset_of!(Header, python) + size_of::<python::PyHeader>();
         let py = (ident.abi_minor >= 1 && ident.header_size as usize >= py_end).then(|| {
@@ -868,6 +889,7 @@ impl SegmentReader {
             path: path.to_path_buf(),
             file_id: (meta.dev(), meta.ino()),
             file,
+            ownership,
             frozen: false,
         })
     }
@@ -908,6 +930,11 @@ impl SegmentReader {
     /// keep what was read before.
     pub fn freeze(&mut self) {
         self.frozen = true;
+    }
+
+    /// How the file was shown to be its process's when it was opened.
+    pub fn ownership(&self) -> Ownership {
+        self.ownership
     }
 
     /// Whether `freeze` was called.
@@ -1034,26 +1061,34 @@ fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-/// Whether a file owned by `uid` may be the segment of process `pid` (started at
-/// `start_ticks`, in the namespaces `origin` names): the reader's own effective uid, or one
-/// of the process's real, effective, saved and filesystem uids. A process in another PID
-/// namespace (a pod's pid 1) is found by its namespace ([`host_pid_of`]), not by its pid.
-fn owner_may_write(
+/// How a file owned by `uid` is the segment of process `pid` (started at `start_ticks`, in
+/// the namespaces `origin` names), or `None` when it cannot be: that process runs, as a user
+/// other than `uid` (someone passing their file off as another user's process). The file is
+/// the reader's own; or the process runs as `uid` (one of its real, effective, saved and
+/// filesystem uids); or it no longer runs (a short job ended before the reader looked), and
+/// the file's owner alone vouches for it. A process in another PID namespace (a pod's pid 1)
+/// is found by its namespace ([`host_pid_of`]), not by its pid.
+fn ownership(
     uid: u32,
     pid: u32,
     start_ticks: u64,
     origin: Option<&crate::origin::Origin>,
-) -> bool {
+) -> Option<Ownership> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if uid == unsafe { libc::geteuid() } {
-        return true;
+        return Some(Ownership::Reader);
     }
     let here = match origin.filter(|o| o.in_another_pid_namespace()) {
         Some(o) => host_pid_of(o.pid_ns, pid, start_ticks),
-        None => Some(pid),
+        None => Some(pid).filter(|p| process_start_ticks(*p) == Some(start_ticks)),
     };
-    here.and_then(process_uids)
-        .is_some_and(|u| u.contains(&uid))
+    match here.map(|p| (p, process_uids(p))) {
+        Some((_, Some(uids))) if uids.contains(&uid) => Some(Ownership::Process),
+        // Running, as someone else.
+        Some((_, Some(_))) => None,
+        // Gone (or gone between the two reads).
+        _ => Some(Ownership::FileOwner),
+    }
 }
 
 /// The pid in this reader's PID namespace of the process that is `ns_pid` in the PID
@@ -1454,7 +1489,7 @@ mod tests {
         assert_eq!(process_uids(0), None);
         let p = SegmentParams {
             ring_capacity: 16,
-            ..SegmentParams::new(me, 4)
+            ..SegmentParams::new(me, process_start_ticks(me).unwrap())
         };
         let w = SegmentWriter::create(&dir, &p).unwrap();
         assert!(SegmentReader::open(w.path()).is_ok());
@@ -1469,6 +1504,48 @@ mod tests {
             );
         } else {
             eprintln!("not root: cannot give a file away; only the accepting half ran");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_segment_of_an_ended_process_is_its_file_owners() {
+        let dir = tmpdir("owner-ended");
+        // A child that ran and ended: its pid names no process (or another one, started
+        // later), so only the file's owner vouches for the segment.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = process_start_ticks(pid).unwrap_or(1);
+        child.wait().unwrap();
+        let p = SegmentParams {
+            ring_capacity: 16,
+            start_ticks: start,
+            ..SegmentParams::new(pid, 4)
+        };
+        let w = SegmentWriter::create(&dir, &p).unwrap();
+        assert_eq!(
+            SegmentReader::open(w.path()).unwrap().ownership(),
+            Ownership::Reader
+        );
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(w.path(), Some(54321), None).unwrap();
+            let r = SegmentReader::open(w.path()).unwrap();
+            assert_eq!(r.ownership(), Ownership::FileOwner);
+            // This process, still running, claimed by that user: refused.
+            let id = std::process::id();
+            let me = SegmentParams {
+                ring_capacity: 16,
+                ..SegmentParams::new(id, process_start_ticks(id).unwrap())
+            };
+            let w2 = SegmentWriter::create(&dir, &me).unwrap();
+            std::os::unix::fs::chown(w2.path(), Some(54321), None).unwrap();
+            assert!(matches!(
+                SegmentReader::open(w2.path()).err(),
+                Some(OpenError::Owner { uid: 54321, .. })
+            ));
+        } else {
+            eprintln!("not root: cannot give a file away; only the reader's own half ran");
         }
         std::fs::remove_dir_all(dir).unwrap();
     }
