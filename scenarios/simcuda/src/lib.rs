@@ -26,7 +26,11 @@
 //!   taken with `cudaLibraryGetKernel` and launched with `cudaLaunchKernel`. The simulator
 //!   recognizes the kernels of kernels/ by name (`spin`, `fill`, `scale`, `count_positive`,
 //!   `gemm`), runs them on the compute engine for a duration modeled from their arguments, and
-//!   computes their real results; bad pointers fault on the device as on a GPU.
+//!   computes their real results; bad pointers fault on the device as on a GPU;
+//! - NCCL (`nccl/`, `api/nccl.rs`; the library answers to `libnccl.so.2` too): communicators
+//!   whose ranks are processes meeting in `$SIMNCCL_DIR`, collectives and messages queued on
+//!   the caller's stream that complete when every rank has reached them (plus a transfer
+//!   time), with their real results, groups, and their kernels in the CUPTI records.
 //!
 //! Not modeled (yet): other kernels (a PTX entry without a model loads, but launching it fails
 //! with `cudaErrorNotSupported`), kernels registered by nvcc-compiled host code (`<<<...>>>`),
@@ -45,6 +49,7 @@ mod error;
 mod event;
 mod kernel;
 mod memory;
+mod nccl;
 mod runtime;
 mod scheduler;
 mod stream;
@@ -52,6 +57,18 @@ mod transfer;
 mod work;
 
 pub use api::*;
+
+/// Sets the folder where the simulated NCCL's communicators meet (`SIMNCCL_DIR`) for the
+/// rest of the process; `None` goes back to the variable. For tests and embedders.
+pub fn set_nccl_dir(dir: Option<&std::path::Path>) {
+    nccl::set_dir(dir);
+}
+
+/// Sets the longest wait of the simulated NCCL for the other ranks (`SIMNCCL_TIMEOUT_S`) for
+/// the rest of the process; a test that fails while a rank waits then ends soon.
+pub fn set_nccl_timeout(timeout: std::time::Duration) {
+    nccl::settings().set_timeout(timeout);
+}
 
 /// Changes `SIMCUDA_TIME_SCALE` for the rest of the process (or until the next call): every
 /// duration modeled from then on is multiplied by `scale`. For tests and for programs that

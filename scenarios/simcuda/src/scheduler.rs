@@ -23,7 +23,7 @@ use crate::device::Device;
 use crate::error::CudaResult;
 use crate::event::{Event, EventId};
 use crate::stream::{Completion, Queued, Stream, StreamId, StreamKind};
-use crate::work::Op;
+use crate::work::{Op, Work};
 
 #[derive(Debug)]
 pub(crate) struct SchedState {
@@ -254,16 +254,25 @@ impl Scheduler {
 
             clock::sleep_until(start);
             let began = clock::now_ns();
-            let ran = queued.op.run();
-            let spent = clock::now_ns().saturating_sub(began);
-            // The modeled end: host functions last as long as they ran, other work its modeled
-            // time. Lateness in waking up is not counted, so it does not accumulate along a
-            // stream. When moving the real bytes took longer than modeled (a slow host), the
-            // work completes late but its timestamps stay those of the model.
-            let end = if host_fn {
-                start.saturating_add(spent)
-            } else {
-                start.saturating_add(duration)
+            let (ran, end) = match &queued.op.work {
+                // An NCCL operation models its own end: when the last rank arrived, plus the
+                // transfer (`crate::nccl`).
+                Work::Nccl(nccl) if !queued.op.keep.iter().any(|a| a.is_freed()) => nccl.run(start),
+                _ => {
+                    let ran = queued.op.run();
+                    let spent = clock::now_ns().saturating_sub(began);
+                    // The modeled end: host functions last as long as they ran, other work its
+                    // modeled time. Lateness in waking up is not counted, so it does not
+                    // accumulate along a stream. When moving the real bytes took longer than
+                    // modeled (a slow host), the work completes late but its timestamps stay
+                    // those of the model.
+                    let end = if host_fn {
+                        start.saturating_add(spent)
+                    } else {
+                        start.saturating_add(duration)
+                    };
+                    (ran, end)
+                }
             };
             clock::sleep_until(end);
             crate::api::cupti::record(&queued.op, device, id.0, start, end);

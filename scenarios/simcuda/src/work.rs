@@ -145,6 +145,9 @@ pub(crate) enum Work {
     Memset(MemsetWork),
     HostFn(HostFnWork),
     Kernel(KernelWork),
+    /// An NCCL operation (`crate::nccl`): run by the stream's worker, which gets its modeled
+    /// end from it (`NcclWork::run`).
+    Nccl(crate::nccl::exec::NcclWork),
     /// Does nothing; its completion time is what an event records.
     Marker,
 }
@@ -217,7 +220,8 @@ impl Op {
                 // still live); the device owns the memory while the kernel runs.
                 unsafe { k.launch.run(k.gemm_max_n) };
             }
-            Work::Marker => {}
+            // The scheduler runs these itself (`NcclWork::run`): its end is not the op's.
+            Work::Nccl(_) | Work::Marker => {}
         }
         Ok(())
     }

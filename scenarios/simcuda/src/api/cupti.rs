@@ -15,7 +15,9 @@
 //! registers a timestamp callback reading CLOCK_MONOTONIC gets from CUPTI), its device and
 //! stream, in the record layouts of CUDA 13.0's CUPTI (`CUpti_ActivityKernel10`,
 //! `CUpti_ActivityMemcpy6`, `CUpti_ActivityMemset4`, from cudarc). Kernel names are the
-//! simulated kernels' (`spin`, `gemm`, ...). Records wait in memory (at most `MAX_PENDING`;
+//! simulated kernels' (`spin`, `gemm`, ...); an NCCL operation is a kernel named as NCCL
+//! 2.2x names its own (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`, `ncclDevKernel_SendRecv`),
+//! from when its stream reached it to its end (the wait for the other ranks included). Records wait in memory (at most `MAX_PENDING`;
 //! more are counted dropped) until the client flushes: `cuptiActivityFlushAll` asks the
 //! client for buffers through its request callback, fills them and hands each back through
 //! its completion callback, on the calling thread, with no lock of the simulator held.
@@ -112,9 +114,18 @@ pub(crate) fn record(op: &Op, device: usize, stream: u64, start_ns: u64, end_ns:
             (KIND_MEMCPY, bytes, copy_kind, c"")
         }
         Work::Memset(m) => (KIND_MEMSET, m.len as u64, 0, c""),
+        // NCCL's work is kernels (`ncclDevKernel_...`), which use no engine of the model.
+        Work::Nccl(n) => {
+            let kind = if enabled(KIND_CONCURRENT_KERNEL) {
+                KIND_CONCURRENT_KERNEL
+            } else {
+                KIND_KERNEL
+            };
+            (kind, 0, 0, n.kernel_name())
+        }
         Work::HostFn(_) | Work::Marker => return,
     };
-    if !enabled(kind) || op.engine.is_none() {
+    if !enabled(kind) || (op.engine.is_none() && !matches!(op.work, Work::Nccl(_))) {
         return;
     }
     let a = Activity {

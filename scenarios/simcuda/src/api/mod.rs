@@ -26,6 +26,7 @@ mod launch;
 mod memcpy;
 mod memory;
 mod memset;
+mod nccl;
 mod stream;
 
 pub use cupti::*;
@@ -36,6 +37,7 @@ pub use launch::*;
 pub use memcpy::*;
 pub use memory::*;
 pub use memset::*;
+pub use nccl::*;
 pub use stream::*;
 
 /// Runs the body of an entry point: panics become `cudaErrorUnknown`, errors are recorded as
