@@ -37,12 +37,14 @@ pub const SIM_LIB_ENV: &str = "SYNCSPY_SIM_LIB";
 /// Names the simulated runtime is linked under in the private folder: the soname programs
 /// link against, the unversioned name that dlopen-based loaders (cudarc) try first, the
 /// driver's soname: the simulator is the driver too (`scenarios/simcuda/src/api/driver.rs`),
-/// and CUPTI's: its activity records of the simulated timeline (`api/cupti.rs`).
-pub const SIM_LINK_NAMES: [&str; 4] = [
+/// CUPTI's: its activity records of the simulated timeline (`api/cupti.rs`), and NCCL's: its
+/// ranks meet in `$SIMNCCL_DIR` (`api/nccl.rs`).
+pub const SIM_LINK_NAMES: [&str; 5] = [
     "libcudart.so.13",
     "libcudart.so",
     "libcuda.so.1",
     "libcupti.so.13",
+    "libnccl.so.2",
 ];
 pub const DIR_ENV: &str = "SYNCSPY_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
