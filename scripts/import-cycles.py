@@ -6,7 +6,7 @@ A module depends on another when its file names it as `crate::NAME` (a `use` lin
 in the code), or as `super::NAME` from a module of the crate's root; tests (`#[cfg(test)]`
 modules at the end of a file) are left out. Prints each circle and exits 1 when there is one.
 
-    scripts/import-cycles.py reader/src cli/src
+    scripts/import-cycles.py reader/src cli/src agent/src
 """
 import os
 import re

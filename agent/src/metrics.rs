@@ -1,16 +1,16 @@
-//! Prometheus metrics of the agent daemon, rendered from a [`Snapshot`] with the official
-//! client library (OpenMetrics text).
+//! Prometheus metrics of the agent, rendered from a [`Snapshot`] with the official client
+//! library (OpenMetrics text).
 //!
-//! Labels are bounded: `program` (a process's program name, at most
-//! [`MAX_PROGRAMS`](crate::daemon::MAX_PROGRAMS) distinct values, then `other`), `kind` (the
-//! seven event kinds) and `state` (running, exited, gone, unknown). No pid, command line or
-//! call site becomes a label; those are in `/api/v1/snapshot`. Counters stay monotonic
-//! across processes that end and are forgotten: their totals are kept per program.
+//! Labels are bounded: `program` (a process's program name, at most 50 distinct values, the
+//! collector's `MAX_PROGRAMS`, then `other`), `kind` (the event kinds) and `state` (running,
+//! exited, gone, unknown). No pid, command line or call site becomes a label; those are in
+//! `/api/v1/snapshot`. Counters stay monotonic across processes that end and are forgotten:
+//! their totals are kept per program.
 //!
 //! Distributed jobs (the job part of the segments, ABI 1.3) add `job_id` and `rank` labels to
-//! the `syncspy_job_*` series, from the live processes: at most [`MAX_JOBS`] job ids (those
-//! with the most host stall time; the rest fold into `job_id="other"`) and at most
-//! [`MAX_RANKS`] ranks per job (the rest fold into `rank="other"`; unknown ranks are
+//! the `syncspy_job_*` series, from the live processes: at most 8 job ids (`MAX_JOBS`: those
+//! with the most host stall time; the rest fold into `job_id="other"`) and at most 64 ranks
+//! per job (`MAX_RANKS`: the rest fold into `rank="other"`; unknown ranks are
 //! `rank="unknown"`). Each node's agent exports its own ranks; Prometheus joins the nodes of a
 //! job by `job_id` (docs/cluster.md).
 
@@ -74,9 +74,9 @@ struct JobLabels {
 }
 
 /// Job ids with series of their own per agent; the rest are `job_id="other"`.
-pub const MAX_JOBS: usize = 8;
+const MAX_JOBS: usize = 8;
 /// Ranks with series of their own per job and agent; the rest are `rank="other"`.
-pub const MAX_RANKS: usize = 64;
+const MAX_RANKS: usize = 64;
 
 /// What the agent's budgets dropped (`syncspy_read::limits`): a fixed set of values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -487,8 +487,8 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::Amounts;
     use syncspy_read::report::{ProcessReport, Stats};
+    use syncspy_read::snapshot::Amounts;
     use syncspy_read::snapshot::ForgottenProgram;
 
     /// A latency of `count` values summing to `sum_ns`, with (bucket index, values) set.
@@ -628,7 +628,7 @@ mod tests {
             "syncspy_job_straggler_excess_seconds",
         ]) {
             assert!(
-                crate::daemon::HELP.contains(f),
+                crate::HELP.contains(f),
                 "{f} is served but not in `syncspy agent --help`"
             );
         }

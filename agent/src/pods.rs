@@ -246,9 +246,9 @@ fn fstat_id(fd: &OwnedFd) -> Option<FolderId> {
     }
 }
 
-/// Opens folder `dir` as process `pid` sees it, inside its root (`crate::in_root`).
+/// Opens folder `dir` as process `pid` sees it, inside its root (`syncspy_read::in_root`).
 pub fn open_in_root(pid: u32, dir: &Path) -> io::Result<OwnedFd> {
-    crate::in_root::open_in_root(pid, dir, true)
+    syncspy_read::in_root::open_in_root(pid, dir, true)
 }
 
 #[cfg(test)]

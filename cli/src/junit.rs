@@ -97,7 +97,7 @@ pub fn testcase_names(results: &[RuleResult]) -> Vec<String> {
                 Some(_) => {
                     let argv: Vec<String> =
                         r.cmdline.split_whitespace().map(str::to_string).collect();
-                    crate::daemon::program_of(&argv)
+                    syncspy_read::program::program_of(&argv)
                 }
                 None => "no process".to_string(),
             };

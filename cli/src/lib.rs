@@ -1,6 +1,7 @@
 //! The `syncspy` command line: run a command under `libsyncspy.so`, check it against a
-//! budget, show saved reports, and serve the host's numbers as the agent daemon. Reading
-//! segments, aggregation, symbolization and the report model are in `syncspy_read`.
+//! budget, show saved reports, and serve the host's numbers as the node agent (`syncspy
+//! agent`, the crate [`syncspy_agent`]). Reading segments, aggregation, symbolization and the
+//! report model are in `syncspy_read`.
 //!
 //! - [`summary`]: the text summary printed when a run ends and by `syncspy report`.
 //! - [`run`]: `syncspy run`, start a command under the library and report on it.
@@ -9,8 +10,6 @@
 //! - [`junit`]: the verdict as JUnit XML.
 //! - [`trace`]: `--trace FILE`, the recorded events as Chrome trace / Perfetto JSON.
 //! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
-//! - [`daemon`]: `syncspy agent`, every segment of the host behind HTTP; [`metrics`] its
-//!   Prometheus text.
 //! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
 //!   [`present`]: `syncspy report`, which shows either.
 
@@ -18,13 +17,10 @@ pub mod attach;
 pub mod budget;
 pub mod check;
 pub mod compare;
-pub mod daemon;
 pub mod demo;
 pub mod in_root;
 pub mod junit;
 pub mod markdown;
-pub mod metrics;
-pub mod pods;
 pub mod present;
 pub mod run;
 pub mod signals;

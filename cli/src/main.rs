@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use syncspy_cli::check::{self, CheckOptions, EXIT_NOT_CHECKED};
-use syncspy_cli::daemon::{self, DaemonOptions};
 use syncspy_cli::present::{self, Format};
 use syncspy_cli::run::{self, RunOptions, EXIT_SETUP};
 
@@ -71,10 +70,10 @@ enum Cmd {
     Check(CheckArgs),
     /// Run as a daemon: follow every instrumented process on the host, serve Prometheus
     /// metrics at /metrics and JSON at /api/v1/snapshot
-    #[command(after_help = daemon::HELP)]
+    #[command(after_help = syncspy_agent::HELP)]
     Agent {
         /// Address to serve on (loopback by default: the snapshot shows command lines)
-        #[arg(long, value_name = "ADDR", default_value = daemon::DEFAULT_LISTEN)]
+        #[arg(long, value_name = "ADDR", default_value = syncspy_agent::DEFAULT_LISTEN)]
         listen: String,
         /// How often segments are scanned and drained, in milliseconds
         #[arg(long, value_name = "MS", default_value_t = 1000)]
@@ -299,7 +298,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_SETUP as u8);
                 }
             };
-            let started = daemon::serve(&DaemonOptions {
+            let started = syncspy_agent::serve(&syncspy_agent::AgentOptions {
                 listen,
                 dir,
                 interval: std::time::Duration::from_millis(interval_ms.max(10)),

@@ -281,8 +281,8 @@ fn sample_names(m: &str) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
-    use syncspy_cli::daemon::{ForgottenProgram, Snapshot, SnapshotProcess};
     use syncspy_read::report::{ProcessReport, Stats};
+    use syncspy_read::snapshot::{ForgottenProgram, Latency, Snapshot, SnapshotProcess};
     let mut r = ProcessReport {
         state: "running".into(),
         ..ProcessReport::default()
@@ -315,7 +315,7 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
             report: p,
             latency: [(
                 "gpu_idle".into(),
-                syncspy_cli::daemon::Latency {
+                Latency {
                     count: 1,
                     sum_ns: 50_000,
                     buckets: vec![0, 1],
@@ -334,7 +334,7 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
                 report: r,
                 latency: [(
                     "stream_sync".into(),
-                    syncspy_cli::daemon::Latency {
+                    Latency {
                         count: 1,
                         sum_ns: 1_000,
                         buckets: vec![1],
@@ -349,7 +349,7 @@ fn the_dashboard_and_the_unit_use_what_the_agent_serves() {
             .collect(),
         ..Snapshot::default()
     };
-    let served = sample_names(&syncspy_cli::metrics::render(&s).unwrap());
+    let served = sample_names(&syncspy_agent::metrics::render(&s).unwrap());
 
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dash: Value =

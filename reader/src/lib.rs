@@ -1,6 +1,6 @@
-//! The reading side of syncspy, shared by the `syncspy` CLI (run, check, report, the agent
-//! daemon) and the `syncspy-top` monitor: everything between a segment that `libsyncspy.so`
-//! writes and a number on a screen or in a file.
+//! The reading side of syncspy, shared by the `syncspy` CLI (run, check, report), the node
+//! agent (`syncspy-agent`) and the `syncspy-top` monitor: everything between a segment that
+//! `libsyncspy.so` writes and a number on a screen or in a file.
 //!
 //! - [`follow`]: discover the segments in `SYNCSPY_DIR` and drain their rings; each followed
 //!   segment has a stable [`follow::SegmentKey`] and a slot for the caller's own state.
@@ -20,6 +20,7 @@
 //!   straggler.
 //! - [`rates`]: rates over a window, right whatever the source's refresh.
 //! - [`place`]: where a segment's process lives seen from here: its host pid and container.
+//! - [`program`]: the program a process runs, as people name it (`python3 train.py`).
 //! - [`in_root`]: a path opened as another process sees it, inside its root (a container's).
 //! - [`warning`]: what readers warn about, one variant per kind of warning, its text in one
 //!   place.
@@ -36,6 +37,7 @@ pub mod limits;
 pub mod names;
 pub mod place;
 pub mod plural;
+pub mod program;
 pub mod python;
 pub mod rates;
 pub mod report;

@@ -148,3 +148,36 @@ pub fn read_token(path: &Path) -> std::io::Result<String> {
     }
     Ok(token)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_split_the_recorded_values_at_the_bounds() {
+        let mut d = Dist::new(crate::aggregate::PROCESS_SIGFIG);
+        for v in [
+            5_000,
+            5_000,
+            50_000,
+            50_000,
+            50_000,
+            2_000_000,
+            20_000_000_000,
+        ] {
+            d.record(v, 0);
+        }
+        let l = Latency::of(&d);
+        let mut want = vec![0; LATENCY_BOUNDS_NS.len() + 1];
+        want[0] = 2; // <= 10 µs
+        want[2] = 3; // (31.6 µs, 100 µs]
+        want[5] = 1; // (1 ms, 3.16 ms]
+        want[LATENCY_BOUNDS_NS.len()] = 1; // above 10 s
+        assert_eq!(l.buckets, want);
+        assert_eq!((l.count, l.sum_ns), (7, 20_002_160_000));
+        let mut sum = l.clone();
+        sum.add(&l);
+        assert_eq!(sum.count, 14);
+        assert_eq!(sum.buckets[2], 6);
+    }
+}
