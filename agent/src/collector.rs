@@ -14,7 +14,6 @@ use crate::pods;
 use syncspy_read::follow::Followed;
 use syncspy_read::limits::{Dropped, Limits};
 use syncspy_read::monotonic_ns;
-use syncspy_read::program::program_of;
 use syncspy_read::report::process_report;
 use syncspy_read::session::{ReaderSession, SessionOptions, SessionProblem};
 use syncspy_read::snapshot::{
@@ -33,8 +32,6 @@ const SYMBOLIZE_PER_STEP: PassBudget = PassBudget {
 /// readers (each lists the whole folder; the reclaim lstats every segment file in it).
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(2);
 
-/// Distinct `program` label values; later programs are labelled `other`.
-const MAX_PROGRAMS: usize = 50;
 /// Warnings kept in the snapshot (the latest ones).
 const MAX_WARNINGS: usize = 20;
 
@@ -71,8 +68,8 @@ pub struct Collector {
     sym: Symbolizer,
     retain: Duration,
     keep_segments: bool,
-    /// Program -> label, bounded by `MAX_PROGRAMS`.
-    labels: BTreeMap<String, String>,
+    /// Program labels, with a quota per user (`crate::labels`).
+    labels: crate::labels::ProgramLabels,
     forgotten: BTreeMap<String, ForgottenProgram>,
     warnings: Vec<String>,
     host: String,
@@ -112,7 +109,7 @@ impl Collector {
             sym: Symbolizer::new(),
             retain,
             keep_segments,
-            labels: BTreeMap::new(),
+            labels: crate::labels::ProgramLabels::new(syncspy_read::safe_file::euid()),
             forgotten: BTreeMap::new(),
             warnings: Vec::new(),
             host: hostname(),
@@ -278,20 +275,6 @@ impl Collector {
         }
     }
 
-    fn label(&mut self, argv: &[String]) -> String {
-        let program = program_of(argv);
-        if let Some(l) = self.labels.get(&program) {
-            return l.clone();
-        }
-        let l = if self.labels.len() < MAX_PROGRAMS {
-            program.clone()
-        } else {
-            "other".to_string()
-        };
-        self.labels.insert(program, l.clone());
-        l
-    }
-
     /// One round: find new segments, drain all, forget (and maybe remove) those that ended
     /// more than `retain` ago.
     pub fn step(&mut self) {
@@ -394,6 +377,19 @@ impl Collector {
         for mut f in gone {
             self.retire(&mut f, true, &mut survey);
         }
+        if retired > 0 {
+            // Labels that no live process uses any more go back to their user's quota.
+            let live: Vec<(u32, Vec<String>)> = self
+                .reader
+                .processes()
+                .iter()
+                .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
+                .map(|f| (f.uid, f.agg.argv.clone()))
+                .collect();
+            let live: Vec<(u32, &[String])> =
+                live.iter().map(|(u, a)| (*u, a.as_slice())).collect();
+            self.labels.release_unused(&live, &mut self.forgotten);
+        }
         self.trim(retired);
         self.pods
             .retain(|p| !(p.gone && p.reader.processes().is_empty()));
@@ -437,7 +433,7 @@ impl Collector {
         let k = f.key();
         self.sym
             .forget_owner((k.process.pid, k.process.start_ticks, k.created_ns));
-        let label = self.label(&f.agg.argv);
+        let label = self.labels.label(f.uid, &f.agg.argv);
         let a = &f.agg;
         let entry = self.forgotten.entry(label).or_default();
         entry.processes = entry.processes.saturating_add(1);
@@ -547,9 +543,15 @@ impl Collector {
             .iter()
             .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
             .collect();
-        let argvs: Vec<Vec<String>> = followed.iter().map(|f| f.agg.argv.clone()).collect();
+        let argvs: Vec<(u32, Vec<String>)> = followed
+            .iter()
+            .map(|f| (f.uid, f.agg.argv.clone()))
+            .collect();
         drop(followed);
-        let labels: Vec<String> = argvs.iter().map(|a| self.label(a)).collect();
+        let labels: Vec<String> = argvs
+            .iter()
+            .map(|(uid, a)| self.labels.label(*uid, a))
+            .collect();
         let followed = self
             .reader
             .processes()
@@ -607,10 +609,6 @@ mod tests {
     use crate::metrics;
     use syncspy_abi::{Api, SegmentParams, SegmentWriter};
     use syncspy_test_support::{rec, TempDir};
-
-    fn argv(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
 
     fn segment(dir: &std::path::Path, pid: u32, session: u64, name: &str) -> SegmentWriter {
         let mut p = SegmentParams::new(pid, 100 + pid as u64);
@@ -780,21 +778,5 @@ mod tests {
         );
         assert_eq!(s.forgotten["live"].processes, 1);
         assert_eq!(s.forgotten["live"].kinds["device_sync"].count, 1);
-    }
-
-    #[test]
-    fn program_labels_are_bounded() {
-        let dir = TempDir::new("daemon-labels");
-        let mut c = Collector::new(dir.path().to_path_buf(), Duration::ZERO, true);
-        for i in 0..MAX_PROGRAMS + 5 {
-            let l = c.label(&argv(&[&format!("prog{i}")]));
-            if i < MAX_PROGRAMS {
-                assert_eq!(l, format!("prog{i}"));
-            } else {
-                assert_eq!(l, "other");
-            }
-        }
-        // A known program keeps its label.
-        assert_eq!(c.label(&argv(&["prog3"])), "prog3");
     }
 }

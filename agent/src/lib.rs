@@ -47,6 +47,7 @@
 mod collector;
 mod gpu_trace;
 mod http;
+mod labels;
 pub mod metrics;
 mod pods;
 mod serve;
@@ -67,7 +68,8 @@ spends at most 256 MiB per user and 1 GiB in all on their histograms (estimated)
 skipped and counted (SYNCSPY_READER_SEGMENTS_PER_USER, SYNCSPY_READER_SEGMENTS,
 SYNCSPY_READER_MB_PER_USER, SYNCSPY_READER_MB change the caps).
 
-Metrics (labels: program, at most 50 values then \"other\"; kind; state):
+Metrics (labels: program, at most 50 for root's and the agent's user, 8 for each other user,
+then \"other\" or \"other-uid<N>\"; kind; state):
   syncspy_stall_events_total, syncspy_stall_seconds_total, syncspy_stall_bytes_total
     (host stalls: every kind but the GPU's idle gaps)
   syncspy_stall_duration_seconds (histogram of single stalls, half-decade buckets from

@@ -1,8 +1,8 @@
 //! Prometheus metrics of the agent, rendered from a [`Snapshot`] with the official client
 //! library (OpenMetrics text).
 //!
-//! Labels are bounded: `program` (a process's program name, at most 50 distinct values, the
-//! collector's `MAX_PROGRAMS`, then `other`), `kind` (the event kinds) and `state` (running,
+//! Labels are bounded: `program` (a process's program name, with a quota per user:
+//! `crate::labels`, then `other` or `other-uid<N>`), `kind` (the event kinds) and `state` (running,
 //! exited, gone, unknown). No pid, command line or call site becomes a label; those are in
 //! `/api/v1/snapshot`. Counters stay monotonic across processes that end and are forgotten:
 //! their totals are kept per program.

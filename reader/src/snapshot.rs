@@ -98,6 +98,25 @@ pub struct ForgottenProgram {
     pub overhead_ns: u64,
 }
 
+impl ForgottenProgram {
+    /// Adds `o`'s totals to these (a label given back folds into its user's `other`).
+    pub fn absorb(&mut self, o: &ForgottenProgram) {
+        self.processes = self.processes.saturating_add(o.processes);
+        for (k, a) in &o.kinds {
+            self.kinds
+                .entry(k.clone())
+                .or_default()
+                .add(a.count, a.total_ns, a.bytes);
+        }
+        for (k, l) in &o.latency {
+            self.latency.entry(k.clone()).or_default().add(l);
+        }
+        self.dropped_events = self.dropped_events.saturating_add(o.dropped_events);
+        self.lost_records = self.lost_records.saturating_add(o.lost_records);
+        self.overhead_ns = self.overhead_ns.saturating_add(o.overhead_ns);
+    }
+}
+
 /// The agent's view of the host (`/api/v1/snapshot`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
