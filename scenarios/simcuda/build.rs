@@ -23,9 +23,11 @@ fn main() {
     // The kernels' real work, optimized in every profile (see src/compute.c).
     cc::Build::new()
         .file("src/compute.c")
+        .file("src/nccl/reduce.c")
         .opt_level(2)
         .warnings(true)
         .compile("simcuda_compute");
     println!("cargo:rerun-if-changed=src/compute.c");
+    println!("cargo:rerun-if-changed=src/nccl/reduce.c");
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -1,6 +1,7 @@
 //! Element-wise reductions of the ranks' inputs, in bytes of any NCCL data type. Every rank
 //! combines the inputs in rank order, so all get the same bits (as NCCL's ring gives every
-//! rank the same result). 16-bit floats are combined in `f32` and rounded back to nearest even.
+//! rank the same result). The work is done in C (`reduce.c`, optimized in every profile), but
+//! for the 16-bit floats: combined here in `f32` and rounded back to nearest even.
 
 use super::{DataType, RedOp};
 
@@ -20,59 +21,27 @@ fn bytes<const N: usize>(b: &[u8]) -> [u8; N] {
     a
 }
 
-macro_rules! int_lane {
-    ($($t:ty),*) => {$(
-        impl Lane for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn load(b: &[u8]) -> Self {
-                <$t>::from_ne_bytes(bytes(b))
-            }
-            fn store(self, b: &mut [u8]) {
-                b.copy_from_slice(&self.to_ne_bytes());
-            }
-            fn combine(self, o: Self, op: RedOp) -> Self {
-                match op {
-                    RedOp::Sum | RedOp::Avg => self.wrapping_add(o),
-                    RedOp::Prod => self.wrapping_mul(o),
-                    RedOp::Max => self.max(o),
-                    RedOp::Min => self.min(o),
-                }
-            }
-            fn divide(self, n: usize) -> Self {
-                (i128::from(self) / n.max(1) as i128) as $t
-            }
+/// The 16-bit floats are combined as `f32` (reduce.c does the other types).
+impl Lane for f32 {
+    const SIZE: usize = 4;
+    fn load(b: &[u8]) -> Self {
+        f32::from_ne_bytes(bytes(b))
+    }
+    fn store(self, b: &mut [u8]) {
+        b.copy_from_slice(&self.to_ne_bytes());
+    }
+    fn combine(self, o: Self, op: RedOp) -> Self {
+        match op {
+            RedOp::Sum | RedOp::Avg => self + o,
+            RedOp::Prod => self * o,
+            RedOp::Max => self.max(o),
+            RedOp::Min => self.min(o),
         }
-    )*};
+    }
+    fn divide(self, n: usize) -> Self {
+        self / n.max(1) as f32
+    }
 }
-
-int_lane!(i8, u8, i32, u32, i64, u64);
-
-macro_rules! float_lane {
-    ($($t:ty),*) => {$(
-        impl Lane for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn load(b: &[u8]) -> Self {
-                <$t>::from_ne_bytes(bytes(b))
-            }
-            fn store(self, b: &mut [u8]) {
-                b.copy_from_slice(&self.to_ne_bytes());
-            }
-            fn combine(self, o: Self, op: RedOp) -> Self {
-                match op {
-                    RedOp::Sum | RedOp::Avg => self + o,
-                    RedOp::Prod => self * o,
-                    RedOp::Max => self.max(o),
-                    RedOp::Min => self.min(o),
-                }
-            }
-            fn divide(self, n: usize) -> Self {
-                self / n.max(1) as $t
-            }
-        }
-    )*};
-}
-
-float_lane!(f32, f64);
 
 /// IEEE half precision, combined in `f32`.
 #[derive(Clone, Copy)]
@@ -184,32 +153,45 @@ fn divide<L: Lane>(acc: &mut [u8], n: usize) {
     }
 }
 
-macro_rules! by_type {
-    ($dtype:expr, $f:ident, $($arg:expr),*) => {
-        match $dtype {
-            DataType::I8 => $f::<i8>($($arg),*),
-            DataType::U8 => $f::<u8>($($arg),*),
-            DataType::I32 => $f::<i32>($($arg),*),
-            DataType::U32 => $f::<u32>($($arg),*),
-            DataType::I64 => $f::<i64>($($arg),*),
-            DataType::U64 => $f::<u64>($($arg),*),
-            DataType::F16 => $f::<Half>($($arg),*),
-            DataType::F32 => $f::<f32>($($arg),*),
-            DataType::F64 => $f::<f64>($($arg),*),
-            DataType::Bf16 => $f::<Bf16>($($arg),*),
-        }
-    };
+extern "C" {
+    fn simnccl_combine(acc: *mut u8, other: *const u8, n: usize, dtype: i32, op: i32) -> i32;
+    fn simnccl_divide(acc: *mut u8, n: usize, dtype: i32, ranks: usize) -> i32;
 }
 
-/// `acc[i] = acc[i] op other[i]` (the average sums; [`finish`] divides).
+/// `acc[i] = acc[i] op other[i]` over the shorter of the two (the average sums; [`finish`]
+/// divides). In C (`reduce.c`, optimized in every profile) but for the 16-bit floats.
 pub(crate) fn combine_into(acc: &mut [u8], other: &[u8], dtype: DataType, op: RedOp) {
-    by_type!(dtype, combine, acc, other, op)
+    let n = acc.len().min(other.len()) / dtype.size();
+    // SAFETY: both buffers hold `n` elements of `dtype`; reduce.c reads and writes no more.
+    let done = unsafe {
+        simnccl_combine(
+            acc.as_mut_ptr(),
+            other.as_ptr(),
+            n,
+            dtype.raw() as i32,
+            op.raw() as i32,
+        )
+    };
+    // The 16-bit floats, which reduce.c leaves to Rust.
+    match dtype {
+        DataType::F16 if done != 0 => combine::<Half>(acc, other, op),
+        DataType::Bf16 if done != 0 => combine::<Bf16>(acc, other, op),
+        _ => {}
+    }
 }
 
 /// Completes a reduction of `nranks` inputs: the average divides the sum.
 pub(crate) fn finish(acc: &mut [u8], dtype: DataType, op: RedOp, nranks: usize) {
-    if op == RedOp::Avg {
-        by_type!(dtype, divide, acc, nranks)
+    if op != RedOp::Avg {
+        return;
+    }
+    let n = acc.len() / dtype.size();
+    // SAFETY: `acc` holds `n` elements of `dtype`.
+    let done = unsafe { simnccl_divide(acc.as_mut_ptr(), n, dtype.raw() as i32, nranks) };
+    match dtype {
+        DataType::F16 if done != 0 => divide::<Half>(acc, nranks),
+        DataType::Bf16 if done != 0 => divide::<Bf16>(acc, nranks),
+        _ => {}
     }
 }
 
@@ -252,6 +234,38 @@ mod tests {
         combine_into(&mut acc, &(-2i32).to_ne_bytes(), DataType::I32, RedOp::Avg);
         finish(&mut acc, DataType::I32, RedOp::Avg, 2);
         assert_eq!(i32::from_ne_bytes(bytes(&acc)), -4);
+    }
+
+    #[test]
+    fn the_c_lanes_wrap_skip_nan_and_truncate() {
+        let mut acc = i64::MAX.to_ne_bytes().to_vec();
+        combine_into(&mut acc, &1i64.to_ne_bytes(), DataType::I64, RedOp::Sum);
+        assert_eq!(i64::from_ne_bytes(bytes(&acc)), i64::MIN);
+        let mut acc = f64::NAN.to_ne_bytes().to_vec();
+        combine_into(&mut acc, &2.5f64.to_ne_bytes(), DataType::F64, RedOp::Max);
+        assert_eq!(
+            f64::from_ne_bytes(bytes(&acc)),
+            2.5,
+            "NaN skipped, as f64::max"
+        );
+        combine_into(&mut acc, &f64::NAN.to_ne_bytes(), DataType::F64, RedOp::Min);
+        assert_eq!(f64::from_ne_bytes(bytes(&acc)), 2.5);
+        let mut acc = (-9i8).to_ne_bytes().to_vec();
+        finish(&mut acc, DataType::I8, RedOp::Avg, 200);
+        assert_eq!(acc, [0]);
+        let mut acc = vec![3u8, 1];
+        combine_into(&mut acc, &[200, 7], DataType::U8, RedOp::Prod);
+        assert_eq!(acc, [88, 7], "600 wraps to 88");
+        // Unaligned buffers are fine.
+        let mut raw = [0u8; 9];
+        raw[1..9].copy_from_slice(&7u64.to_ne_bytes());
+        combine_into(
+            &mut raw[1..9],
+            &5u64.to_ne_bytes(),
+            DataType::U64,
+            RedOp::Min,
+        );
+        assert_eq!(u64::from_ne_bytes(bytes(&raw[1..9])), 5);
     }
 
     #[test]
