@@ -13,7 +13,7 @@ use crate::scenario::Args;
 use crate::specs;
 
 /// The runtime the programs are linked against.
-const RUNTIME: &std::ffi::CStr = c"libcudart.so.13";
+pub(crate) const RUNTIME: &std::ffi::CStr = c"libcudart.so.13";
 
 /// The launcher's whole work: called by each `scn-NAME` command's `main`.
 pub fn main() -> ExitCode {
@@ -67,9 +67,14 @@ pub fn main() -> ExitCode {
 /// Whether the dynamic loader can load the CUDA runtime here (the program's own search:
 /// LD_LIBRARY_PATH, the cache, the system folders); why not, in the loader's words.
 fn runtime_loads() -> Result<(), String> {
-    // SAFETY: a NUL-terminated name; loading the runtime runs no CUDA initialisation (that
-    // happens at its first call), and the handle is closed at once.
-    let h = unsafe { libc::dlopen(RUNTIME.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    loads(RUNTIME)
+}
+
+/// Whether the dynamic loader can load `lib` here; why not, in the loader's words.
+pub(crate) fn loads(lib: &std::ffi::CStr) -> Result<(), String> {
+    // SAFETY: a NUL-terminated name; loading the runtime (or NCCL) runs no CUDA
+    // initialisation (that happens at its first call), and the handle is closed at once.
+    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if h.is_null() {
         // SAFETY: dlerror returns the thread's last loader error as a C string, or NULL.
         let e = unsafe { libc::dlerror() };

@@ -5,9 +5,11 @@
 //! (`scenarios/simcuda`) anywhere else, with `libsyncspy.so` preloaded or not.
 
 pub mod cuda;
+pub mod ddp;
 pub mod kernels;
 pub mod launch;
 pub mod manifest;
+pub mod nccl;
 pub mod scenario;
 pub mod specs;
 pub mod sync_gemm;

@@ -389,6 +389,162 @@ fn check_gpu_idle(
     }
 }
 
+/// Whether `location` names `file:line` exactly (not a longer line number).
+fn names_line(location: &str, file_line: &str) -> bool {
+    location.match_indices(file_line).any(|(at, m)| {
+        !location[at + m.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
+/// Checks one run of a distributed job: `truths` are the ranks' truth lines (any order),
+/// `report` the whole report of the run (its `processes` and `jobs`). Each rank is checked as
+/// a run is ([`check`]: with the job's `counts` and `non_stall`, no stall rules, the findings
+/// named `rank R: ...`), then `none_of`, the ranks' job identity, and the straggler.
+pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool) -> Verdict {
+    let mut v = Verdict {
+        id: job.id.clone(),
+        findings: Vec::new(),
+    };
+    let first = truths.first().map(truth_args).unwrap_or_default();
+    let expected = job.ranks.eval(&first).map_err(|e| e.0);
+    let mut ranks: Vec<u64> = truths.iter().filter_map(|t| t["rank"].as_u64()).collect();
+    ranks.sort_unstable();
+    let all = expected
+        .as_ref()
+        .is_ok_and(|n| ranks.iter().copied().eq(0..*n) && truths.len() as u64 == *n);
+    v.push(
+        "ranks (one truth line each)",
+        match &expected {
+            Ok(n) => format!("0..{n}"),
+            Err(e) => e.clone(),
+        },
+        format!("{ranks:?}"),
+        all,
+    );
+    let no_processes = Vec::new();
+    let processes = report["processes"].as_array().unwrap_or(&no_processes);
+    let shim = Run {
+        id: job.id.clone(),
+        scenario: job.scenario.clone(),
+        pattern: job.pattern,
+        summary: job.summary.clone(),
+        args: job.args.clone(),
+        sim_time_scale: job.sim_time_scale,
+        counts: job.counts.clone(),
+        non_stall: job.non_stall.clone(),
+        stall: Vec::new(),
+        site: None,
+        gpu_idle: None,
+    };
+    let mut pids = Vec::new();
+    for t in truths {
+        let rank = t["rank"].as_u64().unwrap_or(u64::MAX);
+        let pid = t["pid"].as_u64();
+        pids.extend(pid);
+        let Some(p) = processes.iter().find(|p| p["pid"].as_u64() == pid) else {
+            v.push(
+                format!("rank {rank}: its process in the report"),
+                format!("pid {pid:?}"),
+                "missing".into(),
+                false,
+            );
+            continue;
+        };
+        for f in check(&shim, t, p, trace_gpu).findings {
+            v.push(
+                format!("rank {rank}: {}", f.what),
+                f.expected,
+                f.found,
+                f.ok,
+            );
+        }
+        for k in &job.none_of {
+            let n = u(&p["kinds"][k.as_str()]["count"]);
+            v.push(
+                format!("rank {rank}: no {k}"),
+                "0".into(),
+                n.to_string(),
+                n == 0,
+            );
+        }
+        let j = &p["job"];
+        let (jr, jw) = (j["rank"].as_u64(), j["world_size"].as_u64());
+        v.push(
+            format!("rank {rank}: its job in the report"),
+            format!("rank {rank} of {}", expected.clone().unwrap_or(0)),
+            format!("rank {jr:?} of {jw:?}"),
+            jr == Some(rank) && jw.is_some() && jw == expected.clone().ok(),
+        );
+    }
+
+    // The report's job holding these processes.
+    let no_jobs = Vec::new();
+    let jobs = report["jobs"].as_array().unwrap_or(&no_jobs);
+    let found = jobs.iter().find(|j| {
+        j["ranks"].as_array().is_some_and(|r| {
+            pids.iter()
+                .all(|pid| r.iter().any(|x| x["pid"].as_u64() == Some(*pid)))
+        })
+    });
+    let Some(found) = found else {
+        v.push(
+            "the job in the report (jobs[])",
+            format!("one job of pids {pids:?}"),
+            format!("{} jobs, none with them all", jobs.len()),
+            false,
+        );
+        return v;
+    };
+    let seen = found["ranks"].as_array().map_or(0, Vec::len);
+    v.push(
+        "the job's ranks",
+        pids.len().to_string(),
+        seen.to_string(),
+        seen == pids.len(),
+    );
+    let Some(rule) = &job.straggler else {
+        return v;
+    };
+    let s = &found["straggler"];
+    let want = rule.rank.eval(&first).map_err(|e| e.0);
+    let got = s["rank"].as_u64();
+    v.push(
+        "the job's straggler",
+        match &want {
+            Ok(r) => format!("rank {r}"),
+            Err(e) => e.clone(),
+        },
+        match got {
+            Some(r) => format!(
+                "rank {r} ({} basis)",
+                found["basis"].as_str().unwrap_or("?")
+            ),
+            None => format!("none ({} basis)", found["basis"].as_str().unwrap_or("?")),
+        },
+        want.as_ref().ok() == got.as_ref(),
+    );
+    if let (Some(key), Ok(r)) = (&rule.site, &want) {
+        let line = truths
+            .iter()
+            .find(|t| t["rank"].as_u64() == Some(*r))
+            .and_then(|t| t["sites"][key.as_str()].as_str());
+        let loc = s["top_site"]["location"].as_str().unwrap_or("");
+        v.push(
+            "the straggler's site",
+            match line {
+                Some(l) => format!("names {l}"),
+                None => format!("the straggler's truth line has no sites.{key}"),
+            },
+            loc.chars().take(160).collect(),
+            line.is_some_and(|l| names_line(loc, l)),
+        );
+    }
+    v
+}
+
 /// Running scenarios under `syncspy run` and collecting the report and truth line of each.
 pub mod runner {
     use std::path::{Path, PathBuf};
@@ -396,7 +552,7 @@ pub mod runner {
 
     use serde_json::Value;
 
-    use super::{check, Manifest, Run, Verdict};
+    use super::{check, JobRun, Manifest, Run, Verdict};
 
     /// Where the programs are and how to run them.
     #[derive(Debug, Clone)]
@@ -441,23 +597,95 @@ pub mod runner {
 
     /// The truth line in a program's stdout.
     pub fn truth_line(stdout: &str) -> Option<Value> {
+        truth_lines(stdout).pop()
+    }
+
+    /// Every truth line in the output (a job's ranks print one each).
+    pub fn truth_lines(stdout: &str) -> Vec<Value> {
         stdout
             .lines()
             .filter(|l| l.starts_with("{\"") && l.contains("\"scenario\""))
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .next_back()
+            .collect()
+    }
+
+    /// What one run of a distributed job produced.
+    #[derive(Debug, Clone)]
+    pub struct JobOutcome {
+        /// The ranks' truth lines, in the order printed.
+        pub truths: Vec<Value>,
+        pub report: Option<Value>,
+        pub exit_code: Option<i32>,
+        pub stderr: String,
+        pub trace_gpu: bool,
+    }
+
+    /// Checks a job's outcome; a run without a report is itself a failed finding.
+    pub fn job_verdict(job: &JobRun, o: &JobOutcome) -> Verdict {
+        match &o.report {
+            Some(r) => super::check_job(job, &o.truths, r, o.trace_gpu),
+            None => Verdict {
+                id: job.id.clone(),
+                findings: vec![super::Finding {
+                    what: "ran".into(),
+                    expected: "a report".into(),
+                    found: format!(
+                        "{} truth lines, exit {:?}: {}",
+                        o.truths.len(),
+                        o.exit_code,
+                        o.stderr.lines().last().unwrap_or("")
+                    ),
+                    ok: false,
+                }],
+            },
+        }
     }
 
     impl Runner {
         /// Runs `run` (with `extra` arguments after the manifest's) under syncspy.
         pub fn run(&self, m: &Manifest, run: &Run, extra: &[String]) -> Outcome {
-            let report = self.out_dir.join(format!("{}.json", run.id));
+            let args: Vec<String> = run.args.iter().chain(extra).cloned().collect();
+            let (stdout, stderr, code, report) =
+                self.syncspy_run(&run.id, &run.scenario, run.time_scale(m), &args);
+            Outcome {
+                truth: truth_line(&stdout),
+                report,
+                exit_code: code,
+                stderr,
+                trace_gpu: self.trace_gpu,
+            }
+        }
+
+        /// Runs a distributed job (its launcher, which starts the ranks) under syncspy.
+        pub fn run_job(&self, m: &Manifest, job: &JobRun, extra: &[String]) -> JobOutcome {
+            let args: Vec<String> = job.args.iter().chain(extra).cloned().collect();
+            let (stdout, stderr, code, report) =
+                self.syncspy_run(&job.id, &job.scenario, job.time_scale(m), &args);
+            JobOutcome {
+                truths: truth_lines(&stdout),
+                report,
+                exit_code: code,
+                stderr,
+                trace_gpu: self.trace_gpu,
+            }
+        }
+
+        /// `syncspy run [--sim] --report <out>/<id>.json -- scn-<scenario> args`: its stdout
+        /// (saved as `<id>.truth`), stderr (`<id>.err`), exit code and report.
+        fn syncspy_run(
+            &self,
+            id: &str,
+            scenario: &str,
+            time_scale: f64,
+            args: &[String],
+        ) -> (String, String, Option<i32>, Option<Value>) {
+            let report = self.out_dir.join(format!("{id}.json"));
             let _ = std::fs::remove_file(&report);
             let mut cmd = Command::new(&self.syncspy);
             cmd.arg("run");
             if self.sim {
                 cmd.arg("--sim")
-                    .env("SIMCUDA_TIME_SCALE", run.time_scale(m).to_string());
+                    .env("SIMCUDA_TIME_SCALE", time_scale.to_string());
             }
             if self.trace_gpu {
                 cmd.env("SYNCSPY_GPU_IDLE", "on");
@@ -465,9 +693,8 @@ pub mod runner {
             cmd.arg("--report")
                 .arg(&report)
                 .arg("--")
-                .arg(self.bin_dir.join(format!("scn-{}", run.scenario)))
-                .args(&run.args)
-                .args(extra);
+                .arg(self.bin_dir.join(format!("scn-{scenario}")))
+                .args(args);
             if let Some(d) = &self.segment_dir {
                 cmd.env("SYNCSPY_DIR", d);
             }
@@ -479,15 +706,9 @@ pub mod runner {
                 ),
                 Err(e) => (String::new(), format!("could not start syncspy: {e}"), None),
             };
-            let _ = std::fs::write(self.out_dir.join(format!("{}.truth", run.id)), &stdout);
-            let _ = std::fs::write(self.out_dir.join(format!("{}.err", run.id)), &stderr);
-            Outcome {
-                truth: truth_line(&stdout),
-                report: read_json(&report),
-                exit_code: code,
-                stderr,
-                trace_gpu: self.trace_gpu,
-            }
+            let _ = std::fs::write(self.out_dir.join(format!("{id}.truth")), &stdout);
+            let _ = std::fs::write(self.out_dir.join(format!("{id}.err")), &stderr);
+            (stdout, stderr, code, read_json(&report))
         }
     }
 
@@ -630,6 +851,119 @@ mod tests {
         let mut t2 = truth.clone();
         t2["args"]["iters"] = 11.into();
         assert!(!check(&run, &t2, &good, false).ok());
+    }
+
+    /// A job of 2 ranks, rank 1 late: its manifest entry, truth lines and report.
+    fn job_case() -> (JobRun, Vec<Value>, Value) {
+        let text = "version = 1\n[[run]]\nid = \"a\"\nscenario = \"item-in-loop\"\n\
+                    pattern = \"stalling\"\nsummary = \"s\"\n\
+                    [[job]]\nid = \"j\"\nscenario = \"ddp-straggler\"\npattern = \"stalling\"\n\
+                    summary = \"s\"\nranks = \"ranks\"\nnone_of = [\"poll_wait\"]\n\
+                    [job.counts]\nstream_sync = \"steps + steps * is_late\"\n\
+                    [job.straggler]\nrank = \"late\"\nsite = \"late_sync\"\n";
+        let job = Manifest::parse(text).unwrap().jobs.remove(0);
+        let truth = |rank: u64| {
+            let late = rank == 1;
+            json!({
+                "scenario": "ddp-straggler", "pid": 10 + rank, "rank": rank, "ok": true,
+                "checks": {"allreduce_sum": true},
+                "args": {"ranks": 2, "late": 1, "steps": 3, "rank": rank, "is_late": late},
+                "kinds": {"stream_sync": stats(if late { 6 } else { 3 }, 30.0)},
+                "sites": if late { json!({"late_sync": "scn_ddp_straggler.rs:109"}) } else { json!({}) },
+            })
+        };
+        let process = |rank: u64| {
+            json!({
+                "pid": 10 + rank, "state": "exited", "exit_status": 0, "dropped_events": 0,
+                "kinds": {"stream_sync": stats(if rank == 1 { 6 } else { 3 }, 29.0)},
+                "job": {"id": "x", "rank": rank, "world_size": 2},
+                "sites": [{"frames": ["main (scn_ddp_straggler.rs:120)"]}],
+            })
+        };
+        let report = json!({
+            "processes": [process(0), process(1)],
+            "jobs": [{"id": "x", "basis": "collective_wait",
+                "ranks": [{"rank": 0, "pid": 10}, {"rank": 1, "pid": 11}],
+                "straggler": {"rank": 1, "pid": 11, "top_site": {"kind": "stream_sync",
+                    "location": "scn_ddp_straggler::main (/w/scenarios/src/bin/scn_ddp_straggler.rs:109)"}}}],
+        });
+        (job, vec![truth(1), truth(0)], report)
+    }
+
+    #[test]
+    fn a_job_is_checked_rank_by_rank_and_by_its_straggler() {
+        let (job, truths, report) = job_case();
+        let v = check_job(&job, &truths, &report, false);
+        assert!(v.ok(), "{:#?}", v.failures().collect::<Vec<_>>());
+        assert!(v
+            .findings
+            .iter()
+            .any(|f| f.what == "rank 1: stream_sync count (manifest = program = syncspy)"));
+
+        let failing = |truths: &[Value], report: &Value, needle: &str| {
+            let v = check_job(&job, truths, report, false);
+            let failed: Vec<_> = v.failures().map(|f| f.what.clone()).collect();
+            assert!(
+                failed.iter().any(|w| w.contains(needle)),
+                "{needle}: {failed:?}"
+            );
+        };
+        let with = |edit: &dyn Fn(&mut Value)| {
+            let mut r = report.clone();
+            edit(&mut r);
+            r
+        };
+        failing(
+            &truths,
+            &with(&|r| r["jobs"][0]["straggler"]["rank"] = 0.into()),
+            "the job's straggler",
+        );
+        failing(
+            &truths,
+            &with(&|r| r["jobs"][0]["straggler"] = Value::Null),
+            "the job's straggler",
+        );
+        let other_line = "main (/w/scenarios/src/bin/scn_ddp_straggler.rs:1090)";
+        failing(
+            &truths,
+            &with(&|r| r["jobs"][0]["straggler"]["top_site"]["location"] = other_line.into()),
+            "the straggler's site",
+        );
+        failing(
+            &truths,
+            &with(&|r| r["processes"][0]["kinds"]["poll_wait"] = stats(2, 300.0)),
+            "rank 0: no poll_wait",
+        );
+        failing(
+            &truths,
+            &with(&|r| r["processes"][1]["kinds"]["stream_sync"] = stats(3, 20.0)),
+            "rank 1: stream_sync count",
+        );
+        failing(
+            &truths,
+            &with(&|r| r["processes"][1]["job"]["rank"] = 0.into()),
+            "rank 1: its job",
+        );
+        failing(
+            &truths,
+            &with(&|r| r["jobs"] = json!([])),
+            "the job in the report",
+        );
+        failing(
+            &truths,
+            &with(&|r| {
+                let p = r["processes"][0].clone();
+                r["processes"] = json!([p]);
+            }),
+            "rank 1: its process",
+        );
+        failing(&truths[..1], &report, "ranks");
+        let mut no_site = truths.clone();
+        no_site[0]["sites"] = json!({});
+        failing(&no_site, &report, "the straggler's site");
+        assert!(names_line("f (a.rs:109)", "a.rs:109"));
+        assert!(!names_line("f (a.rs:1090)", "a.rs:109"));
+        assert!(names_line("a.rs:1090 a.rs:109", "a.rs:109"));
     }
 
     /// The truth line of a 10-step loop with a `.item()`-like wait each step.

@@ -511,30 +511,17 @@ impl Outcome {
     }
 
     pub fn to_json(&self) -> Value {
-        let tally = |t: &Tally| json!({"count": t.count, "bytes": t.bytes, "total_ns": t.total_ns, "max_ns": t.max_ns});
-        let kinds: Map<String, Value> = Kind::STALLS
-            .iter()
-            .map(|k| {
-                let t = self.truth.kinds.get(k.name()).copied().unwrap_or_default();
-                (k.name().to_string(), tally(&t))
-            })
-            .collect();
-        let by_api = |m: &BTreeMap<&'static str, Tally>| -> Map<String, Value> {
-            m.iter().map(|(k, v)| (k.to_string(), tally(v))).collect()
-        };
         let mut v = json!({
             "scenario": self.spec.name,
             "pid": std::process::id(),
             "args": self.args.to_json(&self.spec),
-            "kinds": kinds,
-            "non_stall": by_api(&self.truth.non_stall),
-            "calls": by_api(&self.truth.calls),
             "gpu_ms": self.gpu_ms,
             "wall_ms": self.wall_ms,
             "checks": self.checks,
             "ok": self.ok(),
         });
         if let Some(o) = v.as_object_mut() {
+            o.extend(account(&self.truth));
             o.extend(self.extra.clone());
         }
         v
@@ -551,6 +538,27 @@ impl Outcome {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The account part of a truth line: `kinds` (all six stall kinds, zero counts included),
+/// `non_stall` and `calls`, each a `{"count", "bytes", "total_ns", "max_ns"}` per name.
+pub fn account(truth: &Truth) -> Map<String, Value> {
+    let tally = |t: &Tally| json!({"count": t.count, "bytes": t.bytes, "total_ns": t.total_ns, "max_ns": t.max_ns});
+    let kinds: Map<String, Value> = Kind::STALLS
+        .iter()
+        .map(|k| {
+            let t = truth.kinds.get(k.name()).copied().unwrap_or_default();
+            (k.name().to_string(), tally(&t))
+        })
+        .collect();
+    let by_api = |m: &BTreeMap<&'static str, Tally>| -> Map<String, Value> {
+        m.iter().map(|(k, v)| (k.to_string(), tally(v))).collect()
+    };
+    let mut m = Map::new();
+    m.insert("kinds".into(), kinds.into());
+    m.insert("non_stall".into(), by_api(&truth.non_stall).into());
+    m.insert("calls".into(), by_api(&truth.calls).into());
+    m
 }
 
 /// The common frame of a scenario: the loaded kernels, the account, the resources.

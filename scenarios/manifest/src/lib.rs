@@ -35,6 +35,23 @@
 //!                                       # number not below min_gaps)
 //! min_share = 0.9                       # of the idle time received, behind these kinds
 //!
+//! [[job]]                               # a distributed job: scn-<scenario> starts one
+//! id = "ddp-straggler"                  # process per rank, each prints its truth line
+//! scenario = "ddp-straggler"            # (one of JOB_SCENARIOS)
+//! pattern = "stalling"
+//! summary = "..."
+//! args = ["--ranks", "4", "--late", "2"]
+//! ranks = "ranks"                       # processes: an expression over the truth args
+//! none_of = ["poll_wait"]               # report kinds that must be 0 in every rank
+//! [job.counts]                          # exact per rank, as run.counts; expressions over
+//! stream_sync = "steps + steps * is_late" # that rank's args (is_late: 1 on the late rank)
+//! [job.non_stall]                       # as run.non_stall, per rank
+//! [job.straggler]                       # the report's jobs[].straggler
+//! rank = "late"                         # the rank it names (an expression)
+//! site = "late_sync"                    # optional: a key of the straggler's truth line
+//!                                       # `sites` ("file.rs:LINE"): the line its top site
+//!                                       # must name
+//!
 //! [[comparison]]                        # the same work done two ways, for `syncspy demo`
 //! title = "..."
 //! stalling = "sync-small-gemm"          # run ids
@@ -64,6 +81,9 @@ pub struct Manifest {
     pub runs: Vec<Run>,
     #[serde(rename = "comparison", default)]
     pub comparisons: Vec<Comparison>,
+    /// Distributed jobs, one process per rank.
+    #[serde(rename = "job", default)]
+    pub jobs: Vec<JobRun>,
     /// PyTorch scenarios (scenarios/python/), checked on a GPU machine only.
     #[serde(rename = "python", default)]
     pub python: Vec<PythonRun>,
@@ -175,6 +195,53 @@ pub struct StallRule {
     #[serde(default)]
     pub slack_ms_per_call: f64,
 }
+
+/// A distributed job: `scn-<scenario>` starts `ranks` processes, one rank each, and each
+/// prints its truth line (with its `rank`). Each rank is checked as a run is (`counts`,
+/// `non_stall`, every rank alike; expressions over the rank's own truth args), `none_of`
+/// must be absent from every rank, and the report's job must name the straggler.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRun {
+    pub id: String,
+    pub scenario: String,
+    pub pattern: Pattern,
+    pub summary: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    pub sim_time_scale: Option<f64>,
+    /// The number of processes (truth lines).
+    pub ranks: Count,
+    #[serde(default)]
+    pub counts: BTreeMap<String, Count>,
+    #[serde(default)]
+    pub non_stall: BTreeMap<String, Count>,
+    /// Kinds of the report (stall kinds, `poll_wait`, `host_wait`) that no rank may show.
+    #[serde(default)]
+    pub none_of: Vec<String>,
+    pub straggler: Option<StragglerRule>,
+}
+
+impl JobRun {
+    /// SIMCUDA_TIME_SCALE for a `--sim` run.
+    pub fn time_scale(&self, m: &Manifest) -> f64 {
+        self.sim_time_scale.unwrap_or(m.defaults.sim_time_scale)
+    }
+}
+
+/// The straggler a job's report must name (`jobs[].straggler`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StragglerRule {
+    /// Its rank: an expression over the truth args (`"late"`).
+    pub rank: Count,
+    /// A key of the straggler's truth line `sites`, whose value (`file.rs:LINE`) its top
+    /// call site's location must name.
+    pub site: Option<String>,
+}
+
+/// Kinds a report has besides the stall kinds, which `none_of` may name.
+pub const OTHER_REPORT_KINDS: [&str; 2] = ["poll_wait", "host_wait"];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -432,12 +499,72 @@ impl Manifest {
                 }
             }
         }
+        self.validate_jobs(&mut ids)?;
         for p in &self.python {
             if !ids.insert(p.id.as_str()) {
                 return Err(invalid(&p.id, "duplicate id"));
             }
             for rule in &p.stall {
                 check_rule(&p.id, rule)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Manifest {
+    fn validate_jobs<'a>(
+        &'a self,
+        ids: &mut std::collections::BTreeSet<&'a str>,
+    ) -> Result<(), ManifestError> {
+        // The names a job's truth line can have in `args`.
+        let names = [
+            "ranks", "late", "steps", "late_ms", "work_us", "size", "rank", "is_late",
+        ];
+        let probe: BTreeMap<String, u64> = names.iter().map(|n| (n.to_string(), 1)).collect();
+        for j in &self.jobs {
+            if !ids.insert(j.id.as_str()) {
+                return Err(invalid(&j.id, "duplicate id"));
+            }
+            if !JOB_SCENARIOS.contains(&j.scenario.as_str()) {
+                return Err(invalid(&j.id, format!("no job scenario {:?}", j.scenario)));
+            }
+            j.ranks
+                .eval(&probe)
+                .map_err(|e| invalid(&j.id, format!("ranks: {}", e.0)))?;
+            for (k, c) in &j.counts {
+                if !Kind::STALLS.iter().any(|s| s.name() == k) {
+                    return Err(invalid(&j.id, format!("counts: unknown kind {k:?}")));
+                }
+                c.eval(&probe)
+                    .map_err(|e| invalid(&j.id, format!("counts.{k}: {}", e.0)))?;
+            }
+            for (api, c) in &j.non_stall {
+                c.eval(&probe)
+                    .map_err(|e| invalid(&j.id, format!("non_stall.{api}: {}", e.0)))?;
+            }
+            for k in &j.none_of {
+                let known = Kind::STALLS.iter().any(|s| s.name() == k)
+                    || OTHER_REPORT_KINDS.contains(&k.as_str());
+                if !known {
+                    return Err(invalid(&j.id, format!("none_of: unknown kind {k:?}")));
+                }
+                if j.counts.get(k).is_some_and(|c| c.eval(&probe) != Ok(0)) {
+                    return Err(invalid(&j.id, format!("{k} is in counts and none_of")));
+                }
+            }
+            if let Some(s) = &j.straggler {
+                s.rank
+                    .eval(&probe)
+                    .map_err(|e| invalid(&j.id, format!("straggler.rank: {}", e.0)))?;
+                if s.site.as_deref().is_some_and(str::is_empty) {
+                    return Err(invalid(&j.id, "straggler.site: empty"));
+                }
+            }
+            if j.sim_time_scale
+                .is_some_and(|s| !(s > 0.0 && s.is_finite()))
+            {
+                return Err(invalid(&j.id, "sim_time_scale must be positive"));
             }
         }
         Ok(())
@@ -489,6 +616,9 @@ pub const SCENARIOS: [&str; 10] = [
     "event-sync",
     "multi-thread",
 ];
+
+/// The distributed scenarios (`[[job]]`): `scn-<name>` starts one process per rank.
+pub const JOB_SCENARIOS: [&str; 1] = ["ddp-straggler"];
 
 /// How syncspy must classify a call: one of the report's stall kinds, or a call it counts but
 /// does not time (`non_stall_calls`: pinned async copies, device memsets, `cudaFree(NULL)`).
@@ -571,6 +701,55 @@ mod tests {
             assert_eq!(m.run(&c.stalling).unwrap().pattern, Pattern::Stalling);
             assert_eq!(m.run(&c.healthy).unwrap().pattern, Pattern::Healthy);
         }
+    }
+
+    #[test]
+    fn the_bundled_manifest_has_every_job_scenario() {
+        let m = Manifest::bundled();
+        for s in JOB_SCENARIOS {
+            assert!(m.jobs.iter().any(|j| j.scenario == s), "no job of {s}");
+        }
+        let j = &m.jobs[0];
+        let args = args(&[("steps", 5), ("is_late", 1), ("late", 2), ("ranks", 4)]);
+        assert_eq!(j.counts["stream_sync"].eval(&args), Ok(10));
+        assert_eq!(j.straggler.as_ref().unwrap().rank.eval(&args), Ok(2));
+        assert_eq!(j.ranks.eval(&args), Ok(4));
+    }
+
+    #[test]
+    fn bad_jobs_get_errors_that_say_where() {
+        let job = |extra: &str| {
+            format!(
+                "version = 1\n[[run]]\nid = \"a\"\nscenario = \"item-in-loop\"\n\
+                 pattern = \"stalling\"\nsummary = \"s\"\n\
+                 [[job]]\nid = \"j\"\nscenario = \"ddp-straggler\"\npattern = \"stalling\"\n\
+                 summary = \"s\"\nranks = \"ranks\"\n{extra}"
+            )
+        };
+        let m = Manifest::parse(&job("none_of = [\"poll_wait\"]\n")).unwrap();
+        assert_eq!(m.jobs[0].none_of, ["poll_wait"]);
+        assert!(m.jobs[0].straggler.is_none());
+        for (extra, needle) in [
+            ("none_of = [\"poll_wiat\"]\n", "none_of: unknown kind"),
+            ("[job.counts]\nstream_snyc = 1\n", "counts: unknown kind"),
+            ("[job.counts]\nstream_sync = \"iters\"\n", "unknown name"),
+            ("[job.straggler]\nrank = \"slowest\"\n", "straggler.rank"),
+            ("[job.straggler]\nrank = 1\nsite = \"\"\n", "straggler.site"),
+            (
+                "none_of = [\"stream_sync\"]\n[job.counts]\nstream_sync = 2\n",
+                "in counts and none_of",
+            ),
+            ("sim_time_scale = 0.0\n", "sim_time_scale"),
+        ] {
+            let e = Manifest::parse(&job(extra)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        let e = Manifest::parse(&job("").replace("ddp-straggler", "item-in-loop")).unwrap_err();
+        assert!(e.to_string().contains("no job scenario"), "{e}");
+        let e = Manifest::parse(&job("").replace("id = \"j\"", "id = \"a\"")).unwrap_err();
+        assert!(e.to_string().contains("duplicate id"), "{e}");
+        let e = Manifest::parse(&job("ranks = 2\n")).unwrap_err();
+        assert!(matches!(e, ManifestError::Parse(_)), "{e}");
     }
 
     #[test]
