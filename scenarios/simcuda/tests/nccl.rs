@@ -178,10 +178,10 @@ fn a_collective_completes_only_when_every_rank_has_reached_it() {
     // rank's was done 40 ms after its own (everyone was there).
     assert_eq!(early.query_early, cudaErrorNotReady);
     assert_eq!(late.query_early, cudaSuccess);
-    // The early rank's GPU spent the late rank's delay in the all-reduce; the late one's hardly
-    // any time.
+    // The early rank's GPU spent the late rank's delay in the all-reduce (bounds wide enough for
+    // a loaded 2-core machine, where a thread may wake late); the late one's hardly any time.
     assert!(
-        (70.0..=200.0).contains(&early.gpu_ms),
+        (50.0..=400.0).contains(&early.gpu_ms),
         "early rank: {} ms in the all-reduce",
         early.gpu_ms
     );
@@ -251,7 +251,7 @@ fn four_processes_meet_and_the_early_ranks_gpus_wait_for_the_late_one() {
         let waited = if rank as c_int == late {
             seen.gpu_ms < 20.0
         } else {
-            (85.0..=300.0).contains(&seen.gpu_ms)
+            (60.0..=500.0).contains(&seen.gpu_ms)
         };
         steps(&[
             seen.data == [10.0; 4],
