@@ -327,6 +327,42 @@ fn gpu_behind(p: &ProcessReport) -> Option<(u64, Option<TopSite>)> {
     Some((total, top))
 }
 
+/// What made the straggler `p` late: its host stall at the call site where it stalled longest
+/// beyond what the other ranks stalled there (the median of theirs at the same location).
+/// Every rank waits after a collective (its `.item()` on the loss), the others longest: that
+/// site is theirs, not the straggler's; the straggler's own wait before it arrived (a value
+/// read back, a pageable copy) is a site the others have little or none of. `None` when no
+/// site of `p` exceeds the others' (then its longest stall stands).
+fn late_site(p: &ProcessReport, others: &[&ProcessReport]) -> Option<TopSite> {
+    let at = |q: &ProcessReport, kind: &KindName, api: &ApiName, loc: &Option<String>| -> u64 {
+        q.sites
+            .iter()
+            .filter(|s| s.kind == *kind && s.api == *api && s.location == *loc)
+            .map(|s| s.total_ns)
+            .sum()
+    };
+    p.sites
+        .iter()
+        .filter(|s| s.total_ns > 0)
+        .map(|s| {
+            let theirs = median(
+                others
+                    .iter()
+                    .map(|q| at(q, &s.kind, &s.api, &s.location))
+                    .collect(),
+            );
+            (s.total_ns.saturating_sub(theirs), s)
+        })
+        .filter(|(beyond, _)| *beyond > 0)
+        .max_by_key(|(beyond, _)| *beyond)
+        .map(|(_, s)| TopSite {
+            kind: s.kind.clone(),
+            api: s.api.clone(),
+            location: s.location.clone(),
+            total_ns: s.total_ns,
+        })
+}
+
 fn top_host_site(p: &ProcessReport) -> Option<TopSite> {
     p.sites
         .iter()
@@ -492,10 +528,18 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
             }
         }
         let straggler = straggler.map(|mut s| {
-            s.top_site = ranks
+            let others: Vec<&ProcessReport> =
+                ps.iter().copied().filter(|p| p.pid != s.pid).collect();
+            s.top_site = ps
                 .iter()
-                .find(|r| r.pid == s.pid)
-                .and_then(|r| r.top_site.clone());
+                .find(|p| p.pid == s.pid)
+                .and_then(|p| late_site(p, &others))
+                .or_else(|| {
+                    ranks
+                        .iter()
+                        .find(|r| r.pid == s.pid)
+                        .and_then(|r| r.top_site.clone())
+                });
             s
         });
         let mut job = finish(id, ps, ranks, Basis::Collective, straggler);
@@ -663,6 +707,35 @@ mod tests {
             Some(&Name::from(CollectiveSource::GpuTrace))
         );
         assert_eq!(j.straggler().and_then(|s| s.rank), Some(0));
+    }
+
+    #[test]
+    fn the_stragglers_line_is_where_it_stalled_beyond_the_others() {
+        // Every rank waits in `.item()` after the all-reduce (t.py:20), the others longest;
+        // rank 2 also waits at t.py:17 before it, less than its own wait at t.py:20 on this
+        // run: t.py:17 is what made it late.
+        let site = |loc: &str, ms: u64| Site {
+            kind: "stream_sync".into(),
+            api: "cudaStreamSynchronize".into(),
+            total_ns: ms * 1_000_000,
+            location: Some(loc.into()),
+            ..Site::default()
+        };
+        let mut ps: Vec<ProcessReport> = (0..4)
+            .map(|r| nccl(proc(40 + r, Some(("d", r)), 100, "t.py:20"), 3_000, 700))
+            .collect();
+        for p in &mut ps {
+            p.sites = vec![site("t.py:20", 120)];
+        }
+        ps[2].collectives.as_mut().unwrap().gpu_ns = 40_000_000;
+        ps[2].sites = vec![site("t.py:20", 30), site("t.py:17", 24)];
+        let j = &jobs_of(&ps)[0];
+        let s = j.straggler().expect("a straggler");
+        assert_eq!(s.rank, Some(2));
+        assert_eq!(
+            s.top_site.as_ref().unwrap().location.as_deref(),
+            Some("t.py:17")
+        );
     }
 
     #[test]
