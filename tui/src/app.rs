@@ -40,10 +40,13 @@ pub struct JobScore {
     pub ranks: usize,
     /// The largest stall time of a rank.
     pub max_ns: u64,
-    /// The median of the other ranks' stall times (`max_ns` for a job of one rank).
+    /// The median of the other ranks' stall times (`max_ns` for a job of one rank), by the
+    /// report's rule (`syncspy_read::jobs::score_rule`).
     pub others_median_ns: u64,
-    /// With collective kernels traced on every rank (the report's `collective_wait` basis):
-    /// the rank the others waited for, the median of their waits, and whether that names it.
+    /// Whether the report's rule names the rank with the largest stall time.
+    pub named: bool,
+    /// With collective times on every rank (the report's `collective_wait` basis): the rank
+    /// the others waited for, the median of their waits, and whether that names it.
     pub collective: Option<(ProcessKey, u64, bool)>,
 }
 
@@ -57,18 +60,13 @@ impl JobScore {
         }
     }
 
-    /// Whether a rank is named the straggler, by the report's rule: on collective kernels
-    /// (`syncspy_read::jobs::collective_rule`), else at least 1.25 times the others' median
-    /// stall time and 1 ms above it.
+    /// Whether a rank is named the straggler, by the report's rules: on collective times
+    /// (`syncspy_read::jobs::collective_rule`), else on stall time
+    /// (`syncspy_read::jobs::score_rule`).
     pub fn straggler(&self) -> bool {
         match self.collective {
             Some((_, _, named)) => named,
-            None => {
-                self.ranks >= 2
-                    && self.score() >= syncspy_read::jobs::MIN_EXCESS_NS
-                    && self.max_ns as f64
-                        >= self.others_median_ns as f64 * syncspy_read::jobs::STRAGGLER_FACTOR
-            }
+            None => self.named,
         }
     }
 }
@@ -93,17 +91,19 @@ pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore
                 let (s, _, wait, named) = syncspy_read::jobs::collective_rule(&times, &traced)?;
                 Some((ranks[s].key(), wait, named))
             });
-            let mut v: Vec<u64> = ranks.iter().map(|p| p.all.stall_ns).collect();
-            v.sort_unstable();
-            let ranks = v.len();
-            let max_ns = v.pop().unwrap_or(0);
-            let others_median_ns = if v.is_empty() { max_ns } else { v[v.len() / 2] };
+            let v: Vec<u64> = ranks.iter().map(|p| p.all.stall_ns).collect();
+            let max_ns = v.iter().copied().max().unwrap_or(0);
+            let (others_median_ns, named) = match syncspy_read::jobs::score_rule(&v) {
+                Some((_, others, named)) => (others, named),
+                None => (max_ns, false),
+            };
             (
                 job,
                 JobScore {
-                    ranks,
+                    ranks: v.len(),
                     max_ns,
                     others_median_ns,
+                    named,
                     collective,
                 },
             )

@@ -390,6 +390,29 @@ pub fn jobs_of(processes: &[ProcessReport]) -> Vec<JobReport> {
         .collect()
 }
 
+/// The rule on scores where the largest is the straggler (host stall time, GPU idle behind
+/// host stalls): the index of the rank with the largest score, the median of the other ranks'
+/// scores, and whether that names it (at least `STRAGGLER_FACTOR` times that median and
+/// `MIN_EXCESS_NS` above it). `None` with fewer than two ranks. The report and the monitor
+/// both ask it.
+pub fn score_rule(scores: &[u64]) -> Option<(usize, u64, bool)> {
+    if scores.len() < 2 {
+        return None;
+    }
+    let (i, top) = scores.iter().enumerate().max_by_key(|(_, s)| **s)?;
+    let others = median(
+        scores
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != i)
+            .map(|(_, s)| *s)
+            .collect(),
+    );
+    let named = top.saturating_sub(others) >= MIN_EXCESS_NS
+        && *top as f64 >= others as f64 * STRAGGLER_FACTOR;
+    Some((i, others, named))
+}
+
 /// The collective rule on the ranks' collective-kernel times and traced times: the index of
 /// the rank with the smallest share of its traced time in collectives, each rank's wait (its
 /// collective time beyond that share), the median of the other ranks' waits, and whether that
@@ -546,34 +569,20 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
         job.collective_source = Some(source.into());
         return job;
     }
-    let straggler = ranks
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, r)| r.score_ns)
-        .filter(|_| ranks.len() >= 2)
-        .and_then(|(i, r)| {
-            let others = median(
-                ranks
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| *k != i)
-                    .map(|(_, o)| o.score_ns)
-                    .collect(),
-            );
-            let excess = r.score_ns.saturating_sub(others);
-            let named =
-                excess >= MIN_EXCESS_NS && r.score_ns as f64 >= others as f64 * STRAGGLER_FACTOR;
-            named.then(|| Straggler {
-                rank: r.rank,
-                pid: r.pid,
-                score_ns: r.score_ns,
-                others_median_ns: others,
-                excess_ns: excess,
-                top_site: r.top_site.clone(),
-                waited_ranks: None,
-                waited_ns: None,
-            })
-        });
+    let scores: Vec<u64> = ranks.iter().map(|r| r.score_ns).collect();
+    let straggler = score_rule(&scores).and_then(|(i, others, named)| {
+        let r = &ranks[i];
+        named.then(|| Straggler {
+            rank: r.rank,
+            pid: r.pid,
+            score_ns: r.score_ns,
+            others_median_ns: others,
+            excess_ns: r.score_ns.saturating_sub(others),
+            top_site: r.top_site.clone(),
+            waited_ranks: None,
+            waited_ns: None,
+        })
+    });
     let basis = if on_gpu {
         Basis::GpuIdle
     } else {
@@ -707,6 +716,20 @@ mod tests {
             Some(&Name::from(CollectiveSource::GpuTrace))
         );
         assert_eq!(j.straggler().and_then(|s| s.rank), Some(0));
+    }
+
+    #[test]
+    fn three_ranks_at_10_20_and_24_ms_name_the_24_ms_rank() {
+        // The others' median is 15 ms (the two middle values averaged): 24 ms is 1.6 times it.
+        assert_eq!(
+            score_rule(&[10_000_000, 24_000_000, 20_000_000]),
+            Some((1, 15_000_000, true))
+        );
+        assert_eq!(
+            score_rule(&[10_000_000, 11_000_000, 12_000_000]).map(|r| r.2),
+            Some(false)
+        );
+        assert_eq!(score_rule(&[5]), None);
     }
 
     #[test]
