@@ -138,9 +138,22 @@ pub fn is_users_frame(text: &str, module: Option<&str>) -> bool {
     let harness_file =
         || module.is_some_and(is_scenario_binary) && HARNESS_FILES.iter().any(|p| text.contains(p));
     !SYSTEM_SYMBOLS.iter().any(|p| text.starts_with(p))
+        && !is_static_runtime_symbol(text)
         && !SYSTEM_FILES.iter().any(|p| text.contains(p))
         && !harness_file()
         && !hidden_patterns().iter().any(|p| text.contains(p.as_str()))
+}
+
+/// Whether a frame is in the CUDA runtime linked statically into the program (nvcc links
+/// `libcudart_static.a` by default): its internal functions are named `libcudart_static_<hash>`
+/// and its API functions by their own names, in the program's own module, so neither the
+/// module nor a system prefix tells them apart.
+fn is_static_runtime_symbol(text: &str) -> bool {
+    let symbol = text.split(" (").next().unwrap_or(text);
+    symbol.starts_with("libcudart_static_")
+        || syncspy_abi::Api::ALL
+            .iter()
+            .any(|a| !a.is_driver() && a.name() == symbol)
 }
 
 fn file_name(path: &str) -> &str {
@@ -1483,6 +1496,21 @@ pub(crate) mod tests {
 
     #[test]
     fn runtime_modules_are_recognised() {
+        // The static runtime's frames inside the program are skipped for the location.
+        let frame = |t: &str| Frame {
+            text: t.to_string(),
+            module: Some("basic_static".to_string()),
+        };
+        let frames = [
+            frame("libcudart_static_e760a72b1d2f (basic_static)"),
+            frame("cudaStreamSynchronize (basic_static)"),
+            frame("main (basic_static)"),
+        ];
+        assert_eq!(
+            crate::report::location_of(&frames).as_deref(),
+            Some("main (basic_static)")
+        );
+        assert!(is_users_frame("cudaHelper (app)", Some("app")));
         assert!(is_runtime_module("libcudart.so.13"));
         assert!(is_runtime_module("libsyncspy.so"));
         assert!(!is_runtime_module("libtorch_cuda.so"));
