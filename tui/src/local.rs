@@ -244,6 +244,9 @@ pub struct LocalSource {
     /// Ended processes whose segment file is gone: their last view, kept for the screen
     /// until dismissed, while their mapping is let go (it alone kept the memory in use).
     retired: Vec<Proc>,
+    /// The filters the source follows with (`pid 42`, `session 7`), named on the screen so
+    /// that a mistyped one does not read as "nothing runs".
+    filters: Vec<String>,
 }
 
 impl LocalSource {
@@ -254,6 +257,7 @@ impl LocalSource {
             problems: Vec::new(),
             sym: SymWorker::new(),
             retired: Vec::new(),
+            filters: pid.map(|p| format!("pid {p}")).into_iter().collect(),
         }
     }
 
@@ -266,7 +270,13 @@ impl LocalSource {
         );
         let dir = self.reader.dir().to_path_buf();
         let reader = reader(dir, session, self.reader.follower().pid(), self.window_secs);
-        LocalSource { reader, ..self }
+        let mut filters = self.filters.clone();
+        filters.extend(session.map(|s| format!("session {s}")));
+        LocalSource {
+            reader,
+            filters,
+            ..self
+        }
     }
 
     fn note(&mut self, p: String) {
@@ -665,8 +675,13 @@ impl Source for LocalSource {
             .map(|f| view(f, sym, now))
             .collect();
         processes.extend(self.retired.iter().cloned());
+        let dir = self.reader.dir().display().to_string();
         Snapshot {
-            source: self.reader.dir().display().to_string(),
+            source: if self.filters.is_empty() {
+                dir
+            } else {
+                format!("{dir}, {} only", self.filters.join(", "))
+            },
             processes,
             problems: self.problems.clone(),
             window_secs: self.window_secs,
@@ -713,6 +728,25 @@ impl Source for LocalSource {
 
 #[cfg(test)]
 mod tests {
+    use crate::Source;
+
+    #[test]
+    fn an_empty_screen_names_the_filters_it_follows_with() {
+        let dir = syncspy_test_support::TempDir::new("local-filters");
+        let mut plain = super::LocalSource::new(dir.path().to_path_buf(), None, 10);
+        assert_eq!(plain.step().source, dir.path().display().to_string());
+        let mut typo =
+            super::LocalSource::new(dir.path().to_path_buf(), None, 10).with_session(Some(12345));
+        let s = typo.step();
+        assert!(s.processes.is_empty());
+        assert_eq!(
+            s.source,
+            format!("{}, session 12345 only", dir.path().display())
+        );
+        let mut one = super::LocalSource::new(dir.path().to_path_buf(), Some(42), 10);
+        assert!(one.step().source.ends_with(", pid 42 only"));
+    }
+
     #[test]
     fn gpu_idle_share_is_recent_when_the_span_grew_else_over_the_run() {
         // 1 s accounted between the samples, 0.25 s of it busy.

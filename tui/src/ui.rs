@@ -276,10 +276,11 @@ impl App {
         ];
         let block = self.block(title, Some(Pane::Processes));
         if rows.is_empty() {
-            Paragraph::new(vec![Line::from(
-                "No instrumented process yet. Start one with `syncspy run -- CMD` or \
+            Paragraph::new(vec![Line::from(format!(
+                "No instrumented process yet in {}. Start one with `syncspy run -- CMD` or \
                  LD_PRELOAD=libsyncspy.so CMD.",
-            )])
+                self.snapshot.source
+            ))])
             .wrap(Wrap { trim: true })
             .block(block)
             .render(area, buf);
