@@ -268,6 +268,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         .collect();
     Proc {
         pid: r.pid,
+        host_pid: r.host_pid,
         start_ticks: r.start_ticks,
         command: r.cmdline.clone(),
         state: State::from(&r.state),

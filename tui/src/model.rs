@@ -79,7 +79,11 @@ impl State {
 /// One instrumented process.
 #[derive(Clone, Debug)]
 pub struct Proc {
+    /// The pid in the process's own PID namespace (1 for a container's first process).
     pub pid: u32,
+    /// Its pid on the node, when it is in another PID namespace (or the two differ): what
+    /// the screen shows, since two containers' processes may both be pid 1.
+    pub host_pid: Option<u32>,
     /// Start time in clock ticks: with the pid, names one process for its whole life.
     pub start_ticks: u64,
     pub command: String,
@@ -227,6 +231,11 @@ impl RankOf {
 }
 
 impl Proc {
+    /// The pid the screen shows: the node's when known, else the process's own.
+    pub fn shown_pid(&self) -> u32 {
+        self.host_pid.unwrap_or(self.pid)
+    }
+
     pub fn key(&self) -> ProcessKey {
         ProcessKey {
             pid: self.pid,

@@ -242,7 +242,7 @@ impl App {
                     None => "n/m".into(),
                 };
                 let mut row = Row::new(vec![
-                    Cell::from(p.pid.to_string()),
+                    Cell::from(p.shown_pid().to_string()),
                     Cell::from(p.state.label()).style(state_style),
                     Cell::from(rate(p.events_per_s)),
                     Cell::from(stall_rate(p.stall_per_s, self.ascii)),
@@ -322,7 +322,11 @@ impl App {
 
     fn render_histograms(&self, area: Rect, buf: &mut Buffer, all_kinds: bool) {
         let title = match self.current() {
-            Some(p) => format!(" Stall histograms: pid {} [{}] ", p.pid, self.scope_label()),
+            Some(p) => format!(
+                " Stall histograms: pid {} [{}] ",
+                p.shown_pid(),
+                self.scope_label()
+            ),
             None => " Stall histograms ".into(),
         };
         let block = self.block(Line::from(title), Some(Pane::Histograms));
@@ -448,7 +452,7 @@ impl App {
     fn render_gpu(&self, area: Rect, buf: &mut Buffer) {
         let mut title = vec![Span::raw(" GPU")];
         if let Some(p) = self.current() {
-            title.push(Span::raw(format!(" pid {}", p.pid)));
+            title.push(Span::raw(format!(" pid {}", p.shown_pid())));
             if let Some(g) = &p.gpu {
                 title.push(Span::raw(format!(": {}", g.tracing)));
             }

@@ -11,6 +11,7 @@ use syncspy_tui::model::{Proc, RankOf, Scope, State};
 fn proc_(pid: u32, rank: u32, stall_ms: u64) -> Proc {
     Proc {
         pid,
+        host_pid: None,
         start_ticks: 1,
         command: "python3 train.py".into(),
         state: State::Running,

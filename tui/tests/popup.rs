@@ -46,6 +46,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
         source: "/dev/shm".into(),
         processes: vec![Proc {
             pid: 614,
+            host_pid: None,
             start_ticks: 1,
             command: "python3 train.py".into(),
             state: State::Running,

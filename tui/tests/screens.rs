@@ -107,6 +107,7 @@ fn trainer() -> Proc {
     };
     Proc {
         pid: 614,
+        host_pid: None,
         start_ticks: 100,
         command: "python3 train.py --epochs 1".into(),
         state: State::Running,
@@ -126,6 +127,7 @@ fn trainer() -> Proc {
 fn loader() -> Proc {
     Proc {
         pid: 700,
+        host_pid: None,
         start_ticks: 5,
         command: "./loader --fast".into(),
         state: State::Exited(0),
@@ -960,4 +962,22 @@ fn with_collective_kernels_the_job_row_names_the_rank_the_others_waited_for() {
         ),
         "{text}"
     );
+}
+
+#[test]
+fn processes_of_other_pid_namespaces_show_their_pid_on_the_node() {
+    // Two containers' first processes: both pid 1 in their own namespace.
+    let mut a = trainer();
+    a.pid = 1;
+    a.host_pid = Some(1276);
+    let mut b = loader();
+    b.pid = 1;
+    b.host_pid = Some(1297);
+    let app = app_with(Snapshot {
+        processes: vec![a, b],
+        ..snapshot()
+    });
+    let text = screen(&app, 160, 60);
+    assert!(line_with(&text, "train.py").contains("1276"), "{text}");
+    assert!(line_with(&text, "loader").contains("1297"), "{text}");
 }
