@@ -102,6 +102,11 @@ impl std::error::Error for CheckError {
     }
 }
 
+/// Whether the NVIDIA driver's control device exists (a GPU machine).
+fn has_nvidia_driver() -> bool {
+    std::path::Path::new("/dev/nvidiactl").exists()
+}
+
 /// A finished check.
 #[derive(Debug)]
 pub struct CheckOutcome {
@@ -125,7 +130,15 @@ pub fn check(opts: &CheckOptions) -> Result<CheckOutcome, CheckError> {
     run_opts.report = None;
     let outcome = run::run(&run_opts).map_err(CheckError::Run)?;
 
-    let verdict = budget::evaluate(&budget, &outcome.report);
+    let mut verdict = budget::evaluate(&budget, &outcome.report);
+    if outcome.report.processes.is_empty() && !run_opts.sim && !has_nvidia_driver() {
+        verdict.problems.push(
+            "there is no NVIDIA driver on this machine (/dev/nvidiactl is missing): to check \
+             the command without a GPU, run it on the simulated CUDA runtime with \
+             `syncspy check --sim --budget ... -- CMD`"
+                .to_string(),
+        );
+    }
     eprint!("{}", budget::text::render(&verdict));
     let mut report = outcome.report;
     report.budget = Some(verdict.clone());

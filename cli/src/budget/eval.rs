@@ -457,8 +457,9 @@ pub fn evaluate(budget: &Budget, report: &Report) -> BudgetReport {
     }
     if report.processes.is_empty() {
         problems.push(
-            "no instrumented process reported: nothing to check (did the command call the \
-             CUDA runtime through libcudart.so?)"
+            "no instrumented process reported: nothing to check (either the command never \
+             called the CUDA runtime, or libsyncspy.so was not loaded: a static binary, or \
+             LD_PRELOAD cleared by the program)"
                 .to_string(),
         );
     }
