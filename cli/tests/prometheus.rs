@@ -109,6 +109,7 @@ impl Prometheus {
                 targets.join(", ")
             ),
         );
+        // Prometheus logs on stderr.
         let log = dir.path().join("prometheus.log");
         // A free port, asked of the kernel and released for Prometheus to take; another
         // program may take it in between, so a Prometheus that ends early is started again.
@@ -128,8 +129,8 @@ impl Prometheus {
                     ))
                     .arg(format!("--web.listen-address={addr}"))
                     .stdin(Stdio::null())
-                    .stdout(std::fs::File::create(&log).unwrap())
-                    .stderr(std::fs::File::create(dir.path().join("prometheus.err")).unwrap())
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log).unwrap())
                     .spawn()
                     .unwrap(),
             );
@@ -138,8 +139,7 @@ impl Prometheus {
                 if let Some(status) = proc.0.try_wait().unwrap() {
                     eprintln!(
                         "prometheus ended ({status}): {}",
-                        std::fs::read_to_string(dir.path().join("prometheus.err"))
-                            .unwrap_or_default()
+                        std::fs::read_to_string(&log).unwrap_or_default()
                     );
                     break;
                 }
@@ -147,7 +147,7 @@ impl Prometheus {
                     return Prometheus {
                         proc,
                         addr,
-                        log: dir.path().join("prometheus.err"),
+                        log,
                         _dir: dir,
                     };
                 }
