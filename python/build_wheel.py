@@ -3,12 +3,17 @@
 
     python3 python/build_wheel.py --bin-dir target/release --out dist
 
-Why by hand rather than maturin: the wheel carries three artifacts of a cargo workspace (two
-executables and a cdylib, which maturin's `bin` bindings do not put side by side) plus pure
+Why by hand rather than maturin: the wheel carries four artifacts of a cargo workspace (two
+executables and two cdylibs, which maturin's `bin` bindings do not put side by side) plus pure
 Python; assembling the zip needs no network, no build backend and no second cargo build, so
 CI can package the debug artifacts its test command already built. The platform tag is the
 manylinux one of the newest glibc symbol version the binaries need (read from their ELF
 version-requirement sections).
+
+`pip install .` builds the same wheel through hatchling (pyproject.toml at the root), whose
+build hook (python/hatch_build.py) runs `cargo_build` and `stage_binaries` below; the Python
+files, entry points and metadata are declared there, and scripts/wheel-check.sh checks that
+both wheels carry the same files and entry points.
 """
 
 import argparse
@@ -25,7 +30,11 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BINARIES = ("syncspy", "syncspy-top", "libsyncspy.so")
+# syncspy finds libsyncspy.so, libsimcudart.so (the simulated CUDA runtime of `--sim`) and
+# syncspy-top next to its own binary.
+BINARIES = ("syncspy", "syncspy-top", "libsyncspy.so", "libsimcudart.so")
+# The cargo packages that build them.
+CARGO_PACKAGES = ("syncspy-interpose", "syncspy-cli", "syncspy-tui", "simcuda")
 PY_FILES = (
     ("syncspy/__init__.py", "syncspy/__init__.py"),
     ("_syncspy_cli.py", "_syncspy_cli.py"),
@@ -81,6 +90,44 @@ def version():
     return m.group(1)
 
 
+def cargo_build(profile, root=ROOT):
+    """Builds BINARIES with cargo (`release` or `debug`); returns the folder that holds them."""
+    if shutil.which("cargo") is None:
+        raise SystemExit(
+            "syncspy: cargo is not on PATH: the wheel is built from the Rust sources; install "
+            "Rust (https://rustup.rs, 1.95 or newer) and a C compiler (cc), then retry"
+        )
+    cmd = ["cargo", "build", "--locked"]
+    if profile == "release":
+        cmd.append("--release")
+    for p in CARGO_PACKAGES:
+        cmd += ["-p", p]
+    print("syncspy: " + " ".join(cmd), file=sys.stderr, flush=True)
+    subprocess.run(cmd, cwd=root, check=True, stdout=sys.stderr)
+    target = os.path.join(root, os.environ.get("CARGO_TARGET_DIR") or "target")
+    return os.path.join(target, "release" if profile == "release" else "debug")
+
+
+def stage_binaries(bin_dir, dest, strip):
+    """Copies BINARIES from bin_dir into dest (debug information removed with `strip`);
+    returns the wheel's platform tag, from the newest glibc version they need."""
+    needs = set()
+    for b in BINARIES:
+        src = os.path.join(bin_dir, b)
+        if not os.path.isfile(src):
+            raise SystemExit(
+                "%s is missing: build the workspace first (cargo build --workspace)" % src
+            )
+        dst = os.path.join(dest, b)
+        shutil.copyfile(src, dst)
+        os.chmod(dst, 0o755)
+        if strip:
+            subprocess.run(["objcopy", "--strip-debug", dst], check=True)
+        needs |= glibc_needs(dst)
+    glibc = max(needs | {(2, 17)})
+    return "py3-none-manylinux_%d_%d_x86_64" % glibc
+
+
 def record_line(arc, data):
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return "%s,sha256=%s,%d" % (arc, digest, len(data))
@@ -88,7 +135,7 @@ def record_line(arc, data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bin-dir", required=True, help="folder with syncspy, syncspy-top, libsyncspy.so")
+    ap.add_argument("--bin-dir", required=True, help="folder with " + ", ".join(BINARIES))
     ap.add_argument("--out", default=os.path.join(ROOT, "dist"), help="folder for the wheel")
     ap.add_argument(
         "--strip",
@@ -101,27 +148,15 @@ def main():
     name = "syncspy"
     distinfo = "%s-%s.dist-info" % (name, ver)
     files = []  # (archive name, bytes, executable)
-    needs = set()
     with tempfile.TemporaryDirectory() as tmp:
+        tag = stage_binaries(a.bin_dir, tmp, a.strip)
         for b in BINARIES:
-            src = os.path.join(a.bin_dir, b)
-            if not os.path.isfile(src):
-                raise SystemExit(
-                    "%s is missing: build the workspace first (cargo build --workspace)" % src
-                )
-            dst = os.path.join(tmp, b)
-            shutil.copyfile(src, dst)
-            if a.strip:
-                subprocess.run(["objcopy", "--strip-debug", dst], check=True)
-            needs |= glibc_needs(dst)
-            with open(dst, "rb") as f:
+            with open(os.path.join(tmp, b), "rb") as f:
                 files.append(("syncspy/bin/" + b, f.read(), True))
     for src, arc in PY_FILES:
         with open(os.path.join(HERE, src), "rb") as f:
             files.append((arc, f.read(), False))
 
-    glibc = max(needs | {(2, 17)})
-    tag = "py3-none-manylinux_%d_%d_x86_64" % glibc
     meta = (
         "Metadata-Version: 2.1\n"
         "Name: %s\n"
@@ -132,7 +167,8 @@ def main():
         "Classifier: Framework :: Pytest\n"
         "Classifier: Operating System :: POSIX :: Linux\n"
         "\n"
-        "syncspy, syncspy-top and libsyncspy.so, `import syncspy` (load the library before "
+        "syncspy, syncspy-top and libsyncspy.so (with the simulated CUDA runtime for "
+        "`syncspy run --sim`), `import syncspy` (load the library before "
         "torch/jax/cupy, then `with syncspy.watch() as w:`), and a pytest plugin "
         "(`pytest --syncspy`, `@pytest.mark.syncspy(max_stalls=0)`).\n" % (name, ver)
     )

@@ -8,7 +8,14 @@
 # - the runtime loaded first: a warning pointing at syncspy run / attach (too_late.py);
 # - the pytest plugin on a small suite, alone and with pytest-xdist (check_pytest.py;
 #   pytest and pytest-xdist come from PyPI);
-# - the wheel's `syncspy` command finds the wheel's libsyncspy.so (syncspy run --sim).
+# - the wheel's `syncspy` command finds the wheel's libsyncspy.so and libsimcudart.so
+#   (syncspy run --sim);
+# - the simulator examples of the README and docs/guide/python.md, run as written with the
+#   wheel's commands on PATH (python/tests/doc_examples.py);
+# - `pip install .` from the checkout (pyproject.toml: hatchling, python/hatch_build.py) into
+#   another fresh venv, from the same build (SYNCSPY_WHEEL_PROFILE=debug in CI: cargo has
+#   nothing left to build): the same files and entry points as the script's wheel, and its
+#   `syncspy` command and `import syncspy` work. pip fetches hatchling from PyPI.
 # Usage: scripts/wheel-check.sh [TARGET_DIR/debug]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,10 +52,49 @@ unset LD_PRELOAD SYNCSPY_LIB SYNCSPY_SIM_LIB
 "$work/venv/bin/syncspy" --version
 cli=$("$py" -c 'import os, syncspy; assert os.path.isfile(syncspy.library_path()); print(syncspy.cli_path())')
 [[ "$cli" == */site-packages/syncspy/bin/syncspy ]] || { echo "syncspy.cli_path(): $cli" >&2; exit 1; }
-SYNCSPY_SIM_LIB="$bin/libsimcudart.so" SYNCSPY_IMPORT=0 "$work/venv/bin/syncspy" run --sim \
+SYNCSPY_IMPORT=0 "$work/venv/bin/syncspy" run --sim \
   -- "$py" -c 'import ctypes, os; ctypes.CDLL(os.environ["PYCALLER"]).pc_sync()' \
   2>"$work/run.txt"
 grep -q "cudaStreamSynchronize" "$work/run.txt" || { cat "$work/run.txt"; exit 1; }
+
+PATH="$work/venv/bin:$PATH" "$py" "$root/python/tests/doc_examples.py" "$root" "$work"
+
+# pip install . into a fresh venv: what a user runs in a checkout.
+python3 -m venv "$work/venv-pip"
+pip_py="$work/venv-pip/bin/python"
+# The profile and target folder of the binaries checked above: cargo finds them built.
+CARGO_TARGET_DIR=$(dirname "$bin") SYNCSPY_WHEEL_PROFILE=$(basename "$bin") \
+  "$pip_py" -m pip install -q "$root"
+"$work/venv-pip/bin/syncspy" --version
+SYNCSPY_IMPORT=0 "$work/venv-pip/bin/syncspy" run --sim \
+  -- "$pip_py" -c 'import ctypes, os; ctypes.CDLL(os.environ["PYCALLER"]).pc_sync()' \
+  2>"$work/run-pip.txt"
+grep -q "cudaStreamSynchronize" "$work/run-pip.txt" || { cat "$work/run-pip.txt"; exit 1; }
+"$pip_py" - "$wheel" <<'EOF'
+# The same wheel both ways: package files and entry points.
+import configparser, glob, os, sys, zipfile
+import syncspy
+
+assert os.path.isfile(syncspy.library_path()), syncspy.library_path()
+z = zipfile.ZipFile(sys.argv[1])
+script = {n for n in z.namelist() if ".dist-info/" not in n}
+site = os.path.dirname(os.path.dirname(syncspy.__file__))
+info = glob.glob(os.path.join(site, "syncspy-*.dist-info"))[0]
+record = [l.split(",")[0] for l in open(os.path.join(info, "RECORD"))]
+pip = {n for n in record if n and not n.startswith("..") and ".dist-info/" not in n
+       and "__pycache__" not in n}
+assert pip == script, "pip install . and scripts/build-wheel.sh differ: %s" % (pip ^ script)
+
+def entries(text):
+    c = configparser.ConfigParser()
+    c.read_string(text)
+    return {s: dict(c[s]) for s in c.sections()}
+
+ep_script = entries(z.read([n for n in z.namelist() if n.endswith("/entry_points.txt")][0]).decode())
+ep_pip = entries(open(os.path.join(info, "entry_points.txt")).read())
+assert ep_pip == ep_script, (ep_pip, ep_script)
+print("pip install .: the same %d files and entry points as the script's wheel" % len(pip))
+EOF
 
 cd "$work"
 "$py" "$root/python/tests/import_first.py" "$PYCALLER"
