@@ -445,17 +445,19 @@ fn a_check_without_a_budget_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// The budget example of the user guide's page on `syncspy check` (it was the README's).
 #[test]
-fn the_readme_budget_example_is_a_valid_budget() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let section = &readme[readme
-        .find("## Checking a budget in CI")
-        .expect("README section on syncspy check")..];
+fn the_guide_budget_example_is_a_valid_budget() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/ci-budgets.md"),
+    )
+    .unwrap();
+    let section = &page[page
+        .find("# Checking a budget in CI")
+        .expect("the guide's page on syncspy check")..];
     let start = section.find("```toml\n").expect("a toml example") + "```toml\n".len();
     let example = &section[start..start + section[start..].find("```").unwrap()];
-    let b = syncspy_cli::budget::parse("README.md", example).unwrap();
+    let b = syncspy_cli::budget::parse("docs/guide/ci-budgets.md", example).unwrap();
     assert_eq!(b.rules.len(), 3);
     assert!(b.iterations.is_some());
 }
