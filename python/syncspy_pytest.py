@@ -11,13 +11,25 @@ Off unless asked:
   ``host_wait``, ...); ``max_stalls`` may also be a dict, a limit per kind. The message names
   each line: ``test_model.py:42 cudaStreamSynchronize x3``. The marker needs syncspy loaded
   before CUDA: ``--syncspy``, or ``import syncspy`` at the top of ``conftest.py``.
+
+A marked test is never passed on nothing seen:
+- it fails when syncspy saw no CUDA call while it ran and knows of calls in the process it
+  cannot see (``syncspy.status()["unseen"]``: look-ups it cannot redirect, a second runtime,
+  ...), naming them;
+- it passes with a ``SyncspyWarning`` when syncspy has seen no CUDA call at all in the
+  process by the end of the test although a CUDA runtime or driver is loaded (a test that
+  only launches kernels makes no call syncspy hooks; one whose calls bypass syncspy looks the
+  same).
+The session report lists both, and what syncspy cannot see.
 """
 
+import os
 import warnings
 
 import pytest
 
 _RESULT = "_syncspy_window"
+_SEEN = "_syncspy_process_seen"
 
 
 def _count(n, one, many):
@@ -119,17 +131,28 @@ def pytest_runtest_call(item):
         setattr(item, _RESULT, error)
         yield
         return
-    w = config._syncspy.watch(threads=threads)
-    w.__enter__()
+    syncspy = config._syncspy
+    w = syncspy.watch(threads=threads)
+    with warnings.catch_warnings():
+        # What the window cannot see is reported with the test (pytest_runtest_makereport).
+        warnings.simplefilter("ignore", syncspy.SyncspyWarning)
+        w.__enter__()
     try:
         yield
     finally:
-        w.__exit__(None, None, None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", syncspy.SyncspyWarning)
+            w.__exit__(None, None, None)
         try:
             w.stalls  # read now: the window's records are in the ring
             setattr(item, _RESULT, w)
-        except config._syncspy.SyncspyError as e:
+        except syncspy.SyncspyError as e:
             setattr(item, _RESULT, str(e))
+        if w.calls_seen == 0:
+            # Nothing reached syncspy in the window: had it ever, in this process, and is
+            # there CUDA to see?
+            st = syncspy.status()
+            setattr(item, _SEEN, (st["calls_seen"], st["cuda_loaded"]))
 
 
 def _fmt(stalls):
@@ -162,9 +185,56 @@ def pytest_runtest_makereport(item, call):
     rep.user_properties.append(("syncspy_sites", _fmt(stalls)))
     if w.lost_records:
         rep.user_properties.append(("syncspy_lost_records", w.lost_records))
+    if w.calls_seen is not None:
+        rep.user_properties.append(("syncspy_calls_seen", w.calls_seen))
+    if w.unseen:
+        rep.user_properties.append(("syncspy_unseen", "; ".join(w.unseen)))
+    process_calls, cuda = getattr(item, _SEEN, (None, []))
+    blind = (
+        marker is not None
+        and rep.passed
+        and w.calls_seen == 0
+        and not stalls
+        and process_calls == 0
+        and bool(cuda)
+        and not w.unseen  # then the test fails, below
+    )
+    if blind:
+        rep.user_properties.append(("syncspy_saw_nothing", ", ".join(cuda)))
     item.user_properties.extend(p for p in rep.user_properties if p[0].startswith("syncspy"))
     if marker is None or not rep.passed:
         return
+    if w.calls_seen == 0 and not stalls and w.unseen:
+        rep.outcome = "failed"
+        rep.longrepr = (
+            "syncspy marker: syncspy saw no CUDA call while this test ran, and it cannot see "
+            "these calls of this process, so the test's stalls were not counted:\n%s\n"
+            "`syncspy run -- python -m pytest ...` sees them."
+            % "\n".join("  " + u for u in w.unseen)
+        )
+        return
+    if w.unseen:
+        item.warn(
+            item.config._syncspy.SyncspyWarning(
+                "syncspy cannot see some CUDA calls of this process, so %s's count may miss "
+                "their stalls: %s. `syncspy run -- python -m pytest ...` sees them."
+                % (item.name, "; ".join(w.unseen))
+            )
+        )
+    elif blind:
+        item.warn(
+            item.config._syncspy.SyncspyWarning(
+                "syncspy saw no CUDA call while %s ran, nor any before it in this process, "
+                "although %s %s loaded: its syncspy marker was checked against nothing. If "
+                "the test calls CUDA, those calls bypass syncspy here; `syncspy run -- python "
+                "-m pytest ...` sees what `import syncspy` cannot."
+                % (
+                    item.name,
+                    ", ".join(os.path.basename(c) for c in cuda),
+                    "is" if len(cuda) == 1 else "are",
+                )
+            )
+        )
     limit, kinds, _ = _limits(marker)
     over = []
     if isinstance(limit, dict):
@@ -231,6 +301,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line("%s with stalls, %d without" % (_count(len(rows), "test", "tests"), quiet))
     if errors:
         tr.write_line("not recorded: %s" % errors[0][1])
+    nothing = [n for n, p in _tests if "syncspy_saw_nothing" in p]
+    if nothing:
+        tr.write_line(
+            "%s saw no CUDA call (none in the process yet, though CUDA is loaded), checked "
+            "against nothing: %s" % (_count(len(nothing), "marked test", "marked tests"),
+                                     ", ".join(nothing))
+        )
+    unseen = []
+    for n, p in _tests:
+        for u in str(p.get("syncspy_unseen", "")).split("; "):
+            if u and u not in unseen:
+                unseen.append(u)
+    for u in unseen:
+        tr.write_line("syncspy cannot see: %s" % u)
     own = getattr(config, "_syncspy", None)
     xdist = config.pluginmanager.getplugin("dsession") is not None
     if own is not None and not xdist and _tests and not rows:

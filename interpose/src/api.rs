@@ -28,3 +28,11 @@ pub unsafe extern "C" fn syncspy_segment_path(buf: *mut c_char, len: usize) -> i
     }
     n
 }
+
+/// How many CUDA calls reached the hooks in this process while it recorded into its segment:
+/// the recorded events and the counted calls that did not stall. 0 when there is no segment.
+/// Only grows while the segment is in use; a reader compares two values.
+#[no_mangle]
+pub extern "C" fn syncspy_calls_seen() -> u64 {
+    std::panic::catch_unwind(crate::runtime::calls_seen).unwrap_or(0)
+}

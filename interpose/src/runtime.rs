@@ -988,6 +988,22 @@ pub(crate) fn segment_path() -> Option<PathBuf> {
     Some(rt.seg.path().to_path_buf())
 }
 
+/// CUDA calls that reached the hooks while recording into the segment in use: every recorded
+/// event (`apis`) and every counted call that did not stall (`calls`). 0 without a segment.
+pub(crate) fn calls_seen() -> u64 {
+    if STATE.load(Ordering::Acquire) != ACTIVE {
+        return 0;
+    }
+    // SAFETY: as in `Runtime::active`.
+    let rt = unsafe { &*RUNTIME.load(Ordering::Relaxed) };
+    let live = rt.seg.live();
+    live.apis
+        .iter()
+        .chain(live.calls.iter())
+        .map(|t| t.count.load(Ordering::Relaxed))
+        .fold(0u64, u64::wrapping_add)
+}
+
 /// Creates the segment now rather than at the next hooked call (attach: the process shows
 /// up in the reader at once).
 pub(crate) fn start_now() -> bool {

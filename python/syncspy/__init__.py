@@ -9,6 +9,16 @@ afterwards bind to its hooks. Then::
     for s in w.stalls:                  # one per (kind, CUDA call, Python line)
         print(s)                        # train.py:42 cudaStreamSynchronize x3
 
+Loaded that way, the library also redirects the ``dlsym`` import slot of every loaded module
+to its own ``dlsym`` (and does so again for modules loaded later), as ``syncspy run``'s preload
+does: functions looked up by name (``ctypes.CDLL("libcudart.so.13").cudaMemcpy``,
+cuda-python, the runtime's own look-ups of the driver) reach the hooks too, and are named by
+the runtime function called. ``syncspy.status()["unseen"]`` lists the calls it still cannot
+see (a second runtime, slots it could not write, ...); ``watch()`` warns about them, and the
+pytest marker fails a test that saw no CUDA call while some are unseen.
+``SYNCSPY_IMPORT_PATCH=0`` turns the redirection off (only references the loader binds after
+the import reach the hooks then).
+
 A framework imported first has bound its CUDA libraries already: ``import syncspy`` then
 warns and loads nothing; run the program under ``syncspy run -- python ...``, or attach to it
 (``syncspy attach PID``). Set ``SYNCSPY_IMPORT=0`` to import the package without loading the
@@ -167,6 +177,12 @@ _lib = None  # the loaded library (ctypes.CDLL)
 _how = None  # "import" (loaded by this package), "preload" (already in the process)
 _error = None  # why arming failed, once it did
 _warned = set()
+_redirected = None  # import slots redirected to the hooks (in-process mode), -1: failed
+_cover_missing = False  # the loaded library has no syncspy_import_hooks (an older build)
+
+
+def _off(name):
+    return os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def _warn_once(key, msg):
@@ -239,6 +255,7 @@ def arm():
             _error = "syncspy: cannot load %s: %s" % (path, e)
             raise SyncspyError(_error)
         _how = "import"
+        _cover()
         lo, hi = PYTHON_FRAMES
         if not (lo <= sys.version_info[:2] <= hi):
             _warn_once(
@@ -253,6 +270,83 @@ def arm():
 def armed():
     """Whether the library is loaded in this process (by ``arm`` or a preload)."""
     return _lib is not None
+
+
+def _cover():
+    """In-process mode (the library loaded by ``arm``): has it redirect the import slots of
+    the modules loaded since the last call (``dlsym`` first: look-ups by name then reach the
+    hooks). Cheap when nothing was loaded since."""
+    global _redirected, _cover_missing
+    if _lib is None or _how != "import" or _off("SYNCSPY_IMPORT_PATCH"):
+        return
+    try:
+        f = _lib.syncspy_import_hooks
+    except AttributeError:  # SYNCSPY_LIB names an older build
+        _cover_missing = True
+        return
+    f.restype = ctypes.c_int64
+    f.argtypes = []
+    _redirected = f()
+
+
+def _import_report():
+    """The library's lines on what the in-process mode covers (``covered PATH: ...`` and
+    ``not covered PATH: WHY``)."""
+    if _lib is None or _how != "import":
+        return []
+    try:
+        f = _lib.syncspy_import_report
+    except AttributeError:
+        return []
+    f.restype = ctypes.c_ssize_t
+    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    size = 1 << 14
+    for _ in range(4):
+        buf = ctypes.create_string_buffer(size)
+        n = f(buf, size)
+        if n >= 0:
+            return [l for l in buf.raw[:n].decode(errors="replace").splitlines() if l]
+        size = -n + 1
+    return []
+
+
+_LOOKUPS = (
+    "CUDA functions looked up by name (dlsym: ctypes.CDLL(...).cudaMemcpy, cuda-python, "
+    "and the runtime's own look-ups of the driver)"
+)
+
+
+def _unseen():
+    """The CUDA calls this process makes that syncspy cannot see, one line each."""
+    if _lib is None:
+        return ["every CUDA call: %s" % (_error or "the library is not loaded (syncspy.arm())")]
+    out = []
+    if _how == "import":
+        if _off("SYNCSPY_IMPORT_PATCH"):
+            out.append("%s: SYNCSPY_IMPORT_PATCH=0" % _LOOKUPS)
+        elif _cover_missing:
+            out.append(
+                "%s: this libsyncspy.so (%s) cannot redirect them (an older build)"
+                % (_LOOKUPS, library_path())
+            )
+        elif _redirected is not None and _redirected < 0:
+            out.append("%s: the redirection failed" % _LOOKUPS)
+        out += [l[len("not covered "):] for l in _import_report() if l.startswith("not covered ")]
+    return out
+
+
+def _calls_seen():
+    """CUDA calls that reached the hooks in this process so far (None: the library cannot
+    say, an older build)."""
+    if _lib is None:
+        return 0
+    try:
+        f = _lib.syncspy_calls_seen
+    except AttributeError:
+        return None
+    f.restype = ctypes.c_uint64
+    f.argtypes = []
+    return f()
 
 
 def _segment():
@@ -310,7 +404,11 @@ def _written(seg):
 
 
 def status():
-    """What syncspy can see in this process, as a dict (for people and for tests)."""
+    """What syncspy can see in this process, as a dict (for people and for tests):
+    ``unseen`` lists the CUDA calls it cannot see (empty: none known), ``calls_seen`` counts
+    the CUDA calls that reached it so far, ``redirected`` the import slots the in-process
+    mode sent to the hooks (None when the library was not loaded by this package)."""
+    _cover()
     paths = _loaded_objects()
     return {
         "armed": _lib is not None,
@@ -319,6 +417,9 @@ def status():
         "library": library_path(),
         "cli": cli_path(),
         "segment": _segment(),
+        "calls_seen": _calls_seen(),
+        "unseen": _unseen(),
+        "redirected": _redirected,
         "cuda_loaded": _cuda_loaded(paths),
         "frameworks": _frameworks_imported(),
         "python": "%d.%d" % sys.version_info[:2],
@@ -376,15 +477,25 @@ class Watch:
         self.since_ns = None
         self.until_ns = None
         self.tid = None
+        #: CUDA calls that reached syncspy while the window was open (any thread): 0 when it
+        #: saw none; None when the library cannot say.
+        self.calls_seen = None
+        #: What syncspy could not see in this process when the window closed (``status()``).
+        self.unseen = []
         self._seg = None
         self._written = None
+        self._calls = None
         self._result = None
 
     def __enter__(self):
         arm()
+        _cover()
         self.tid = threading.get_native_id()
         self._seg = _segment()
         self._written = _written(self._seg)
+        self._calls = _calls_seen()
+        self.calls_seen = None
+        self.unseen = []
         self.since_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, the records' clock
         self.until_ns = None
         self._result = None
@@ -392,6 +503,18 @@ class Watch:
 
     def __exit__(self, *exc):
         self.until_ns = time.monotonic_ns()
+        _cover()
+        now = _calls_seen()
+        if now is not None and self._calls is not None:
+            # A new segment (a fork child's, a re-attach) starts again from 0.
+            self.calls_seen = now - self._calls if now >= self._calls else now
+        self.unseen = _unseen()
+        for line in self.unseen:
+            _warn_once(
+                "unseen:" + line,
+                "syncspy cannot see some CUDA calls of this process, so watch() misses "
+                "their stalls: %s. `syncspy run -- python ...` sees them." % line,
+            )
         return False
 
     def _read(self):
@@ -463,7 +586,7 @@ def watch(threads="process"):
     return Watch(threads)
 
 
-if os.environ.get("SYNCSPY_IMPORT", "1").strip().lower() not in ("0", "false", "no", "off"):
+if not _off("SYNCSPY_IMPORT"):
     try:
         arm()
     except SyncspyError as _e:

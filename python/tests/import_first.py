@@ -60,4 +60,15 @@ lib.pc_sync()
 with syncspy.watch() as w:
     pass
 assert w.stalls == [], w.stalls
+
+# Functions looked up by name (ctypes on the runtime's own handle, a library loaded later that
+# calls dlsym), by the runtime's names, and the pytest gate on them (issue 37): in fresh
+# interpreters, with only libcudart.so.13 on the library path too.
+import subprocess  # noqa: E402
+
+here = os.path.dirname(os.path.abspath(__file__))
+subprocess.run(
+    [sys.executable, os.path.join(here, "ctypes_runtime.py"), sys.argv[1], os.getcwd()],
+    check=True,
+)
 print("import_first: ok")

@@ -16,12 +16,29 @@
 //! unseen: they are in no import slot.
 //!
 //! The store is one aligned 8-byte atomic write; a read-only page (full RELRO) is made
-//! writable for it and given back its protection at once. A module with redirected slots is
-//! pinned with `dlopen(RTLD_NOLOAD)` until detach, so that a `dlclose` cannot unmap the slots.
+//! writable for it and given back its protection at once (the protection is read after the
+//! module is pinned: a module another thread is loading is then relocated and protected). A
+//! module with redirected slots is pinned with `dlopen(RTLD_NOLOAD)` until detach, so that a
+//! `dlclose` cannot unmap the slots.
+//!
+//! The same redirection serves `import syncspy` (the **in-process mode**, `syncspy_import_hooks`):
+//! there the library is loaded `RTLD_GLOBAL` after the C library, so its exported `cuda*`
+//! hooks bind the references the loader resolves later, but its `dlsym` comes after glibc's
+//! and answers nobody. Lookups by handle (`ctypes.CDLL("libcudart.so.13").cudaMemcpy`,
+//! cuda-python, the runtime's own `dlsym(libcuda, "cuGetProcAddress_v2")`) then got the
+//! runtime's and the driver's own functions: a ctypes call of the runtime was not seen at
+//! all, or only as the driver calls under it, by the driver's names. Redirecting every
+//! module's `dlsym` slot to the library's `dlsym` gives them what `syncspy run`'s preload
+//! gives: the runtime's exported hooks and the wrapped driver functions. Modules loaded
+//! later are redirected at the next lookup made through a redirected `dlsym` once the
+//! loader has added objects (Python's import calls `dlsym(handle, "PyInit_...")` right after
+//! `dlopen`, ctypes looks each function up), and whenever the Python side asks
+//! (`syncspy.status()`, `watch()`). Nothing is restored there: the redirected slots, and the
+//! pins of their modules, stay for the life of the process.
 
 use std::ffi::{c_void, CStr, CString};
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use syncspy_abi::objects::for_each_object;
@@ -324,8 +341,11 @@ pub(super) fn patch_new_modules() -> String {
     let Ok(mut st) = STATE.lock() else {
         return String::new();
     };
+    patch_new_modules_locked(&mut st)
+}
+
+fn patch_new_modules_locked(st: &mut State) -> String {
     let own = own_range();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut out = String::new();
     let runtime = crate::real::lookup_runtime(c"cudaStreamSynchronize") as u64;
     for m in modules() {
@@ -349,8 +369,11 @@ pub(super) fn patch_new_modules() -> String {
             continue;
         }
         let Some(pin) = pin(&m.path) else { continue };
+        // Read once the module is pinned: a module another thread was loading is now
+        // relocated and its RELRO pages read-only (pinning waited for that load).
+        let mut maps = None;
         // SAFETY: the module is pinned, so its dynamic section and tables stay mapped.
-        let cov = unsafe { scan(&m, dynamic, &pin, own, &maps, &mut st.slots) };
+        let cov = unsafe { scan(&m, dynamic, &pin, own, &mut maps, &mut st.slots) };
         if cov.patched.is_empty() {
             unpin(pin);
         } else {
@@ -413,7 +436,7 @@ unsafe fn scan(
     dynamic: u64,
     pin: &Pinned,
     own: (u64, u64),
-    maps: &str,
+    maps: &mut Option<String>,
     slots: &mut Vec<Slot>,
 ) -> Coverage {
     let mut cov = Coverage::default();
@@ -451,14 +474,18 @@ unsafe fn scan(
                 continue;
             };
             let text = name.to_string_lossy().into_owned();
+            let addr = m.bias.wrapping_add(r.offset);
             if kind == R_X86_64_64 {
-                // A stored `dlsym` costs nothing of the CUDA APIs' coverage by itself.
-                if bytes != b"dlsym" {
+                // A stored `dlsym` costs nothing of the CUDA APIs' coverage by itself, nor a
+                // pointer the loader already bound to the hook (a module loaded after
+                // `import syncspy` finds the hooks first in the global scope).
+                let hooked =
+                    addr.is_multiple_of(8) && load(addr) == hook.wrapping_add(r.addend as u64);
+                if bytes != b"dlsym" && !hooked {
                     cov.in_data.push(text);
                 }
                 continue;
             }
-            let addr = m.bias.wrapping_add(r.offset);
             if slots.iter().any(|s| s.addr == addr) {
                 continue;
             }
@@ -483,6 +510,9 @@ unsafe fn scan(
                 }
                 continue;
             }
+            let maps = maps.get_or_insert_with(|| {
+                std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
+            });
             if store(addr, hook, maps) {
                 slots.push(Slot {
                     addr,
@@ -503,6 +533,10 @@ unsafe fn scan(
 /// Re-redirects slots that a lazy resolve raced back to the runtime after the patch.
 pub(super) fn recheck() {
     let Ok(st) = STATE.lock() else { return };
+    recheck_locked(&st);
+}
+
+fn recheck_locked(st: &State) {
     let mut maps = None;
     for s in &st.slots {
         let v = load(s.addr);
@@ -528,6 +562,104 @@ pub(super) fn restore_all() {
         unpin(p);
     }
     st.seen.clear();
+}
+
+/// The in-process mode is on: `syncspy_import_hooks` was called.
+static IMPORTED: AtomicBool = AtomicBool::new(false);
+/// The loader's `dlpi_adds` when the last in-process pass began.
+static IMPORT_ADDS: AtomicU64 = AtomicU64::new(0);
+/// What the in-process passes found, one line each ("covered …", "not covered …"), each once.
+static IMPORT_REPORT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// One in-process pass: redirects the slots of the modules loaded since the last pass (all,
+/// the first time) and re-checks the redirected ones; `force`: even when the loader has
+/// added nothing since. Never waits for the lock: while another thread is in a pass (or an
+/// attach's worker is), or this thread re-entered it, it returns at once and a later lookup
+/// or call does the work.
+fn import_pass(force: bool) {
+    if !IMPORTED.load(Ordering::Acquire) {
+        return;
+    }
+    let adds = crate::stack::loader_adds();
+    if !force && IMPORT_ADDS.load(Ordering::Acquire) == adds {
+        return;
+    }
+    let Ok(mut st) = STATE.try_lock() else {
+        return;
+    };
+    let report = patch_new_modules_locked(&mut st);
+    recheck_locked(&st);
+    drop(st);
+    IMPORT_ADDS.store(adds, Ordering::Release);
+    if report.is_empty() {
+        return;
+    }
+    if let Ok(mut lines) = IMPORT_REPORT.lock() {
+        for line in report.lines() {
+            if !lines.iter().any(|l| l == line) {
+                lines.push(line.to_string());
+            }
+        }
+    }
+}
+
+/// Run by the exported `dlsym` before each lookup (but `RTLD_NEXT` ones) in the in-process
+/// mode: a pass when the loader has added objects since the last one. Leaves errno as it was
+/// (the pass reads files); glibc's `dlsym` resets `dlerror`'s state itself.
+extern "C" fn import_lookup() {
+    let errno = crate::runtime::errno();
+    let _ = std::panic::catch_unwind(|| import_pass(false));
+    crate::runtime::set_errno(errno);
+}
+
+/// `import syncspy`'s in-process mode (see the module's documentation): on the first call,
+/// has the exported `dlsym` check for newly loaded modules before each lookup; then
+/// redirects the import slots (`dlsym`, and `cuda*`/`cu*` ones still bound to the runtime or
+/// driver) of every module loaded since the last call. The Python package calls it when it
+/// has loaded the library itself (not preloaded, not injected), and again before it reads
+/// what was recorded. Returns the number of slots redirected in all, or -1 when it failed;
+/// 0 with nothing done under `SYNCSPY_OFF` (the hooks pass everything through).
+#[no_mangle]
+pub extern "C" fn syncspy_import_hooks() -> i64 {
+    std::panic::catch_unwind(|| {
+        if !crate::runtime::tracking() {
+            return 0;
+        }
+        if !IMPORTED.swap(true, Ordering::AcqRel) {
+            crate::driver::dlsym::on_lookup(import_lookup);
+        }
+        import_pass(true);
+        STATE.lock().map_or(-1, |st| st.slots.len() as i64)
+    })
+    .unwrap_or(-1)
+}
+
+/// Writes what the in-process passes found, NUL-terminated, into `buf` (`len` bytes): one
+/// line per module, `covered PATH: N call slots redirected` or `not covered PATH: WHY`.
+/// Returns the length without the NUL (0: nothing yet), or `-(length + 1)` when `buf` is too
+/// small (nothing written).
+///
+/// # Safety
+/// `buf` is null (with `len` 0) or points at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn syncspy_import_report(buf: *mut libc::c_char, len: usize) -> isize {
+    let text = std::panic::catch_unwind(|| {
+        IMPORT_REPORT
+            .lock()
+            .map(|l| l.iter().map(|x| format!("{x}\n")).collect::<String>())
+            .unwrap_or_default()
+    })
+    .unwrap_or_default();
+    let n = isize::try_from(text.len()).unwrap_or(isize::MAX - 1);
+    if buf.is_null() || text.len() >= len {
+        return -(n + 1);
+    }
+    // SAFETY: `buf` holds `len` > text.len() writable bytes (checked above; the contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+        *buf.add(text.len()) = 0;
+    }
+    n
 }
 
 #[cfg(test)]

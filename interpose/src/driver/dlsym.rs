@@ -75,16 +75,35 @@ unsafe extern "C" fn unavailable(_: *mut c_void, _: *const c_char) -> *mut c_voi
     std::ptr::null_mut()
 }
 
+/// Run before each lookup but `RTLD_NEXT` ones, once set (`on_lookup`): null, or an
+/// `extern "C" fn()`.
+static ON_LOOKUP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Has the exported `dlsym` run `f` before each lookup but `RTLD_NEXT` ones: the in-process
+/// mode's check for modules loaded since its last pass (`attach::got`, `import syncspy`),
+/// whose `dlsym` then answers nobody until their import slots are redirected.
+pub(crate) fn on_lookup(f: extern "C" fn()) {
+    ON_LOOKUP.store(f as *mut c_void, Ordering::Release);
+}
+
 /// Which function answers `dlsym(handle, name)`: the real `dlsym` for every name but the
 /// wrapped driver functions looked up by handle or `RTLD_DEFAULT`, `intercepted` for those.
 /// Called by the exported `dlsym` with its arguments; allocates nothing and takes no lock of
-/// its own.
+/// its own, except in `import syncspy`'s in-process mode, whose check (`on_lookup`) takes
+/// a dynamic-linker lock for a moment and, when the loader has added objects since its last
+/// pass, redirects their import slots first (never waiting for a lock of the library's).
 extern "C" fn route(handle: *mut c_void, name: *const c_char) -> DlsymFn {
     let Some(real) = real_fn() else {
         return unavailable;
     };
     if name.is_null() || handle == libc::RTLD_NEXT {
         return real;
+    }
+    let check = ON_LOOKUP.load(Ordering::Acquire);
+    if !check.is_null() {
+        // SAFETY: only `on_lookup` stores here, an `extern "C" fn()`.
+        let check = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn()>(check) };
+        check();
     }
     // SAFETY: `name` is the C string the program passed to dlsym (non-null), which dlsym
     // itself would read.
