@@ -1,9 +1,25 @@
 //! The HTTP side: `/metrics`, `/api/v1/snapshot` (behind the token) and
 //! `POST /api/v1/gpu-trace`, answered by hyper on a small tokio runtime from the latest
-//! snapshot, so a request never waits for the collector.
+//! snapshot, so a request never waits for the collector; a page is rendered once per
+//! snapshot (off the runtime's workers), and every scrape hands the kernel the same bytes.
+//!
+//! No client can hold up another (issue 35): at most `MAX_CONNECTIONS` connections are served
+//! at once, each with a deadline for its request (`HEADER_TIMEOUT`) and, once it asked, for its
+//! whole response (`SEND_DEADLINE`). When every slot is taken, a new connection takes the slot
+//! of the oldest one that has not sent a request `GRACE` after it was opened, else of one
+//! still sending its response `GRACE` after it was ready (the one whose socket has taken
+//! nothing for the longest), and waits for one of those when there is none yet. So connections that never ask, or ask and never read (a receive buffer of 1 byte: the
+//! response blocks in the socket), keep no scraper out, however often they are reopened: a
+//! scraper that asks and reads has its page within the grace.
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,37 +30,86 @@ use crate::metrics;
 use crate::token::authorized;
 use syncspy_read::snapshot::Snapshot;
 
-/// Connections served at once; further ones are closed at once. Each costs a task and
-/// at most `MAX_REQUEST_HEAD` bytes of buffer; a response body is shared, not copied.
+/// Connections served at once. Each costs a task, at most `MAX_REQUEST_HEAD` bytes of buffer
+/// and the kernel's buffer for its socket (`SEND_BUFFER`); a response body is shared, not
+/// copied.
 const MAX_CONNECTIONS: usize = 256;
 /// Bytes of request head read from one connection (hyper's smallest buffer is 8 KiB).
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 /// A client has this long to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// A connection, request and response together, is closed after this long, read or not.
-const CONNECTION_DEADLINE: Duration = Duration::from_secs(30);
+/// Once its request is read, a connection has this long for its whole response to be taken
+/// by its socket, then it is reset. Prometheus's default scrape timeout: a scraper with the
+/// default settings has given up on a response still being written after it, while a page
+/// of 4 MB takes 3.2 s even over a 10 Mbit/s link.
+const SEND_DEADLINE: Duration = Duration::from_secs(10);
+/// A connection keeps its slot this long after it was opened, and after its response was
+/// ready (its request read, its page rendered): when every slot is taken, one idle or still
+/// sending past it can lose its slot to a new one. A scraper asks as soon as it is connected
+/// (one round trip), and a scrape that reads promptly takes a few milliseconds on the node
+/// and well under it over a network (4 MB: 34 ms at 1 Gbit/s, 0.34 s at 100 Mbit/s), so only
+/// clients that do not ask, or do not read (or barely), are past it. It is also about the
+/// longest a new connection waits for a slot.
+const GRACE: Duration = Duration::from_secs(1);
+/// The socket send buffer asked for each connection (the kernel doubles it): what a client
+/// that does not read can pin in the kernel, instead of the 4 MiB that autotuning gives a
+/// loopback socket (256 of them: 1 GiB). 512 KiB in flight is 500 MB/s at a 1 ms round trip.
+const SEND_BUFFER: libc::c_int = 256 * 1024;
 
-/// One snapshot and, rendered on first request, its two representations (shared by every
-/// connection that asks before the next snapshot).
+/// One snapshot and, rendered on first request, its two representations: shared by every
+/// connection that asks before the next snapshot, so a page is rendered at most once per
+/// snapshot whoever asks, and only when someone does.
 pub(crate) struct Served {
     snapshot: Arc<Snapshot>,
-    metrics: OnceLock<Result<Bytes, String>>,
-    json: OnceLock<Result<Bytes, String>>,
+    metrics: tokio::sync::OnceCell<Result<Bytes, String>>,
+    json: tokio::sync::OnceCell<Result<Bytes, String>>,
 }
 
 impl Served {
     pub(crate) fn new(snapshot: Snapshot) -> Arc<Served> {
         Arc::new(Served {
             snapshot: Arc::new(snapshot),
-            metrics: OnceLock::new(),
-            json: OnceLock::new(),
+            metrics: tokio::sync::OnceCell::new(),
+            json: tokio::sync::OnceCell::new(),
         })
     }
+
+    /// The representation in `cell`, rendered by `render` on the runtime's blocking threads
+    /// (a page of megabytes takes a while: the workers keep serving meanwhile); the requests
+    /// that ask while it renders wait for the same one.
+    async fn rendered(
+        &self,
+        cell: &tokio::sync::OnceCell<Result<Bytes, String>>,
+        render: fn(&Snapshot) -> Result<Bytes, String>,
+    ) -> Result<Bytes, String> {
+        cell.get_or_init(|| {
+            let snapshot = Arc::clone(&self.snapshot);
+            async move {
+                tokio::task::spawn_blocking(move || render(&snapshot))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("rendering failed: {e}")))
+            }
+        })
+        .await
+        .clone()
+    }
+}
+
+fn render_metrics(s: &Snapshot) -> Result<Bytes, String> {
+    metrics::render(s)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
+}
+
+fn render_json(s: &Snapshot) -> Result<Bytes, String> {
+    serde_json::to_vec(s)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
 }
 
 pub(crate) type Latest = Arc<Mutex<Arc<Served>>>;
 
-fn respond(
+async fn respond(
     req: &Request<hyper::body::Incoming>,
     latest: &Latest,
     token: &str,
@@ -56,8 +121,8 @@ fn respond(
         .unwrap_or_else(|p| Arc::clone(&p.into_inner()));
     let text = "text/plain; charset=utf-8";
     let plain = |status: u16, body: String| (status, Bytes::from(body), text);
-    let rendered = |r: &Result<Bytes, String>, ctype| match r {
-        Ok(b) => (200, b.clone(), ctype),
+    let rendered = |r: Result<Bytes, String>, ctype| match r {
+        Ok(b) => (200, b, ctype),
         Err(e) => plain(500, format!("{e}\n")),
     };
     let trace = req.uri().path() == "/api/v1/gpu-trace";
@@ -79,11 +144,7 @@ fn respond(
     } else {
         match req.uri().path() {
             "/metrics" => rendered(
-                served.metrics.get_or_init(|| {
-                    metrics::render(&served.snapshot)
-                        .map(Bytes::from)
-                        .map_err(|e| e.to_string())
-                }),
+                served.rendered(&served.metrics, render_metrics).await,
                 metrics::CONTENT_TYPE,
             ),
             "/api/v1/snapshot" if !authorized(req.headers(), token) => plain(
@@ -95,11 +156,7 @@ fn respond(
                 ),
             ),
             "/api/v1/snapshot" => rendered(
-                served.json.get_or_init(|| {
-                    serde_json::to_vec(&*served.snapshot)
-                        .map(Bytes::from)
-                        .map_err(|e| e.to_string())
-                }),
+                served.rendered(&served.json, render_json).await,
                 "application/json",
             ),
             "/" => plain(
@@ -129,26 +186,255 @@ fn respond(
     resp
 }
 
+/// What the accept loop knows of a connection it serves.
+struct Conn {
+    opened: Instant,
+    /// When its request was read: milliseconds after `opened`, plus 1 (0: not yet).
+    requested: AtomicU64,
+    /// When its response was ready to be written (its page rendered), the same way.
+    ready: AtomicU64,
+    /// When its socket last took bytes of the response, the same way.
+    sent: AtomicU64,
+    /// Notified when it loses its slot.
+    evict: tokio::sync::Notify,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        Conn {
+            opened: Instant::now(),
+            requested: AtomicU64::new(0),
+            ready: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            evict: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn stamp(&self, at: &AtomicU64) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        at.store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    fn when(&self, at: &AtomicU64) -> Option<Instant> {
+        match at.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.opened + Duration::from_millis(ms - 1)),
+        }
+    }
+
+    fn seen(&self) -> Seen {
+        Seen {
+            opened: self.opened,
+            requested: self.when(&self.requested),
+            ready: self.when(&self.ready),
+            sent: self.when(&self.sent),
+        }
+    }
+}
+
+/// A connection as [`victim`] sees it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    opened: Instant,
+    requested: Option<Instant>,
+    ready: Option<Instant>,
+    sent: Option<Instant>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Room {
+    /// This connection gives its slot up.
+    Evict(u64),
+    /// None can before then (when the first one's grace ends).
+    WaitUntil(Instant),
+}
+
+/// Which connection gives its slot up to a new one when every slot is taken (`conns` by id,
+/// oldest first): the oldest that has sent no request `GRACE` after it was opened; else, of
+/// those whose response has been ready for at least `GRACE` (all still sending: a connection
+/// leaves once its response is written), the one whose socket has taken nothing for the
+/// longest (a client that does not read before one that reads slowly), the oldest among
+/// equals. One whose response is not ready yet (its page being rendered: the agent's time,
+/// not the client's) keeps its slot. Else when the first grace may end; `None` when there is
+/// no connection.
+fn victim(conns: impl IntoIterator<Item = (u64, Seen)>, now: Instant) -> Option<Room> {
+    let mut stalled: Option<(Instant, u64)> = None;
+    let mut grace_ends: Option<Instant> = None;
+    for (id, c) in conns {
+        let ends = match (c.requested, c.ready) {
+            (None, _) => c.opened + GRACE,
+            (Some(_), Some(ready)) => ready + GRACE,
+            // Its grace starts when its response is ready: look again then, or after a grace.
+            (Some(_), None) => now + GRACE,
+        };
+        if ends > now {
+            grace_ends = Some(grace_ends.map_or(ends, |g| g.min(ends)));
+            continue;
+        }
+        let Some(ready) = c.ready else {
+            // Idle past its grace, and the oldest such: the first to go.
+            return Some(Room::Evict(id));
+        };
+        let quiet_since = c.sent.map_or(ready, |s| s.max(ready));
+        if stalled.is_none_or(|(q, _)| quiet_since < q) {
+            stalled = Some((quiet_since, id));
+        }
+    }
+    stalled
+        .map(|(_, id)| Room::Evict(id))
+        .or(grace_ends.map(Room::WaitUntil))
+}
+
+/// The connections served, by id (ids grow: oldest first).
+#[derive(Default)]
+struct Slots {
+    conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    /// Notified when a connection leaves.
+    freed: tokio::sync::Notify,
+}
+
+impl Slots {
+    fn conns(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Conn>>> {
+        self.conns.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Returns once a new connection may take a slot: one is free, or one was taken from
+    /// its connection (`victim`), which closes; until then it waits (about `GRACE` at most).
+    async fn make_room(&self) {
+        loop {
+            let until = {
+                let mut conns = self.conns();
+                if conns.len() < MAX_CONNECTIONS {
+                    return;
+                }
+                let seen = conns.iter().map(|(id, c)| (*id, c.seen()));
+                match victim(seen, Instant::now()) {
+                    Some(Room::Evict(id)) => {
+                        if let Some(c) = conns.remove(&id) {
+                            c.evict.notify_one();
+                        }
+                        return;
+                    }
+                    Some(Room::WaitUntil(t)) => t,
+                    None => return,
+                }
+            };
+            first_of(
+                self.freed.notified(),
+                tokio::time::sleep_until(until.into()),
+            )
+            .await;
+        }
+    }
+
+    fn leave(&self, id: u64) {
+        self.conns().remove(&id);
+        self.freed.notify_one();
+    }
+}
+
+/// Waits for the first of `a` and `b`.
+async fn first_of(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// A connection's socket that notes when it takes bytes of the response.
+struct Tracked {
+    io: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+}
+
+impl Tracked {
+    fn took(&self, r: &Poll<std::io::Result<usize>>) {
+        if matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
+            self.conn.stamp(&self.conn.sent);
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.took(&r);
+        r
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.took(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Sets an integer socket option of `fd`; a failure leaves the kernel's default.
+fn set_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &impl Sized) {
+    // SAFETY: `value` is a plain value of the size given, read by the kernel only.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            std::ptr::from_ref(value).cast::<libc::c_void>(),
+            std::mem::size_of_val(value) as libc::socklen_t,
+        );
+    }
+}
+
 /// Accepts connections until the process ends: each on a task of its own with a bounded
-/// buffer, a header timeout and a deadline, one request per connection (pipelined ones
-/// are not read), at most `MAX_CONNECTIONS` at once. No client can hold up another: a
-/// client that never reads its response holds only its own task, until the deadline; and
-/// when every slot is taken, a new connection takes the slot of the oldest one that has not
-/// sent a request yet (connections opened and left idle, however many and however often
-/// reopened, cannot keep a scrape out: it sends its request at once).
+/// buffer and send buffer, a header timeout and a send deadline, one request per connection
+/// (pipelined ones are not read), at most `MAX_CONNECTIONS` at once. When every slot is
+/// taken, the connection just accepted takes the slot of the oldest connection idle for
+/// `GRACE`, else of the most stalled one still sending `GRACE` after its response was ready
+/// (`victim`), waiting for one (later connections wait in the listen backlog meanwhile). A
+/// connection cut off (evicted or past its deadline) is reset, so that the kernel drops what
+/// is queued for it at once.
 pub(crate) async fn accept_loop(
     listener: tokio::net::TcpListener,
     latest: Latest,
     token: Arc<str>,
     token_file: Arc<str>,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use std::collections::VecDeque;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    // Connections that have not sent a request yet, oldest first: (id, how to close it).
-    type Idle = Mutex<VecDeque<(u64, Arc<tokio::sync::Notify>)>>;
-    let idle: Arc<Idle> = Arc::default();
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots: Arc<Slots> = Arc::default();
     let mut next_id = 0u64;
     loop {
         let stream = match listener.accept().await {
@@ -159,64 +445,198 @@ pub(crate) async fn accept_loop(
                 continue;
             }
         };
-        if active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-            let oldest = idle.lock().ok().and_then(|mut q| q.pop_front());
-            match oldest {
-                // It closes at once; its slot is this one's.
-                Some((_, close)) => close.notify_one(),
-                None => continue, // every slot is serving a request: dropped, closed at once
-            }
-        }
-        active.fetch_add(1, Ordering::AcqRel);
+        slots.make_room().await;
         let id = next_id;
         next_id += 1;
-        let close = Arc::new(tokio::sync::Notify::new());
-        if let Ok(mut q) = idle.lock() {
-            q.push_back((id, Arc::clone(&close)));
-        }
+        let conn = Arc::new(Conn::new());
+        slots.conns().insert(id, Arc::clone(&conn));
         let (latest, token, token_file) = (
             Arc::clone(&latest),
             Arc::clone(&token),
             Arc::clone(&token_file),
         );
-        let (idle, active) = (Arc::clone(&idle), Arc::clone(&active));
+        let slots = Arc::clone(&slots);
         tokio::spawn(async move {
-            let forget = {
-                let idle = Arc::clone(&idle);
-                move || {
-                    if let Ok(mut q) = idle.lock() {
-                        q.retain(|(i, _)| *i != id);
-                    }
-                }
-            };
-            let requested = forget.clone();
-            let svc = hyper::service::service_fn(move |req| {
-                // A request came: this connection is no longer one to evict.
-                requested();
-                let resp = respond(&req, &latest, &token, &token_file);
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .keep_alive(false)
-                .max_buf_size(MAX_REQUEST_HEAD)
-                .serve_connection(TokioIo::new(stream), svc);
-            // A client that went away, ran out of time or was evicted idle is not the
-            // agent's problem.
-            let mut served = std::pin::pin!(tokio::time::timeout(CONNECTION_DEADLINE, conn));
-            let mut evicted = std::pin::pin!(close.notified());
-            std::future::poll_fn(|cx| {
-                use std::future::Future;
-                if served.as_mut().poll(cx).is_ready() || evicted.as_mut().poll(cx).is_ready() {
-                    std::task::Poll::Ready(())
-                } else {
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
-            forget();
-            active.fetch_sub(1, Ordering::AcqRel);
+            serve_connection(stream, conn, latest, token, token_file).await;
+            slots.leave(id);
         });
+    }
+}
+
+/// Serves one connection until its response is written, it runs out of time or it is
+/// evicted (then reset).
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+    latest: Latest,
+    token: Arc<str>,
+    token_file: Arc<str>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let fd = stream.as_raw_fd();
+    set_option(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &SEND_BUFFER);
+    let asked = Arc::clone(&conn);
+    let svc = hyper::service::service_fn(move |req| {
+        asked.stamp(&asked.requested);
+        let (latest, token, token_file) = (
+            Arc::clone(&latest),
+            Arc::clone(&token),
+            Arc::clone(&token_file),
+        );
+        let ready = Arc::clone(&asked);
+        async move {
+            let resp = respond(&req, &latest, &token, &token_file).await;
+            ready.stamp(&ready.ready);
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let io = TokioIo::new(Tracked {
+        io: stream,
+        conn: Arc::clone(&conn),
+    });
+    let http = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .keep_alive(false)
+        .max_buf_size(MAX_REQUEST_HEAD)
+        .serve_connection(io, svc);
+    let mut http = pin!(http);
+    // Until the request, hyper's header timeout holds (this is a backstop); from the
+    // request, the send deadline, and again from the response ready (its page rendered).
+    let mut deadline = pin!(tokio::time::sleep(HEADER_TIMEOUT + Duration::from_secs(1)));
+    let mut since = None;
+    let mut evicted = pin!(conn.evict.notified());
+    // A client that went away is not the agent's problem: whatever hyper's result, the
+    // connection is done.
+    let cut = std::future::poll_fn(|cx| {
+        if http.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        let from = conn.when(&conn.ready).or(conn.when(&conn.requested));
+        if from != since {
+            if let Some(t) = from {
+                deadline.as_mut().reset((t + SEND_DEADLINE).into());
+            }
+            since = from;
+        }
+        if evicted.as_mut().poll(cx).is_ready() || deadline.as_mut().poll(cx).is_ready() {
+            Poll::Ready(true)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    if cut {
+        // The socket is still open (`http` owns it): closed with a reset when dropped.
+        let abort = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        set_option(fd, libc::SOL_SOCKET, libc::SO_LINGER, &abort);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Opened `age_ms` before `now`, asked (its response ready at once) `asked_ms` before it,
+    /// took bytes `sent_ms` before.
+    fn conn(now: Instant, age_ms: u64, asked_ms: Option<u64>, sent_ms: Option<u64>) -> Seen {
+        let ago = |ms| now - Duration::from_millis(ms);
+        Seen {
+            opened: ago(age_ms),
+            requested: asked_ms.map(ago),
+            ready: asked_ms.map(ago),
+            sent: sent_ms.map(ago),
+        }
+    }
+
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(600)
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_past_its_grace_goes_first() {
+        let now = later();
+        let conns = [
+            (1, conn(now, 30_000, Some(30_000), None)),
+            (2, conn(now, 5000, None, None)),
+            (3, conn(now, 2000, None, None)),
+        ];
+        assert_eq!(victim(conns, now), Some(Room::Evict(2)));
+        // One just accepted, its request not read yet, is not idle: it keeps its slot.
+        let conns = [
+            (1, conn(now, 30_000, Some(30_000), None)),
+            (2, conn(now, 5, None, None)),
+        ];
+        assert_eq!(victim(conns, now), Some(Room::Evict(1)));
+    }
+
+    #[test]
+    fn then_the_longest_stalled_sender_past_its_grace() {
+        let now = later();
+        let conns = [
+            // Asked 5 s ago, its socket took bytes 100 ms ago: a slow reader.
+            (1, conn(now, 5000, Some(5000), Some(100))),
+            // Asked 3 s ago, took the first bytes then nothing: does not read.
+            (2, conn(now, 3000, Some(3000), Some(2999))),
+            // Asked 4 s ago, nothing taken since.
+            (3, conn(now, 4000, Some(4000), None)),
+            // Asked within the grace, or opened within it: not yet.
+            (4, conn(now, 9000, Some(10), None)),
+            (5, conn(now, 10, None, None)),
+        ];
+        assert_eq!(victim(conns, now), Some(Room::Evict(3)));
+        // Equals: the oldest.
+        let conns = [
+            (7, conn(now, 2000, Some(2000), None)),
+            (8, conn(now, 2000, Some(2000), None)),
+        ];
+        assert_eq!(victim(conns, now), Some(Room::Evict(7)));
+    }
+
+    #[test]
+    fn within_the_grace_nobody_is_evicted_until_the_first_grace_ends() {
+        let now = later();
+        let conns = [
+            (1, conn(now, 5000, Some(300), None)),
+            (2, conn(now, 700, Some(700), None)),
+            (3, conn(now, 600, None, None)),
+        ];
+        assert_eq!(
+            victim(conns, now),
+            Some(Room::WaitUntil(now - Duration::from_millis(700) + GRACE))
+        );
+        assert_eq!(victim([], now), None);
+    }
+
+    #[test]
+    fn a_response_being_rendered_keeps_its_slot_and_its_grace_starts_when_ready() {
+        let now = later();
+        let ago = |ms| now - Duration::from_millis(ms);
+        // Asked 3 s ago, its page still being rendered.
+        let rendering = Seen {
+            ready: None,
+            ..conn(now, 3000, Some(3000), None)
+        };
+        // Asked 3 s ago, ready 200 ms ago.
+        let rendered = Seen {
+            ready: Some(ago(200)),
+            ..conn(now, 3000, Some(3000), None)
+        };
+        assert_eq!(
+            victim([(1, rendering), (2, rendered)], now),
+            Some(Room::WaitUntil(ago(200) + GRACE))
+        );
+        assert_eq!(
+            victim([(1, rendering)], now),
+            Some(Room::WaitUntil(now + GRACE))
+        );
+        let stalled = conn(now, 1500, Some(1500), None);
+        assert_eq!(
+            victim([(1, rendering), (2, rendered), (3, stalled)], now),
+            Some(Room::Evict(3))
+        );
     }
 }
