@@ -994,3 +994,103 @@ fn attach_refusals_say_why() {
     assert!(err.contains("has exited"), "{err}");
     z.wait().unwrap();
 }
+
+/// Waits (10 s at most) until process `pid` runs `comm` with libsyncspy.so mapped: a job of
+/// the other user started through `setpriv`, preloaded, once it has become its program.
+fn preloaded_as(pid: u32, comm: &str) {
+    for _ in 0..500 {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if name.trim() == comm && maps.contains("libsyncspy.so") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("process {pid} did not become {comm} with libsyncspy.so preloaded");
+}
+
+/// Issue 35, item 4: the other user starts a dormant preloaded job whose SYNCSPY_DIR names a
+/// folder of root's (0700, 0755), and waits for root's `syncspy attach`. Attach must not
+/// create a file there, let alone give that user one: the folder is the job's environment's
+/// word, not provably the job's. It says so, naming the folder, and uses the job's shared
+/// sticky /dev/shm instead.
+#[test]
+fn attach_gives_another_users_job_no_file_in_a_folder_of_roots_that_the_job_names() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !root_or_skip(
+        "attach_gives_another_users_job_no_file_in_a_folder_of_roots_that_the_job_names",
+    ) {
+        return;
+    }
+    let d = TempDir::new("hostile-attach-dir");
+    // Root's attach records into a shared folder the job can write its segment in.
+    let seg = sticky_folder(&d);
+    let lib = artifact("libsyncspy.so");
+    for mode in [0o700, 0o755] {
+        let roots = d.path().join(format!("root-{mode:o}"));
+        std::fs::create_dir(&roots).unwrap();
+        std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(mode)).unwrap();
+        let job = Running(
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .args(["sleep", "60"])
+                .env("LD_PRELOAD", &lib)
+                .env("SYNCSPY_DORMANT", "1")
+                .env("SYNCSPY_DIR", &roots)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let pid = job.0.id();
+        preloaded_as(pid, "sleep");
+        let shm_control = Path::new("/dev/shm").join(format!("syncspy-attach-{pid}"));
+        let mut attach = Command::new(SYNCSPY)
+            .args(["attach", &pid.to_string(), "--duration", "1"])
+            .env("SYNCSPY_DIR", &seg)
+            .env_remove("SYNCSPY_LIB")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Watched while attach runs (it removes its control file at the end).
+        let (mut seen, mut in_shm) = (std::collections::BTreeSet::new(), None);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while attach.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "attach did not end");
+            for e in std::fs::read_dir(&roots).unwrap().flatten() {
+                let m = e.metadata().unwrap();
+                seen.insert(format!(
+                    "{:?} (uid {}, mode {:o})",
+                    e.file_name(),
+                    m.uid(),
+                    m.mode() & 0o7777
+                ));
+            }
+            if let Ok(m) = std::fs::symlink_metadata(&shm_control) {
+                in_shm = Some((m.uid(), m.mode() & 0o777));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let o = wait_within(attach, 10, "syncspy attach");
+        let err = text(&o.stderr);
+        assert!(
+            seen.is_empty(),
+            "mode {mode:o}: attach made files in root's folder: {seen:?}\n{err}"
+        );
+        assert!(
+            err.contains(&format!("folder {} (its SYNCSPY_DIR)", roots.display()))
+                && err.contains(
+                    "belongs to root (uid 0), not to the process's user nobody (uid 65534)"
+                )
+                && err.contains("goes to /dev/shm"),
+            "mode {mode:o}: {err}"
+        );
+        assert_eq!(o.status.code(), Some(0), "mode {mode:o}: {err}");
+        // The control file was the job's to read, in its shared sticky folder, and is gone.
+        assert_eq!(in_shm, Some((OTHER_USER, 0o600)), "mode {mode:o}: {err}");
+        assert!(!shm_control.exists(), "mode {mode:o}");
+        assert_eq!(std::fs::read_dir(&roots).unwrap().count(), 0);
+        drop(job);
+    }
+}

@@ -35,6 +35,25 @@ pub fn open_under(root: BorrowedFd<'_>, path: &Path, dir: bool) -> io::Result<Ow
     if dir {
         flags |= libc::O_DIRECTORY;
     }
+    open_under_flags(root, path, flags)
+}
+
+/// The folder `path` of process `pid`'s file system, opened inside its root like
+/// [`open_in_root`] (`O_PATH | O_DIRECTORY`), without following a link at its last component
+/// (`O_NOFOLLOW`: a link there is an error, `ENOTDIR` or `ELOOP`). Links before it resolve
+/// inside the root. For a folder that is written into on the process's behalf (the attach
+/// control file): what was opened is then checked on the descriptor, and files are made in
+/// it relative to the descriptor, never by its path again.
+pub fn open_dir_in_root_nofollow(pid: u32, path: &Path) -> io::Result<OwnedFd> {
+    let root = open_root(pid)?;
+    open_under_flags(
+        root.as_fd(),
+        path,
+        libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )
+}
+
+fn open_under_flags(root: BorrowedFd<'_>, path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
     let rel = path.strip_prefix("/").unwrap_or(path);
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")

@@ -913,6 +913,16 @@ fn no_containers() -> Option<String> {
 /// in its file system. The program and the simulated runtime are copies in a folder of
 /// their own.
 fn start_in_container(exe: &str, hide_lib: bool, env: &[(&str, &str)]) -> Target {
+    start_in_container_as(exe, hide_lib, env, None)
+}
+
+/// [`start_in_container`], the program run as user `uid` (set after the mounts) when given.
+fn start_in_container_as(
+    exe: &str,
+    hide_lib: bool,
+    env: &[(&str, &str)],
+    uid: Option<u32>,
+) -> Target {
     let job = JobDir(std::env::temp_dir().join(format!(
         "syncspy-test-container-{}-{}",
         std::process::id(),
@@ -944,15 +954,21 @@ fn start_in_container(exe: &str, hide_lib: bool, env: &[(&str, &str)]) -> Target
         "sh",
         "-c",
         "mount -t tmpfs -o mode=1777 ct-shm /dev/shm && mount -t tmpfs -o ro ct-hide \"$1\" \
-         && exec \"$2\"",
+         && shift && exec \"$@\"",
         "sh",
     ])
-    .arg(&hidden)
-    .arg(job.0.join("attach-target"))
-    .env("LD_LIBRARY_PATH", &job.0)
-    .env_remove("SYNCSPY_DIR")
-    .env_remove("LD_PRELOAD")
-    .envs(env.iter().copied());
+    .arg(&hidden);
+    if let Some(uid) = uid {
+        cmd.arg("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups");
+    }
+    cmd.arg(job.0.join("attach-target"))
+        .env("LD_LIBRARY_PATH", &job.0)
+        .env_remove("SYNCSPY_DIR")
+        .env_remove("LD_PRELOAD")
+        .envs(env.iter().copied());
     Target::spawn(cmd, Box::new(job), |c| {
         // unshare's one child, which became the target (pid 1 in its namespace).
         let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", c.id()))
@@ -1165,4 +1181,138 @@ fn the_attacher_killed_while_loading_from_memory_leaves_the_container_unharmed()
     let (st, signals) = t.exit(9);
     assert_eq!(st.code(), Some(9));
     assert_eq!(numbers(&signals)[4], 0, "{signals}");
+}
+
+/// The user another user's job runs as in the tests below (`nobody`).
+const NOBODY: u32 = 65534;
+
+/// A folder of root's with `mode` outside /dev/shm (which a container gets its own of), so
+/// that a process in a container sees it too; removed on drop.
+fn roots_folder(tag: &str, mode: u32) -> JobDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = JobDir(std::env::temp_dir().join(format!(
+        "syncspy-test-{tag}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    )));
+    let _ = std::fs::remove_dir_all(&d.0);
+    std::fs::create_dir(&d.0).unwrap();
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(mode)).unwrap();
+    d
+}
+
+/// Issue 35, item 4, end to end: a dormant preloaded job of another user whose SYNCSPY_DIR
+/// names a folder of root's (0700) is attached by root: the control file goes to the job's
+/// shared sticky /dev/shm (the library looks there too), never into root's folder, and the
+/// attach records exactly, then leaves nothing behind.
+#[test]
+fn a_dormant_job_of_another_user_naming_a_folder_of_roots_is_attached_through_dev_shm() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root, so no job of another user can be started");
+        return;
+    }
+    // Root's attach records into a shared sticky folder the job can write its segment in.
+    let dir = TempDir::new("attach-other-user");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let roots = roots_folder("attach-roots", 0o700);
+    let lib = artifact("libsyncspy.so");
+    let sim = with_sim_runtime("attach-sim-nobody");
+    std::os::unix::fs::symlink(
+        artifact("libsimcudart.so"),
+        sim.path().join("libcupti.so.13"),
+    )
+    .unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(NOW)
+        .env("LD_LIBRARY_PATH", sim.path())
+        .env("LD_PRELOAD", &lib)
+        .env("SYNCSPY_DORMANT", "1")
+        .env("SYNCSPY_DIR", &roots.0);
+    let mut t = Target::spawn(cmd, Box::new(sim), |c| c.id() as i32);
+    assert_eq!(t.cmd("sync 5"), "done sync 5");
+    let in_roots = || -> Vec<String> {
+        std::fs::read_dir(&roots.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let shm_control = Path::new("/dev/shm").join(format!("syncspy-attach-{}", t.pid));
+    for round in 0..2 {
+        let a = start_attach(&t, &dir, &[], &[]).unwrap();
+        assert!(
+            a.log.contains(&format!(
+                "folder {} (its SYNCSPY_DIR) is not used for the attach control file",
+                roots.0.display()
+            )) && a.log.contains("belongs to root (uid 0)"),
+            "{}",
+            a.log
+        );
+        assert!(in_roots().is_empty(), "round {round}: {:?}", in_roots());
+        let m = std::fs::symlink_metadata(&shm_control).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o777), (NOBODY, 0o600));
+        // The library looks for the control file at most once a second, from a CUDA call.
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(t.cmd("sync 7"), "done sync 7");
+        let r = a.finish();
+        assert_eq!(
+            count(&r, "cudaStreamSynchronize"),
+            7,
+            "round {round}: {r:#}"
+        );
+        assert!(in_roots().is_empty(), "round {round}: {:?}", in_roots());
+        assert!(!shm_control.exists(), "round {round}");
+        assert_eq!(segments_in(dir.path()), 0, "round {round}");
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(t.cmd("sync 3"), "done sync 3");
+    }
+    assert_eq!(t.exit(4).0.code(), Some(4));
+}
+
+/// The same through a container (another mount namespace, its own /dev/shm), by injection:
+/// a job of another user in it whose SYNCSPY_DIR names a folder of root's (0755) that the
+/// container sees. Its control file and segment go to the container's own /dev/shm; root's
+/// folder gets nothing.
+#[test]
+fn a_job_of_another_user_in_a_container_naming_a_folder_of_roots_is_attached_through_its_dev_shm() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a container needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-container-other-user");
+    let roots = roots_folder("attach-container-roots", 0o755);
+    let roots_s = roots.0.to_string_lossy().into_owned();
+    let mut t = start_in_container_as(NOW, true, &[("SYNCSPY_DIR", &roots_s)], Some(NOBODY));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid)).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.contains(&NOBODY.to_string())),
+        "{status}"
+    );
+    assert!(PathBuf::from(format!("/proc/{}/root{roots_s}", t.pid)).is_dir());
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    let a = start_attach(&t, &dir, &[], &[]).unwrap();
+    assert!(
+        a.log
+            .contains(&format!("folder {roots_s} (its SYNCSPY_DIR) is not used"))
+            && a.log.contains("goes to /dev/shm"),
+        "{}",
+        a.log
+    );
+    let shm = PathBuf::from(format!("/proc/{}/root/dev/shm", t.pid));
+    assert!(shm.join("syncspy-attach-1").is_file());
+    assert_eq!(segments_in(&shm), 1);
+    assert_eq!(std::fs::read_dir(&roots.0).unwrap().count(), 0);
+    assert_eq!(t.cmd("sync 6"), "done sync 6");
+    let r = a.finish();
+    assert_eq!(count(&r, "cudaStreamSynchronize"), 6, "{r:#}");
+    assert_eq!(std::fs::read_dir(&roots.0).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0);
+    assert_eq!(t.exit(2).0.code(), Some(2));
 }

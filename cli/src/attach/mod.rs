@@ -8,6 +8,7 @@
 //! (duration, Ctrl-C, `syncspy detach`) it removes the control file, waits for the library's
 //! "detached", reports, and removes the segment.
 
+pub mod folder;
 pub mod inject;
 
 use std::path::{Path, PathBuf};
@@ -123,9 +124,12 @@ struct Places {
     seg_out: PathBuf,
     control_in: PathBuf,
     control_out: PathBuf,
-    /// The target's folder, opened inside its root: `seg_out` names it through
+    /// The control file's name in `dir`.
+    control_name: String,
+    /// The control file's folder, checked to be the target's (`folder`), opened inside its
+    /// root: `control_out` (and, for a container, `seg_out`) name it through
     /// /proc/<this pid>/fd while this lives.
-    _dir: Option<std::os::fd::OwnedFd>,
+    dir: folder::ControlDir,
 }
 
 fn target(pid: i32) -> Result<Target, RunError> {
@@ -216,51 +220,67 @@ impl Target {
             .unwrap_or_else(|| PathBuf::from("/dev/shm"))
     }
 
-    /// The control file and the segment folder. A target in this mount namespace and root
-    /// writes its segment where this syncspy reads (`seg_dir`), and a dormant one looks for
-    /// its control file in its own folder, reached by the same path. A target in a
-    /// container does both in its own folder, which this process reaches inside the
-    /// target's root; the control file is named by the pid the target sees for itself.
-    fn places(&self, seg_dir: &Path) -> Result<Places, RunError> {
+    /// The folders the control file may go to, in order (`folder`): `seg_dir` (this
+    /// syncspy's folder) for an injection into a process of this mount namespace and root,
+    /// else the target's own folder; then its /dev/shm and /tmp.
+    fn control_candidates(&self, seg_dir: &Path) -> Vec<folder::Candidate> {
+        let (first, what) = if !self.cross && !self.dormant() {
+            (seg_dir.to_path_buf(), "this syncspy's SYNCSPY_DIR")
+        } else if self.env(DIR_ENV).is_some_and(|d| !d.is_empty()) {
+            (self.own_dir(), "its SYNCSPY_DIR")
+        } else {
+            (self.own_dir(), "its default folder")
+        };
+        folder::candidates(first, what.to_string())
+    }
+
+    /// The control file and the segment folder, with a warning for each folder refused for
+    /// the control file. The control file goes to the first candidate folder that is the
+    /// target's (`folder`: checked on its descriptor, never a folder the target's
+    /// environment names unchecked), named by the pid the target sees for itself. A target
+    /// in this mount namespace and root writes its segment where this syncspy reads
+    /// (`seg_dir`); a target in a container writes it in the control file's folder, which
+    /// this process reaches inside the target's root.
+    fn places(&self, seg_dir: &Path) -> Result<(Places, Vec<String>), RunError> {
         let name = format!("syncspy-attach-{}", self.nspid);
-        if !self.cross {
-            let dir = if self.dormant() {
-                self.own_dir()
-            } else {
-                seg_dir.to_path_buf()
-            };
-            return Ok(Places {
-                seg_in: seg_dir.to_path_buf(),
-                seg_out: seg_dir.to_path_buf(),
-                control_in: dir.join(&name),
-                control_out: dir.join(&name),
-                _dir: None,
-            });
+        let (dir, warnings) = folder::choose(self.pid, self.uid, &self.control_candidates(seg_dir))
+            .map_err(|e| {
+                setup(format!(
+                    "cannot attach to process {}{}: {e}",
+                    self.pid,
+                    if self.cross {
+                        " (in another mount namespace: a container)"
+                    } else {
+                        ""
+                    }
+                ))
+            })?;
+        let (seg_in, seg_out) = if self.cross {
+            (dir.path_in.clone(), dir.out.clone())
+        } else {
+            (seg_dir.to_path_buf(), seg_dir.to_path_buf())
+        };
+        Ok((
+            Places {
+                seg_in,
+                seg_out,
+                control_in: dir.path_in.join(&name),
+                control_out: dir.out.join(&name),
+                control_name: name,
+                dir,
+            },
+            warnings,
+        ))
+    }
+
+    /// Whether something is at `path` as the target sees it (only looked at, never opened for
+    /// reading or writing).
+    fn has_path(&self, path: &Path) -> bool {
+        if self.cross {
+            open_in_root(self.pid, path, false).is_ok()
+        } else {
+            std::fs::symlink_metadata(path).is_ok()
         }
-        let dir = self.own_dir();
-        let fd = open_in_root(self.pid, &dir, true).map_err(|e| {
-            setup(format!(
-                "process {} runs in another mount namespace (a container) and its segment \
-                 folder {} cannot be opened inside its root: {e}",
-                self.pid,
-                dir.display()
-            ))
-        })?;
-        use std::os::fd::AsRawFd;
-        // By this process's pid, not /proc/self: the monitor (`--tui`), a child, is given
-        // this path too.
-        let out = PathBuf::from(format!(
-            "/proc/{}/fd/{}",
-            std::process::id(),
-            fd.as_raw_fd()
-        ));
-        Ok(Places {
-            seg_in: dir.clone(),
-            seg_out: out.clone(),
-            control_in: dir.join(&name),
-            control_out: out.join(&name),
-            _dir: Some(fd),
-        })
     }
 
     /// Whether `lib` (a file here) is the same file at the same path inside the target's
@@ -306,18 +326,23 @@ fn read_report(p: &Path) -> Option<String> {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
-/// Writes the control file: created new (`O_CREAT | O_EXCL`, never through a link planted
-/// at its predictable name; a stale one is removed first), 0600 as it carries the session id,
-/// and given to the target's user when that is not this one, so that its library can read
-/// it. The descriptor is kept: the lease is renewed through it, never by opening the path
-/// again.
-fn write_control(p: &Path, text: &str, uid: u32) -> std::io::Result<std::fs::File> {
+/// Writes the control file `name` in `dir` (a folder checked to be the target's): created
+/// new in the folder's descriptor (`O_CREAT | O_EXCL | O_NOFOLLOW`, never through a link
+/// planted at its predictable name; a stale one is removed first), 0600 as it carries the
+/// session id, and given to the target's user when that is not this one, so that its
+/// library can read it. The descriptor is kept: the lease is renewed through it, never by
+/// opening the path again.
+fn write_control(
+    dir: &folder::ControlDir,
+    name: &str,
+    text: &str,
+    uid: u32,
+) -> std::io::Result<std::fs::File> {
     use std::io::Write;
-    use syncspy_read::safe_file::create_new;
-    let mut f = match create_new(p, 0o600) {
+    let mut f = match folder::create_new_in(&dir.fd, name, 0o600) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::remove_file(p)?;
-            create_new(p, 0o600)?
+            folder::remove_in(&dir.fd, name)?;
+            folder::create_new_in(&dir.fd, name, 0o600)?
         }
         r => r?,
     };
@@ -329,7 +354,7 @@ fn write_control(p: &Path, text: &str, uid: u32) -> std::io::Result<std::fs::Fil
     })();
     if let Err(e) = filled {
         // Not left behind: a fresh file would read as another attach for the lease.
-        let _ = std::fs::remove_file(p);
+        let _ = folder::remove_in(&dir.fd, name);
         return Err(e);
     }
     Ok(f)
@@ -488,20 +513,7 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// `alice (uid 1000)`, or `uid 1000` when /etc/passwd does not name it.
-fn user_label(uid: u32) -> String {
-    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
-        p.lines().find_map(|l| {
-            let mut f = l.split(':');
-            let name = f.next()?;
-            (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
-        })
-    });
-    match name {
-        Some(n) => format!("{n} (uid {uid})"),
-        None => format!("uid {uid}"),
-    }
-}
+use folder::user_label;
 
 /// `syncspy attach PID`.
 pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
@@ -541,7 +553,10 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if !armed_by_file && !maps.iter().any(|m| is_cuda_library(&m.path)) {
         return Err(setup(no_cuda_message(&t)));
     }
-    let places = t.places(&seg_dir)?;
+    let (places, warnings) = t.places(&seg_dir)?;
+    for w in warnings {
+        eprintln!("syncspy: warning: {w}");
+    }
     let control = places.control_in.clone();
     let control_out = places.control_out.clone();
     let report_out = report_file(&control_out);
@@ -568,7 +583,8 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         eprintln!("syncspy: warning: {p}");
     }
     let control_file = write_control(
-        &control_out,
+        &places.dir,
+        &places.control_name,
         &control_text(
             &places.seg_in,
             session,
@@ -580,8 +596,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     )
     .map_err(|e| {
         setup(format!(
-            "cannot write the control file {}: {e}",
-            control_out.display()
+            "cannot write the control file {} (as process {} sees it): {e}",
+            control.display(),
+            t.pid
         ))
     })?;
     let cleanup = || {
@@ -692,8 +709,10 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             gone = true;
             break;
         }
-        if !control_out.exists() {
-            break; // `syncspy detach`
+        // `syncspy detach` (the file gone), or its folder moved or removed under the target,
+        // whose library then no longer finds it at its path and disarms.
+        if !control_out.exists() || !t.has_path(&control) {
+            break;
         }
         if last_touch.elapsed() >= (lease / 4).min(Duration::from_secs(1)) {
             touch(&control_file);
@@ -921,8 +940,21 @@ fn start_monitor(session: u64, seg_dir: &Path, extra: &[String]) -> Option<std::
 pub fn detach(pid: i32) -> Result<(), RunError> {
     let t = target(pid)?;
     let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
-    let places = t.places(&seg_dir)?;
-    let control = places.control_out.clone();
+    // In whichever of the folders attach may use holds it (attach falls back from a folder
+    // it refuses); only those: never a folder the target's environment names unchecked.
+    let name = format!("syncspy-attach-{}", t.nspid);
+    let dirs = folder::all_checked(t.pid, t.uid, &t.control_candidates(&seg_dir));
+    let Some(dir) = dirs
+        .iter()
+        .find(|d| std::fs::symlink_metadata(d.out.join(&name)).is_ok())
+        .or(dirs.first())
+    else {
+        return Err(setup(format!(
+            "process {pid} is not attached (none of the folders its control file may be in is \
+             its user's)"
+        )));
+    };
+    let control = dir.out.join(&name);
     let report = report_file(&control);
     if let Err(e) = std::fs::remove_file(&control) {
         use std::os::unix::fs::MetadataExt;

@@ -78,14 +78,31 @@ fn coarse_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The control file a dormant preloaded library looks for.
-fn dormant_control_path() -> PathBuf {
-    let dir = std::env::var_os("SYNCSPY_DIR")
+/// The control files a dormant preloaded library looks for, in order: in its own folder
+/// (`SYNCSPY_DIR`, default /dev/shm), then in /dev/shm and /tmp. `syncspy attach` writes it
+/// in the first of these folders that is provably this process's user's (its own, or a
+/// shared sticky one), and falls back to the next when its own folder is not (a folder of
+/// another user's, one others can write in without the sticky bit, a link): the same list
+/// as the attacher's (cli/src/attach/folder.rs).
+fn dormant_control_paths() -> Vec<PathBuf> {
+    // SAFETY: getpid cannot fail.
+    control_paths(std::env::var_os("SYNCSPY_DIR"), unsafe { libc::getpid() })
+}
+
+/// [`dormant_control_paths`] for a `SYNCSPY_DIR` and a pid.
+fn control_paths(own: Option<std::ffi::OsString>, pid: i32) -> Vec<PathBuf> {
+    let own = own
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    // SAFETY: getpid cannot fail.
-    dir.join(format!("syncspy-attach-{}", unsafe { libc::getpid() }))
+    let name = format!("syncspy-attach-{pid}");
+    let mut dirs = vec![own];
+    for d in ["/dev/shm", "/tmp"] {
+        if !dirs.iter().any(|x| x == Path::new(d)) {
+            dirs.push(PathBuf::from(d));
+        }
+    }
+    dirs.into_iter().map(|d| d.join(&name)).collect()
 }
 
 /// Called by a hook while `DORMANT`: at most once a second, arms if the control file exists
@@ -108,8 +125,10 @@ pub(crate) fn dormant_poll() -> bool {
     {
         return false;
     }
-    let path = dormant_control_path();
-    fresh(&path, lease()) && std::panic::catch_unwind(|| arm(&path, true)).is_ok_and(|r| r == OK)
+    let lease = lease();
+    dormant_control_paths().iter().any(|path| {
+        fresh(path, lease) && std::panic::catch_unwind(|| arm(path, true)).is_ok_and(|r| r == OK)
+    })
 }
 
 fn dormant_by_env_cached() -> bool {
@@ -117,10 +136,11 @@ fn dormant_by_env_cached() -> bool {
     *V.get_or_init(dormant_by_env)
 }
 
-/// The control file's settings, when it may configure this process: a regular file (not a
-/// link, FIFO or device) owned by this process's user or by root, checked on the descriptor
-/// it is read from. /dev/shm is shared: another user must not be able to arm a dormant
-/// process, choose where it writes, or block it.
+/// The control file's settings, when it may configure this process: in a folder only this
+/// process's user or root can have put it in and kept it there, a regular file (not a link,
+/// FIFO, device or hard link) owned by this user or by root, checked on the descriptors
+/// (`safe_file::read_control`). /dev/shm is shared: another user must not be able to arm a
+/// dormant process, choose where it writes, or block it.
 fn read_settings(path: &Path) -> Option<Vec<(String, String)>> {
     let text = safe_file::read_control(path)?;
     Some(
@@ -241,10 +261,11 @@ fn lease() -> Duration {
     })
 }
 
-/// The control file exists and was touched within `lease`.
+/// The control file exists (a regular file of this user or root, not a link) and was touched
+/// within `lease`.
 fn fresh(control: &Path, lease: Duration) -> bool {
-    std::fs::metadata(control)
-        .and_then(|m| m.modified())
+    safe_file::control_metadata(control)
+        .and_then(|m| m.modified().ok())
         .map(|t| {
             SystemTime::now()
                 .duration_since(t)
@@ -279,7 +300,9 @@ fn worker() {
             break;
         };
         if !fresh(&control, lease) {
-            let stale = control.exists();
+            // Still there, this user's or root's, but not touched: the attacher died. Gone,
+            // or replaced by another user's file: detached.
+            let stale = safe_file::control_metadata(&control).is_some();
             let segment = crate::runtime::segment_path();
             disarm();
             if stale {
@@ -378,5 +401,74 @@ mod tests {
             assert_eq!(read_settings(&other), None);
         }
         assert_eq!(report_path(&p), d.path().join("ctl.report"));
+    }
+
+    #[test]
+    fn a_control_file_is_trusted_only_in_a_folder_no_other_user_can_change() {
+        use std::os::unix::fs::PermissionsExt;
+        let me = safe_file_me();
+        // The folder: this user's or root's, and written by no one else unless sticky.
+        assert!(safe_file::folder_trusted(me, 0o40755, me));
+        assert!(safe_file::folder_trusted(0, 0o40755, me));
+        assert!(safe_file::folder_trusted(0, 0o41777, me));
+        assert!(!safe_file::folder_trusted(0, 0o40777, me)); // an emptyDir: anyone swaps it
+        assert!(!safe_file::folder_trusted(me, 0o40775, me));
+        assert!(!safe_file::folder_trusted(
+            54321,
+            0o40700,
+            if me == 54321 { 0 } else { me }
+        ));
+
+        let d = syncspy_test_support::TempDir::new("attach-trust");
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let ctl = sub.join("syncspy-attach-1");
+        std::fs::write(&ctl, "SYNCSPY_SESSION=7\n").unwrap();
+        assert!(read_settings(&ctl).is_some());
+        assert!(fresh(&ctl, Duration::from_secs(60)));
+        // Writable by others without the sticky bit: refused; with it: read.
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(read_settings(&ctl), None);
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(read_settings(&ctl).is_some());
+        // A second name (a hard link) to it: refused, whoever made it.
+        let other = d.path().join("other-name");
+        std::fs::hard_link(&ctl, &other).unwrap();
+        assert_eq!(read_settings(&ctl), None);
+        std::fs::remove_file(&other).unwrap();
+        // The folder reached through a link at its last component: not followed.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&sub, &link).unwrap();
+        assert_eq!(read_settings(&link.join("syncspy-attach-1")), None);
+        // A link at the control file's name is no lease, whoever touches its target.
+        let planted = sub.join("syncspy-attach-2");
+        std::os::unix::fs::symlink(&ctl, &planted).unwrap();
+        assert!(!fresh(&planted, Duration::from_secs(60)));
+    }
+
+    fn safe_file_me() -> u32 {
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::getuid() }
+    }
+
+    #[test]
+    fn a_dormant_library_looks_in_its_folder_then_the_shared_ones() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(
+            control_paths(Some("/data/seg".into()), 7),
+            p(&[
+                "/data/seg/syncspy-attach-7",
+                "/dev/shm/syncspy-attach-7",
+                "/tmp/syncspy-attach-7"
+            ])
+        );
+        let shm = p(&["/dev/shm/syncspy-attach-7", "/tmp/syncspy-attach-7"]);
+        assert_eq!(control_paths(None, 7), shm);
+        assert_eq!(control_paths(Some("".into()), 7), shm);
+        assert_eq!(control_paths(Some("/dev/shm".into()), 7), shm);
+        assert_eq!(
+            control_paths(Some("/tmp".into()), 7),
+            p(&["/tmp/syncspy-attach-7", "/dev/shm/syncspy-attach-7"])
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -31,17 +31,77 @@ fn me() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// The control file's text, when it is a regular file (not a link, FIFO or device) owned
-/// by this process's user or by root, checked on the opened descriptor.
+/// The folder holding `path`, opened `O_PATH` without following a link at its last component.
+fn open_parent(path: &Path) -> Option<OwnedFd> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let c = std::ffi::CString::new(parent.as_os_str().as_bytes()).ok()?;
+    let flags =
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
+    // SAFETY: a NUL-terminated path; the descriptor returned is owned at once.
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    // SAFETY: a new descriptor nobody else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn fstat(fd: &impl AsRawFd) -> Option<libc::stat> {
+    // SAFETY: `stat` is plain data (all-zero is a valid value).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out-pointer.
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some(st)
+}
+
+/// Whether a control file in a folder of owner `owner` and mode `mode` can only have been
+/// put there, and kept there, by this process's user or root: the folder is theirs (this
+/// user's or root's), and no other user can write in it, or it is sticky (`/dev/shm`,
+/// `/tmp`: others can add files there, which the file's own checks refuse, but cannot
+/// remove or replace this user's or root's).
+pub(super) fn folder_trusted(owner: u32, mode: u32, me: u32) -> bool {
+    (owner == me || owner == 0) && (mode & 0o022 == 0 || mode & libc::S_ISVTX != 0)
+}
+
+/// The control file's text, when it can be trusted: in a trusted folder
+/// ([`folder_trusted`], checked on the folder's descriptor, a link at the folder not
+/// followed), a regular file (not a link, FIFO or device) with no other name (a hard link),
+/// owned by this process's user or by root, checked on the descriptor it is read from.
 pub(super) fn read_control(path: &Path) -> Option<String> {
-    let f = open(path, libc::O_RDONLY | libc::O_NONBLOCK, 0).ok()?;
+    let dir = open_parent(path)?;
+    let d = fstat(&dir)?;
+    if !folder_trusted(d.st_uid, d.st_mode, me()) {
+        return None;
+    }
+    let name = std::ffi::CString::new(path.file_name()?.as_bytes()).ok()?;
+    let flags =
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
+    // SAFETY: `dir` is open and `name` NUL-terminated; the descriptor is owned at once.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    let f = unsafe { File::from_raw_fd(fd) };
     let md = f.metadata().ok()?;
-    if !md.is_file() || !(md.uid() == me() || md.uid() == 0) || md.len() > CONTROL_MAX {
+    if !md.is_file()
+        || !(md.uid() == me() || md.uid() == 0)
+        || md.nlink() != 1
+        || md.len() > CONTROL_MAX
+    {
         return None;
     }
     let mut text = String::new();
     f.take(CONTROL_MAX).read_to_string(&mut text).ok()?;
     Some(text)
+}
+
+/// Whether the control file at `path` is still one this library may heed (its lease): a
+/// regular file, not a link, of this user or root. Another user cannot keep an attach alive
+/// by touching a file of its own planted at the name.
+pub(super) fn control_metadata(path: &Path) -> Option<std::fs::Metadata> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file() && (m.uid() == me() || m.uid() == 0))
 }
 
 /// Creates the report file, 0600: a new file (`O_CREAT | O_EXCL`, never through a planted
