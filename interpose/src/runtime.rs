@@ -558,6 +558,8 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         return result;
     };
     let t0 = now_ns();
+    // With a polling run open, the thread's counters as the stall starts (`end_poll_run`).
+    let before = poll::open().then(poll::Counters::now);
     let mark = crate::hostwait::stalls::enter();
     let result = real();
     drop(mark);
@@ -567,8 +569,8 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     let recorded = catch_unwind(AssertUnwindSafe(|| {
         // A wait of its own ends this thread's polling run, if one is open: its time is
         // the run's up to here, not this stall's too.
-        if poll::open() {
-            rt.end_poll_run(t0);
+        if let Some(c) = before {
+            rt.end_poll_run(t0, c);
         }
         rt.emit(kind, &call, t0, t1, result, 0)
     }));
@@ -597,14 +599,14 @@ pub fn hook_query(api: Api, object: u64, flags: u8, real: impl FnOnce() -> u32) 
     };
     set_errno(errno_in);
     rt.seg.live().calls[api as usize].add_untimed(0);
-    // While a run is open, the time inside every query counts as asking (`poll::ASKING`).
-    let entered_ns = if poll::open() { now_ns() } else { 0 };
+    // While a run is open, what happens inside every query counts as asking (`poll::ASKING`).
+    let entered = poll::open().then(|| (now_ns(), poll::thread_vcsw()));
     let result = real();
     first_return();
-    if result == NOT_READY || entered_ns != 0 {
+    if result == NOT_READY || entered.is_some() {
         let errno_out = errno();
         if catch_unwind(AssertUnwindSafe(|| {
-            rt.poll_step(api, object, flags, result, entered_ns)
+            rt.poll_step(api, object, flags, result, entered)
         }))
         .is_err()
         {
@@ -667,11 +669,11 @@ mod poll {
     use std::cell::Cell;
     use syncspy_abi::Api;
 
-    /// Time outside the queries between two answers of a run: more than this, nearly all of
-    /// it off the CPU, and the thread slept between them (`Runtime::poll_step`). NCCL's
-    /// watchdog sleeps 100 ms between two `cudaEventQuery`s, a heartbeat or progress bar
-    /// longer. A spinning loop asks again within microseconds; a Python loop that loses the GIL
-    /// to another thread between two asks, within one switch interval (5 ms).
+    /// Time outside the queries between two answers of a run: more than this, asleep, and the
+    /// thread was checking between them, not waiting (`slept`). NCCL's watchdog sleeps 100 ms
+    /// between two `cudaEventQuery`s, a heartbeat or progress bar longer. A spinning loop asks
+    /// again within microseconds; a Python loop that loses the GIL to another thread between
+    /// two asks, within one switch interval (5 ms).
     pub const MAX_GAP_NS: u64 = 10_000_000;
     /// A run whose time outside the queries is at most this was back to back, whatever the
     /// thread did between them (`spun`).
@@ -692,18 +694,68 @@ mod poll {
             .saturating_add(ts.tv_nsec as u64)
     }
 
+    /// This thread's voluntary context switches (it blocked: a sleep, a condition variable, a
+    /// lock), 0 if unreadable. A thread only preempted (a spinner on a loaded machine) makes
+    /// none.
+    pub fn thread_vcsw() -> u64 {
+        // SAFETY: `rusage` is plain data; zeroed is a valid value to be overwritten.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid, writable rusage for the call's duration.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+            return 0;
+        }
+        ru.ru_nvcsw as u64
+    }
+
+    /// The thread's clocks at one moment.
+    #[derive(Clone, Copy, Default)]
+    pub struct Counters {
+        pub cpu_ns: u64,
+        pub vcsw: u64,
+        /// `ASKING` and `ASKING_VCSW` then.
+        pub asking_ns: u64,
+        pub asking_vcsw: u64,
+    }
+
+    impl Counters {
+        pub fn now() -> Counters {
+            Counters {
+                cpu_ns: thread_cpu_ns(),
+                vcsw: thread_vcsw(),
+                asking_ns: ASKING.try_with(Cell::get).unwrap_or(0),
+                asking_vcsw: ASKING_VCSW.try_with(Cell::get).unwrap_or(0),
+            }
+        }
+    }
+
+    /// What the thread did away from the queries, between two moments.
+    #[derive(Clone, Copy, Default)]
+    pub struct Away {
+        pub ns: u64,
+        pub cpu_ns: u64,
+        /// Voluntary switches outside the queries: the thread blocked on something else.
+        pub vcsw: u64,
+    }
+
+    impl Away {
+        pub fn add(self, o: Away) -> Away {
+            Away {
+                ns: self.ns.saturating_add(o.ns),
+                cpu_ns: self.cpu_ns.saturating_add(o.cpu_ns),
+                vcsw: self.vcsw.saturating_add(o.vcsw),
+            }
+        }
+    }
+
     #[derive(Clone, Copy)]
     pub struct Run {
         /// When the run's first query returned not-ready (`now_ns`); 0: no run open.
         pub start_ns: u64,
-        /// When its latest not-ready query returned, the thread's CPU time and `ASKING` then.
+        /// When its latest not-ready query returned, and the thread's counters then.
         pub last_ns: u64,
-        pub last_cpu_ns: u64,
-        pub last_asking_ns: u64,
-        /// Since the run opened, up to its latest answer: the thread's time outside query
-        /// calls, and its CPU time meanwhile.
-        pub away_ns: u64,
-        pub away_cpu_ns: u64,
+        pub last: Counters,
+        /// Since the run opened, up to its latest answer.
+        pub away: Away,
         /// The stream or event queried.
         pub object: u64,
         /// Not-ready queries so far.
@@ -715,10 +767,17 @@ mod poll {
     pub const NONE: Run = Run {
         start_ns: 0,
         last_ns: 0,
-        last_cpu_ns: 0,
-        last_asking_ns: 0,
-        away_ns: 0,
-        away_cpu_ns: 0,
+        last: Counters {
+            cpu_ns: 0,
+            vcsw: 0,
+            asking_ns: 0,
+            asking_vcsw: 0,
+        },
+        away: Away {
+            ns: 0,
+            cpu_ns: 0,
+            vcsw: 0,
+        },
         object: 0,
         polls: 0,
         api: Api::CudaStreamQuery,
@@ -727,9 +786,11 @@ mod poll {
 
     thread_local! {
         pub static RUN: Cell<Run> = const { Cell::new(NONE) };
-        /// Time this thread spent inside query calls made while a run was open (any object):
-        /// asking, wherever the driver kept it (a query may wait on a lock).
+        /// Time this thread spent inside query calls made while a run was open (any object),
+        /// and its voluntary switches there: asking, wherever the driver kept it (a query may
+        /// wait on a lock).
         pub static ASKING: Cell<u64> = const { Cell::new(0) };
+        pub static ASKING_VCSW: Cell<u64> = const { Cell::new(0) };
     }
 
     /// Whether a run is open on this thread (false during thread teardown).
@@ -738,40 +799,44 @@ mod poll {
         RUN.try_with(|c| c.get().start_ns != 0).unwrap_or(false)
     }
 
-    /// `ASKING` now (0 during thread teardown).
-    pub fn asking() -> u64 {
-        ASKING.try_with(Cell::get).unwrap_or(0)
-    }
-
-    /// Since `run`'s latest answer, up to `end_ns`: the time outside queries and the CPU time.
-    pub fn away_since(run: &Run, end_ns: u64, cpu_ns: u64, asking_ns: u64) -> (u64, u64) {
+    /// Since `run`'s latest answer, up to `end_ns` with the thread's counters `now`.
+    pub fn away_since(run: &Run, end_ns: u64, now: &Counters) -> Away {
         let wall = end_ns.saturating_sub(run.last_ns);
-        let inside = asking_ns.saturating_sub(run.last_asking_ns);
-        (
-            wall.saturating_sub(inside),
-            cpu_ns.saturating_sub(run.last_cpu_ns),
-        )
+        let inside = now.asking_ns.saturating_sub(run.last.asking_ns);
+        let vcsw = now.vcsw.saturating_sub(run.last.vcsw);
+        let inside_vcsw = now.asking_vcsw.saturating_sub(run.last.asking_vcsw);
+        Away {
+            ns: wall.saturating_sub(inside),
+            cpu_ns: now.cpu_ns.saturating_sub(run.last.cpu_ns),
+            vcsw: vcsw.saturating_sub(inside_vcsw),
+        }
     }
 
-    /// Whether the thread slept between two answers: more than `MAX_GAP_NS` outside the
-    /// queries, less than an eighth of it on the CPU (a spinning thread on a loaded machine
-    /// may get much less than a whole core; a sleeping one gets nothing).
-    pub fn slept((away, cpu): (u64, u64)) -> bool {
-        away > MAX_GAP_NS && cpu < away / 8
+    /// Whether the thread went to sleep: it blocked outside the queries and spent less than an
+    /// eighth of its time away on the CPU. A spinner that was only preempted (a loaded
+    /// machine) blocked nowhere; one that loses the GIL blocks but stays on the CPU for more.
+    fn asleep(a: &Away) -> bool {
+        a.vcsw > 0 && a.cpu_ns < a.ns / 8
     }
 
-    /// Whether the thread kept asking over the whole run: its time outside the queries was
-    /// short, or at least an eighth of it on the CPU. A thread that asks at each wake-up of a
-    /// condition variable (NCCL's watchdog is also woken by each new collective, so its checks
-    /// may come a few milliseconds apart) sleeps through nearly all of it.
+    /// Whether the thread slept between two answers: more than `MAX_GAP_NS` away, asleep.
+    pub fn slept(a: &Away) -> bool {
+        a.ns > MAX_GAP_NS && asleep(a)
+    }
+
+    /// Whether the thread kept asking over the whole run: it was away only briefly, or was
+    /// not asleep while away. A thread that asks at each wake-up of a condition variable
+    /// (NCCL's watchdog is also woken by each new collective, so its checks may come a few
+    /// milliseconds apart) sleeps through nearly all of it.
     pub fn spun(run: &Run) -> bool {
-        run.away_ns <= SHORT_AWAY_NS || run.away_cpu_ns >= run.away_ns / 8
+        run.away.ns <= SHORT_AWAY_NS || !asleep(&run.away)
     }
 }
 
 impl Runtime {
     /// A query returned not-ready, or one returned while this thread has a run open
-    /// (`entered_ns`: when that query was entered; 0 if no run was open then).
+    /// (`entered`: when that query was entered and the thread's voluntary switches then;
+    /// `None` if no run was open then).
     ///
     /// Rules: the first not-ready query opens a run on its object (stream or event, under its
     /// API), timed from its return. Further not-ready queries of that object are its polls.
@@ -784,31 +849,47 @@ impl Runtime {
     /// thread ends it at that stall's start (`end_poll_run`). A run still open when its thread
     /// or process ends is not recorded.
     ///
-    /// Only a thread that keeps asking waits. Time inside any query call counts as asking;
-    /// the rest is the thread's time away. When it slept since the run's latest not-ready
-    /// answer (`poll::slept`: more than 10 ms away, nearly all off the CPU, like NCCL's
-    /// watchdog between two `cudaEventQuery`s), it was checking: the run ends at that answer,
-    /// recorded only if it had at least two and spun; this query starts afresh (a new run if
-    /// it is not-ready, nothing otherwise). A run over which the thread was away and asleep
-    /// for most of more than 2 ms (`poll::spun`: checks at each wake-up of a condition
-    /// variable, a few milliseconds apart) is no wait either, however it ends.
+    /// Only a thread that keeps asking waits. What happens inside any query call counts as
+    /// asking; the rest is the thread's time away. When it slept since the run's latest
+    /// not-ready answer (`poll::slept`: more than 10 ms away, blocked outside the queries and
+    /// nearly all of it off the CPU, like NCCL's watchdog between two `cudaEventQuery`s), it
+    /// was checking: the run ends at that answer, recorded only if it had at least two and
+    /// spun; this query starts afresh (a new run if it is not-ready, nothing otherwise). A
+    /// run over which the thread was away asleep for most of more than 2 ms (`poll::spun`:
+    /// checks at each wake-up of a condition variable, a few milliseconds apart) is no wait
+    /// either, however it ends.
     #[cold]
     #[inline(never)]
-    fn poll_step(&self, api: Api, object: u64, flags: u8, result: u32, entered_ns: u64) {
+    fn poll_step(
+        &self,
+        api: Api,
+        object: u64,
+        flags: u8,
+        result: u32,
+        entered: Option<(u64, u64)>,
+    ) {
         let Ok(run) = poll::RUN.try_with(std::cell::Cell::get) else {
             return;
         };
         let now = now_ns().max(1);
-        if entered_ns != 0 {
+        let vcsw = poll::thread_vcsw();
+        if let Some((entered_ns, entered_vcsw)) = entered {
             let _ = poll::ASKING.try_with(|a| a.set(a.get() + now.saturating_sub(entered_ns)));
+            let _ =
+                poll::ASKING_VCSW.try_with(|a| a.set(a.get() + vcsw.saturating_sub(entered_vcsw)));
         }
-        let cpu = poll::thread_cpu_ns();
-        let asking = poll::asking();
+        let counters = poll::Counters {
+            cpu_ns: poll::thread_cpu_ns(),
+            vcsw,
+            asking_ns: poll::ASKING.try_with(std::cell::Cell::get).unwrap_or(0),
+            asking_vcsw: poll::ASKING_VCSW
+                .try_with(std::cell::Cell::get)
+                .unwrap_or(0),
+        };
         let open = poll::Run {
             start_ns: now,
             last_ns: now,
-            last_cpu_ns: cpu,
-            last_asking_ns: asking,
+            last: counters,
             polls: 1,
             object,
             api,
@@ -823,8 +904,8 @@ impl Runtime {
         if run.api != api || run.object != object {
             return;
         }
-        let away = poll::away_since(&run, now, cpu, asking);
-        if poll::slept(away) {
+        let away = poll::away_since(&run, now, &counters);
+        if poll::slept(&away) {
             poll::RUN.set(if result == NOT_READY {
                 open
             } else {
@@ -834,16 +915,14 @@ impl Runtime {
             return;
         }
         let run = poll::Run {
-            away_ns: run.away_ns.saturating_add(away.0),
-            away_cpu_ns: run.away_cpu_ns.saturating_add(away.1),
+            away: run.away.add(away),
             ..run
         };
         if result == NOT_READY {
             poll::RUN.set(poll::Run {
                 polls: run.polls.saturating_add(1),
                 last_ns: now,
-                last_cpu_ns: cpu,
-                last_asking_ns: asking,
+                last: counters,
                 ..run
             });
             return;
@@ -854,27 +933,26 @@ impl Runtime {
         }
     }
 
-    /// Ends this thread's open polling run at `end_ns` (a stall's start), as a `poll_wait`
-    /// that did not see the work done (result not-ready); a run whose thread slept since its
-    /// latest answer (`poll::slept`) ends at that answer instead, and one that did not keep
-    /// asking (`poll::spun`) is not recorded.
+    /// Ends this thread's open polling run at `end_ns` (a stall's start, when the thread's
+    /// counters were `at`), as a `poll_wait` that did not see the work done (result
+    /// not-ready); a run whose thread slept since its latest answer (`poll::slept`) ends at
+    /// that answer instead, and one that did not keep asking (`poll::spun`) is not recorded.
     #[cold]
     #[inline(never)]
-    fn end_poll_run(&self, end_ns: u64) {
+    fn end_poll_run(&self, end_ns: u64, at: poll::Counters) {
         let Ok(run) = poll::RUN.try_with(|c| c.replace(poll::NONE)) else {
             return;
         };
         if run.start_ns == 0 {
             return;
         }
-        let away = poll::away_since(&run, end_ns, poll::thread_cpu_ns(), poll::asking());
-        if poll::slept(away) {
+        let away = poll::away_since(&run, end_ns, &at);
+        if poll::slept(&away) {
             self.emit_given_up(run);
             return;
         }
         let run = poll::Run {
-            away_ns: run.away_ns.saturating_add(away.0),
-            away_cpu_ns: run.away_cpu_ns.saturating_add(away.1),
+            away: run.away.add(away),
             ..run
         };
         if poll::spun(&run) {

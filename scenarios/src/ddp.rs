@@ -327,6 +327,12 @@ impl Watchdog {
             if stop && pending.is_empty() {
                 return t;
             }
+            if stop {
+                // Events still pending at the stop: checked at the watchdog's period as
+                // before, never back to back (that would be a spin, a poll_wait of its own).
+                std::thread::sleep(WATCHDOG_PERIOD);
+                continue;
+            }
             let g = q.lock().unwrap_or_else(PoisonError::into_inner);
             let _ = cv
                 .wait_timeout_while(g, WATCHDOG_PERIOD, |g| !g.stop)
