@@ -45,6 +45,7 @@ pub mod api;
 mod clock;
 mod config;
 mod device;
+mod engine;
 mod error;
 mod event;
 mod kernel;

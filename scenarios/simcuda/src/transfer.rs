@@ -21,7 +21,7 @@ use std::sync::Arc;
 use cudarc::runtime::sys::{cudaError_t, cudaMemcpyKind, cudaStream_t};
 
 use crate::config::Link;
-use crate::device::{EngineKind, EngineRef};
+use crate::engine::{EngineKind, EngineRef};
 use crate::error::CudaResult;
 use crate::memory::{Allocation, MemKind, MemoryMap};
 use crate::runtime::Runtime;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::runtime::sys::cudaError_t;
 
-use crate::device::EngineRef;
+use crate::engine::EngineRef;
 use crate::kernel::Launch;
 use crate::memory::Allocation;
 

@@ -35,7 +35,7 @@ use cudarc::cupti::sys::{
 };
 
 use crate::clock;
-use crate::device::EngineKind;
+use crate::engine::EngineKind;
 use crate::work::{Op, Work};
 
 const OK: u32 = 0;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::runtime::sys::{cudaError_t, cudaKernel_t, cudaLibrary_t, cudaStream_t, dim3};
 
 use super::{entry, Out};
-use crate::device::{EngineKind, EngineRef};
+use crate::engine::{EngineKind, EngineRef};
 use crate::error::CudaResult;
 use crate::kernel::{self, Launch};
 use crate::runtime::runtime;

@@ -9,7 +9,7 @@ use cudarc::runtime::sys::{
 };
 
 use super::{entry, Out};
-use crate::device::{EngineKind, EngineRef};
+use crate::engine::{EngineKind, EngineRef};
 use crate::error::CudaResult;
 use crate::event::EventId;
 use crate::runtime::runtime;
