@@ -195,11 +195,31 @@ fn start_attach(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Result<Attach, String> {
+    start_attach_under(&[], t, dir, args, env)
+}
+
+/// [`start_attach`], `syncspy` run by `wrapper` (a program and its arguments) when given.
+fn start_attach_under(
+    wrapper: &[&str],
+    t: &Target,
+    dir: &TempDir,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Attach, String> {
     let report = dir
         .path()
         .join(format!("report-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&report);
-    let mut child = Command::new(artifact("syncspy"))
+    let syncspy = artifact("syncspy");
+    let mut cmd = match wrapper.split_first() {
+        Some((prog, rest)) => {
+            let mut c = Command::new(prog);
+            c.args(rest).arg(&syncspy);
+            c
+        }
+        None => Command::new(&syncspy),
+    };
+    let mut child = cmd
         .arg("attach")
         .arg(t.pid.to_string())
         .arg("--report")
@@ -1098,6 +1118,153 @@ fn attach_into_a_container_that_has_the_library_at_the_same_path_loads_it_by_tha
     let shm = PathBuf::from(format!("/proc/{}/root/dev/shm", t.pid));
     assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0);
     assert_eq!(t.exit(3).0.code(), Some(3));
+}
+
+/// The absolute paths of the libraries `ldd` names for `file` (the loader's included).
+fn ldd_paths(file: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd").arg(file).output().expect("ldd");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let p = l.split_once("=> ").map_or(l, |(_, p)| p);
+            let p = p.split(" (").next()?.trim();
+            p.starts_with('/').then(|| PathBuf::from(p))
+        })
+        .collect()
+}
+
+/// The target chrooted inside its own PID and mount namespaces (issue 37, item 7): a folder
+/// holding copies of the program, the simulated runtime and the C libraries they and
+/// libsyncspy.so need (at the node's paths), with /proc mounted inside (the library comes
+/// from memory: `dlopen("/proc/self/fd/N")`) and its own sticky /dev/shm. Its
+/// /proc/PID/maps, read from the node, shows the node's full paths (`<folder>/lib/…`),
+/// which its root (`<folder>`) does not hold. The mounts end with the namespace.
+fn start_chrooted(exe: &str) -> Target {
+    use std::os::unix::fs::PermissionsExt;
+    let jail = JobDir(std::env::temp_dir().join(format!(
+        "syncspy-test-chroot-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    )));
+    let _ = std::fs::remove_dir_all(&jail.0);
+    let job = jail.0.join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    for d in ["proc", "dev/shm", "tmp"] {
+        let p = jail.0.join(d);
+        std::fs::create_dir_all(&p).unwrap();
+        if d != "proc" {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+    }
+    std::fs::copy(exe, job.join("attach-target")).unwrap();
+    std::fs::copy(artifact("libsimcudart.so"), job.join("libsimcudart.so")).unwrap();
+    for name in ["libcudart.so.13", "libcuda.so.1", "libcupti.so.13"] {
+        std::os::unix::fs::symlink("libsimcudart.so", job.join(name)).unwrap();
+    }
+    let mut libs = Vec::new();
+    for f in [
+        PathBuf::from(exe),
+        artifact("libsimcudart.so"),
+        artifact("libsyncspy.so"),
+    ] {
+        libs.extend(ldd_paths(&f));
+    }
+    assert!(
+        libs.iter().any(|p| p.ends_with("libc.so.6")),
+        "no libc.so.6 in ldd's output: {libs:?}"
+    );
+    for lib in libs {
+        let to = jail.0.join(lib.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&lib, &to).unwrap();
+    }
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t proc jail-proc \"$1/proc\" && exec chroot \"$1\" /job/attach-target",
+        "sh",
+    ])
+    .arg(&jail.0)
+    .env("LD_LIBRARY_PATH", "/job")
+    .env_remove("SYNCSPY_DIR")
+    .env_remove("LD_PRELOAD");
+    Target::spawn(cmd, Box::new(jail), |c| {
+        // unshare's one child, which became the target (pid 1 in its namespace).
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", c.id()))
+            .unwrap_or_default();
+        kids.split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the chrooted process")
+    })
+}
+
+#[test]
+fn attach_into_a_chroot_finds_the_c_library_by_its_device_and_inode() {
+    if let Some(why) = no_containers() {
+        eprintln!("skipped: attach into a chroot needs root and unshare: {why}");
+        return;
+    }
+    let dir = TempDir::new("attach-chroot");
+    let mut t = start_chrooted(NOW);
+    // As issue 37 has it: its root is the folder, and its maps name the C library by the
+    // node's full path, which is not inside that root.
+    let root = std::fs::read_link(format!("/proc/{}/root", t.pid)).unwrap();
+    assert_ne!(root, Path::new("/"));
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let libc_path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libc.so.6"))
+        .unwrap_or_else(|| panic!("no libc.so.6 in {maps}"))
+        .to_string();
+    assert!(libc_path.starts_with(&*root.to_string_lossy()), "{maps}");
+    assert!(!PathBuf::from(format!("/proc/{}/root{libc_path}", t.pid)).exists());
+    assert_eq!(t.cmd("sync 2"), "done sync 2");
+    let slots = t.slots();
+    let before = t.got(&slots);
+    // As root (the very file through /proc/PID/map_files), then without CAP_SYS_ADMIN and
+    // CAP_CHECKPOINT_RESTORE (no map_files: the node's path, whose device and inode are the
+    // mapping's); the second attach arms the copy the first loaded from memory.
+    let no_map_files = [
+        "setpriv",
+        "--inh-caps=-sys_admin,-checkpoint_restore",
+        "--bounding-set=-sys_admin,-checkpoint_restore",
+    ];
+    for (round, wrapper) in [&[][..], &no_map_files[..]].into_iter().enumerate() {
+        let a = start_attach_under(wrapper, &t, &dir, &[], &[])
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let during = t.got(&slots);
+        for (i, (n, _)) in slots.iter().enumerate() {
+            if n != "cudaMalloc" {
+                assert_ne!(during[i], before[i], "round {round}: {n} not redirected");
+            }
+        }
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+        assert!(maps.contains("/memfd:libsyncspy.so (deleted)"), "{maps}");
+        assert_eq!(t.cmd("sync 5"), "done sync 5");
+        assert_eq!(t.cmd("memcpy 3"), "done memcpy 3");
+        let r = a.finish();
+        assert_eq!(
+            count(&r, "cudaStreamSynchronize"),
+            5,
+            "round {round}: {r:#}"
+        );
+        assert_eq!(count(&r, "cudaMemcpy"), 3, "round {round}");
+        assert_eq!(t.got(&slots), before, "round {round}");
+        let shm = PathBuf::from(format!("/proc/{}/root/dev/shm", t.pid));
+        assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0, "round {round}");
+    }
+    assert_eq!(t.cmd("sync 1"), "done sync 1");
+    assert_eq!(t.exit(4).0.code(), Some(4));
 }
 
 #[test]

@@ -189,6 +189,11 @@ pub struct Mapping {
     pub end: u64,
     pub perms: String,
     pub offset: u64,
+    /// The mapped file's device (major, minor) and inode, as the kernel names them: what
+    /// identifies the file whatever path the line shows (a chrooted process's paths are
+    /// the node's, which its root does not hold).
+    pub dev: (u32, u32),
+    pub inode: u64,
     pub path: String,
 }
 
@@ -201,14 +206,20 @@ pub fn maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
             let (a, b) = it.next()?.split_once('-')?;
             let perms = it.next()?.to_string();
             let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-            let _dev = it.next()?;
-            let _inode = it.next()?;
+            let (major, minor) = it.next()?.split_once(':')?;
+            let dev = (
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            );
+            let inode = it.next()?.parse().ok()?;
             let path = it.collect::<Vec<_>>().join(" ");
             Some(Mapping {
                 start: u64::from_str_radix(a, 16).ok()?,
                 end: u64::from_str_radix(b, 16).ok()?,
                 perms,
                 offset,
+                dev,
+                inode,
                 path,
             })
         })
@@ -230,17 +241,87 @@ fn load_bias(maps: &[Mapping], path: &str, elf: &object::read::elf::ElfFile64) -
     Some(base.wrapping_sub(first & !0xfff))
 }
 
-fn read_in_root(pid: i32, path: &str) -> std::io::Result<Vec<u8>> {
-    std::fs::read(format!("/proc/{pid}/root{path}")).or_else(|e| {
-        // The file at the same path here is the process's only when it has our root: in a
-        // container it may be another glibc, whose addresses would crash the job.
-        use std::os::unix::fs::MetadataExt;
-        let id = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
-        match (id(&format!("/proc/{pid}/root/")), id("/")) {
-            (Ok(a), Ok(b)) if a == b => std::fs::read(path),
-            _ => Err(e),
+/// The (major, minor) of a `st_dev` (glibc's encoding, as `major(3)` and `minor(3)`).
+fn major_minor(dev: u64) -> (u32, u32) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    (major as u32, minor as u32)
+}
+
+/// The bytes of the file the process mapped as `path`, found by the maps line's device and
+/// inode, never by the path alone (docs/attach.md, "The process's modules"). The path a
+/// maps line shows is the file's path as this process would name it when the process's
+/// mount is reachable from here (a process chrooted on the node, or inside a mount
+/// namespace copied from the node's: `/srv/jail/lib/…/libc.so.6`, which its root does not
+/// hold), else as the process's namespace names it (a `pivot_root` container: `/lib/…`).
+/// Tried in turn:
+/// 1. `/proc/PID/map_files/<range>` of its first mapping: the very file mapped (root, or
+///    `CAP_SYS_ADMIN` / `CAP_CHECKPOINT_RESTORE`);
+/// 2. the path inside the process's root (`/proc/PID/root` + path);
+/// 3. the path as this process sees it.
+///
+/// A file reached by a path counts only if it is the mapped one: its device and inode are
+/// the maps line's, or (where a file system's `stat` names another device than the
+/// kernel's maps: btrfs subvolumes, overlayfs on older kernels) the process's first mapping of
+/// it holds the file's bytes (ELF header, dynamic symbols, build id). Each file is checked
+/// and read through the one descriptor.
+fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let first = maps
+        .iter()
+        .find(|m| m.path == path && m.offset == 0)
+        .ok_or_else(|| std::io::Error::other("not mapped from its start"))?;
+    let range = format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end);
+    let mut tried = Vec::new();
+    match std::fs::read(&range) {
+        Ok(data) => return Ok(data),
+        Err(e) => tried.push(format!("{range}: {e}")),
+    }
+    let in_root = format!("/proc/{pid}/root{path}");
+    for candidate in [in_root.as_str(), path] {
+        let opened = File::open(candidate).and_then(|mut f| {
+            let meta = f.metadata()?;
+            let mut data = Vec::new();
+            f.read_to_end(&mut data)?;
+            Ok((meta, data))
+        });
+        let (meta, data) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                tried.push(format!("{candidate}: {e}"));
+                continue;
+            }
+        };
+        let same_id = major_minor(meta.dev()) == first.dev && meta.ino() == first.inode;
+        let same_bytes = || {
+            let len = ((first.end - first.start) as usize).min(data.len());
+            let mut there = vec![0u8; len];
+            len > 0
+                && File::open(format!("/proc/{pid}/mem"))
+                    .and_then(|m| m.read_exact_at(&mut there, first.start))
+                    .is_ok_and(|()| data.starts_with(&there))
+        };
+        if same_id || same_bytes() {
+            return Ok(data);
         }
-    })
+        let (major, minor) = major_minor(meta.dev());
+        tried.push(format!(
+            "{candidate}: another file (device {major:x}:{minor:x}, inode {}, where the \
+             process mapped {:x}:{:x}, inode {})",
+            meta.ino(),
+            first.dev.0,
+            first.dev.1,
+            first.inode
+        ));
+    }
+    Err(std::io::Error::other(format!(
+        "the file it mapped (device {:x}:{:x}, inode {}) was not found: {}",
+        first.dev.0,
+        first.dev.1,
+        first.inode,
+        tried.join("; ")
+    )))
 }
 
 /// A dynamic symbol's virtual address in an ELF image.
@@ -263,7 +344,7 @@ pub fn find_libc(pid: i32, maps: &[Mapping]) -> Result<Libc, InjectError> {
     }) else {
         return err("no glibc (libc.so.6) is mapped in the process: unsupported C library");
     };
-    let data = read_in_root(pid, path)
+    let data = read_mapped(pid, maps, path)
         .map_err(|e| InjectError(format!("cannot read the process's C library {path}: {e}")))?;
     let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
         .map_err(|e| InjectError(format!("cannot parse {path}: {e}")))?;
@@ -336,7 +417,8 @@ pub fn arm_address(pid: i32, mapped: &str, local: &Path) -> Result<u64, InjectEr
     Ok(bias.wrapping_add(a))
 }
 
-/// The file the process mapped as `mapped`. A path is read inside the process's root. A
+/// The file the process mapped as `mapped`. A path is found by its device and inode
+/// ([`read_mapped`]). A
 /// memfd has no path: the library file here is taken when the process's first mapping of it
 /// (ELF header, dynamic symbols) holds the same bytes (this attach loaded it, or an earlier
 /// one of the same build did); else its own image through /proc/PID/map_files (which needs
@@ -348,7 +430,7 @@ fn image_of(
     local: &Path,
 ) -> Result<Vec<u8>, InjectError> {
     if !mapped.starts_with("/memfd:") {
-        return read_in_root(pid, mapped)
+        return read_mapped(pid, maps, mapped)
             .map_err(|e| InjectError(format!("cannot read {mapped}: {e}")));
     }
     let first = maps
@@ -1112,5 +1194,43 @@ fn call(
             }
             other => return err(format!("unexpected state of thread {t}: {other:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This process's mapping of its C library, moved to a range it does not map (so that
+    /// /proc/self/map_files has no entry and /proc/self/mem no bytes there): only the
+    /// device and inode can vouch for a path.
+    fn libc_mapping_elsewhere() -> Mapping {
+        let m = maps(std::process::id() as i32).unwrap();
+        let mut libc = m
+            .into_iter()
+            .find(|m| m.path.ends_with("/libc.so.6") && m.offset == 0)
+            .expect("this test process maps libc.so.6");
+        libc.start = 0x1000;
+        libc.end = 0x2000;
+        libc
+    }
+
+    #[test]
+    fn a_path_counts_only_with_the_mappings_device_and_inode() {
+        let pid = std::process::id() as i32;
+        let libc = libc_mapping_elsewhere();
+        let want = std::fs::read(&libc.path).unwrap();
+        assert_eq!(
+            read_mapped(pid, std::slice::from_ref(&libc), &libc.path).unwrap(),
+            want
+        );
+        // Another inode at that path: refused, with what was tried.
+        let mut other = libc.clone();
+        other.inode ^= 1;
+        let e = read_mapped(pid, &[other], &libc.path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another file"), "{e}");
+        assert!(e.contains("map_files"), "{e}");
     }
 }
