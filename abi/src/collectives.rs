@@ -18,9 +18,6 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::layout::Header;
-use crate::segment::{SegmentReader, SegmentWriter};
-
 /// The collectives part of the header, appended at ABI 1.8.
 #[repr(C)]
 #[derive(Default)]
@@ -52,8 +49,7 @@ pub struct CollectiveLive {
 const _: () = assert!(std::mem::size_of::<CollectiveLive>() == 72);
 
 /// End of the collectives part in the header: a segment whose `header_size` reaches it has one.
-pub const COLLECTIVES_END: usize =
-    std::mem::offset_of!(Header, collectives) + std::mem::size_of::<CollectiveLive>();
+pub const COLLECTIVES_END: usize = 7288;
 
 /// A reader's copy of the collectives part.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,29 +117,6 @@ impl CollectiveLive {
             comm_rank: self.comm_rank_1.load(Ordering::Relaxed).checked_sub(1),
             comm_size: Some(self.comm_size.load(Ordering::Relaxed)).filter(|n| *n != 0),
         }
-    }
-}
-
-impl SegmentWriter {
-    /// The collectives part of this segment's header.
-    pub fn collectives(&self) -> &CollectiveLive {
-        // SAFETY: the writer's mapping starts with this build's `Header`; `CollectiveLive` is
-        // all atomics, accessed through shared references.
-        unsafe { &(*(self.v.map.ptr as *const Header)).collectives }
-    }
-}
-
-impl SegmentReader {
-    /// The collectives part; `None` for segments older than ABI 1.8 and frozen readers.
-    pub fn collective_calls(&self) -> Option<CollectiveCalls> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 8 || (id.header_size as usize) < COLLECTIVES_END {
-            return None;
-        }
-        // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping
-        // holds) covers `CollectiveLive`; it is all atomics, valid for any bit pattern.
-        let part = unsafe { &(*(self.v.map.ptr as *const Header)).collectives };
-        Some(part.status())
     }
 }
 

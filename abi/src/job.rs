@@ -27,9 +27,6 @@
 //! The id is kept to `JOB_ID_MAX` bytes of printable ASCII (other bytes become `_`); a rank
 //! that is not a whole number is unknown.
 
-use crate::layout::Header;
-use crate::segment::SegmentReader;
-
 /// Bytes of the job id kept.
 pub const JOB_ID_MAX: usize = 128;
 /// `rank`, `local_rank`, `group_rank`: not known.
@@ -69,7 +66,7 @@ pub struct JobIdent {
 const _: () = assert!(std::mem::size_of::<JobIdent>() == 152);
 
 /// End of the job part in the header: a segment whose `header_size` reaches it has one.
-pub const JOB_END: usize = std::mem::offset_of!(Header, job) + std::mem::size_of::<JobIdent>();
+pub const JOB_END: usize = 6912;
 
 impl Default for JobIdent {
     fn default() -> JobIdent {
@@ -220,26 +217,6 @@ impl JobIdent {
             world_size: (self.world_size != 0).then_some(self.world_size),
             group_rank: known(self.group_rank),
         })
-    }
-}
-
-impl SegmentReader {
-    /// The job this process is a rank of; `None` for segments older than ABI 1.3, and
-    /// processes that are no rank of a job (and frozen readers: the file may end before the
-    /// header does).
-    pub fn job(&self) -> Option<JobInfo> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 3 || (id.header_size as usize) < JOB_END {
-            return None;
-        }
-        // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping
-        // holds) covers `JobIdent`; it is plain data valid for any bit pattern, copied once.
-        let job = unsafe {
-            std::ptr::read_volatile(
-                self.v.map.ptr.add(std::mem::offset_of!(Header, job)) as *const JobIdent
-            )
-        };
-        job.info()
     }
 }
 

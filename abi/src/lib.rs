@@ -23,6 +23,7 @@ pub mod job;
 pub mod kinds;
 pub mod layout;
 pub mod lifecycle;
+pub mod live;
 pub mod modules;
 pub mod objects;
 pub mod origin;

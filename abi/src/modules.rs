@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::layout::Live;
+use crate::live::Live;
 
 pub const PATH_MAX: usize = 424;
 pub const BUILD_ID_MAX: usize = 40;

@@ -23,9 +23,6 @@
 //!
 //! Written once by the creator, before the rename, like `Ident`; plain data.
 
-use crate::layout::Header;
-use crate::segment::SegmentReader;
-
 /// The writer holds an OFD write lock on its segment while its process lives.
 pub const FLAG_LIVENESS_LOCK: u64 = 1;
 
@@ -46,7 +43,7 @@ pub struct Origin {
 const _: () = assert!(std::mem::size_of::<Origin>() == 32);
 
 /// End of the origin part in the header: a segment whose `header_size` reaches it has one.
-pub const ORIGIN_END: usize = std::mem::offset_of!(Header, origin) + std::mem::size_of::<Origin>();
+pub const ORIGIN_END: usize = 7216;
 
 impl Origin {
     /// The namespaces of the calling process (flags left 0: the creator sets them).
@@ -79,24 +76,6 @@ impl Origin {
     /// Whether the writer shows its liveness with a lock.
     pub fn lock_held_while_alive(&self) -> bool {
         self.flags & FLAG_LIVENESS_LOCK != 0
-    }
-}
-
-impl SegmentReader {
-    /// The origin part; `None` for segments older than ABI 1.5 (and frozen readers: the file
-    /// may end before the header does).
-    pub fn origin(&self) -> Option<Origin> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 5 || (id.header_size as usize) < ORIGIN_END {
-            return None;
-        }
-        // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping
-        // holds) covers `Origin`; it is plain data valid for any bit pattern, copied once.
-        Some(unsafe {
-            std::ptr::read_volatile(
-                self.v.map.ptr.add(std::mem::offset_of!(Header, origin)) as *const Origin
-            )
-        })
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::layout::Live;
+use crate::live::Live;
 use crate::record::{Record, RecordError, RECORD_WORDS};
 
 /// One ring slot: a stamp and the payload words. 64 bytes, one cache line.

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::layout::Live;
+use crate::live::Live;
 
 /// Frames kept per stack; deeper stacks are cut (innermost frames are kept).
 pub const MAX_FRAMES: usize = 62;

@@ -16,10 +16,18 @@ use std::sync::atomic::Ordering;
 use crate::clock::monotonic_ns;
 use crate::layout::*;
 use crate::modules::{self, Module, ModuleEntry};
-use crate::python::{self, PyViews};
 use crate::record::{Record, RecordError};
 use crate::ring::{self, Cursor, PollStats, Slot};
 use crate::sites::{self, SiteEntry};
+
+mod collectives;
+mod control;
+mod gpu;
+mod job;
+mod origin;
+mod python;
+
+use self::python::PyViews;
 
 /// File name of the segment of process `pid` started at `start_ticks`.
 pub fn segment_name(pid: u32, start_ticks: u64) -> String {
@@ -151,7 +159,7 @@ struct Geometry {
     ring_offset: u64,
     sites_offset: u64,
     modules_offset: u64,
-    python: python::PyIdent,
+    python: crate::python::PyIdent,
     total_size: u64,
 }
 
@@ -174,7 +182,8 @@ fn geometry(p: &SegmentParams) -> Geometry {
     let sites_offset = ring_offset + ring_capacity as u64 * size_of::<Slot>() as u64;
     let modules_offset = sites_offset + site_capacity as u64 * size_of::<SiteEntry>() as u64;
     let modules_end = modules_offset + module_capacity as u64 * size_of::<ModuleEntry>() as u64;
-    let (python, total_size) = python::plan(site_capacity, p.python_code_capacity, modules_end);
+    let (python, total_size) =
+        crate::python::plan(site_capacity, p.python_code_capacity, modules_end);
     Geometry {
         ring_capacity,
         site_capacity,
@@ -871,15 +880,14 @@ impl SegmentReader {
             Ownership::FileOwner
         };
         // The Python part of the header exists from ABI 1.1 on, when the header covers it.
-        let py_end = std::mem::offset_of!(Header, python) + size_of::<python::PyHeader>();
+        let py_end = std::mem::offset_of!(Header, python) + size_of::<crate::python::PyHeader>();
         let py = (ident.abi_minor >= 1 && ident.header_size as usize >= py_end).then(|| {
             // SAFETY: `py_end <= header_size`, and `open` checked that the mapping holds
             // HEADER_RESERVED bytes (`validate` bounds `header_size` by it before use below);
             // `PyIdent` is plain data, copied once.
             unsafe {
-                std::ptr::read_volatile(
-                    map.ptr.add(std::mem::offset_of!(Header, python)) as *const python::PyIdent
-                )
+                std::ptr::read_volatile(map.ptr.add(std::mem::offset_of!(Header, python))
+                    as *const crate::python::PyIdent)
             }
         });
         let v = validate(&ident, py.as_ref(), map)?;
@@ -1139,7 +1147,11 @@ pub fn process_uids(pid: u32) -> Option<[u32; 4]> {
     Some(out)
 }
 
-fn validate(id: &Ident, py: Option<&python::PyIdent>, map: Mapping) -> Result<Views, OpenError> {
+fn validate(
+    id: &Ident,
+    py: Option<&crate::python::PyIdent>,
+    map: Mapping,
+) -> Result<Views, OpenError> {
     if id.magic != MAGIC {
         return Err(OpenError::Foreign);
     }
@@ -1675,10 +1687,10 @@ mod tests {
                         proptest::prop_assert!(frames.len() <= sites::MAX_FRAMES);
                     }
                     if let Some(py) = r.python_stack(site) {
-                        proptest::prop_assert!(py.frames.len() <= python::MAX_PY_FRAMES);
+                        proptest::prop_assert!(py.frames.len() <= crate::python::MAX_PY_FRAMES);
                         for fr in &py.frames {
-                            proptest::prop_assert!(fr.file.len() <= 3 * python::FILE_MAX);
-                            proptest::prop_assert!(fr.function.len() <= 3 * python::NAME_MAX);
+                            proptest::prop_assert!(fr.file.len() <= 3 * crate::python::FILE_MAX);
+                            proptest::prop_assert!(fr.function.len() <= 3 * crate::python::NAME_MAX);
                         }
                     }
                 }
