@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use cudarc::runtime::sys::cudaError_t;
 
+use crate::completion::Completion;
 use crate::engine::{Engine, EngineKind, ENGINES};
-use crate::stream::{Completion, StreamId};
+use crate::stream::StreamId;
 
 #[derive(Debug)]
 pub(crate) struct Device {

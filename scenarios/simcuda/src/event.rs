@@ -8,7 +8,7 @@ use cudarc::runtime::sys::{
     cudaEventBlockingSync, cudaEventDisableTiming, cudaEventInterprocess, cudaEvent_t,
 };
 
-use crate::stream::Completion;
+use crate::completion::Completion;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct EventId(pub u64);

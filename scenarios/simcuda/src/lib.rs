@@ -41,8 +41,10 @@
 
 #![allow(unsafe_code)]
 
+mod activity;
 pub mod api;
 mod clock;
+mod completion;
 mod config;
 mod device;
 mod engine;

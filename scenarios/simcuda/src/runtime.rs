@@ -59,7 +59,9 @@ fn create() -> &'static Runtime {
     let fresh = Box::into_raw(Box::new(Runtime {
         memory: Mutex::new(MemoryMap::new(config.devices)),
         modules: Mutex::new(Modules::default()),
-        sched: Scheduler::new(config.devices, config.staging_bytes),
+        sched: Scheduler::new(config.devices, config.staging_bytes, || {
+            runtime().config.time_scale()
+        }),
         config,
         generation: GENERATION.load(Ordering::Acquire),
     }));

@@ -19,10 +19,11 @@ use std::thread;
 use cudarc::runtime::sys::cudaError_t;
 
 use crate::clock;
+use crate::completion::Completion;
 use crate::device::Device;
 use crate::error::CudaResult;
 use crate::event::{Event, EventId};
-use crate::stream::{Completion, Queued, Stream, StreamId, StreamKind};
+use crate::stream::{Queued, Stream, StreamId, StreamKind};
 use crate::work::{Op, Work};
 
 #[derive(Debug)]
@@ -86,10 +87,13 @@ pub(crate) struct Scheduler {
     state: Mutex<SchedState>,
     /// Notified whenever an operation completes or an engine is released.
     progress: Condvar,
+    /// The runtime's current time scale (`Config::time_scale`), asked when an NCCL operation
+    /// runs: a function the runtime passes, so that the scheduler does not import it.
+    time_scale: fn() -> f64,
 }
 
 impl Scheduler {
-    pub fn new(devices: usize, staging_bytes: usize) -> Self {
+    pub fn new(devices: usize, staging_bytes: usize, time_scale: fn() -> f64) -> Self {
         Self {
             state: Mutex::new(SchedState {
                 devices: (0..devices).map(|_| Device::new(staging_bytes)).collect(),
@@ -98,6 +102,7 @@ impl Scheduler {
                 next_id: 0,
             }),
             progress: Condvar::new(),
+            time_scale,
         }
     }
 
@@ -257,7 +262,9 @@ impl Scheduler {
             let (ran, end) = match &queued.op.work {
                 // An NCCL operation models its own end: when the last rank arrived, plus the
                 // transfer (`crate::nccl`).
-                Work::Nccl(nccl) if !queued.op.keep.iter().any(|a| a.is_freed()) => nccl.run(start),
+                Work::Nccl(nccl) if !queued.op.keep.iter().any(|a| a.is_freed()) => {
+                    nccl.run(start, (self.time_scale)())
+                }
                 _ => {
                     let ran = queued.op.run();
                     let spent = clock::now_ns().saturating_sub(began);
@@ -275,7 +282,7 @@ impl Scheduler {
                 }
             };
             clock::sleep_until(end);
-            crate::api::cupti::record(&queued.op, device, id.0, start, end);
+            crate::activity::record(&queued.op, device, id.0, start, end);
 
             g = self.lock();
             if let Some(e) = engine {

@@ -2,11 +2,11 @@
 //! `scheduler.rs`), and the completion records that events and waits refer to.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar};
 
 use cudarc::runtime::sys::cudaStream_t;
 
+use crate::completion::Completion;
 use crate::work::Op;
 
 /// Internal identity of a stream; never reused within a process.
@@ -52,39 +52,6 @@ impl StreamKind {
     /// Streams a program creates and may destroy by handle.
     pub fn is_user(self) -> bool {
         matches!(self, StreamKind::Blocking | StreamKind::NonBlocking)
-    }
-}
-
-/// When an operation finished on the modeled timeline. Written once by a worker while it holds
-/// the scheduler lock; read by anyone.
-#[derive(Debug)]
-pub(crate) struct Completion {
-    /// CLOCK_MONOTONIC ns of the modeled end, or `PENDING`. Release store / acquire load, so a
-    /// reader that sees the time also sees the bytes the operation wrote.
-    end_ns: AtomicU64,
-}
-
-const PENDING: u64 = u64::MAX;
-
-impl Completion {
-    pub fn pending() -> Arc<Self> {
-        Arc::new(Self {
-            end_ns: AtomicU64::new(PENDING),
-        })
-    }
-
-    pub fn end_ns(&self) -> Option<u64> {
-        let end = self.end_ns.load(Ordering::Acquire);
-        (end != PENDING).then_some(end)
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.end_ns().is_some()
-    }
-
-    pub fn complete(&self, end_ns: u64) {
-        self.end_ns
-            .store(end_ns.min(PENDING - 1), Ordering::Release);
     }
 }
 

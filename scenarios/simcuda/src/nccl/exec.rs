@@ -58,10 +58,11 @@ impl NcclWork {
             .map_or(c"ncclDevKernel_SendRecv", |i| super::kernel_name(&i.call))
     }
 
-    /// Runs the operation, which the stream reached at `start_ns`: returns how it went and its
-    /// modeled end.
-    pub fn run(&self, start_ns: u64) -> (CudaResult, u64) {
-        match self.exchange(start_ns) {
+    /// Runs the operation, which the stream reached at `start_ns`, with modeled durations
+    /// multiplied by `scale` (the runtime's `SIMCUDA_TIME_SCALE`, read by the caller): returns
+    /// how it went and its modeled end.
+    pub fn run(&self, start_ns: u64, scale: f64) -> (CudaResult, u64) {
+        match self.exchange(start_ns, scale) {
             Ok(end) => (Ok(()), end),
             Err(Stop::Aborted) => (Ok(()), clock::now_ns().max(start_ns)),
             Err(Stop::Failed(f)) => {
@@ -74,12 +75,11 @@ impl NcclWork {
         }
     }
 
-    fn exchange(&self, start_ns: u64) -> Result<u64, Stop> {
+    fn exchange(&self, start_ns: u64, scale: f64) -> Result<u64, Stop> {
         let comm = &*self.comm;
         let (me, n) = (comm.rank, comm.nranks);
         let dir = &comm.dir;
         let s = settings();
-        let scale = crate::runtime::runtime().config.time_scale();
         let deadline = Instant::now() + s.timeout();
         if comm.aborted.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Stop::Aborted);
@@ -361,7 +361,7 @@ mod tests {
             comm,
             items: vec![item],
         };
-        let (ran, end) = work.run(1000);
+        let (ran, end) = work.run(1000, crate::runtime::runtime().config.time_scale());
         assert!(ran.is_ok());
         assert!(end > 1000);
         assert_eq!(buf, [1.5, 2.0]);

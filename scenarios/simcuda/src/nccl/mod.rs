@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, O
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
-use crate::stream::Completion;
+use crate::completion::Completion;
 
 pub(crate) use folder::{leave, new_id, register, rendezvous, set_dir, unregister, ID_BYTES};
 
