@@ -82,11 +82,11 @@ pub fn job_scores(procs: &[&Proc]) -> std::collections::HashMap<String, JobScore
     by_job
         .into_iter()
         .map(|(job, ranks)| {
-            let coll: Option<Vec<(u64, u64)>> = ranks
-                .iter()
-                .map(|p| p.job.as_ref().and_then(|j| j.collective))
-                .collect();
-            let collective = coll.and_then(|c| {
+            let of = |f: fn(&crate::model::RankOf) -> Option<(u64, u64)>| -> Vec<_> {
+                ranks.iter().map(|p| p.job.as_ref().and_then(f)).collect()
+            };
+            let chosen = syncspy_read::jobs::collective_shares(&of(|j| j.nccl), &of(|j| j.trace));
+            let collective = chosen.and_then(|(_, c)| {
                 let (times, traced): (Vec<u64>, Vec<u64>) = c.into_iter().unzip();
                 let (s, _, wait, named) = syncspy_read::jobs::collective_rule(&times, &traced)?;
                 Some((ranks[s].key(), wait, named))

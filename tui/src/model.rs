@@ -185,9 +185,12 @@ pub struct RankOf {
     pub job: String,
     pub rank: Option<u32>,
     /// Time in collective (NCCL) kernels and the time the GPU was traced, when both are
-    /// known (ABI 1.4, GPU traced): the job's straggler is then the rank the others waited
-    /// for in them.
-    pub collective: Option<(u64, u64)>,
+    /// known (ABI 1.4, GPU traced).
+    pub trace: Option<(u64, u64)>,
+    /// The rank's own measurement of its NCCL calls: time in collectives and its window
+    /// (ABI 1.8). The job's straggler is the rank the others waited for in collectives, by
+    /// the report's choice of the two (`syncspy_read::jobs::collective_shares`).
+    pub nccl: Option<(u64, u64)>,
 }
 
 impl RankOf {
@@ -204,21 +207,22 @@ impl RankOf {
         RankOf {
             job: job.to_string(),
             rank,
-            collective: syncspy_read::report::collective_share(
-                collective_ns,
-                gpu_measured,
-                traced_ns,
-            ),
+            trace: syncspy_read::report::collective_share(collective_ns, gpu_measured, traced_ns),
+            nccl: None,
         }
     }
 
-    /// The rank's own measurement of its NCCL calls (time in collectives, window; ABI 1.8)
-    /// instead of the traced kernels, when it has one: the report's rule takes it first.
+    /// With the rank's own measurement of its NCCL calls (time in collectives, window; ABI
+    /// 1.8), when it has one.
     pub fn with_nccl(mut self, share: Option<(u64, u64)>) -> RankOf {
-        if share.is_some() {
-            self.collective = share;
-        }
+        self.nccl = share;
         self
+    }
+
+    /// The rank's collective share as shown: its own NCCL measurement, else the traced
+    /// kernels.
+    pub fn collective(&self) -> Option<(u64, u64)> {
+        self.nccl.or(self.trace)
     }
 
     /// `exp-7 r3` (`exp-7 r?` when the launcher gave no rank).
@@ -651,16 +655,19 @@ mod tests {
         // Collective time counts only when the GPU was measured.
         let r = RankOf::new("exp", Some(1), Some(5), true, 9);
         assert_eq!(
-            (r.label(), r.collective),
+            (r.label(), r.collective()),
             ("exp r1".to_string(), Some((5, 9)))
         );
-        assert_eq!(RankOf::new("exp", None, Some(5), false, 9).collective, None);
-        assert_eq!(RankOf::new("exp", None, None, true, 9).collective, None);
+        assert_eq!(
+            RankOf::new("exp", None, Some(5), false, 9).collective(),
+            None
+        );
+        assert_eq!(RankOf::new("exp", None, None, true, 9).collective(), None);
         // The rank's own NCCL measurement comes first, traced or not.
         let n = RankOf::new("exp", None, None, false, 0).with_nccl(Some((7, 100)));
-        assert_eq!(n.collective, Some((7, 100)));
+        assert_eq!(n.collective(), Some((7, 100)));
         let kept = RankOf::new("exp", None, Some(5), true, 9).with_nccl(None);
-        assert_eq!(kept.collective, Some((5, 9)));
+        assert_eq!(kept.collective(), Some((5, 9)));
     }
 
     #[test]

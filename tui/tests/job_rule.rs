@@ -70,3 +70,25 @@ fn the_report_and_the_monitor_name_the_same_straggler() {
     assert_eq!(score.others_median_ns, 15_000_000);
     assert_eq!(score.max_ns, 24_000_000);
 }
+
+#[test]
+fn the_monitor_takes_the_reports_collective_source() {
+    // Every rank traced (rank 0 the least in collective kernels); ranks 1 and 2 also measured
+    // their NCCL calls (rank 2 the least), rank 0 not: the report compares the traced kernels,
+    // and so must the monitor.
+    let mut procs = [proc_(1, 0, 10), proc_(2, 1, 10), proc_(3, 2, 10)];
+    let traces = [2_000_000u64, 300_000_000, 310_000_000];
+    for (p, t) in procs.iter_mut().zip(traces) {
+        p.job = Some(RankOf::new("exp", None, Some(t), true, 1_000_000_000));
+    }
+    for p in &mut procs[1..] {
+        let j = p.job.take().unwrap();
+        let share = if p.pid == 3 { 1_000_000 } else { 400_000_000 };
+        p.job = Some(j.with_nccl(Some((share, 1_000_000_000))));
+    }
+    let refs: Vec<&Proc> = procs.iter().collect();
+    let scores = job_scores(&refs);
+    let (key, _, named) = scores["exp"].collective.expect("the collective basis");
+    assert!(named);
+    assert_eq!(key.pid, 1, "the traced kernels' straggler");
+}

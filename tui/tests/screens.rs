@@ -658,7 +658,8 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
         p.job = Some(RankOf {
             job: job.into(),
             rank: Some(rank),
-            collective: None,
+            trace: None,
+            nccl: None,
         });
         p
     };
@@ -941,7 +942,8 @@ fn with_collective_kernels_the_job_row_names_the_rank_the_others_waited_for() {
         p.job = Some(RankOf {
             job: "nccl".into(),
             rank: Some(rank),
-            collective: Some((coll_ms * 1_000_000, 10_000_000_000)),
+            trace: Some((coll_ms * 1_000_000, 10_000_000_000)),
+            nccl: None,
         });
         p
     };

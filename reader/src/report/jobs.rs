@@ -441,15 +441,29 @@ pub fn collective_rule(coll: &[u64], traced: &[u64]) -> Option<(usize, Vec<u64>,
     Some((s, waits, med, named))
 }
 
+/// The collective times that compare a job's ranks, as (time in collectives, the window it
+/// is a share of) per rank: each rank's own NCCL measurement when every rank has one, else
+/// the GPU trace's collective kernels when every rank has those; `None` otherwise. The
+/// report's job view and the monitor both ask it.
+pub fn collective_shares(
+    nccl: &[Option<(u64, u64)>],
+    trace: &[Option<(u64, u64)>],
+) -> Option<(CollectiveSource, Vec<(u64, u64)>)> {
+    if let Some(v) = nccl.iter().copied().collect::<Option<Vec<_>>>() {
+        return Some((CollectiveSource::NcclCalls, v));
+    }
+    let v = trace.iter().copied().collect::<Option<Vec<_>>>()?;
+    Some((CollectiveSource::GpuTrace, v))
+}
+
 /// The straggler on the collective basis, and each rank's wait (by index in `ranks`); `None`
 /// when some rank has no collective measurement or no rank ran a collective kernel.
 fn collective_straggler(
     ranks: &[RankReport],
-    coll: &[Option<u64>],
-    traced: &[u64],
+    shares: &[(u64, u64)],
 ) -> Option<(Option<Straggler>, Vec<u64>)> {
-    let coll: Vec<u64> = coll.iter().copied().collect::<Option<_>>()?;
-    let (s, waits, med, named) = collective_rule(&coll, traced)?;
+    let (coll, traced): (Vec<u64>, Vec<u64>) = shares.iter().copied().unzip();
+    let (s, waits, med, named) = collective_rule(&coll, &traced)?;
     let others: Vec<u64> = (0..ranks.len())
         .filter(|i| *i != s)
         .map(|i| waits[i])
@@ -511,41 +525,30 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
         .collect();
     ranks.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
     let proc_of = |pid: u32| ps.iter().find(|p| p.pid == pid);
-    // Each rank shows its own NCCL measurement where it has one; the rule takes those when
-    // every rank has one, else the GPU trace's collective kernels.
     let nccl: Vec<Option<(u64, u64)>> = ranks
         .iter()
         .map(|r| proc_of(r.pid)?.collectives.as_ref()?.share())
         .collect();
-    let trace_coll: Vec<Option<u64>> = ranks.iter().map(|r| r.collective_ns).collect();
+    let trace: Vec<Option<(u64, u64)>> = ranks
+        .iter()
+        .map(|r| proc_of(r.pid)?.gpu.collective_share())
+        .collect();
+    // Each rank shows its own NCCL measurement where it has one.
     for (r, s) in ranks.iter_mut().zip(&nccl) {
         if let Some((c, _)) = s {
             r.collective_ns = Some(*c);
         }
     }
-    let (source, coll, traced): (_, Vec<Option<u64>>, Vec<u64>) =
-        if nccl.iter().all(Option::is_some) {
-            (
-                CollectiveSource::NcclCalls,
-                nccl.iter().map(|s| s.map(|s| s.0)).collect(),
-                nccl.iter().map(|s| s.map_or(0, |s| s.1)).collect(),
-            )
-        } else {
-            (
-                CollectiveSource::GpuTrace,
-                trace_coll,
-                ranks
-                    .iter()
-                    .map(|r| proc_of(r.pid).map_or(0, |p| p.gpu.traced_ns))
-                    .collect(),
-            )
-        };
-    if let Some((straggler, waits)) = collective_straggler(&ranks, &coll, &traced) {
-        for ((r, w), c) in ranks.iter_mut().zip(waits).zip(&coll) {
+    let chosen = collective_shares(&nccl, &trace);
+    let found = chosen
+        .as_ref()
+        .and_then(|(_, shares)| collective_straggler(&ranks, shares));
+    if let (Some((source, shares)), Some((straggler, waits))) = (chosen, found) {
+        for ((r, w), (c, _)) in ranks.iter_mut().zip(waits).zip(&shares) {
             r.collective_wait_ns = Some(w);
             // The collective basis scores the time in collectives; the host site stays the
             // rank's longest host stall (what made a straggler late).
-            r.score_ns = c.unwrap_or(0);
+            r.score_ns = *c;
             if let Some(p) = ps.iter().find(|p| p.pid == r.pid) {
                 r.top_site = top_host_site(p);
             }
