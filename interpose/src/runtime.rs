@@ -679,20 +679,7 @@ mod poll {
     /// thread did between them (`spun`).
     pub const SHORT_AWAY_NS: u64 = 2_000_000;
 
-    /// This thread's CPU time (CLOCK_THREAD_CPUTIME_ID), 0 if unreadable.
-    pub fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-            return 0;
-        }
-        (ts.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec as u64)
-    }
+    pub use crate::clock::thread_cpu_ns;
 
     /// This thread's voluntary context switches (it blocked: a sleep, a condition variable, a
     /// lock), 0 if unreadable. A thread only preempted (a spinner on a loaded machine) makes

@@ -233,19 +233,7 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
 }
 
 /// The calling thread's CPU time in ns (0 if unreadable).
-pub fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a local out-pointer.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
+pub use crate::clock::thread_cpu_ns as cpu_ns;
 
 /// The process's budget for other-thread reads: the CPU time they took may not pass 5 ms plus
 /// 2% of the wall time since the first one, so a runtime that stalls many thousand times a
