@@ -551,40 +551,6 @@ fn made(result: NcclResult, comm: *mut NcclComm, id: u64, rank: c_int, nranks: c
 
 // ---- The exported entry points (nccl.h's signatures) ----
 
-type AllReduceFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    NcclComm,
-    Stream,
-) -> NcclResult;
-type BroadcastFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    NcclComm,
-    Stream,
-) -> NcclResult;
-type ReduceFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    c_int,
-    NcclComm,
-    Stream,
-) -> NcclResult;
-type AllGatherFn =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, NcclComm, Stream) -> NcclResult;
-type SendFn =
-    unsafe extern "C" fn(*const c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult;
-type RecvFn =
-    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult;
 type GroupFn = unsafe extern "C" fn() -> NcclResult;
 type InitRankFn = unsafe extern "C" fn(*mut NcclComm, c_int, NcclUniqueId, c_int) -> NcclResult;
 type InitRankConfigFn =
@@ -592,137 +558,59 @@ type InitRankConfigFn =
 type SplitFn =
     unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut c_void) -> NcclResult;
 
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclAllReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclAllReduce", AllReduceFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(sendbuff, recvbuff, count, datatype, op, comm, stream)
-    })
+/// Exports a collective `$name` with nccl.h's arguments `$arg: $ty`, of which `$comm` and
+/// `$stream` are the communicator and the stream: it finds the real function of its name and
+/// forwards the caller's arguments, unchanged, through `collective`.
+macro_rules! export_collective {
+    ($($name:ident($($arg:ident: $ty:ty),* $(,)?) on $comm:ident, $stream:ident;)+) => {$(
+        /// # Safety
+        /// Same contract as NCCL's function of the same name.
+        #[cfg_attr(not(test), no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> NcclResult {
+            type RealFn = unsafe extern "C" fn($($ty),*) -> NcclResult;
+            let f = real_nccl!(
+                // SAFETY: a literal NUL-terminated name.
+                unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(
+                    concat!(stringify!($name), "\0").as_bytes()
+                ) },
+                RealFn
+            );
+            // SAFETY: the real function with the caller's arguments, unchanged.
+            collective($comm, $stream, || unsafe { f($($arg),*) })
+        }
+    )+};
 }
 
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclBroadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    root: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclBroadcast", BroadcastFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(sendbuff, recvbuff, count, datatype, root, comm, stream)
-    })
-}
-
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn ncclReduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    root: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclReduce", ReduceFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
-    })
-}
-
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclAllGather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclAllGather", AllGatherFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(sendbuff, recvbuff, sendcount, datatype, comm, stream)
-    })
-}
-
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclReduceScatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: c_int,
-    op: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclReduceScatter", AllReduceFn);
-    // SAFETY: the real function with the caller's arguments, unchanged (its signature is
-    // ncclAllReduce's).
-    collective(comm, stream, || unsafe {
-        f(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
-    })
-}
-
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclSend(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclSend", SendFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(sendbuff, count, datatype, peer, comm, stream)
-    })
-}
-
-/// # Safety
-/// Same contract as NCCL's function of the same name.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ncclRecv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: NcclComm,
-    stream: Stream,
-) -> NcclResult {
-    let f = real_nccl!(c"ncclRecv", RecvFn);
-    // SAFETY: the real function with the caller's arguments, unchanged.
-    collective(comm, stream, || unsafe {
-        f(recvbuff, count, datatype, peer, comm, stream)
-    })
+export_collective! {
+    ncclAllReduce(
+        sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int,
+        op: c_int, comm: NcclComm, stream: Stream,
+    ) on comm, stream;
+    ncclBroadcast(
+        sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int,
+        root: c_int, comm: NcclComm, stream: Stream,
+    ) on comm, stream;
+    ncclReduce(
+        sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int,
+        op: c_int, root: c_int, comm: NcclComm, stream: Stream,
+    ) on comm, stream;
+    ncclAllGather(
+        sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int,
+        comm: NcclComm, stream: Stream,
+    ) on comm, stream;
+    ncclReduceScatter(
+        sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int,
+        op: c_int, comm: NcclComm, stream: Stream,
+    ) on comm, stream;
+    ncclSend(
+        sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm,
+        stream: Stream,
+    ) on comm, stream;
+    ncclRecv(
+        recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm,
+        stream: Stream,
+    ) on comm, stream;
 }
 
 /// # Safety
