@@ -498,7 +498,9 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
     // would otherwise score 0 and hide a straggler.
     let gpu: Vec<Option<(u64, Option<TopSite>)>> = ps.iter().map(|p| gpu_behind(p)).collect();
     let on_gpu = gpu.iter().all(Option::is_some) && gpu.iter().flatten().any(|(t, _)| *t > 0);
-    let mut ranks: Vec<RankReport> = ps
+    // Each rank with its process, kept together through the sort (pids may repeat across
+    // PID namespaces, so a rank's process is never looked up by pid).
+    let mut rows: Vec<(RankReport, &ProcessReport)> = ps
         .iter()
         .zip(&gpu)
         .map(|(p, g)| {
@@ -507,7 +509,7 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 Some((t, top)) if on_gpu => (*t, top.clone()),
                 _ => (p.stall_ns, top_host_site(p)),
             };
-            RankReport {
+            let rank = RankReport {
                 rank: j.and_then(|j| j.rank),
                 local_rank: j.and_then(|j| j.local_rank),
                 group_rank: j.and_then(|j| j.group_rank),
@@ -520,19 +522,17 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
                 collective_ns: p.gpu.collective_share().map(|(c, _)| c),
                 collective_wait_ns: None,
                 top_site,
-            }
+            };
+            (rank, *p)
         })
         .collect();
-    ranks.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
-    let proc_of = |pid: u32| ps.iter().find(|p| p.pid == pid);
-    let nccl: Vec<Option<(u64, u64)>> = ranks
+    rows.sort_by_key(|(r, _)| (r.rank.is_none(), r.rank, r.pid));
+    let (mut ranks, procs): (Vec<RankReport>, Vec<&ProcessReport>) = rows.into_iter().unzip();
+    let nccl: Vec<Option<(u64, u64)>> = procs
         .iter()
-        .map(|r| proc_of(r.pid)?.collectives.as_ref()?.share())
+        .map(|p| p.collectives.as_ref()?.share())
         .collect();
-    let trace: Vec<Option<(u64, u64)>> = ranks
-        .iter()
-        .map(|r| proc_of(r.pid)?.gpu.collective_share())
-        .collect();
+    let trace: Vec<Option<(u64, u64)>> = procs.iter().map(|p| p.gpu.collective_share()).collect();
     // Each rank shows its own NCCL measurement where it has one.
     for (r, s) in ranks.iter_mut().zip(&nccl) {
         if let Some((c, _)) = s {
@@ -544,28 +544,26 @@ fn job_report(id: &str, ps: &[&ProcessReport]) -> JobReport {
         .as_ref()
         .and_then(|(_, shares)| collective_straggler(&ranks, shares));
     if let (Some((source, shares)), Some((straggler, waits))) = (chosen, found) {
-        for ((r, w), (c, _)) in ranks.iter_mut().zip(waits).zip(&shares) {
+        for (((r, w), (c, _)), p) in ranks.iter_mut().zip(waits).zip(&shares).zip(&procs) {
             r.collective_wait_ns = Some(w);
             // The collective basis scores the time in collectives; the host site stays the
             // rank's longest host stall (what made a straggler late).
             r.score_ns = *c;
-            if let Some(p) = ps.iter().find(|p| p.pid == r.pid) {
-                r.top_site = top_host_site(p);
-            }
+            r.top_site = top_host_site(p);
         }
         let straggler = straggler.map(|mut s| {
-            let others: Vec<&ProcessReport> =
-                ps.iter().copied().filter(|p| p.pid != s.pid).collect();
-            s.top_site = ps
+            if let Some(i) = ranks
                 .iter()
-                .find(|p| p.pid == s.pid)
-                .and_then(|p| late_site(p, &others))
-                .or_else(|| {
-                    ranks
-                        .iter()
-                        .find(|r| r.pid == s.pid)
-                        .and_then(|r| r.top_site.clone())
-                });
+                .position(|r| r.pid == s.pid && r.rank == s.rank)
+            {
+                let others: Vec<&ProcessReport> = procs
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| *k != i)
+                    .map(|(_, p)| *p)
+                    .collect();
+                s.top_site = late_site(procs[i], &others).or_else(|| ranks[i].top_site.clone());
+            }
             s
         });
         let mut job = finish(id, ps, ranks, Basis::Collective, straggler);
