@@ -409,13 +409,13 @@ pub fn rank_env(rank: u64, ranks: u64, run_id: &str, dir: &Path) -> Vec<(String,
 pub fn launch() -> ExitCode {
     let me = format!("scn-{NAME}");
     let a = DdpArgs::parse(&me);
-    for lib in [crate::launch::RUNTIME, c"libnccl.so.2"] {
+    for lib in [crate::launch::RUNTIME, "libnccl.so.2"] {
         if let Err(why) = crate::launch::loads(lib) {
             eprintln!(
                 "{me}: cannot load {}: {why}\nRun it on the simulator with `syncspy run --sim -- \
                  {me} ...`, or on a machine with the CUDA 13 runtime and NCCL 2 on the library \
                  path (LD_LIBRARY_PATH or ldconfig).",
-                lib.to_string_lossy()
+                lib
             );
             return ExitCode::from(2);
         }

@@ -13,7 +13,7 @@ use crate::scenario::Args;
 use crate::specs;
 
 /// The runtime the programs are linked against.
-pub(crate) const RUNTIME: &std::ffi::CStr = c"libcudart.so.13";
+pub(crate) const RUNTIME: &str = "libcudart.so.13";
 
 /// The launcher's whole work: called by each `scn-NAME` command's `main`.
 pub fn main() -> ExitCode {
@@ -51,7 +51,7 @@ pub fn main() -> ExitCode {
             "{file}: no CUDA runtime: {why}\n\
              Run it on the simulator with `syncspy run --sim -- {file} ...`, or on a machine \
              with the CUDA 13 runtime ({}) on the library path (LD_LIBRARY_PATH or ldconfig).",
-            RUNTIME.to_string_lossy()
+            RUNTIME
         );
         return ExitCode::from(2);
     }
@@ -71,23 +71,11 @@ fn runtime_loads() -> Result<(), String> {
 }
 
 /// Whether the dynamic loader can load `lib` here; why not, in the loader's words.
-pub(crate) fn loads(lib: &std::ffi::CStr) -> Result<(), String> {
-    // SAFETY: a NUL-terminated name; loading the runtime (or NCCL) runs no CUDA
-    // initialisation (that happens at its first call), and the handle is closed at once.
-    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        // SAFETY: dlerror returns the thread's last loader error as a C string, or NULL.
-        let e = unsafe { libc::dlerror() };
-        return Err(if e.is_null() {
-            "the loader did not say why".into()
-        } else {
-            // SAFETY: non-NULL: a NUL-terminated string owned by the loader.
-            unsafe { std::ffi::CStr::from_ptr(e) }
-                .to_string_lossy()
-                .into_owned()
-        });
-    }
-    // SAFETY: a handle dlopen just returned.
-    unsafe { libc::dlclose(h) };
-    Ok(())
+pub(crate) fn loads(lib: &str) -> Result<(), String> {
+    use crate::loader::{why, Library, RTLD_LAZY, RTLD_LOCAL};
+    // SAFETY: loading the runtime (or NCCL) runs no CUDA initialisation (that happens at its
+    // first call); the library is closed again when the handle drops, at once.
+    unsafe { Library::open(Some(lib), RTLD_LAZY | RTLD_LOCAL) }
+        .map(drop)
+        .map_err(|e| why(&e))
 }

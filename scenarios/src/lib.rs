@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod ddp;
 pub mod kernels;
 pub mod launch;
+pub mod loader;
 pub mod manifest;
 pub mod nccl;
 pub mod scenario;

@@ -3,9 +3,11 @@
 //! "US µs of stream work, then cudaStreamSynchronize". The program itself does not link the
 //! runtime. Prints its ground truth like `cudacalls`.
 
-use std::ffi::{c_int, c_uint, CString};
+use std::ffi::{c_int, c_uint};
 use std::process::ExitCode;
 use std::time::Instant;
+
+use syncspy_scenarios::loader::{why, Library, RTLD_LOCAL, RTLD_NOW};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,32 +17,38 @@ fn main() -> ExitCode {
     // copied to another machine.
     let path = std::env::var("CUDACALLER_LIB")
         .unwrap_or_else(|_| env!("SYNCSPY_CUDACALLER_LIB").to_string());
-    let path = CString::new(path).expect("path without NUL");
-    // SAFETY: loading a library we built; the symbol has the declared C signature.
-    unsafe {
-        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            let e = std::ffi::CStr::from_ptr(libc::dlerror());
-            eprintln!("cudacalls-dlopen: {}", e.to_string_lossy());
+    // With libloading, which calls dlopen with these flags: what this program tests is the
+    // interposer's view of a library loaded RTLD_LOCAL, not who calls dlopen.
+    // SAFETY: loading a library we built (its initialisers are the C compiler's own).
+    let lib = match unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_LOCAL) } {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cudacalls-dlopen: {}", why(&e));
             return ExitCode::from(2);
         }
-        let f = libc::dlsym(h, c"caller_work".as_ptr());
-        if f.is_null() {
-            eprintln!("cudacalls-dlopen: caller_work not found");
+    };
+    // Never closed: the runtime it loaded stays until the process ends, as under ctypes.
+    let lib: &'static Library = Box::leak(Box::new(lib));
+    // SAFETY: `caller_work` in src/cudacaller.c has this C signature.
+    let f = match unsafe { lib.get::<unsafe extern "C" fn(c_int, c_uint) -> c_int>(c"caller_work") }
+    {
+        Ok(f) => *f,
+        Err(e) => {
+            eprintln!("cudacalls-dlopen: caller_work not found: {}", why(&e));
             return ExitCode::from(2);
         }
-        let f: unsafe extern "C" fn(c_int, c_uint) -> c_int = std::mem::transmute(f);
-        let t = Instant::now();
-        let rc = f(n, us);
-        if rc != 0 {
-            eprintln!("cudacalls-dlopen: CUDA error {rc}");
-            return ExitCode::from(1);
-        }
-        println!(
-            "{{\"pid\":{},\"calls\":{{\"cudaStreamSynchronize\":{{\"count\":{n},\"bytes\":0,\"total_ns\":{},\"max_ns\":0}}}}}}",
-            std::process::id(),
-            t.elapsed().as_nanos()
-        );
+    };
+    let t = Instant::now();
+    // SAFETY: the library's function with its declared signature; plain integers.
+    let rc = unsafe { f(n, us) };
+    if rc != 0 {
+        eprintln!("cudacalls-dlopen: CUDA error {rc}");
+        return ExitCode::from(1);
     }
+    println!(
+        "{{\"pid\":{},\"calls\":{{\"cudaStreamSynchronize\":{{\"count\":{n},\"bytes\":0,\"total_ns\":{},\"max_ns\":0}}}}}}",
+        std::process::id(),
+        t.elapsed().as_nanos()
+    );
     ExitCode::SUCCESS
 }

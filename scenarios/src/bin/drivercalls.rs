@@ -30,6 +30,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream};
+use syncspy_scenarios::loader::{why, Library, RTLD_LOCAL, RTLD_NOW};
 use syncspy_scenarios::truth::{Kind, Truth};
 
 type Res = u32;
@@ -85,20 +86,25 @@ unsafe fn cast<F: Copy>(p: *mut c_void) -> F {
 type Lookup<'a> = dyn Fn(&CStr, &CStr, bool) -> Option<*mut c_void> + 'a;
 
 fn load(mode: &str) -> Result<Driver, String> {
-    // SAFETY: dlopen/dlsym with C string literals.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return Err("cannot dlopen libcuda.so.1".into());
-    }
+    // libloading calls dlopen and dlsym themselves, so a preloaded interposer sees the ways
+    // of finding the driver that this program imitates.
+    // SAFETY: loading the driver runs no CUDA initialisation (`cuInit` does, below).
+    let lib = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | RTLD_LOCAL) }
+        .map_err(|e| format!("cannot dlopen libcuda.so.1: {}", why(&e)))?;
+    // Never closed: the functions taken from it are called until the process ends.
+    let lib: &'static Library = Box::leak(Box::new(lib));
     let sym = |name: &CStr| {
-        // SAFETY: a handle from dlopen and a C string.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
-        (!p.is_null()).then_some(p)
+        // SAFETY: only the address is read here; `cast` gives it its C signature.
+        let p = unsafe { lib.get::<*mut c_void>(name) }.map(|s| *s);
+        p.ok().filter(|p| !p.is_null())
     };
     let gpa = || -> Result<GetProcV2, String> {
-        let p = sym(c"cuGetProcAddress_v2").ok_or("no cuGetProcAddress_v2")?;
-        // SAFETY: cuGetProcAddress_v2's C signature (the status enum as an int).
-        Ok(unsafe { std::mem::transmute::<*mut c_void, GetProcV2>(p) })
+        // SAFETY: cuGetProcAddress_v2's C signature (the status enum as an int); a NULL
+        // address reads as None.
+        let f = unsafe { lib.get::<Option<GetProcV2>>(c"cuGetProcAddress_v2") };
+        f.map_err(|e| why(&e))
+            .and_then(|f| f.ok_or_else(|| "NULL".into()))
+            .map_err(|e| format!("no cuGetProcAddress_v2: {e}"))
     };
     let via = |gpa: GetProcV2| {
         move |base: &CStr, _: &CStr, ptds: bool| {

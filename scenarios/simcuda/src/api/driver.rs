@@ -115,26 +115,23 @@ pub(crate) fn route() -> Option<&'static Route> {
 
 /// Opens `libcuda.so.1` as the CUDA runtime does and gets the driver functions from it.
 fn load() -> Option<Route> {
-    // SAFETY: dlopen/dlsym with C string literals; the handle is kept for the process (the
-    // functions taken from it are used for its life).
-    let (h, gpa) = unsafe {
-        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            return None;
-        }
-        let marker = libc::dlsym(h, c"simcuda_driver_face".as_ptr());
-        if marker != simcuda_driver_face as *mut c_void {
-            // Another libcuda (a real driver): never route the simulator into it.
-            libc::dlclose(h);
-            return None;
-        }
-        let gpa = libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr());
-        if gpa.is_null() {
-            return None;
-        }
-        (h, std::mem::transmute::<*mut c_void, GetProcV2>(gpa))
-    };
-    let _ = h;
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    // SAFETY: loading the driver runs its initialisers only; when it is this library (below)
+    // it is already loaded, so none run.
+    let lib = unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | RTLD_LOCAL) }.ok()?;
+    // SAFETY: only the address is read and compared.
+    let marker = unsafe { lib.get::<*mut c_void>(c"simcuda_driver_face") }.map(|s| *s);
+    if marker.ok() != Some(simcuda_driver_face as *mut c_void) {
+        // Another libcuda (a real driver): never route the simulator into it (the library is
+        // closed again as it drops).
+        return None;
+    }
+    // SAFETY: cuGetProcAddress_v2's C signature; a NULL address reads as None.
+    let gpa = unsafe { lib.get::<Option<GetProcV2>>(c"cuGetProcAddress_v2") }
+        .ok()
+        .and_then(|f| *f)?;
+    // Kept for the process: the functions taken from it are used for its life.
+    std::mem::forget(lib);
     let get = |name: &CStr, ptds: bool| -> Option<*mut c_void> {
         let mut p = std::ptr::null_mut();
         let flags = if ptds { 2 } else { 1 };
