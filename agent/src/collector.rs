@@ -12,7 +12,7 @@ use syncspy_abi::Kind;
 
 use crate::pods;
 use syncspy_read::follow::Followed;
-use syncspy_read::limits::{Dropped, Limits};
+use syncspy_read::limits::{Dropped, Limits, Pool};
 use syncspy_read::monotonic_ns;
 use syncspy_read::report::process_report;
 use syncspy_read::session::{ReaderSession, SessionOptions, SessionProblem};
@@ -75,6 +75,9 @@ pub struct Collector {
     host: String,
     policy: Policy,
     limits: Limits,
+    /// The budgets of every folder together: a user's segments (and the node's total) count
+    /// once over the agent's folder and all the pods' folders.
+    pool: Pool,
     /// Where the next snapshot starts symbolizing (rotated, so every process gets a turn
     /// of the per-step budget).
     next_report: usize,
@@ -94,13 +97,23 @@ pub struct Collector {
 
 impl Collector {
     pub fn new(dir: PathBuf, retain: Duration, keep_segments: bool) -> Collector {
-        let limits = Limits::from_env();
+        Collector::with_limits(dir, retain, keep_segments, Limits::from_env())
+    }
+
+    /// Like `new`, with these budgets instead of the environment's.
+    pub fn with_limits(
+        dir: PathBuf,
+        retain: Duration,
+        keep_segments: bool,
+        limits: Limits,
+    ) -> Collector {
+        let pool = Pool::new(limits);
         let mut c = Collector {
             reader: ReaderSession::new(
                 SessionOptions::new(dir)
                     .claiming()
                     .watch(true)
-                    .budget(limits),
+                    .shared_budget(&pool),
             ),
             pods: Vec::new(),
             discovery: pods::Discovery::new(),
@@ -115,6 +128,7 @@ impl Collector {
             host: hostname(),
             policy: Policy::from_env(),
             limits,
+            pool,
             next_report: 0,
             logged_dropped: Dropped::default(),
             retired_since_trim: 0,
@@ -257,7 +271,7 @@ impl Collector {
         );
         self.pods.push(PodFolder {
             // No leases, no registration: nothing is written into a pod's folder.
-            reader: ReaderSession::new(SessionOptions::new(path).budget(self.limits)),
+            reader: ReaderSession::new(SessionOptions::new(path).shared_budget(&self.pool)),
             id: found.id,
             mnt_ns: found.mnt_ns,
             describe,
@@ -331,10 +345,10 @@ impl Collector {
         let runs = &self.runs;
         // A segment removed under us is drained (just now) and let go: nobody else can find
         // it, and its mapping alone keeps its memory in use.
-        // A user at their cap of segments: their compacted ended processes are retired at
-        // once (totals kept), to make room for their new ones.
+        // A user at their cap of segments (over every folder): their compacted ended
+        // processes are retired at once (totals kept), to make room for their new ones.
         let mut per_user: std::collections::HashMap<u32, usize> = Default::default();
-        for f in self.reader.processes() {
+        for f in self.followed() {
             *per_user.entry(f.uid).or_default() += 1;
         }
         let cap = self.limits.segments_per_user;
@@ -360,6 +374,7 @@ impl Collector {
         // A pod's segments: forgotten the same way; the pod's own library removes them.
         let pod_stale = |f: &Followed| {
             f.unlinked()
+                || f.ended() && f.agg.compacted && at_cap(f)
                 || f.ended() && {
                     let end = match f.agg.live.ended_ns {
                         0 => f.agg.gone_ns.unwrap_or(now),
@@ -380,10 +395,7 @@ impl Collector {
         if retired > 0 {
             // Labels that no live process uses any more go back to their user's quota.
             let live: Vec<(u32, Vec<String>)> = self
-                .reader
-                .processes()
-                .iter()
-                .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
+                .followed()
                 .map(|f| (f.uid, f.agg.argv.clone()))
                 .collect();
             let live: Vec<(u32, &[String])> =
@@ -482,6 +494,14 @@ impl Collector {
         }
     }
 
+    /// Every segment followed, in the agent's folder and the pods' folders.
+    fn followed(&self) -> impl Iterator<Item = &Followed> {
+        self.reader
+            .processes()
+            .iter()
+            .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
+    }
+
     /// What the budgets dropped, over the folder and the pods' folders.
     pub fn dropped(&self) -> Dropped {
         let mut d = self.reader.follower().dropped();
@@ -537,17 +557,10 @@ impl Collector {
     pub fn snapshot(&mut self) -> Snapshot {
         let now = monotonic_ns();
         let mut processes = Vec::new();
-        let followed: Vec<&Followed> = self
-            .reader
-            .processes()
-            .iter()
-            .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
-            .collect();
-        let argvs: Vec<(u32, Vec<String>)> = followed
-            .iter()
+        let argvs: Vec<(u32, Vec<String>)> = self
+            .followed()
             .map(|f| (f.uid, f.agg.argv.clone()))
             .collect();
-        drop(followed);
         let labels: Vec<String> = argvs
             .iter()
             .map(|(uid, a)| self.labels.label(*uid, a))
@@ -557,6 +570,7 @@ impl Collector {
             .processes()
             .iter()
             .chain(self.pods.iter().flat_map(|p| p.reader.processes()));
+        // (Not `self.followed()`: the symbolizer is borrowed mutably below.)
         // Stacks not symbolized before get a bounded share of this step; the first process
         // to get it rotates, so every process gets its turn.
         self.sym.begin_pass(Some(SYMBOLIZE_PER_STEP));
@@ -745,6 +759,134 @@ mod tests {
                 u64::MAX
             )),
             "{m}"
+        );
+    }
+
+    /// One user (this test's) spreads 3 live segments into each of the agent's folder and 6
+    /// pods' folders, each with histograms of 2 kinds, 2 APIs and 8 call sites when `heavy`
+    /// (about 1.4 MiB estimated); returns the segments the agent follows, their estimated
+    /// heap bytes, and the pool's figure of the user's segments.
+    fn spread_over_folders(limits: Limits, heavy: bool) -> (usize, u64, usize) {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id();
+        let start = syncspy_abi::process_start_ticks(me).unwrap();
+        let folders: Vec<TempDir> = (0..7)
+            .map(|i| TempDir::new(&format!("daemon-spread-{i}")))
+            .collect();
+        let mut writers = Vec::new();
+        for (i, d) in folders.iter().enumerate() {
+            for j in 0..3u64 {
+                // This running process, under start times of its own: live segments.
+                let mut p = SegmentParams::new(me, start + 1 + i as u64 * 3 + j);
+                p.ring_capacity = 256;
+                p.site_capacity = 16;
+                p.module_capacity = 8;
+                p.cmdline = b"/opt/spread\0".to_vec();
+                let w = SegmentWriter::create(d.path(), &p).unwrap();
+                let records = if heavy { 8 } else { 1 };
+                for site in 0..records {
+                    w.record(&rec(
+                        Kind::StreamSync,
+                        Api::CudaStreamSynchronize,
+                        10,
+                        0,
+                        site,
+                    ));
+                    w.record(&rec(
+                        Kind::DeviceSync,
+                        Api::CudaDeviceSynchronize,
+                        10,
+                        0,
+                        site,
+                    ));
+                }
+                writers.push(w);
+            }
+        }
+        // Discovery keeps a pod's folder while a process of its mount namespace lives
+        // (pods.rs counts others, not the agent): this test's namespace stands in for it.
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mnt_ns = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+        let mut c = Collector::with_limits(
+            folders[0].path().to_path_buf(),
+            Duration::from_secs(3600),
+            true,
+            limits,
+        );
+        for d in &folders[1..] {
+            let dir = std::os::fd::OwnedFd::from(std::fs::File::open(d.path()).unwrap());
+            let m = std::fs::metadata(d.path()).unwrap();
+            c.follow_pod(pods::Found {
+                id: (m.dev(), m.ino()),
+                dir,
+                mnt_ns,
+                pid: me,
+                segment_dir: d.path().to_path_buf(),
+            });
+        }
+        // Steps enough for every refused segment to be retried and every record read.
+        for _ in 0..6 {
+            c.step();
+        }
+        let _ = other.kill();
+        let _ = other.wait();
+        assert_eq!(c.pods.len(), 6, "the pods' folders stay followed");
+        let followed = c.followed().count();
+        let bytes = c.followed().map(|f| f.agg.heap_bytes()).sum();
+        let me_uid = syncspy_read::safe_file::euid();
+        let pooled = c.pool.segments(me_uid).1;
+        drop(writers);
+        (followed, bytes, pooled)
+    }
+
+    #[test]
+    fn one_user_spreading_segments_over_many_folders_stays_within_the_per_user_budget() {
+        // Unbounded but for the defaults: all 21 followed, about 1.4 MiB each.
+        let (all, all_bytes, _) = spread_over_folders(Limits::default(), true);
+        assert_eq!(all, 21);
+        assert!(all_bytes > 21 << 20, "{all_bytes}");
+        // 5 segments per user: 5 over the 7 folders (each folder alone holds only 3).
+        let segments = Limits {
+            segments_per_user: 5,
+            ..Limits::default()
+        };
+        assert_eq!(spread_over_folders(segments, false).0, 5);
+        // 4 MiB per user: the histograms beyond are refused, in whichever folder, so the
+        // user's estimate stays near the cap (the part of each segment not charged, 1 KiB
+        // and its maps, comes on top). Segments found in one scan are all admitted before
+        // their records are read: the bytes bound the histograms, not the segments.
+        let bytes = Limits {
+            bytes_per_user: 4 << 20,
+            ..Limits::default()
+        };
+        let (n, used, pooled) = spread_over_folders(bytes, true);
+        assert_eq!(n, pooled, "the pool counts every folder's segments");
+        assert!(
+            used <= (4 << 20) + n as u64 * 16_384,
+            "{used} bytes for {n}"
+        );
+    }
+
+    #[test]
+    fn the_node_total_holds_over_the_agents_folder_and_the_pods_folders() {
+        // One user alone may reach the whole total, and no more, over every folder.
+        let segments = Limits {
+            segments_total: 6,
+            reserve_per_user: 1,
+            ..Limits::default()
+        };
+        assert_eq!(spread_over_folders(segments, false).0, 6);
+        let bytes = Limits {
+            bytes_total: 4 << 20,
+            ..Limits::default()
+        };
+        let (n, used, _) = spread_over_folders(bytes, true);
+        assert!(
+            used <= (4 << 20) + n as u64 * 16_384,
+            "{used} bytes for {n}"
         );
     }
 

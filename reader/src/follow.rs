@@ -20,7 +20,7 @@ use syncspy_abi::lifecycle::{self, OwnedFile, Owner, Readers};
 use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
 use crate::aggregate::{LiveSnapshot, ProcessAgg};
-use crate::limits::{Budget, Dropped, Limits};
+use crate::limits::{Budget, Dropped, Limits, Pool};
 use crate::monotonic_ns;
 
 /// Polls a claimed-but-unfinished ring slot may hold a reader back before it counts as lost
@@ -398,6 +398,13 @@ impl<S> Follower<S> {
     /// monitor).
     pub fn with_budget(mut self, limits: Limits) -> Follower<S> {
         self.budget = Some(Budget::new(limits));
+        self
+    }
+
+    /// Like `with_budget`, counting in `pool` with the other readers of it: a user's
+    /// segments and bytes, and the total, are bounded over every folder of the pool.
+    pub fn with_pool(mut self, pool: &Pool) -> Follower<S> {
+        self.budget = Some(pool.budget());
         self
     }
 

@@ -10,7 +10,9 @@
 //!   it again), and the histograms their segments would add are refused (counted in the
 //!   processes' `refused_site_records`, figures from the header stay exact). Over the total,
 //!   a user still gets up to a fair share (the total over the users present, at least
-//!   [`Limits::reserve_per_user`]), so one user's flood never takes another's room.
+//!   [`Limits::reserve_per_user`]), so one user's flood never takes another's room. Readers
+//!   of several folders in one process (the agent's own and its pods') share one [`Pool`]:
+//!   a user's segments count once over all of them, wherever they put them.
 //! - **Per step**: each user's segments get at most [`Limits::records_per_user_step`]
 //!   records drained per poll between them, starting where the last poll stopped, so one
 //!   user's busy rings never delay another user's.
@@ -26,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The budgets of one reader. `Limits::default()` are the documented defaults; each can be
 /// set through the environment (see [`Limits::from_env`]).
@@ -161,18 +163,30 @@ impl Dropped {
 }
 
 /// Heap bytes one user's aggregates may still take before the next recount: shared by that
-/// user's followed segments, charged as they make new histograms.
+/// user's followed segments (in every reader of a pool), charged as they make new histograms.
+/// Each reader holds its own account per user over the user's one figure of bytes left, and
+/// keeps what its segments charged since its last recount, so another reader's recount
+/// counts them.
 #[derive(Debug)]
 pub struct Account {
-    left: AtomicI64,
+    left: Arc<AtomicI64>,
+    charged: AtomicU64,
     refused: AtomicU64,
 }
 
 impl Account {
     /// An account with `bytes` left.
     pub fn new(bytes: u64) -> Account {
+        Account::over(Arc::new(AtomicI64::new(
+            i64::try_from(bytes).unwrap_or(i64::MAX),
+        )))
+    }
+
+    /// An account over a user's bytes left, shared with their other accounts.
+    fn over(left: Arc<AtomicI64>) -> Account {
         Account {
-            left: AtomicI64::new(i64::try_from(bytes).unwrap_or(i64::MAX)),
+            left,
+            charged: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
     }
@@ -186,7 +200,9 @@ impl Account {
                 (l >= b).then(|| l - b)
             })
             .is_ok();
-        if !ok {
+        if ok {
+            self.charged.fetch_add(bytes, Ordering::Relaxed);
+        } else {
             self.refused.fetch_add(1, Ordering::Relaxed);
         }
         ok
@@ -197,71 +213,121 @@ impl Account {
         u64::try_from(self.left.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
-    fn set_left(&self, bytes: u64) {
-        self.left
-            .store(i64::try_from(bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
-    }
-
     fn take_refused(&self) -> u64 {
         self.refused.swap(0, Ordering::Relaxed)
     }
 }
 
-/// One user's use, as of the last recount.
+fn set_left(left: &AtomicI64, bytes: u64) {
+    left.store(i64::try_from(bytes).unwrap_or(i64::MAX), Ordering::Relaxed);
+}
+
+/// One user's use over every reader of the pool, as of the last recount (and the admissions
+/// since).
 #[derive(Debug)]
 struct User {
     segments: usize,
     bytes: u64,
-    account: Arc<Account>,
+    /// What the user's accounts may still charge, together.
+    left: Arc<AtomicI64>,
 }
 
-/// A reader's budgets and what it spends of them, per user and in total.
+/// One reader's use per user, `(segments, bytes)`: as of its last recount, with the segments
+/// it admitted since; and its accounts, one per user.
+#[derive(Debug, Default)]
+struct Part {
+    use_: HashMap<u32, (usize, u64)>,
+    accounts: HashMap<u32, Arc<Account>>,
+}
+
+/// Budgets that several readers of one process hold together: the agent follows its own
+/// folder and up to 256 pods' folders, each with a reader of its own, and a user's segments
+/// (or the node's total) count once over all of them, however the user spreads them.
+/// Cloning shares it; [`Pool::budget`] gives a reader its part.
+#[derive(Clone, Debug)]
+pub struct Pool(Arc<Mutex<Shared>>);
+
+/// What the readers of a pool spend together.
 #[derive(Debug)]
-pub struct Budget {
+struct Shared {
     limits: Limits,
+    /// The id the next reader's part gets.
+    next_part: u64,
+    /// Each reader's part.
+    parts: HashMap<u64, Part>,
+    /// The sums over the parts, per user.
     users: HashMap<u32, User>,
     segments: usize,
     bytes: u64,
-    dropped: Dropped,
-    /// Records drained this poll, per user.
-    work: HashMap<u32, usize>,
-    deferred: HashMap<u32, bool>,
 }
 
-impl Budget {
-    pub fn new(limits: Limits) -> Budget {
-        Budget {
+impl Pool {
+    pub fn new(limits: Limits) -> Pool {
+        Pool(Arc::new(Mutex::new(Shared {
             limits,
+            next_part: 0,
+            parts: HashMap::new(),
             users: HashMap::new(),
             segments: 0,
             bytes: 0,
+        })))
+    }
+
+    /// A reader's budget: its admissions and recounts count in this pool.
+    pub fn budget(&self) -> Budget {
+        let (limits, part) = {
+            let mut s = self.lock();
+            let part = s.next_part;
+            s.next_part += 1;
+            s.parts.insert(part, Part::default());
+            (s.limits, part)
+        };
+        Budget {
+            limits,
+            pool: self.clone(),
+            part,
             dropped: Dropped::default(),
             work: HashMap::new(),
             deferred: HashMap::new(),
         }
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    pub fn limits(&self) -> Limits {
+        self.lock().limits
     }
 
-    pub fn dropped(&self) -> Dropped {
-        self.dropped
-    }
-
-    /// Segments followed, as of the last admission or recount: `(total, of uid)`.
+    /// Segments followed over every reader: `(total, of uid)`.
     pub fn segments(&self, uid: u32) -> (usize, usize) {
-        (
-            self.segments,
-            self.users.get(&uid).map_or(0, |u| u.segments),
-        )
+        let s = self.lock();
+        (s.segments, s.users.get(&uid).map_or(0, |u| u.segments))
     }
 
-    /// Estimated heap bytes, as of the last recount: `(total, of uid)`.
+    /// Estimated heap bytes over every reader, as of their last recounts: `(total, of uid)`.
     pub fn bytes(&self, uid: u32) -> (u64, u64) {
-        (self.bytes, self.users.get(&uid).map_or(0, |u| u.bytes))
+        let s = self.lock();
+        (s.bytes, s.users.get(&uid).map_or(0, |u| u.bytes))
     }
 
+    /// The pool's users, with their segments and estimated bytes.
+    pub fn users(&self) -> Vec<(u32, usize, u64)> {
+        let s = self.lock();
+        let mut v: Vec<(u32, usize, u64)> = s
+            .users
+            .iter()
+            .map(|(uid, u)| (*uid, u.segments, u.bytes))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The readers share one thread in the agent; a poisoned lock only means a reader
+    /// panicked mid-update, and the next recount sets every figure again.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Shared {
     /// The share of the total any one user may hold once the total is reached.
     fn fair_segments(&self, uid: u32) -> usize {
         let users = self.users.len() + usize::from(!self.users.contains_key(&uid));
@@ -273,9 +339,7 @@ impl Budget {
         self.limits.bytes_total / users.max(1) as u64
     }
 
-    /// Whether a new segment of `uid` may be followed now. Does not count a refusal (the
-    /// caller counts each file once, with [`Budget::refused`]).
-    pub fn admits(&self, uid: u32) -> bool {
+    fn admits(&self, uid: u32) -> bool {
         let (mine, my_bytes) = self
             .users
             .get(&uid)
@@ -289,18 +353,132 @@ impl Budget {
             && (!over_bytes || my_bytes < self.fair_bytes(uid))
     }
 
-    /// Counts a segment of `uid` as followed (until the next recount), and hands back the
-    /// account its aggregate charges.
-    pub fn admit(&mut self, uid: u32) -> Arc<Account> {
-        let per_user = self.limits.bytes_per_user;
-        let u = self.users.entry(uid).or_insert_with(|| User {
+    /// The user's figures; a newcomer may charge up to their cap, within what is left of
+    /// the total (until the next recount sets their share).
+    fn user(&mut self, uid: u32) -> &mut User {
+        let first =
+            (self.limits.bytes_per_user).min(self.limits.bytes_total.saturating_sub(self.bytes));
+        self.users.entry(uid).or_insert_with(|| User {
             segments: 0,
             bytes: 0,
-            account: Arc::new(Account::new(per_user)),
-        });
+            left: Arc::new(AtomicI64::new(i64::try_from(first).unwrap_or(i64::MAX))),
+        })
+    }
+
+    /// Sums the parts again and sets what each user may still charge: their cap less their
+    /// use, and over the total at most their fair share less their use. A part's use is its
+    /// last recount and what its accounts charged since.
+    fn resum(&mut self) {
+        let mut per: HashMap<u32, (usize, u64)> = HashMap::new();
+        for part in self.parts.values() {
+            for (uid, (n, b)) in &part.use_ {
+                let charged = part
+                    .accounts
+                    .get(uid)
+                    .map_or(0, |a| a.charged.load(Ordering::Relaxed));
+                let e = per.entry(*uid).or_default();
+                e.0 += n;
+                e.1 = e.1.saturating_add(*b).saturating_add(charged);
+            }
+        }
+        // Users with nothing followed anywhere are dropped (their accounts die with their
+        // segments).
+        self.users.retain(|uid, _| per.contains_key(uid));
+        self.segments = per.values().map(|p| p.0).sum();
+        self.bytes = per.values().map(|p| p.1).fold(0, u64::saturating_add);
+        let n = per.len().max(1) as u64;
+        let over = self.bytes >= self.limits.bytes_total;
+        let room = self.limits.bytes_total.saturating_sub(self.bytes);
+        let (per_user, total) = (self.limits.bytes_per_user, self.limits.bytes_total);
+        for (uid, (segments, bytes)) in per {
+            let u = self.user(uid);
+            u.segments = segments;
+            u.bytes = bytes;
+            let cap = if over {
+                per_user.min(total / n)
+            } else {
+                per_user.min(bytes.saturating_add(room))
+            };
+            set_left(&u.left, cap.saturating_sub(bytes));
+        }
+    }
+}
+
+/// One reader's budget: its part of a [`Pool`] (its own, for a reader alone), and what it
+/// dropped and drained itself.
+#[derive(Debug)]
+pub struct Budget {
+    limits: Limits,
+    pool: Pool,
+    /// This reader's part in the pool.
+    part: u64,
+    dropped: Dropped,
+    /// Records drained this poll, per user.
+    work: HashMap<u32, usize>,
+    deferred: HashMap<u32, bool>,
+}
+
+/// A reader let go (a pod's folder closed): its segments no longer count.
+impl Drop for Budget {
+    fn drop(&mut self) {
+        let mut s = self.pool.lock();
+        s.parts.remove(&self.part);
+        s.resum();
+    }
+}
+
+impl Budget {
+    /// A budget of its own, shared with no other reader.
+    pub fn new(limits: Limits) -> Budget {
+        Pool::new(limits).budget()
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn dropped(&self) -> Dropped {
+        self.dropped
+    }
+
+    /// The pool this budget is part of.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Segments followed over the pool, as of the last admission or recount:
+    /// `(total, of uid)`.
+    pub fn segments(&self, uid: u32) -> (usize, usize) {
+        self.pool.segments(uid)
+    }
+
+    /// Estimated heap bytes over the pool, as of the last recount: `(total, of uid)`.
+    pub fn bytes(&self, uid: u32) -> (u64, u64) {
+        self.pool.bytes(uid)
+    }
+
+    /// Whether a new segment of `uid` may be followed now, over every reader of the pool.
+    /// Does not count a refusal (the caller counts each file once, with
+    /// [`Budget::refused`]).
+    pub fn admits(&self, uid: u32) -> bool {
+        self.pool.lock().admits(uid)
+    }
+
+    /// Counts a segment of `uid` as followed (until the next recount), and hands back the
+    /// account its aggregate charges: one per user over the pool.
+    pub fn admit(&mut self, uid: u32) -> Arc<Account> {
+        let mut s = self.pool.lock();
+        s.segments += 1;
+        let u = s.user(uid);
         u.segments += 1;
-        self.segments += 1;
-        Arc::clone(&u.account)
+        let left = Arc::clone(&u.left);
+        let part = s.parts.entry(self.part).or_default();
+        part.use_.entry(uid).or_default().0 += 1;
+        Arc::clone(
+            part.accounts
+                .entry(uid)
+                .or_insert_with(|| Arc::new(Account::over(left))),
+        )
     }
 
     /// Counts a segment not followed for its user's budget.
@@ -318,9 +496,8 @@ impl Budget {
         self.dropped.compacted = self.dropped.compacted.saturating_add(1);
     }
 
-    /// Recounts use from the followed segments, `(uid, estimated heap bytes)` each, and sets
-    /// what each user's account has left: their cap less their use, and over the total at
-    /// most their fair share less their use.
+    /// Recounts this reader's use from its followed segments, `(uid, estimated heap bytes)`
+    /// each, and sets what each user's account has left over the pool (see `Shared::resum`).
     pub fn recount(&mut self, followed: impl IntoIterator<Item = (u32, u64)>) {
         let mut per: HashMap<u32, (usize, u64)> = HashMap::new();
         for (uid, bytes) in followed {
@@ -328,35 +505,25 @@ impl Budget {
             e.0 += 1;
             e.1 = e.1.saturating_add(bytes);
         }
-        for u in self.users.values() {
-            self.dropped.histograms = self
-                .dropped
-                .histograms
-                .saturating_add(u.account.take_refused());
-        }
-        // Users with nothing followed are dropped (their accounts die with their segments).
-        self.users.retain(|uid, _| per.contains_key(uid));
-        self.segments = per.values().map(|p| p.0).sum();
-        self.bytes = per.values().map(|p| p.1).fold(0, u64::saturating_add);
-        let n = per.len().max(1) as u64;
-        let over = self.bytes >= self.limits.bytes_total;
-        for (uid, (segments, bytes)) in per {
-            let per_user = self.limits.bytes_per_user;
-            let u = self.users.entry(uid).or_insert_with(|| User {
-                segments: 0,
-                bytes: 0,
-                account: Arc::new(Account::new(per_user)),
-            });
-            u.segments = segments;
-            u.bytes = bytes;
-            let mut cap = self.limits.bytes_per_user;
-            if over {
-                cap = cap.min(self.limits.bytes_total / n);
-            } else {
-                cap = cap.min(bytes.saturating_add(self.limits.bytes_total - self.bytes));
-            }
-            u.account.set_left(cap.saturating_sub(bytes));
-        }
+        let refused = {
+            let mut s = self.pool.lock();
+            let part = s.parts.entry(self.part).or_default();
+            // What the accounts charged is in the estimates now; accounts of users with no
+            // segment here any more are let go (their segments hold them until forgotten).
+            part.accounts.retain(|uid, _| per.contains_key(uid));
+            let refused = part
+                .accounts
+                .values()
+                .map(|a| {
+                    a.charged.store(0, Ordering::Relaxed);
+                    a.take_refused()
+                })
+                .fold(0, u64::saturating_add);
+            part.use_ = per;
+            s.resum();
+            refused
+        };
+        self.dropped.histograms = self.dropped.histograms.saturating_add(refused);
     }
 
     /// Starts a poll: every user's work budget is whole again.
@@ -479,6 +646,93 @@ mod tests {
         b.recount([(0, 600)]);
         assert_eq!(other.left(), 400);
         assert!(b.admits(1000));
+    }
+
+    #[test]
+    fn readers_of_one_pool_count_a_users_segments_and_bytes_together() {
+        let pool = Pool::new(small());
+        let mut folders: Vec<Budget> = (0..3).map(|_| pool.budget()).collect();
+        // One user spreads segments over three folders: 4 in all, whichever folder.
+        let mut admitted = 0;
+        for i in 0..12 {
+            let b = &mut folders[i % 3];
+            if b.admits(1000) {
+                b.admit(1000);
+                admitted += 1;
+            } else {
+                b.refused();
+            }
+        }
+        assert_eq!(admitted, 4, "the per-user cap holds over the folders");
+        assert_eq!(pool.segments(1000), (4, 4));
+        // Each folder recounts its own part; the sums stay over all of them.
+        folders[0].recount([(1000, 400), (1000, 400)]);
+        folders[1].recount([(1000, 100)]);
+        assert_eq!(
+            pool.bytes(1000),
+            (900, 900),
+            "folder 2 counts its admission only"
+        );
+        assert_eq!(pool.segments(1000), (4, 4));
+        folders[2].recount([(1000, 150)]);
+        assert_eq!(pool.bytes(1000), (1050, 1050));
+        assert_eq!(pool.segments(1000), (4, 4));
+        // Their bytes too: the account is one over the folders, 1000 less 1050 used.
+        let acc = folders[1].admit(1000);
+        assert_eq!(acc.left(), 0);
+        assert!(!acc.charge(1));
+        // Another user gets the rest of the total, whichever folder theirs are in.
+        let root = folders[2].admit(0);
+        folders[2].recount([(1000, 150), (0, 0)]);
+        assert_eq!(root.left(), 1500 - 1050);
+        // What each folder refused is its own, so the sum over folders counts each once.
+        let refused: u64 = folders.iter().map(|b| b.dropped().segments).sum();
+        assert_eq!(refused, 8);
+        // A folder let go (a pod's, closed): its 2 segments and 800 bytes no longer count.
+        assert_eq!(pool.segments(1000), (6, 5));
+        folders.remove(0);
+        assert_eq!(pool.segments(1000), (4, 3));
+        assert_eq!(pool.bytes(1000), (250, 250));
+        assert!(folders[0].admits(1000));
+    }
+
+    #[test]
+    fn what_one_folder_charged_is_not_given_back_by_another_folders_recount() {
+        let pool = Pool::new(small());
+        let (mut a, mut b) = (pool.budget(), pool.budget());
+        let in_a = a.admit(1000);
+        let in_b = b.admit(1000);
+        assert!(in_a.charge(700), "a's segment makes its histograms");
+        // b recounts before a does: a's 700 bytes still count (1000 - 700 left).
+        b.recount([(1000, 0)]);
+        assert_eq!(in_b.left(), 300);
+        assert!(!in_b.charge(301) && in_b.charge(300));
+        // a's recount sees its estimate; b's charge is still counted.
+        a.recount([(1000, 700)]);
+        assert_eq!(in_a.left(), 0);
+        b.recount([(1000, 300)]);
+        assert_eq!((in_a.left(), pool.bytes(1000)), (0, (1000, 1000)));
+        // The refusal is the folder's whose segment was refused.
+        assert_eq!((a.dropped().histograms, b.dropped().histograms), (0, 1));
+    }
+
+    #[test]
+    fn over_the_total_of_a_pool_each_user_keeps_a_fair_share_in_any_folder() {
+        let mut l = small();
+        l.segments_per_user = 100;
+        let pool = Pool::new(l);
+        let mut a = pool.budget();
+        let mut b = pool.budget();
+        for _ in 0..3 {
+            a.admit(1000);
+            b.admit(1000);
+        }
+        // The total (6) is reached by one user over two folders.
+        assert!(!a.admits(1000) && !b.admits(1000));
+        assert!(
+            a.admits(0) && b.admits(0),
+            "a newcomer still gets a fair share"
+        );
     }
 
     #[test]

@@ -66,7 +66,8 @@ pub struct SessionOptions {
     pub reclaim: Option<Policy>,
     /// Bound what the session spends on segments (`Follower::with_budget`): long-lived
     /// readers of every user's segments (the agent, the monitor).
-    pub budget: Option<crate::limits::Limits>,
+    /// Readers of one pool count their segments together (`Follower::with_pool`).
+    pub budget: Option<crate::limits::Pool>,
 }
 
 impl SessionOptions {
@@ -132,7 +133,13 @@ impl SessionOptions {
     }
 
     pub fn budget(mut self, limits: crate::limits::Limits) -> SessionOptions {
-        self.budget = Some(limits);
+        self.budget = Some(crate::limits::Pool::new(limits));
+        self
+    }
+
+    /// Like `budget`, shared with the other sessions of `pool` (the agent's folders).
+    pub fn shared_budget(mut self, pool: &crate::limits::Pool) -> SessionOptions {
+        self.budget = Some(pool.clone());
         self
     }
 
@@ -262,8 +269,8 @@ impl<S> ReaderSession<S> {
         if opts.leases {
             follower = follower.with_leases();
         }
-        if let Some(limits) = opts.budget {
-            follower = follower.with_budget(limits);
+        if let Some(pool) = &opts.budget {
+            follower = follower.with_pool(pool);
         }
         let mut s = ReaderSession {
             follower,
