@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use syncspy_abi::modules::Module;
-use syncspy_abi::{Kind, Record};
+use syncspy_abi::{Kind, ProcState, Record};
 use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::alike::SiteLook;
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
@@ -124,6 +124,8 @@ struct Extra {
     gaps: LogHist,
     /// When this monitor saw the process end (for dropping the oldest ended ones).
     ended_seen: Option<u64>,
+    /// When the process ended (its segment's end, else when it was seen gone).
+    ended_at: Option<u64>,
 }
 
 impl Extra {
@@ -137,11 +139,12 @@ impl Extra {
             busy: BusyHistory::new(window_secs),
             gaps: LogHist::default(),
             ended_seen: None,
+            ended_at: None,
         }
     }
 
     fn add(&mut self, r: &Record, now_s: u64) {
-        self.window.add(r, now_s);
+        self.window.add(r, self.window_now(now_s));
         if let Some(i) = kind_index(r.kind) {
             self.cum[i].record(r.duration_ns);
         } else if r.kind == Kind::GpuIdle {
@@ -149,13 +152,29 @@ impl Extra {
         }
     }
 
-    /// After a poll of `f`: notes its end and samples its rates.
+    /// The second the window ends at: now while the process runs, the second it ended
+    /// once it has (its last N seconds stay on screen instead of sliding away).
+    fn window_now(&self, now_s: u64) -> u64 {
+        self.ended_at
+            .map_or(now_s, |e| (e / 1_000_000_000).min(now_s))
+    }
+
+    /// After a poll of `f`: notes its end and samples its rates, until the poll after it
+    /// ended (its final counters): from then on its figures stay as they were.
     fn polled(f: &mut Followed<Extra>, now_ns: u64) {
+        if f.state.ended_seen.is_some() {
+            return;
+        }
         // Host stalls only: GPU idle gaps are records too, but not the host's waits.
         let (ended, events, stall) = (f.ended(), f.agg.live.stall_events(), f.agg.stall_ns());
+        let end_ns = match f.agg.live.state {
+            ProcState::Exited(_) if f.agg.live.ended_ns != 0 => f.agg.live.ended_ns,
+            _ => f.agg.gone_ns.unwrap_or(now_ns),
+        };
         let x = &mut f.state;
-        if ended && x.ended_seen.is_none() {
+        if ended {
             x.ended_seen = Some(now_ns);
+            x.ended_at = Some(end_ns.min(now_ns));
         }
         x.rates.sample(now_ns, events, stall);
         // The GPU's active time (first work to last), the reader's one definition: set-up
@@ -172,9 +191,14 @@ impl Extra {
         }
     }
 
-    /// The share of its active time the GPU ran nothing: over the last seconds when the
-    /// tracer accounted time in them, else over the whole run; `None` while not measured.
+    /// The share of its active time the GPU ran nothing: while the process runs, over the
+    /// last seconds when the tracer accounted time in them, else over the whole run; once it
+    /// has ended, over its whole run (the final figure, as its report has it); `None` while
+    /// not measured.
     fn gpu_idle_share(&self, a: &ProcessAgg) -> Option<f64> {
+        if self.ended_seen.is_some() {
+            return idle_share(None, None, a.live.gpu_active());
+        }
         idle_share(
             self.gpu_samples.front(),
             self.gpu_samples.back(),
@@ -383,7 +407,8 @@ fn reader(
 
 /// The monitor's view of one followed process; asks `sym` for the stacks it lacks.
 fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
-    let now_s = now_ns / 1_000_000_000;
+    // An ended process's window and GPU seconds end where it ended.
+    let now_s = f.state.window_now(now_ns / 1_000_000_000);
     let merged = f.state.window.merged(now_s);
     let t = &f.state;
     let a = &f.agg;

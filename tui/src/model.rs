@@ -94,8 +94,8 @@ pub struct Proc {
     /// Seconds of host stall per second of wall time, same period (more than 1 when several
     /// threads wait at once).
     pub stall_per_s: Option<f64>,
-    /// Share of its active time (first work to last) the GPU ran nothing, recently; `None`
-    /// while not measured.
+    /// Share of its active time (first work to last) the GPU ran nothing, recently (once it
+    /// has ended, over its whole run); `None` while not measured.
     pub gpu_idle_share: Option<f64>,
     /// Events the library could not write (ring full).
     pub dropped: u64,

@@ -131,6 +131,27 @@ impl App {
         }
     }
 
+    /// The period of the shown process's panes: the header's, but "its last N s" for an
+    /// ended process, whose window stopped where it ended.
+    fn proc_scope_label(&self) -> String {
+        match self.current() {
+            Some(p) if p.state.ended() && self.showing_recent() => {
+                format!("its last {}s", self.snapshot.window_secs)
+            }
+            _ => self.scope_label(),
+        }
+    }
+
+    /// When the process shown has ended: that its figures are its final ones and stay (the
+    /// panes' titles and the GPU line say which period each covers).
+    fn ended_notice(&self) -> Option<Line<'_>> {
+        let p = self.current().filter(|p| p.state.ended())?;
+        Some(Line::from(vec![
+            Span::styled(format!("pid {} {}", p.shown_pid(), p.state.label()), bold()),
+            Span::raw(": its final figures stay until q quits or d dismisses it"),
+        ]))
+    }
+
     fn header(&self) -> Line<'_> {
         let procs = self.processes();
         let running = procs.iter().filter(|p| !p.state.ended()).count();
@@ -325,7 +346,7 @@ impl App {
             Some(p) => format!(
                 " Stall histograms: pid {} [{}] ",
                 p.shown_pid(),
-                self.scope_label()
+                self.proc_scope_label()
             ),
             None => " Stall histograms ".into(),
         };
@@ -397,7 +418,15 @@ impl App {
         let label = Span::styled("GPU idle: ", bold());
         let shown = self.current().map(|p| p.key());
         let requested = self.gpu_trace.is_some() && self.gpu_trace == shown;
+        let ended = self.current().is_some_and(|p| p.state.ended());
         let mut line = match self.current().and_then(|p| p.gpu_idle_share) {
+            Some(s) if ended => Line::from(vec![
+                label,
+                Span::raw(format!(
+                    "{} of its active time (its whole run: it has ended)",
+                    percent(s)
+                )),
+            ]),
             Some(s) => Line::from(vec![
                 label,
                 Span::raw(format!(
@@ -569,7 +598,7 @@ impl App {
         let mut title = format!(
             " Top call sites by {} [{}]",
             self.site_sort.label(),
-            self.scope_label()
+            self.proc_scope_label()
         );
         if let Some(k) = self.kind_filter {
             title.push_str(&format!(" kind={}", k.name()));
@@ -837,7 +866,9 @@ impl App {
              exact (library counters); percentiles come from the records this monitor read. \
              GPU IDLE: the share of its active time (from its first work to its last: not the \
              program's set-up or teardown) the GPU ran nothing, over the last seconds (from GPU \
-             activity records, which trail by about a second); 'n/m' when not measured.",
+             activity records, which trail by about a second); 'n/m' when not measured. An \
+             ended process keeps its final figures: its last N seconds, and GPU IDLE over its \
+             whole run.",
         ));
         Paragraph::new(lines)
             .wrap(Wrap { trim: true })
@@ -1071,13 +1102,15 @@ impl Widget for &App {
             None => 1,
         };
         let problem = self.snapshot.problems.last();
+        let notice = self.ended_notice();
+        let notes = u16::from(problem.is_some()) + u16::from(notice.is_some());
         let proc_h = (nprocs.max(1) + 3).min(if area.height >= 30 { 10 } else { 6 });
         // The GPU pane, when open, takes the GPU line's place and as many rows as it needs,
         // leaving the sites at least four.
         let gpu_h = if self.gpu_pane {
             let left = area
                 .height
-                .saturating_sub(1 + proc_h + nkinds + 3 + 4 + 1 + u16::from(problem.is_some()));
+                .saturating_sub(1 + proc_h + nkinds + 3 + 4 + 1 + notes);
             self.gpu_pane_height().min(left).max(1)
         } else {
             1
@@ -1088,10 +1121,15 @@ impl Widget for &App {
             Constraint::Length(nkinds + 3),
             Constraint::Length(gpu_h),
             Constraint::Min(4),
-            Constraint::Length(u16::from(problem.is_some())),
+            Constraint::Length(notes),
             Constraint::Length(1),
         ])
         .areas(area);
+        let [notice_row, prob] = Layout::vertical([
+            Constraint::Length(notes - u16::from(problem.is_some())),
+            Constraint::Min(0),
+        ])
+        .areas(prob);
         Paragraph::new(self.header()).render(head, buf);
         self.render_processes(procs, buf);
         self.render_histograms(hist, buf, all_kinds);
@@ -1101,6 +1139,9 @@ impl Widget for &App {
             Paragraph::new(self.gpu_line()).render(gpu, buf);
         }
         self.render_sites(sites, buf);
+        if let Some(n) = notice {
+            Paragraph::new(n).render(notice_row, buf);
+        }
         if let Some(p) = problem {
             let more = self.snapshot.problems.len() - 1;
             let text = if more > 0 {

@@ -983,3 +983,48 @@ fn processes_of_other_pid_namespaces_show_their_pid_on_the_node() {
     assert!(line_with(&text, "train.py").contains("1276"), "{text}");
     assert!(line_with(&text, "loader").contains("1297"), "{text}");
 }
+
+#[test]
+fn an_ended_process_says_its_figures_are_final_and_stay() {
+    // The run under `syncspy run --tui` or `syncspy demo --tui` has ended: its screen stays.
+    let mut done = trainer();
+    done.state = State::Exited(0);
+    done.events_per_s = None;
+    done.stall_per_s = None;
+    done.gpu_idle_share = Some(0.394);
+    let mut s = snapshot();
+    s.processes = vec![done];
+    s.problems.push("a problem still shows".into());
+    let app = app_with(s);
+    let out = screen(&app, 100, 30);
+    let notice = line_with(&out, "pid 614 exited 0:");
+    assert!(
+        notice.contains("its final figures stay until q quits or d dismisses it"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Stall histograms: pid 614 [its last 10s]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Top call sites by total [its last 10s]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("GPU idle: 39.4% of its active time (its whole run: it has ended)"),
+        "{out}"
+    );
+    assert!(out.contains("! a problem still shows"), "{out}");
+    // Its last seconds' waits are still listed.
+    assert!(line_with(&out, "train.cc:42").contains("stream"), "{out}");
+
+    // A running process has none of it.
+    let app = app_with(snapshot());
+    let out = screen(&app, 100, 30);
+    assert!(!out.contains("final figures"), "{out}");
+    assert!(
+        out.contains("[last 10s]") && !out.contains("its last"),
+        "{out}"
+    );
+    assert!(!out.contains("its whole run"), "{out}");
+}
