@@ -18,7 +18,6 @@ pub mod budget;
 pub mod check;
 pub mod compare;
 pub mod demo;
-pub mod in_root;
 pub mod junit;
 pub mod markdown;
 pub mod present;

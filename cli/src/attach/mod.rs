@@ -112,9 +112,11 @@ fn ns_inode(p: &str) -> Option<u64> {
     std::fs::metadata(p).ok().map(|m| m.ino())
 }
 
-/// `path` of process `pid`'s file system, opened inside its root (`crate::in_root`).
+/// `path` of process `pid`'s file system, opened inside its root (the reader's
+/// `in_root`, shared with the agent's pod discovery and the symbolizer): the one way attach
+/// reaches into a container.
 fn open_in_root(pid: i32, path: &Path, dir: bool) -> std::io::Result<std::os::fd::OwnedFd> {
-    crate::in_root::open_in_root(pid as u32, path, dir)
+    syncspy_read::in_root::open_in_root(pid as u32, path, dir)
 }
 
 /// Where the control file and the segment are, as the target sees them (`*_in`) and as
