@@ -3,7 +3,8 @@
 //! report names the runtime functions it called, at its lines, with exact counts, whether or
 //! not driver functions are wrapped (`SYNCSPY_DRIVER`). Before the library's `dlsym` handed
 //! out its runtime hooks, these calls were seen only as the driver calls the runtime makes
-//! (`cuMemcpyDtoH`, `cuStreamSynchronize`). Needs `python3` on PATH.
+//! (`cuMemcpyDtoH`, `cuStreamSynchronize`). Needs `python3` on PATH. The loading is the
+//! program's own (ctypes' dlopen and dlsym, what is tested), not this test's: no libloading.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::Value;

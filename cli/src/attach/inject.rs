@@ -18,6 +18,9 @@
 //!   pending and are delivered when it resumes; other threads take process-wide ones.
 //! - The thread runs `dlopen` under this tracer thread; a tracer thread that ends (timeout,
 //!   panic, kill) detaches the kernel way, which resumes the thread.
+//!
+//! Not libloading: that loads into this process; here `dlopen` runs in the target, found by
+//! its address in the target's C library (its ELF symbols, read with `object`).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
