@@ -873,14 +873,26 @@ fn a_segment_of_another_users_process_with_the_runs_session_is_not_counted() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The session, as root sees it in the command's environment.
+    // The session, as root sees it in the command's environment: once the child has run
+    // exec (between fork and exec, its environment is still syncspy's own).
     let child = child_of(check.id());
-    let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap();
-    let session: u64 = environ
-        .split(|b| *b == 0)
-        .find_map(|v| v.strip_prefix(b"SYNCSPY_SESSION="))
-        .map(|v| text(v).parse().unwrap())
-        .expect("no SYNCSPY_SESSION in the command's environment");
+    let session_of = || {
+        let environ = std::fs::read(format!("/proc/{child}/environ")).unwrap_or_default();
+        environ
+            .split(|b| *b == 0)
+            .find_map(|v| v.strip_prefix(b"SYNCSPY_SESSION="))
+            .map(|v| text(v).parse::<u64>().unwrap())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let session = loop {
+        match session_of() {
+            Some(s) => break s,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            None => panic!("no SYNCSPY_SESSION in the command's environment within 10 s"),
+        }
+    };
     // Nothing another user can list names it.
     for e in std::fs::read_dir(&tmp).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
