@@ -151,8 +151,8 @@ pub fn check(opts: &CheckOptions) -> Result<CheckOutcome, CheckError> {
         }
     }
     if let Some(r) = &opts.report {
-        if let Err(e) = report::write(&report, r) {
-            failed.push(format!("cannot write the report to {}: {e}", r.display()));
+        if let Err(m) = crate::recording::write_report(&report, r) {
+            failed.push(m);
         }
     }
     if !failed.is_empty() {

@@ -5,6 +5,8 @@
 //!
 //! - [`summary`]: the text summary printed when a run ends and by `syncspy report`.
 //! - [`run`]: `syncspy run`, start a command under the library and report on it.
+//! - [`recording`]: what `run` (and so `check`) and `attach` share: the reading of a
+//!   recording and its end (final drain, report, files).
 //! - [`attach`]: `syncspy attach PID` / `syncspy detach PID`, record a running process.
 //! - [`budget`]: budget files, their evaluation against a report, and the verdict's text.
 //! - [`junit`]: the verdict as JUnit XML.
@@ -21,6 +23,7 @@ pub mod demo;
 pub mod junit;
 pub mod markdown;
 pub mod present;
+pub mod recording;
 pub mod run;
 pub mod signals;
 pub mod summary;

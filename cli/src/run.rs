@@ -13,13 +13,12 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::recording::{self, Recording};
 use crate::signals::Forwarder;
 use crate::summary;
 use crate::trace::TraceSink;
-use syncspy_read::monotonic_ns;
-use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::report::{Report, RunInfo};
 use syncspy_read::session::{ReaderSession, Removal, SessionOptions};
-use syncspy_read::symbolize::Symbolizer;
 use syncspy_read::warning::Warning;
 
 /// Exit code of a setup error (library not found, segment folder unusable, report not
@@ -482,8 +481,8 @@ struct Prepared {
     tui: Option<(PathBuf, PathBuf)>,
     /// The log, open, until the command has it.
     log_file: Option<std::fs::File>,
-    /// This run's reader session, registered before the command starts.
-    reader: ReaderSession,
+    /// This run's recording, its reader registered before the command starts.
+    recording: Recording,
 }
 
 /// Checks the command, finds the libraries and the segment folder, checks the output paths,
@@ -515,7 +514,7 @@ fn prepare(opts: &RunOptions) -> Result<Prepared, RunError> {
     // Another user's segment counts only when its process is one this run started. Ended
     // segments are removed at the end, or handed over to a reader that still wants them (an
     // agent); then what nobody reads any more is reclaimed (this run's kept ones aside).
-    let mut reader: ReaderSession = ReaderSession::new(
+    let reader: ReaderSession = ReaderSession::new(
         SessionOptions::new(&seg_dir)
             .session(Some(session))
             .tree(std::process::id())
@@ -527,9 +526,11 @@ fn prepare(opts: &RunOptions) -> Result<Prepared, RunError> {
             })
             .reclaim(Some(syncspy_abi::lifecycle::Policy::from_env())),
     );
-    for p in reader.take_problems() {
-        eprintln!("syncspy: warning: {p}");
-    }
+    let trace = opts
+        .trace
+        .as_ref()
+        .map(|_| TraceSink::new(opts.trace_limit));
+    let recording = Recording::new(reader, trace);
     let sim_dir = if opts.sim {
         let sim_lib = find_library(
             SIM_LIB_NAME,
@@ -568,7 +569,7 @@ fn prepare(opts: &RunOptions) -> Result<Prepared, RunError> {
         sim_dir,
         tui,
         log_file,
-        reader,
+        recording,
     })
 }
 
@@ -727,13 +728,8 @@ impl Notes {
 
 /// One round of reading: new segments, their problems said, the records drained (into the
 /// trace, when one is written).
-fn read_step(reader: &mut ReaderSession, trace: &mut Option<TraceSink>, notes: &mut Notes) {
-    let problems = reader.step(|key, _, r| {
-        if let Some(t) = trace.as_mut() {
-            t.push(key, *r);
-        }
-    });
-    for p in problems {
+fn read_step(recording: &mut Recording, notes: &mut Notes) {
+    for p in recording.step() {
         notes.say(format!("syncspy: warning: {p}"));
     }
 }
@@ -742,13 +738,12 @@ fn read_step(reader: &mut ReaderSession, trace: &mut Option<TraceSink>, notes: &
 /// it. Returns the command's exit status and when it ended.
 fn follow_until_end(
     opts: &RunOptions,
-    reader: &mut ReaderSession,
-    trace: &mut Option<TraceSink>,
+    recording: &mut Recording,
     notes: &mut Notes,
     st: &mut Started,
 ) -> (io::Result<ExitStatus>, Instant) {
     let ended = loop {
-        read_step(reader, trace, notes);
+        read_step(recording, notes);
         match st.exited.recv_timeout(opts.poll_interval) {
             Ok(x) => break x,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -763,7 +758,7 @@ fn follow_until_end(
     // The command ended; the monitor shows it as exited until the user quits it.
     if let Some(m) = &mut st.monitor {
         let status = loop {
-            read_step(reader, trace, notes);
+            read_step(recording, notes);
             match m.try_wait() {
                 Ok(Some(s)) => break Ok(s),
                 Ok(None) => std::thread::sleep(opts.poll_interval),
@@ -787,11 +782,10 @@ fn finish_run(
     prep: Prepared,
     st: Started,
     (status, ended): (io::Result<ExitStatus>, Instant),
-    mut trace: Option<TraceSink>,
     mut notes: Notes,
 ) -> Result<RunOutcome, RunError> {
     let Prepared {
-        mut reader,
+        recording,
         failed_dir,
         sim_dir,
         tui,
@@ -807,19 +801,9 @@ fn finish_run(
             EXIT_SETUP
         }
     };
-    let done = reader.finish(|key, _, r| {
-        if let Some(t) = trace.as_mut() {
-            t.push(key, *r);
-        }
-    });
+    // What was held while the monitor owned the screen, before the final drain's problems.
     notes.flush();
-    for p in &done.problems {
-        eprintln!("syncspy: warning: {p}");
-    }
-    if let Some((_, log)) = &tui {
-        eprintln!("syncspy: the command's output is in {}", log.display());
-    }
-    let run_info = RunInfo {
+    let mut rec = recording.finish(&RunInfo {
         command: opts
             .command
             .iter()
@@ -827,74 +811,69 @@ fn finish_run(
             .collect(),
         exit_code,
         wall_ns: u64::try_from((ended - st.started).as_nanos()).unwrap_or(u64::MAX),
-    };
-    let mut sym = Symbolizer::new();
-    let mut report = report::build(
-        &run_info,
-        reader.processes(),
-        reader.segment_problems(),
-        &mut sym,
-        monotonic_ns(),
-    );
+    });
+    if let Some((_, log)) = &tui {
+        eprintln!("syncspy: the command's output is in {}", log.display());
+    }
     let unrecorded = read_failures(&failed_dir.0);
     drop(failed_dir);
     if let Some(m) = unrecorded_message(&unrecorded) {
-        report.warnings.push(m);
+        rec.report.warnings.push(m);
     }
-    if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
+    if let (Some(path), Some(sink)) = (&opts.trace, rec.trace()) {
         if sink.cut() > 0 {
-            report
-                .warnings
-                .push(syncspy_read::warning::Warning::TraceCut {
-                    path: path.display().to_string(),
-                    kept: sink.events().len() as u64,
-                    seen: sink.seen(),
-                });
+            let cut = Warning::TraceCut {
+                path: path.display().to_string(),
+                kept: sink.events().len() as u64,
+                seen: sink.seen(),
+            };
+            rec.report.warnings.push(cut);
         }
     }
     drop(sim_dir);
     if opts.print_summary {
-        eprint!("{}", summary::render(&report));
+        eprint!("{}", summary::render(&rec.report));
     } else if let Some(m) = unrecorded_message(&unrecorded) {
         eprintln!("syncspy: warning: {m}");
     }
-    if let Some(path) = &opts.report {
-        report::write(&report, path).map_err(|e| {
-            RunError::Report(format!(
-                "cannot write the report to {}: {e} (the command exited with {exit_code})",
-                path.display()
-            ))
-        })?;
-    }
-    if let (Some(path), Some(sink)) = (&opts.trace, &trace) {
-        crate::trace::write(path, sink, reader.processes(), &report.command, &mut sym).map_err(
-            |e| {
-                RunError::Report(format!(
-                    "cannot write the trace to {}: {e} (the command exited with {exit_code})",
-                    path.display()
-                ))
-            },
-        )?;
-        if opts.print_summary {
-            eprintln!(
-                "syncspy: trace: {} written to {}{}",
-                syncspy_read::plural::count(sink.events().len(), "event", "events"),
-                path.display(),
-                if sink.cut() > 0 {
-                    format!(" (cut: {} more not kept)", sink.cut())
-                } else {
-                    String::new()
-                }
-            );
-        }
-    }
+    write_files(opts, &mut rec, exit_code)?;
     Ok(RunOutcome {
         exit_code,
-        report,
-        removed_segments: done.removed,
+        report: rec.report,
+        removed_segments: rec.removed,
         stdout,
         unrecorded,
     })
+}
+
+/// The report and the trace, where asked for; an error says the command's exit code too.
+fn write_files(
+    opts: &RunOptions,
+    rec: &mut recording::Recorded,
+    exit_code: i32,
+) -> Result<(), RunError> {
+    let failed = |m: String| RunError::Report(format!("{m} (the command exited with {exit_code})"));
+    if let Some(path) = &opts.report {
+        recording::write_report(&rec.report, path).map_err(failed)?;
+    }
+    let Some(path) = &opts.trace else {
+        return Ok(());
+    };
+    rec.write_trace(path)
+        .map_err(|e| failed(format!("cannot write the trace to {}: {e}", path.display())))?;
+    if let (true, Some(sink)) = (opts.print_summary, rec.trace()) {
+        eprintln!(
+            "syncspy: trace: {} written to {}{}",
+            syncspy_read::plural::count(sink.events().len(), "event", "events"),
+            path.display(),
+            if sink.cut() > 0 {
+                format!(" (cut: {} more not kept)", sink.cut())
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Runs the command to its end and reports. Prints segment problems as they appear and,
@@ -906,12 +885,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         defer: st.monitor.is_some(),
         held: Vec::new(),
     };
-    let mut trace = opts
-        .trace
-        .as_ref()
-        .map(|_| TraceSink::new(opts.trace_limit));
-    let ended = follow_until_end(opts, &mut prep.reader, &mut trace, &mut notes, &mut st);
-    finish_run(opts, prep, st, ended, trace, notes)
+    let ended = follow_until_end(opts, &mut prep.recording, &mut notes, &mut st);
+    finish_run(opts, prep, st, ended, notes)
 }
 
 #[cfg(test)]

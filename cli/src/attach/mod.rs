@@ -12,19 +12,18 @@ pub mod folder;
 pub mod inject;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use syncspy_read::follow::Followed;
-use syncspy_read::monotonic_ns;
-use syncspy_read::report::{self, Report, RunInfo};
+use syncspy_read::report::{Report, RunInfo};
 use syncspy_read::session::{ReaderSession, Removal, SessionOptions, SessionProblem};
-use syncspy_read::symbolize::Symbolizer;
 
+use crate::recording::{self, Recording};
 use crate::run::{
     check_output_path, find_library, library_dirs, new_session, segment_dir, RunError, DIR_ENV,
     LIB_ENV, LIB_NAME, SIM_LIB_NAME, TOP_NAME,
 };
+use crate::signals::StopFlag;
 use crate::summary;
 
 /// How long the library keeps recording without hearing from the attacher.
@@ -72,19 +71,6 @@ pub struct AttachOutcome {
     pub coverage: Vec<String>,
     /// False when the process ended while attached.
     pub detached: bool,
-}
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-fn install_stop_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: `on_stop` only stores to an atomic, which is async-signal-safe.
-        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
-    }
 }
 
 fn setup(m: impl Into<String>) -> RunError {
@@ -519,7 +505,8 @@ use folder::user_label;
 
 /// `syncspy attach PID`.
 pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
-    install_stop_handlers();
+    let stop =
+        StopFlag::install().map_err(|e| setup(format!("cannot install signal handlers: {e}")))?;
     let t = target(opts.pid)?;
     let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
     if let Some(r) = &opts.report {
@@ -575,15 +562,15 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // This attach's reader, registered for its session before the library can make a
     // segment and leasing each one it follows, so that no reclaimer (the library's, an
     // agent's) removes an ended segment (a child that exited) before it is drained.
-    let mut reader: ReaderSession = ReaderSession::new(
-        SessionOptions::new(&places.seg_out)
-            .session(Some(session))
-            .claiming()
-            .removal(Removal::All),
+    let mut recording = Recording::new(
+        ReaderSession::new(
+            SessionOptions::new(&places.seg_out)
+                .session(Some(session))
+                .claiming()
+                .removal(Removal::All),
+        ),
+        None,
     );
-    for p in reader.take_problems() {
-        eprintln!("syncspy: warning: {p}");
-    }
     let control_file = write_control(
         &places.dir,
         &places.control_name,
@@ -691,11 +678,11 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     let mut last_touch = Instant::now();
     let mut gone = false;
     loop {
-        say(&mut status, reader.step(|_, _, _| {}));
+        say(&mut status, recording.step());
         if let Some(s) = &mut status {
-            s.show(reader.processes(), started.elapsed());
+            s.show(recording.processes(), started.elapsed());
         }
-        if STOP.load(Ordering::Relaxed) {
+        if stop.is_set() {
             break;
         }
         if let Some(m) = &mut monitor {
@@ -757,21 +744,13 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     let _ = std::fs::remove_file(&report_out);
     // The final drain, then this attach's segments removed (read; the process keeps its
     // mapping), then the registration dropped.
-    let done = reader.finish(|_, _, _| {});
-    say(&mut None, done.problems);
-    let run_info = RunInfo {
-        command: t.cmdline.clone(),
-        exit_code: 0,
-        wall_ns: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-    };
-    let mut sym = Symbolizer::new();
-    let mut report = report::build(
-        &run_info,
-        reader.processes(),
-        reader.segment_problems(),
-        &mut sym,
-        monotonic_ns(),
-    );
+    let mut report = recording
+        .finish(&RunInfo {
+            command: t.cmdline.clone(),
+            exit_code: 0,
+            wall_ns: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        })
+        .report;
     report.attached_pid = Some(t.pid as u32);
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
         report
@@ -801,12 +780,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         eprint!("{rest}");
     }
     if let Some(path) = &opts.report {
-        report::write(&report, path).map_err(|e| {
-            RunError::Report(format!(
-                "cannot write the report to {}: {e}",
-                path.display()
-            ))
-        })?;
+        recording::write_report(&report, path).map_err(RunError::Report)?;
     }
     Ok(AttachOutcome {
         report,
