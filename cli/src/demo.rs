@@ -11,34 +11,37 @@ use std::path::{Path, PathBuf};
 
 use crate::run::{self, RunOptions, EXIT_SETUP};
 use crate::summary;
+use syncspy_read::plural;
 use syncspy_read::report::Report;
 
 /// The scenario manifest, as built into syncspy.
 pub use syncspy_manifest::BUNDLED as MANIFEST;
 use syncspy_manifest::{Manifest, Pair};
 
-/// How much slower the simulated GPU runs at least under `demo --tui`, so each scenario is
-/// live on the monitor for a while instead of ending before it draws.
-pub const TUI_SLOWDOWN: f64 = 20.0;
-/// How long a watched run's timed loop should last under `demo --tui` on the simulator: a
-/// loop that is short at full speed is slowed down more than [`TUI_SLOWDOWN`].
-pub const TUI_WATCH_SECS: f64 = 3.0;
-/// The most a watched run is slowed down (a loop of a few steps stays short).
-pub const TUI_MAX_SLOWDOWN: f64 = 2000.0;
+/// How long a watched run's timed loop lasts under `demo --tui`: long enough to read it
+/// live, at the speed of the run it is timed from, so that its figures are the table's.
+pub const TUI_WATCH_SECS: f64 = 6.0;
+/// The most a watched run is lengthened: its steps are at most this many times the timed
+/// run's (a loop of microseconds is not run for ever).
+pub const TUI_MAX_STEPS_FACTOR: u64 = 1000;
 
-/// How much to slow the simulated GPU down for watching a run measured at full speed `m`:
-/// enough for the GPU's share of its timed loop (the part that slows down; the host's own
-/// work runs at its speed) to last about [`TUI_WATCH_SECS`], at least [`TUI_SLOWDOWN`], at
-/// most [`TUI_MAX_SLOWDOWN`]. Without a GPU busy share the whole loop counts.
-pub fn watch_slowdown(m: &Measured) -> f64 {
-    let gpu_ns = m
-        .loop_ns
-        .map(|l| l as f64 * m.gpu_busy.unwrap_or(1.0).clamp(0.01, 1.0));
-    match gpu_ns.filter(|&g| g > 0.0) {
-        Some(g) => (TUI_WATCH_SECS * 1e9 / g).clamp(TUI_SLOWDOWN, TUI_MAX_SLOWDOWN),
-        None => TUI_SLOWDOWN,
-    }
+/// The steps a watched run is given after run `m` of the scenario's own steps: enough for its
+/// timed loop to last about [`TUI_WATCH_SECS`] at the same speed, at least `m`'s steps, at
+/// most [`TUI_MAX_STEPS_FACTOR`] times them; `None` without `m`'s steps and loop time.
+///
+/// Watched runs used to slow the simulated GPU down instead: the host's own work kept its
+/// speed, so a run that stalls a third of the time became GPU-bound on the monitor (GPU idle
+/// under 1% where the table said 40%).
+pub fn watch_iters(m: &Measured) -> Option<u64> {
+    let iters = m.iters.filter(|&i| i > 0)?;
+    let loop_ns = m.loop_ns.filter(|&l| l > 0)?;
+    let per_step_ns = loop_ns as f64 / iters as f64;
+    let want = (TUI_WATCH_SECS * 1e9 / per_step_ns).ceil() as u64;
+    Some(want.clamp(iters, iters.saturating_mul(TUI_MAX_STEPS_FACTOR)))
 }
+
+/// The library's GPU tracing mode, which the demo sets to `on` where the user left it unset.
+pub const GPU_IDLE_ENV: &str = "SYNCSPY_GPU_IDLE";
 
 /// The environment variable the simulated runtime reads its time scale from.
 pub const SIM_TIME_SCALE_ENV: &str = "SIMCUDA_TIME_SCALE";
@@ -68,7 +71,7 @@ pub fn gpu_present() -> bool {
 /// The stall kind of set-up and teardown allocations (cudaMallocHost, cudaFree, ...),
 /// left out of the table: it is no part of the timed loop.
 pub const SETUP_KIND: &str = "implicit_sync";
-/// The GPU's idle gaps: not a host wait (the GPU busy column shows them).
+/// The GPU's idle gaps: not a host wait (the GPU idle column shows them).
 pub const GPU_IDLE_KIND: &str = "gpu_idle";
 
 /// One run's numbers for the table: the timed loop from the scenario's own ground-truth
@@ -84,8 +87,9 @@ pub struct Measured {
     /// Their host time.
     pub stall_ns: u64,
     pub exit_code: i32,
-    /// The GPU's busy share over the run, when syncspy measured it.
-    pub gpu_busy: Option<f64>,
+    /// The share of the GPU's active time (first work to last) it ran nothing, when syncspy
+    /// measured it: the figure the summary and the monitor's GPU IDLE show.
+    pub gpu_idle: Option<f64>,
 }
 
 impl Measured {
@@ -117,12 +121,13 @@ impl Measured {
             stalls,
             stall_ns,
             exit_code: r.exit_code,
-            // The busiest device of the busiest process: the scenarios use one of each.
-            gpu_busy: r
+            // The scenarios are one process each; were there several, the one whose GPU
+            // idled least (the process that did the work).
+            gpu_idle: r
                 .processes
                 .iter()
-                .filter_map(|p| p.gpu.busy_fraction)
-                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b)))),
+                .filter_map(|p| p.gpu.idle_share_shown())
+                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.min(b)))),
         }
     }
 
@@ -143,27 +148,26 @@ impl Measured {
 }
 
 /// The final table: per pair a title line, then the stalling and the healthy run with the
-/// timed loop's steps per second, waits per step and the GPU's busy share, the healthy row
+/// timed loop's steps per second, waits per step and the GPU's idle share, the healthy row
 /// with the speed-up. No stall share: a healthy loop's one final wait covers the whole queue,
 /// so its share of the loop says nothing about the pattern.
 ///
-/// `slowed`: the runs shown in the monitor were slowed down, and the table holds the same
-/// runs at full speed (it says so).
+/// `watched`: the runs are those shown in the monitor (it says so).
 pub fn render_table(
     pairs: &[Pair<'_>],
     measured: &[(Option<Measured>, Option<Measured>)],
-    slowed: bool,
+    watched: bool,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "syncspy demo: the same work, the stalling way and the healthy way"
     );
-    if slowed {
+    if watched {
         let _ = writeln!(
             out,
-            "  (each scenario run again at full simulated speed: the runs shown in the monitor \
-             were slowed down for watching, which changes their numbers)"
+            "  (the runs shown in the monitor: each figure is the one it showed when the run \
+             ended; GPU idle is its GPU IDLE)"
         );
     }
     let row = |run: &str, way: &str, steps: &str, waits: &str, gpu: &str, sp: &str| {
@@ -178,14 +182,18 @@ pub fn render_table(
             "way",
             "steps/s",
             "waits/step",
-            "GPU busy",
+            "GPU idle",
             "speed-up"
         )
     );
     for (p, (s, h)) in pairs.iter().zip(measured) {
         let _ = writeln!(out, "{}", p.title);
-        let speedup = match (s.and_then(|m| m.loop_ns), h.and_then(|m| m.loop_ns)) {
-            (Some(s), Some(h)) if h > 0 => format!("{:.2}x", s as f64 / h as f64),
+        // Per step: a watched run's steps are its own (lengthened to last a while).
+        let speedup = match (
+            s.and_then(|m| m.steps_per_s()),
+            h.and_then(|m| m.steps_per_s()),
+        ) {
+            (Some(s), Some(h)) if s > 0.0 => format!("{:.2}x", h / s),
             _ => "-".into(),
         };
         for (run, m, way, sp) in [
@@ -198,8 +206,8 @@ pub fn render_table(
                         .map_or_else(|| "-".into(), |x| format!("{x:.0}")),
                     m.per_step()
                         .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
-                    m.gpu_busy
-                        .map_or_else(|| "n/m".into(), |b| format!("{:.0}%", b * 100.0)),
+                    m.gpu_idle
+                        .map_or_else(|| "n/m".into(), |b| format!("{:.1}%", b * 100.0)),
                 ),
                 None => ("not run".into(), "-".into(), "-".into()),
             };
@@ -218,11 +226,15 @@ pub fn render_table(
     );
     let _ = writeln!(
         out,
-        "GPU busy: the share of the traced run (set-up included) the GPU had work, from its activity records (n/m: not measured by this run)"
+        "GPU idle: the share of the GPU's active time (its first work to its last: set-up and \
+         teardown left out) it ran nothing, from its activity records (traced all the run: \
+         {GPU_IDLE_ENV}=on unless set), as the summary and syncspy-top's GPU IDLE show it \
+         (n/m: not measured by this run)"
     );
     let _ = writeln!(
         out,
-        "speed-up: the stalling run's loop time over the healthy run's (same work)"
+        "speed-up: the healthy run's steps per second over the stalling run's (same work per \
+         step)"
     );
     out
 }
@@ -302,22 +314,30 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         }
     );
 
+    // The GPU traced for the whole of every run, unless the user chose: the default (duty, 1 s
+    // in 10) would leave a watched run's GPU IDLE blank most of the time, and its figure that
+    // of the first second only. Set before any run: syncspy's threads do not read it.
+    if std::env::var_os(GPU_IDLE_ENV).is_none() {
+        std::env::set_var(GPU_IDLE_ENV, "on");
+    }
     let tui = opts.tui && on_a_terminal();
-    // On the simulator a watched run is slowed down, which changes its numbers (the host's
-    // own work is not slowed): the table takes them from the same run at full speed.
-    let slowed = tui && sim;
     if opts.tui && !tui {
         println!(
             "syncspy demo: --tui needs a terminal on stdin and stdout; showing summaries only"
         );
-    } else if slowed {
-        println!(
-            "syncspy demo: each scenario runs twice: at full simulated speed for the table, \
-             then slowed down ({TUI_SLOWDOWN:.0} times or more, so that it lasts a few \
-             seconds) in the monitor; press q to go on to its summary"
-        );
     } else if tui {
-        println!("syncspy demo: each run opens in the monitor; press q to go on to its summary");
+        let steps = match opts.iters {
+            Some(n) => format!("with {n} steps"),
+            None => format!(
+                "its loop lengthened to about {TUI_WATCH_SECS:.0} s at full speed (a first run \
+                 of its own steps, not shown, times a step)"
+            ),
+        };
+        println!(
+            "syncspy demo: each scenario runs in the monitor, {steps}; when it ends, the \
+             monitor keeps its final figures: press q to go on to its summary and the next \
+             one. The table's figures are those runs'."
+        );
     }
     // The runs' logs under the monitor go to a private folder (0700, unpredictable name) in
     // TMPDIR: a predictable name there is one another user can plant a link at.
@@ -348,6 +368,14 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 command.push(i.to_string().into());
             }
             let base_scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
+            if sim {
+                // Read by the simulated runtime in the child; syncspy's own threads of the
+                // previous run have ended and none reads the environment. Every run of the
+                // scenario, watched or not, at the same speed.
+                std::env::set_var(SIM_TIME_SCALE_ENV, base_scale.to_string());
+                // The simulator's notes (a large gemm timed, not computed) are not the demo's.
+                std::env::set_var("SIMCUDA_QUIET", "1");
+            }
             println!();
             println!(
                 "== [{n}/{total}] {} ({}): {}",
@@ -355,18 +383,10 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 r.pattern.name(),
                 r.summary
             );
-            // One run of the scenario; `scale`: the simulator's time scale (None: the GPU),
-            // `watch`: in the monitor. Its report and the scenario's standard output.
-            let run_once = |scale: Option<f64>, watch: bool| {
-                if let Some(scale) = scale {
-                    // Read by the simulated runtime in the child; syncspy's own threads of
-                    // the previous run have ended and none reads the environment.
-                    std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
-                    // The simulator's notes (a large gemm timed, not computed) are not the
-                    // demo's.
-                    std::env::set_var("SIMCUDA_QUIET", "1");
-                }
-                let mut ro = RunOptions::new(command.clone());
+            // One run of `command`, `watch`: in the monitor. Its report and the scenario's
+            // standard output.
+            let run_once = |command: Vec<OsString>, watch: bool| {
+                let mut ro = RunOptions::new(command);
                 ro.sim = sim;
                 ro.print_summary = false;
                 ro.announce_session = false;
@@ -395,27 +415,36 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                 let _ = std::fs::remove_file(&log);
                 outcome.map(|o| (o, stdout))
             };
-            let scale = sim.then_some(base_scale);
-            let result = if slowed {
-                // At full speed first (its numbers go to the table), then watched, slowed
-                // down so that even a short loop stays on the monitor for a few seconds.
-                match run_once(scale, false) {
-                    Ok((full, stdout)) => {
-                        let m = Measured::from_run(&full.report, &stdout);
-                        let k = watch_slowdown(&m);
-                        run_once(Some(base_scale * k), true).map(|(watched, _)| {
-                            println!(
-                                "(the run shown in the monitor, its simulated GPU slowed down \
-                                 {k:.0} times; the table takes the run at full speed)"
-                            );
-                            print!("{}", summary::render(&watched.report));
-                            (full.exit_code != 0 || watched.exit_code != 0, m)
-                        })
+            let result = if tui {
+                // Without --iters, a first run of the scenario's own steps times a step, so
+                // that the watched run, at the same speed, lasts long enough to read live.
+                let timed = match opts.iters {
+                    Some(_) => Ok((false, None)),
+                    None => run_once(command.clone(), false).map(|(o, stdout)| {
+                        let m = Measured::from_run(&o.report, &stdout);
+                        (o.exit_code != 0, watch_iters(&m))
+                    }),
+                };
+                timed.and_then(|(timed_failed, steps)| {
+                    let mut watched = command.clone();
+                    if let Some(steps) = steps {
+                        watched.push("--iters".into());
+                        watched.push(steps.to_string().into());
                     }
-                    Err(e) => Err(e),
-                }
+                    run_once(watched, true).map(|(o, stdout)| {
+                        let m = Measured::from_run(&o.report, &stdout);
+                        println!(
+                            "(the run shown in the monitor{}; the table takes its figures)",
+                            m.iters
+                                .map(|i| format!(", {}", plural::count(i, "step", "steps")))
+                                .unwrap_or_default()
+                        );
+                        print!("{}", summary::render(&o.report));
+                        (timed_failed || o.exit_code != 0, m)
+                    })
+                })
             } else {
-                run_once(scale, tui).map(|(o, stdout)| {
+                run_once(command.clone(), false).map(|(o, stdout)| {
                     print!("{}", summary::render(&o.report));
                     (o.exit_code != 0, Measured::from_run(&o.report, &stdout))
                 })
@@ -438,7 +467,7 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         measured.push((s, h));
     }
     println!();
-    print!("{}", render_table(&pairs, &measured, slowed));
+    print!("{}", render_table(&pairs, &measured, tui));
     if failed {
         eprintln!("syncspy demo: some runs did not exit with 0 (see above)");
         1
@@ -472,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_steps_waits_gpu_busy_and_the_speed_up() {
+    fn the_table_shows_steps_waits_gpu_idle_and_the_speed_up() {
         let m = Manifest::parse(MANIFEST).unwrap();
         let pairs = m.pairs();
         let s = Measured {
@@ -481,7 +510,7 @@ mod tests {
             stalls: 12,
             stall_ns: 150_000_000,
             exit_code: 0,
-            gpu_busy: Some(0.42),
+            gpu_idle: Some(0.394),
         };
         let h = Measured {
             loop_ns: Some(100_000_000),
@@ -489,7 +518,7 @@ mod tests {
             stalls: 2,
             stall_ns: 10_000_000,
             exit_code: 0,
-            gpu_busy: None,
+            gpu_idle: None,
         };
         let measured: Vec<_> = pairs.iter().map(|_| (Some(s), Some(h))).collect();
         let t = render_table(&pairs[..1], &measured[..1], false);
@@ -497,7 +526,16 @@ mod tests {
         // 10 steps in 200 ms and in 100 ms; 1.2 and 0.2 waits a step.
         assert!(t.contains(" 50 ") && t.contains(" 100 "), "{t}");
         assert!(t.contains(" 1.20 ") && t.contains(" 0.20 "), "{t}");
-        assert!(t.contains(" 42%") && t.contains(" n/m "), "{t}");
+        assert!(t.contains(" 39.4%") && t.contains(" n/m "), "{t}");
+        assert!(t.contains("2.00x"), "{t}");
+        // The speed-up is per step: a healthy run of twice the steps in twice the time is
+        // as fast as before.
+        let h2 = Measured {
+            loop_ns: Some(200_000_000),
+            iters: Some(20),
+            ..h
+        };
+        let t = render_table(&pairs[..1], &[(Some(s), Some(h2))], false);
         assert!(t.contains("2.00x"), "{t}");
         // No stall share: it misleads for a healthy loop.
         assert!(!t.contains("% of loop") && !t.contains(">100%"), "{t}");
@@ -535,39 +573,40 @@ mod tests {
     }
 
     #[test]
-    fn a_short_loop_is_slowed_down_more_for_watching_within_bounds() {
-        let m = |loop_ms: Option<u64>, gpu_busy: Option<f64>| Measured {
+    fn a_watched_run_is_lengthened_to_last_a_few_seconds_within_bounds() {
+        let m = |loop_ms: Option<u64>, iters: Option<u64>| Measured {
             loop_ns: loop_ms.map(|l| l * 1_000_000),
-            gpu_busy,
+            iters,
             ..Measured::default()
         };
-        // 300 ms at full speed: 10 times would last 3 s, but never less than 20 times.
-        assert_eq!(watch_slowdown(&m(Some(300), None)), TUI_SLOWDOWN);
-        // 15 ms: 200 times, about 3 s.
-        assert!((watch_slowdown(&m(Some(15), None)) - 200.0).abs() < 1e-9);
-        // 150 ms of which the GPU was busy a fifth: only those 30 ms slow down.
-        assert!((watch_slowdown(&m(Some(150), Some(0.2))) - 100.0).abs() < 1e-9);
-        // A loop of microseconds is not slowed down without end; no loop time: the least.
-        assert_eq!(watch_slowdown(&m(Some(0), None)), TUI_SLOWDOWN);
+        // 20 steps in 50 ms: 2.5 ms a step, 2400 steps for 6 s.
+        assert_eq!(watch_iters(&m(Some(50), Some(20))), Some(2400));
+        // A loop already longer keeps its steps.
+        assert_eq!(watch_iters(&m(Some(9_000), Some(8))), Some(8));
+        // A loop of microseconds is not lengthened without end.
         assert_eq!(
-            watch_slowdown(&Measured {
+            watch_iters(&Measured {
                 loop_ns: Some(1_000),
+                iters: Some(10),
                 ..Measured::default()
             }),
-            TUI_MAX_SLOWDOWN
+            Some(10 * TUI_MAX_STEPS_FACTOR)
         );
-        assert_eq!(watch_slowdown(&m(None, Some(0.5))), TUI_SLOWDOWN);
+        // Without the steps or the loop's time there is nothing to time a step by.
+        assert_eq!(watch_iters(&m(None, Some(20))), None);
+        assert_eq!(watch_iters(&m(Some(50), None)), None);
+        assert_eq!(watch_iters(&m(Some(0), Some(20))), None);
     }
 
     #[test]
-    fn the_table_says_when_the_watched_runs_were_slowed_down() {
+    fn the_table_says_when_its_runs_were_the_watched_ones() {
         let m = Manifest::parse(MANIFEST).unwrap();
         let pairs = m.pairs();
         let t = render_table(&pairs[..1], &[(None, None)], true);
-        assert!(t.contains("at full simulated speed"), "{t}");
-        assert!(t.contains("slowed down for watching"), "{t}");
+        assert!(t.contains("the runs shown in the monitor"), "{t}");
+        assert!(t.contains("GPU idle is its GPU IDLE"), "{t}");
         let t = render_table(&pairs[..1], &[(None, None)], false);
-        assert!(!t.contains("slowed"), "{t}");
+        assert!(!t.contains("monitor:"), "{t}");
     }
 
     #[test]

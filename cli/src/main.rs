@@ -140,8 +140,9 @@ enum Cmd {
         /// Steps per scenario (default: each scenario's own)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
-        /// Show each run live in the monitor (syncspy-top) first; press q to go on. On the
-        /// simulator the watched run is slowed down and the table takes a run at full speed
+        /// Show each run live in the monitor (syncspy-top), lengthened to last a few seconds at
+        /// full speed unless --iters is given; its final figures stay until q goes on. The
+        /// table takes the runs shown
         #[arg(long)]
         tui: bool,
     },
