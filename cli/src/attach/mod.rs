@@ -503,15 +503,20 @@ fn euid() -> u32 {
 
 use folder::user_label;
 
-/// `syncspy attach PID`.
-pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
-    let stop =
-        StopFlag::install().map_err(|e| setup(format!("cannot install signal handlers: {e}")))?;
-    let t = target(opts.pid)?;
-    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
-    if let Some(r) = &opts.report {
-        check_output_path("--report", "a JSON file", r)?;
-    }
+/// What the target's maps and environment say about attaching to it.
+struct Found {
+    maps: Vec<inject::Mapping>,
+    /// The library, when the process has it mapped already (dormant, or a past attach).
+    loaded: Option<String>,
+    /// Started with the library in `LD_PRELOAD` (dormant: otherwise refused).
+    preloaded: bool,
+    /// A dormant library arms by the control file alone: no ptrace.
+    armed_by_file: bool,
+}
+
+/// Reads the target's maps; refuses a process that already records or has no CUDA to
+/// record.
+fn look(t: &Target) -> Result<Found, RunError> {
     let maps = inject::maps(t.pid).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied && t.uid != euid() {
             setup(format!(
@@ -540,8 +545,159 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     // into a process without CUDA (a launcher, a shell) would record nothing.
     let armed_by_file = t.dormant() && loaded.is_some();
     if !armed_by_file && !maps.iter().any(|m| is_cuda_library(&m.path)) {
-        return Err(setup(no_cuda_message(&t)));
+        return Err(setup(no_cuda_message(t)));
     }
+    Ok(Found {
+        maps,
+        loaded,
+        preloaded,
+        armed_by_file,
+    })
+}
+
+/// Loads the library into the target with ptrace and arms it; the library's report file
+/// proves it armed. The caller removes the control file when this fails.
+fn inject_library(
+    t: &Target,
+    thread: Option<i32>,
+    maps: &[inject::Mapping],
+    loaded: Option<&str>,
+    control: &Path,
+    report_out: &Path,
+) -> Result<(), RunError> {
+    let lib = find_library(
+        LIB_NAME,
+        LIB_ENV,
+        std::env::var_os(LIB_ENV).as_deref(),
+        &library_dirs(),
+        "build it with `cargo build -p syncspy-interpose`",
+    )?
+    .canonicalize()
+    .map_err(|e| setup(format!("cannot resolve the library path: {e}")))?;
+    let libc_info = inject::find_libc(t.pid, maps)
+        .map_err(|e| setup(format!("cannot attach to process {}: {e}", t.pid)))?;
+    // By its path where the process sees the same file there; else from memory (a
+    // container without the library inside): docs/attach.md.
+    let load = match loaded {
+        Some(m) => inject::Load::Loaded(m.to_string()),
+        None if t.sees(&lib) => inject::Load::Path(libc_info.dlopen_plan()),
+        None => inject::Load::Memfd(libc_info.dlopen_plan()),
+    };
+    let plan = inject::Plan {
+        pid: t.pid,
+        thread,
+        load,
+        lib,
+        control: control.to_path_buf(),
+    };
+    let done = inject::inject(plan, libc_info)
+        .map_err(|e| setup(format!("cannot attach to process {}: {e}", t.pid)))?;
+    if !report_out.exists() {
+        return Err(setup(format!(
+            "the library in process {} did not arm (attached by someone else, or it \
+             cannot read {}); nothing recorded",
+            t.pid,
+            control.display()
+        )));
+    }
+    eprintln!(
+        "syncspy: attached to process {} through thread {} (in {}), stopped for {} ms",
+        t.pid,
+        done.thread,
+        done.syscall,
+        done.stopped_for.as_millis()
+    );
+    Ok(())
+}
+
+/// Waits up to 3 s for the library's "detached" (the control file is gone); says so when it
+/// does not come from a living process.
+fn confirm_detach(t: &Target, report_out: &Path, lease_ms: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && alive(t.pid) {
+        if read_report(report_out).is_some_and(|r| r.contains("detached\n")) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(t.pid) {
+        eprintln!(
+            "syncspy: warning: process {} did not confirm the detach within 3 s (it \
+             makes no CUDA calls or is stopped); it detaches by itself within {} ms",
+            t.pid, lease_ms
+        );
+    }
+    false
+}
+
+/// The recording's end for attach: the report (the attached pid, what attach does not
+/// cover), the summary under attach's own first line, the report file.
+fn finish(
+    opts: &AttachOptions,
+    t: &Target,
+    recording: Recording,
+    coverage: &[String],
+    started: Instant,
+    (detached, gone): (bool, bool),
+) -> Result<Report, RunError> {
+    // The final drain, then this attach's segments removed (read; the process keeps its
+    // mapping), then the registration dropped.
+    let mut report = recording
+        .finish(&RunInfo {
+            command: t.cmdline.clone(),
+            exit_code: 0,
+            wall_ns: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        })
+        .report;
+    report.attached_pid = Some(t.pid as u32);
+    for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
+        report
+            .warnings
+            .push(syncspy_read::warning::Warning::Attach(c.clone()));
+    }
+    if opts.print_summary {
+        for c in coverage {
+            eprintln!("syncspy: attach: {c}");
+        }
+        // The summary's first line speaks of a command that exited: not so here.
+        let text = summary::render(&report);
+        let rest = text.split_once('\n').map(|(_, r)| r).unwrap_or("");
+        eprintln!(
+            "syncspy: attached to process {} ({}) for {:.1} s{}",
+            t.pid,
+            t.cmdline.join(" "),
+            started.elapsed().as_secs_f64(),
+            if detached {
+                ", detached"
+            } else if gone {
+                ", it ended"
+            } else {
+                ""
+            }
+        );
+        eprint!("{rest}");
+    }
+    if let Some(path) = &opts.report {
+        recording::write_report(&report, path).map_err(RunError::Report)?;
+    }
+    Ok(report)
+}
+
+/// `syncspy attach PID`.
+pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
+    let stop =
+        StopFlag::install().map_err(|e| setup(format!("cannot install signal handlers: {e}")))?;
+    let t = target(opts.pid)?;
+    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
+    if let Some(r) = &opts.report {
+        check_output_path("--report", "a JSON file", r)?;
+    }
+    let Found {
+        maps,
+        loaded,
+        preloaded,
+        armed_by_file,
+    } = look(&t)?;
     let (places, warnings) = t.places(&seg_dir)?;
     for w in warnings {
         eprintln!("syncspy: warning: {w}");
@@ -603,55 +759,15 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
             t.pid
         );
     } else {
-        let lib = find_library(
-            LIB_NAME,
-            LIB_ENV,
-            std::env::var_os(LIB_ENV).as_deref(),
-            &library_dirs(),
-            "build it with `cargo build -p syncspy-interpose`",
+        inject_library(
+            &t,
+            opts.thread,
+            &maps,
+            loaded.as_deref(),
+            &control,
+            &report_out,
         )
-        .inspect_err(|_| cleanup())?
-        .canonicalize()
-        .map_err(|e| setup(format!("cannot resolve the library path: {e}")))
         .inspect_err(|_| cleanup())?;
-        let libc_info = inject::find_libc(t.pid, &maps).map_err(|e| {
-            cleanup();
-            setup(format!("cannot attach to process {}: {e}", t.pid))
-        })?;
-        // By its path where the process sees the same file there; else from memory (a
-        // container without the library inside): docs/attach.md.
-        let load = match &loaded {
-            Some(m) => inject::Load::Loaded(m.clone()),
-            None if t.sees(&lib) => inject::Load::Path(libc_info.dlopen_plan()),
-            None => inject::Load::Memfd(libc_info.dlopen_plan()),
-        };
-        let plan = inject::Plan {
-            pid: t.pid,
-            thread: opts.thread,
-            load,
-            lib,
-            control: control.clone(),
-        };
-        let done = inject::inject(plan, libc_info).map_err(|e| {
-            cleanup();
-            setup(format!("cannot attach to process {}: {e}", t.pid))
-        })?;
-        if !report_out.exists() {
-            cleanup();
-            return Err(setup(format!(
-                "the library in process {} did not arm (attached by someone else, or it \
-                 cannot read {}); nothing recorded",
-                t.pid,
-                control.display()
-            )));
-        }
-        eprintln!(
-            "syncspy: attached to process {} through thread {} (in {}), stopped for {} ms",
-            t.pid,
-            done.thread,
-            done.syscall,
-            done.stopped_for.as_millis()
-        );
     }
 
     // The monitor, on the terminal, follows this attach's session; quitting it ends the
@@ -713,24 +829,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         s.clear();
     }
     let _ = std::fs::remove_file(&control_out);
-    let mut detached = false;
-    if !gone {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline && alive(t.pid) {
-            if read_report(&report_out).is_some_and(|r| r.contains("detached\n")) {
-                detached = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if !detached && alive(t.pid) {
-            eprintln!(
-                "syncspy: warning: process {} did not confirm the detach within 3 s (it \
-                 makes no CUDA calls or is stopped); it detaches by itself within {} ms",
-                t.pid, opts.lease_ms
-            );
-        }
-    }
+    let detached = !gone && confirm_detach(&t, &report_out, opts.lease_ms);
     // Detached (or the process ended): the monitor shows it until the user quits it.
     if let Some(mut m) = monitor {
         let _ = m.wait();
@@ -742,46 +841,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         .map(str::to_string)
         .collect();
     let _ = std::fs::remove_file(&report_out);
-    // The final drain, then this attach's segments removed (read; the process keeps its
-    // mapping), then the registration dropped.
-    let mut report = recording
-        .finish(&RunInfo {
-            command: t.cmdline.clone(),
-            exit_code: 0,
-            wall_ns: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-        })
-        .report;
-    report.attached_pid = Some(t.pid as u32);
-    for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
-        report
-            .warnings
-            .push(syncspy_read::warning::Warning::Attach(c.clone()));
-    }
-    if opts.print_summary {
-        for c in &coverage {
-            eprintln!("syncspy: attach: {c}");
-        }
-        // The summary's first line speaks of a command that exited: not so here.
-        let text = summary::render(&report);
-        let rest = text.split_once('\n').map(|(_, r)| r).unwrap_or("");
-        eprintln!(
-            "syncspy: attached to process {} ({}) for {:.1} s{}",
-            t.pid,
-            t.cmdline.join(" "),
-            started.elapsed().as_secs_f64(),
-            if detached {
-                ", detached"
-            } else if gone {
-                ", it ended"
-            } else {
-                ""
-            }
-        );
-        eprint!("{rest}");
-    }
-    if let Some(path) = &opts.report {
-        recording::write_report(&report, path).map_err(RunError::Report)?;
-    }
+    let report = finish(opts, &t, recording, &coverage, started, (detached, gone))?;
     Ok(AttachOutcome {
         report,
         coverage,
