@@ -83,6 +83,8 @@ pub struct Collector {
     next_report: usize,
     /// What the budgets dropped, as last logged.
     logged_dropped: Dropped,
+    /// What the budgets of pods' folders closed since dropped.
+    closed_dropped: Dropped,
     /// Processes let go since the heap was last trimmed, and when that was.
     retired_since_trim: usize,
     last_trim: Option<std::time::Instant>,
@@ -131,6 +133,7 @@ impl Collector {
             pool,
             next_report: 0,
             logged_dropped: Dropped::default(),
+            closed_dropped: Dropped::default(),
             retired_since_trim: 0,
             last_trim: None,
             last_drop_log: None,
@@ -230,8 +233,7 @@ impl Collector {
             self.follow_pod(found);
         }
         // Folders of gone mount namespaces whose segments are all forgotten are closed.
-        self.pods
-            .retain(|p| !(p.gone && p.reader.processes().is_empty()));
+        self.close_gone_pods();
         if over != self.pods_over_cap {
             self.pods_over_cap = over;
             if over > 0 {
@@ -403,8 +405,7 @@ impl Collector {
             self.labels.release_unused(&live, &mut self.forgotten);
         }
         self.trim(retired);
-        self.pods
-            .retain(|p| !(p.gone && p.reader.processes().is_empty()));
+        self.close_gone_pods();
         let reclaim_due = self
             .last_reclaim
             .is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY);
@@ -502,9 +503,22 @@ impl Collector {
             .chain(self.pods.iter().flat_map(|p| p.reader.processes()))
     }
 
-    /// What the budgets dropped, over the folder and the pods' folders.
+    /// Closes the folders of gone mount namespaces whose segments are all forgotten, keeping
+    /// what their budgets dropped (served as counters, which never go down).
+    fn close_gone_pods(&mut self) {
+        let (closed, kept) = std::mem::take(&mut self.pods)
+            .into_iter()
+            .partition(|p| p.gone && p.reader.processes().is_empty());
+        self.pods = kept;
+        for p in closed {
+            self.closed_dropped.add(&p.reader.follower().dropped());
+        }
+    }
+
+    /// What the budgets dropped, over the folder and the pods' folders (closed ones too).
     pub fn dropped(&self) -> Dropped {
         let mut d = self.reader.follower().dropped();
+        d.add(&self.closed_dropped);
         for p in &self.pods {
             d.add(&p.reader.follower().dropped());
         }
@@ -888,6 +902,53 @@ mod tests {
             used <= (4 << 20) + n as u64 * 16_384,
             "{used} bytes for {n}"
         );
+    }
+
+    #[test]
+    fn what_a_closed_pod_folders_budget_dropped_stays_counted() {
+        use std::os::unix::fs::MetadataExt;
+        let (host, pod) = (TempDir::new("daemon-host"), TempDir::new("daemon-pod"));
+        let me = std::process::id();
+        let start = syncspy_abi::process_start_ticks(me).unwrap();
+        let ws: Vec<SegmentWriter> = [host.path(), pod.path()]
+            .iter()
+            .zip(1u64..)
+            .map(|(d, i)| {
+                let mut p = SegmentParams::new(me, start + i);
+                p.ring_capacity = 64;
+                p.site_capacity = 16;
+                p.module_capacity = 8;
+                p.cmdline = b"/opt/one\0".to_vec();
+                SegmentWriter::create(d, &p).unwrap()
+            })
+            .collect();
+        let limits = Limits {
+            segments_per_user: 1,
+            ..Limits::default()
+        };
+        let mut c = Collector::with_limits(host.path().to_path_buf(), Duration::ZERO, true, limits);
+        c.step();
+        let m = std::fs::metadata(pod.path()).unwrap();
+        c.follow_pod(pods::Found {
+            id: (m.dev(), m.ino()),
+            dir: std::os::fd::OwnedFd::from(std::fs::File::open(pod.path()).unwrap()),
+            mnt_ns: 0,
+            pid: me,
+            segment_dir: pod.path().to_path_buf(),
+        });
+        c.step();
+        assert_eq!(
+            c.dropped().segments,
+            1,
+            "the pod's segment, over the user's cap"
+        );
+        // No process of its mount namespace is left (as the next discovery pass finds): the
+        // folder is closed.
+        c.pods[0].gone = true;
+        c.step();
+        assert!(c.pods.is_empty());
+        assert_eq!(c.dropped().segments, 1, "a counter does not go down");
+        drop(ws);
     }
 
     #[test]
