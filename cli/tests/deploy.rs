@@ -389,3 +389,40 @@ fn only_the_prometheus_scraper_reaches_the_agents_port() {
         assert!(doc.contains(said), "docs/cluster.md does not say {said}");
     }
 }
+
+/// The agent's memory limit covers the worst case of the budgets it runs with: the reader
+/// budgets bound its histograms (`SYNCSPY_READER_MB`, over every folder), and the rest of its
+/// memory at those caps was at most 238 MB beyond them in the shared-server soak with four
+/// users flooding 16 pods' folders (docs/performance.md, "Memory budgets over every
+/// folder"). Raising a budget without the limit fails here.
+#[test]
+fn the_agents_memory_limit_is_above_the_worst_case_of_its_budgets() {
+    const BEYOND_THE_BUDGETS_MIB: u64 = 256;
+    const MARGIN: u64 = 2;
+    let ds = parse_yaml(&deploy("kubernetes/agent-daemonset.yaml"));
+    let container = &ds.at(&["spec", "template", "spec", "containers"]).seq()[0];
+    let env = |name: &str| -> u64 {
+        let v = container
+            .at(&["env"])
+            .seq()
+            .iter()
+            .find(|e| e.at(&["name"]).str() == name)
+            .unwrap_or_else(|| panic!("{name} is not set: the budget would be the default"))
+            .at(&["value"])
+            .str();
+        v.trim_matches('"').parse().unwrap()
+    };
+    let total = env("SYNCSPY_READER_MB");
+    let per_user = env("SYNCSPY_READER_MB_PER_USER");
+    assert!(per_user <= total, "{per_user} MiB per user, {total} in all");
+    assert!(env("SYNCSPY_READER_SEGMENTS") > 0);
+    let limit = container.at(&["resources", "limits", "memory"]).str();
+    let limit_mib: u64 = match limit.strip_suffix("Mi") {
+        Some(n) => n.parse().unwrap(),
+        None => limit.strip_suffix("Gi").unwrap().parse::<u64>().unwrap() * 1024,
+    };
+    assert!(
+        limit_mib >= MARGIN * (total + BEYOND_THE_BUDGETS_MIB),
+        "limit {limit} under {MARGIN} x ({total} MiB of budgets + {BEYOND_THE_BUDGETS_MIB} MiB)"
+    );
+}
