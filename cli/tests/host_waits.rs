@@ -236,3 +236,63 @@ for _ in range(3):
         "{stderr}"
     );
 }
+
+/// A long loop that waits at two lines in turn through one library function, as a training
+/// loop waits at `block_until_ready` and then at `device_get`: every wait is named at its own
+/// line. After the first wait at each stack the look is the cheap one (`python::memo`: the
+/// key of the whole stack, read from its frames); a key that covered only the innermost
+/// frames would name every wait at one line.
+#[test]
+fn a_long_loop_of_waits_at_two_lines_counts_each_at_its_line() {
+    let d = TempDir::new("host-wait-loop");
+    let lib = d.path().join("site-packages");
+    std::fs::create_dir(&lib).unwrap();
+    std::fs::write(
+        lib.join("waitlib.py"),
+        "def wait(libc, sem):\n    libc.sem_wait(sem)\n",
+    )
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        preamble!(),
+        format_args!(
+            "\
+import sys
+sys.path.insert(0, {lib:?})
+import waitlib
+post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
+sem = ctypes.create_string_buffer(64)
+assert libc.sem_init(sem, 0, 0) == 0
+def once():
+    assert cu.cuLaunchHostFunc(s, usleep, 5000) == 0
+    assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
+for _ in range(150):
+    once(); waitlib.wait(libc, sem)
+    once(); waitlib.wait(libc, sem)
+",
+            lib = lib.to_str().unwrap()
+        )
+    );
+    let (script, p, stderr) = run(&d, &text, &[]);
+    let mut got: Vec<(String, u64)> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "host_wait")
+        .map(|s| {
+            (
+                s["location"].as_str().unwrap_or("").to_string(),
+                s["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (format!("{script}:24 in <module>"), 150),
+            (format!("{script}:25 in <module>"), 150),
+        ],
+        "{stderr}"
+    );
+}

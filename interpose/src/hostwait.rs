@@ -385,21 +385,7 @@ fn parse_state(line: &[u8], tid: u32) -> Option<u8> {
     }
 }
 
-/// Thread `tid`'s CPU time in ns, from its per-thread CPU clock (the kernel's encoding of a
-/// thread id as a clock id: what `pthread_getcpuclockid` returns).
-fn thread_cpu_ns(tid: u32) -> Option<u64> {
-    let tid = c_int::try_from(tid).ok()?;
-    let clock: libc::clockid_t = ((!tid) << 3) | 6;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a local out-pointer; an invalid clock id is answered with an error.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
-}
+use crate::clock::cpu_of as thread_cpu_ns;
 
 /// Host functions that ran while a Python thread slept and did not wake it themselves: a
 /// thread of the library's (started at the first) watches the sleeping thread's CPU clock for

@@ -30,6 +30,7 @@
 pub mod decode;
 pub mod layout;
 pub mod mem;
+mod memo;
 pub mod waiter;
 pub mod walk;
 
@@ -193,6 +194,10 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         return None;
     }
     read_others(py, |m| {
+        if let Some(b) = memo::quick(py, m, native) {
+            return Some(b);
+        }
+        let c0 = crate::clock::cpu_of(std::process::id());
         let mut w = Walk::new();
         let found = waiter::find(py, m, 0, &mut w).ok()?;
         let tid = waiter::native_tid(py, m, found)?;
@@ -209,6 +214,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
                 site
             }
         };
+        memo::learn(py, m, native, found, site, c0);
         Some(Blocked { site, tid })
     })
 }

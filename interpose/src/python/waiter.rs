@@ -59,6 +59,8 @@ pub struct Found {
     pub main: bool,
     /// Its `PyThreadState`.
     pub tstate: usize,
+    /// Where the GIL's `locked` flag and holder are.
+    pub gil: (usize, usize),
 }
 
 /// Finds the waiting thread (the module's rule) and walks its frames into `w`. `me`: the
@@ -81,8 +83,6 @@ struct Located {
     found: Found,
     /// Its innermost frame when it was picked.
     top: usize,
-    /// Where the GIL's `locked` flag and holder are.
-    gil: (usize, usize),
 }
 
 /// The thread state holding the GIL now (0: nobody); `None` if unreadable.
@@ -158,9 +158,9 @@ fn locate(py: &Python, m: &mut Remote, me: usize) -> Result<Located, Miss> {
         found: Found {
             main: is_main,
             tstate: pick.0,
+            gil,
         },
         top: pick.1,
-        gil,
     })
 }
 
@@ -170,7 +170,49 @@ fn still_blocked(py: &Python, m: &mut Remote, at: &Located) -> bool {
     m.reset();
     // SAFETY: `Remote` reads have no requirement.
     let top = unsafe { walk::top_frame(py, m, at.found.tstate) };
-    gil_holder(m, at.gil) != Some(at.found.tstate) && top == Some(at.top)
+    gil_holder(m, at.found.gil) != Some(at.found.tstate) && top == Some(at.top)
+}
+
+/// A key of the whole stack of `tstate` while it waits without the GIL: a hash of every
+/// frame's address, code object and instruction, read from the frames alone (no code object
+/// is read: a few pages of the thread's frame stack). `None` when it holds the GIL, has no
+/// frame, a read fails or the chain is deeper than a walk goes. Two waits with the same key
+/// are at the same stack (`memo`): a frame holds its code object alive, and a caller that
+/// differs differs in its instruction.
+pub fn stack_key(py: &Python, m: &mut Remote, tstate: usize, gil: (usize, usize)) -> Option<u64> {
+    let l = &py.layout;
+    if gil_holder(m, gil)? == tstate {
+        return None;
+    }
+    // SAFETY: `Remote` reads have no requirement.
+    let mut f = unsafe { walk::top_frame(py, m, tstate) }?;
+    if f == 0 {
+        return None;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for _ in 0..walk::MAX_STEPS {
+        if f == 0 {
+            return Some(h | 1);
+        }
+        if !plausible(f) {
+            return None;
+        }
+        // SAFETY: as above.
+        let (previous, code, instr) = unsafe {
+            let instr = match l.code_adaptive {
+                Some(_) => m.word(f, l.frame_instr)?,
+                None => m.read::<i32>(f + l.frame_instr)? as u32 as usize,
+            };
+            (
+                m.word(f, l.frame_previous)?,
+                m.word(f, l.frame_code)?,
+                instr,
+            )
+        };
+        h = walk::mix(walk::mix(walk::mix(h, f as u64), code as u64), instr as u64);
+        f = previous;
+    }
+    None
 }
 
 /// The kernel's id of the thread of `found` (the one `/proc/self/task` lists), if it can be

@@ -77,7 +77,7 @@ pub unsafe fn word(p: usize, off: usize) -> usize {
 }
 
 #[inline(always)]
-fn mix(h: u64, v: u64) -> u64 {
+pub fn mix(h: u64, v: u64) -> u64 {
     (h ^ v).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29)
 }
 

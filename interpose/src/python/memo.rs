@@ -1,0 +1,105 @@
+//! A wait at a stack seen before, found again cheaply: `blocked_thread`'s first try.
+//!
+//! A loop waits at the same stack step after step. The full look (`waiter::find`: the thread
+//! list, a walk that checks every code object, a second read that the thread has not moved)
+//! costs tens of page reads, and runs before the program's host function. Once a full look
+//! found the main thread waiting, this keeps its thread state and maps the key of its whole
+//! stack (`waiter::stack_key`, over the native site of the queuing call) to the site found.
+//! A later look reads only the key (the GIL's holder, the thread state, its frames: a few
+//! pages) and, when the key is known, takes its site. The thread must not run meanwhile: its
+//! CPU clock is read before and after and must not have moved (frames read while it ran
+//! could mix two stacks), else the full look runs. Only the main thread is kept: the waiter
+//! rule picks it whenever it waits, so a look at it alone decides as the full look would.
+//! Kept per thread (the driver runs host functions on one) and per segment (`FORK_GEN`).
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use super::layout::Python;
+use super::mem::Remote;
+use super::waiter::{self, Found};
+use super::walk::mix;
+use super::Blocked;
+use crate::clock::cpu_of;
+use crate::guard::FORK_GEN;
+
+/// Stacks kept (direct-mapped by key).
+const WAYS: usize = 64;
+
+struct Memo {
+    fork_gen: u32,
+    /// The main thread's state and where its interpreter's GIL is.
+    main: Option<(usize, (usize, usize))>,
+    keys: [(u64, u32); WAYS],
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = const {
+        RefCell::new(Memo { fork_gen: 0, main: None, keys: [(0, 0); WAYS] })
+    };
+}
+
+fn with<R>(f: impl FnOnce(&mut Memo) -> Option<R>) -> Option<R> {
+    MEMO.try_with(|m| {
+        let mut m = m.try_borrow_mut().ok()?;
+        let gen = FORK_GEN.load(Ordering::Relaxed);
+        if m.fork_gen != gen {
+            *m = Memo {
+                fork_gen: gen,
+                main: None,
+                keys: [(0, 0); WAYS],
+            };
+        }
+        f(&mut m)
+    })
+    .ok()
+    .flatten()
+}
+
+fn way(key: u64) -> usize {
+    (key >> 7) as usize % WAYS
+}
+
+/// The main thread's key over `native` and whether the thread stayed off the CPU while it
+/// was read (`c0`: its CPU time before).
+fn key(
+    py: &Python,
+    m: &mut Remote,
+    main: (usize, (usize, usize)),
+    native: u32,
+    c0: u64,
+) -> Option<u64> {
+    m.reset();
+    let key = mix(waiter::stack_key(py, m, main.0, main.1)?, u64::from(native)) | 1;
+    (cpu_of(std::process::id())? == c0).then_some(key)
+}
+
+/// The main thread waiting at a stack seen before, with that stack's site; `None` when it
+/// is not known, not waiting, or ran while it was read.
+pub fn quick(py: &Python, m: &mut Remote, native: u32) -> Option<Blocked> {
+    let main = with(|m| m.main)?;
+    let tid = std::process::id();
+    let c0 = cpu_of(tid)?;
+    let key = key(py, m, main, native, c0)?;
+    let site = with(|m| {
+        let (k, site) = m.keys[way(key)];
+        (k == key).then_some(site)
+    })?;
+    Some(Blocked { site, tid })
+}
+
+/// Keeps what a full look found (`found`, whose stack is `site`, the main thread's CPU time
+/// `c0` read before that look began), if it was the main thread and it has not run since.
+pub fn learn(py: &Python, m: &mut Remote, native: u32, found: Found, site: u32, c0: Option<u64>) {
+    let (true, Some(c0)) = (found.main, c0) else {
+        return;
+    };
+    let main = (found.tstate, found.gil);
+    let Some(key) = key(py, m, main, native, c0) else {
+        return;
+    };
+    with(|m| {
+        m.main = Some(main);
+        m.keys[way(key)] = (key, site);
+        Some(())
+    });
+}
