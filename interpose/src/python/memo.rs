@@ -59,27 +59,37 @@ fn way(key: u64) -> usize {
     (key >> 7) as usize % WAYS
 }
 
-/// The main thread's key over `native` and whether the thread stayed off the CPU while it
-/// was read (`c0`: its CPU time before).
-fn key(
-    py: &Python,
-    m: &mut Remote,
-    main: (usize, (usize, usize)),
-    native: u32,
-    c0: u64,
-) -> Option<u64> {
+/// What a look is for: a host function's wait (`blocked_thread`) or a stall another thread
+/// makes while the main thread waits for it (`waited`); their sites differ.
+#[derive(Clone, Copy)]
+pub struct Use {
+    /// The native site of the call looked from.
+    pub native: u32,
+    /// Told apart by this.
+    pub salt: u64,
+    /// The looking thread's own state (0: none): never the one looked at.
+    pub me: usize,
+}
+
+/// The main thread's key for `u`, if the thread stayed off the CPU while it was read (`c0`:
+/// its CPU time before).
+fn key(py: &Python, m: &mut Remote, main: (usize, (usize, usize)), u: Use, c0: u64) -> Option<u64> {
+    if main.0 == u.me {
+        return None;
+    }
     m.reset();
-    let key = mix(waiter::stack_key(py, m, main.0, main.1)?, u64::from(native)) | 1;
+    let stack = waiter::stack_key(py, m, main.0, main.1)?;
+    let key = mix(mix(stack, u64::from(u.native)), u.salt) | 1;
     (cpu_of(std::process::id())? == c0).then_some(key)
 }
 
 /// The main thread waiting at a stack seen before, with that stack's site; `None` when it
 /// is not known, not waiting, or ran while it was read.
-pub fn quick(py: &Python, m: &mut Remote, native: u32) -> Option<Blocked> {
+pub fn quick(py: &Python, m: &mut Remote, u: Use) -> Option<Blocked> {
     let main = with(|m| m.main)?;
     let tid = std::process::id();
     let c0 = cpu_of(tid)?;
-    let key = key(py, m, main, native, c0)?;
+    let key = key(py, m, main, u, c0)?;
     let site = with(|m| {
         let (k, site) = m.keys[way(key)];
         (k == key).then_some(site)
@@ -87,14 +97,15 @@ pub fn quick(py: &Python, m: &mut Remote, native: u32) -> Option<Blocked> {
     Some(Blocked { site, tid })
 }
 
-/// Keeps what a full look found (`found`, whose stack is `site`, the main thread's CPU time
-/// `c0` read before that look began), if it was the main thread and it has not run since.
-pub fn learn(py: &Python, m: &mut Remote, native: u32, found: Found, site: u32, c0: Option<u64>) {
+/// Keeps what a full look for `u` found (`found`, whose stack is `site`, the main thread's
+/// CPU time `c0` read before that look began), if it was the main thread and it has not run
+/// since.
+pub fn learn(py: &Python, m: &mut Remote, u: Use, found: Found, site: u32, c0: Option<u64>) {
     let (true, Some(c0)) = (found.main, c0) else {
         return;
     };
     let main = (found.tstate, found.gil);
-    let Some(key) = key(py, m, main, native, c0) else {
+    let Some(key) = key(py, m, main, u, c0) else {
         return;
     };
     with(|m| {

@@ -133,20 +133,39 @@ const WAITED_SALT: u64 = 0x5741_4954_4544_4259;
 #[cold]
 #[inline(never)]
 fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
+    let u = memo::Use {
+        native,
+        salt: WAITED_SALT,
+        me,
+    };
     read_others(py, |m| {
+        if let Some(b) = memo::quick(py, m, u) {
+            return Some(b.site);
+        }
+        let c0 = crate::clock::cpu_of(std::process::id());
         let mut w = Walk::new();
-        let main = waiter::find(py, m, me, &mut w).ok()?.main;
+        let found = waiter::find(py, m, me, &mut w).ok()?;
+        let main = found.main;
         let hash = (w.hash ^ WAITED_SALT ^ u64::from(main)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        if let Some(site) = cache::lookup(native, hash) {
-            return Some(site);
-        }
-        let site = rt.seg.intern_python_site(native, hash)?;
-        if rt.seg.claim_python_site(site) {
-            let refs = frame_refs(rt, py, m, &w);
-            rt.seg
-                .publish_waiter_site(site, &refs[..w.n], w.truncated, w.skipped > 0, main);
-        }
-        cache::store(native, hash, site);
+        let site = match cache::lookup(native, hash) {
+            Some(site) => site,
+            None => {
+                let site = rt.seg.intern_python_site(native, hash)?;
+                if rt.seg.claim_python_site(site) {
+                    let refs = frame_refs(rt, py, m, &w);
+                    rt.seg.publish_waiter_site(
+                        site,
+                        &refs[..w.n],
+                        w.truncated,
+                        w.skipped > 0,
+                        main,
+                    );
+                }
+                cache::store(native, hash, site);
+                site
+            }
+        };
+        memo::learn(py, m, u, found, site, c0);
         Some(site)
     })
     .unwrap_or(native)
@@ -193,8 +212,13 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
     if native == NO_SITE || !rt.cfg.python {
         return None;
     }
+    let u = memo::Use {
+        native,
+        salt: 0,
+        me: 0,
+    };
     read_others(py, |m| {
-        if let Some(b) = memo::quick(py, m, native) {
+        if let Some(b) = memo::quick(py, m, u) {
             return Some(b);
         }
         let c0 = crate::clock::cpu_of(std::process::id());
@@ -214,7 +238,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
                 site
             }
         };
-        memo::learn(py, m, native, found, site, c0);
+        memo::learn(py, m, u, found, site, c0);
         Some(Blocked { site, tid })
     })
 }
