@@ -327,7 +327,7 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         );
     } else if tui {
         let steps = match opts.iters {
-            Some(n) => format!("with {n} steps"),
+            Some(n) => format!("with {}", plural::count(n, "step", "steps")),
             None => format!(
                 "its loop lengthened to about {TUI_WATCH_SECS:.0} s at full speed (a first run \
                  of its own steps, not shown, times a step)"
