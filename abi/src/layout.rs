@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 8;
+pub const ABI_MINOR: u16 = 9;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -81,6 +81,8 @@ pub struct Header {
     /// ABI 1.8: the process's collective-communication calls, measured on the GPU
     /// (`collectives` module).
     pub collectives: crate::collectives::CollectiveLive,
+    /// ABI 1.9: the library's budget for its own time and what it shed (`cost` module).
+    pub cost: crate::cost::CostLive,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.
@@ -106,6 +108,7 @@ const _: () = {
         offset_of!(Header, collectives) + size_of::<crate::collectives::CollectiveLive>()
             == crate::collectives::COLLECTIVES_END
     );
+    assert!(offset_of!(Header, cost) + size_of::<crate::cost::CostLive>() == crate::cost::COST_END);
 };
 
 impl Ident {

@@ -10,13 +10,16 @@
 //! ```
 //! The header ends with the Python part (ABI 1.1), the GPU part (ABI 1.2, `gpu`) and the
 //! job part (ABI 1.3, `job`), the control part (ABI 1.4, `control`) and the origin part
-//! (ABI 1.5, `origin`: namespaces, and the lock that shows the writer lives).
+//! (ABI 1.5, `origin`: namespaces, and the lock that shows the writer lives), the collectives
+//! part (ABI 1.8, `collectives`) and the cost part (ABI 1.9, `cost`: the library's budget and
+//! what it shed).
 //! Fields are only ever appended; a reader rejects an unknown major version and tolerates a
 //! larger header.
 
 pub mod clock;
 pub mod collectives;
 pub mod control;
+pub mod cost;
 pub mod fault;
 pub mod gpu;
 pub mod job;

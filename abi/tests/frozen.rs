@@ -9,7 +9,9 @@
 //! writer's namespaces and its liveness lock, `tests/data/segment-v1.6.bin` one written by
 //! ABI 1.6's, with a call site waited for by the main Python thread,
 //! `tests/data/segment-v1.7.bin` one written by ABI 1.7's, with a `host_wait`,
-//! `tests/data/segment-v1.8.bin` one written by ABI 1.8's, with measured collectives; all
+//! `tests/data/segment-v1.8.bin` one written by ABI 1.8's, with measured collectives,
+//! `tests/data/segment-v1.9.bin` one written by ABI 1.9's, with the library's budget and what
+//! it shed; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive, COLLECTIVES_END};
+use syncspy_abi::cost::{CostLive, CostStatus, COST_END, SHED_GAPS};
 use syncspy_abi::control::{
     CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
 };
@@ -72,6 +75,9 @@ const V1_7: &str = "segment-v1.7.bin";
 /// The frozen ABI 1.8 segment: the v1.7 contents and the collectives part of a rank that made
 /// twelve collective calls.
 const V1_8: &str = "segment-v1.8.bin";
+/// The frozen ABI 1.9 segment: the v1.8 contents and the cost part of a process that went over
+/// its 1% budget and sheds stacks and gap records.
+const V1_9: &str = "segment-v1.9.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -521,6 +527,11 @@ fn collectives_v1_8() -> CollectiveCalls {
 
 /// Writes the v1.8 segment's contents with the current writer; returns the file's path.
 fn write_v1_8(dir: &Path) -> PathBuf {
+    write_v1_8_with(dir, |_| {})
+}
+
+/// The v1.8 contents, and whatever `more` writes.
+fn write_v1_8_with(dir: &Path, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     write_v1_6_with(dir, &records_v1_7(), |w| {
         w.live().calls[Api::CuLaunchHostFunc as usize].add_untimed(0);
         let c = w.collectives();
@@ -529,6 +540,38 @@ fn write_v1_8(dir: &Path) -> PathBuf {
         c.add_measured(1_030_000_000, 1_040_000_000, 3_000_000);
         c.unmeasured.fetch_add(1, Relaxed);
         c.set_comm(0x0c0_ffee, Some(3), Some(8));
+        more(w);
+    })
+}
+
+/// The cost part of the v1.9 file, as a reader reports it.
+fn cost_v1_9() -> CostStatus {
+    CostStatus {
+        budget_ppm: 10_000,
+        level: SHED_GAPS,
+        raised: 2,
+        shed_since_ns: 1_020_000_000,
+        stacks_shed: 40,
+        gaps_shed: 7,
+        records_shed: 0,
+        looks_skipped: 3,
+    }
+}
+
+/// Writes the v1.9 segment's contents with the current writer: the v1.8 contents and the cost
+/// part of `cost_v1_9`.
+fn write_v1_9(dir: &Path) -> PathBuf {
+    write_v1_8_with(dir, |w| {
+        let c = w.cost();
+        let want = cost_v1_9();
+        c.budget_ppm.store(want.budget_ppm, Relaxed);
+        c.level.store(want.level, Relaxed);
+        c.raised.store(want.raised, Relaxed);
+        c.shed_since_ns.store(want.shed_since_ns, Relaxed);
+        c.stacks_shed.store(want.stacks_shed, Relaxed);
+        c.gaps_shed.store(want.gaps_shed, Relaxed);
+        c.records_shed.store(want.records_shed, Relaxed);
+        c.looks_skipped.store(want.looks_skipped, Relaxed);
     })
 }
 
@@ -1372,18 +1415,52 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_8_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_9_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_8(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_8, &fresh);
+    let fresh = std::fs::read(write_v1_9(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_9, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.8 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.9 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+#[test]
+fn without_a_cost_part_the_current_writer_changes_only_the_version_fields_of_v1_8() {
+    let dir = TempDir::new("rewrite-1-8");
+    let fresh = std::fs::read(write_v1_8(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_8, &fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
+    let differ: Vec<usize> = differing(&fresh, &frozen)
+        .into_iter()
+        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
+        .collect();
+    assert!(differ.is_empty(), "the writer changed bytes of the v1.8 layout: {differ:?}");
+    assert_eq!((get_u16(&frozen, minor), get_u32(&frozen, size)), (8, 7288));
+    assert_eq!(get_u32(&fresh, size) as usize, size_of::<Header>());
+    assert!(fresh[offset_of!(Header, cost)..COST_END].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn the_v1_9_file_reads_back_exactly() {
+    let path = data(V1_9);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 38_144, "the v1.1 tables and the v1.9 header");
+    let r = SegmentReader::open(&path).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 9));
+    assert_eq!(r.ident().header_size, 7344);
+    assert_eq!(r.cost_status(), Some(cost_v1_9()));
+    assert!(r.cost_status().unwrap().anything_shed());
+    // Every earlier part reads as in v1.8; an older segment has no cost part.
+    let old = SegmentReader::open(&data(V1_8)).unwrap();
+    assert_eq!(old.cost_status(), None);
+    assert_eq!(r.collective_calls(), old.collective_calls());
+    assert_eq!(r.job(), old.job());
 }
 
 #[test]
@@ -1445,8 +1522,8 @@ fn assert_only_the_minor_differs(name: &str, fresh: &[u8], frozen_minor: u16) {
     assert_eq!(get_u16(fresh, minor), ABI_MINOR);
     assert_eq!(get_u32(&frozen, size), 7216);
     assert_eq!(get_u32(fresh, size) as usize, size_of::<Header>());
-    let collectives = offset_of!(Header, collectives)..COLLECTIVES_END;
-    assert!(fresh[collectives].iter().all(|b| *b == 0));
+    let appended = offset_of!(Header, collectives)..COST_END;
+    assert!(fresh[appended].iter().all(|b| *b == 0));
 }
 
 #[test]
@@ -1809,11 +1886,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_8_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 8));
+fn this_build_writes_abi_1_9_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 9));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 7288);
+    assert_eq!(size_of::<Header>(), 7344);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -1850,7 +1927,8 @@ fn this_build_writes_abi_1_8_and_its_file_is_the_newest() {
             (1, 5),
             (1, 6),
             (1, 7),
-            (1, 8)
+            (1, 8),
+            (1, 9)
         ]
     );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
@@ -1899,6 +1977,8 @@ fn layout() -> Vec<(String, usize, usize)> {
         collectives.calls, collectives.measured, collectives.gpu_ns, collectives.max_ns,
         collectives.first_ns, collectives.last_ns, collectives.unmeasured,
         collectives.comm_id, collectives.comm_rank_1, collectives.comm_size,
+        cost.budget_ppm, cost.level, cost.raised, cost.shed_since_ns, cost.stacks_shed,
+        cost.gaps_shed, cost.records_shed, cost.looks_skipped,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
@@ -1986,7 +2066,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<Origin>(), 32);
     assert_eq!(offset_of!(Header, collectives), 7216);
     assert_eq!(size_of::<CollectiveLive>(), 72);
-    assert_eq!(size_of::<Header>(), 7288);
+    assert_eq!(offset_of!(Header, cost), 7288);
+    assert_eq!(size_of::<CostLive>(), 56);
+    assert_eq!(size_of::<Header>(), 7344);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);

@@ -22,6 +22,7 @@ use crate::sites::{self, SiteEntry};
 
 mod collectives;
 mod control;
+mod cost;
 mod gpu;
 mod job;
 mod origin;

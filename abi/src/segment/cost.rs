@@ -1,0 +1,30 @@
+//! The segment's accessors of the `cost` section ([`crate::cost`]): kept on the segment's side
+//! so that the section file holds only its layout types and the segment depends on them,
+//! never the reverse.
+
+use crate::cost::*;
+use crate::layout::Header;
+use crate::segment::{SegmentReader, SegmentWriter};
+
+impl SegmentWriter {
+    /// The cost part of this segment's header.
+    pub fn cost(&self) -> &CostLive {
+        // SAFETY: the writer's mapping starts with this build's `Header`; `CostLive` is all
+        // atomics, accessed through shared references.
+        unsafe { &(*(self.v.map.ptr as *const Header)).cost }
+    }
+}
+
+impl SegmentReader {
+    /// The cost part; `None` for segments older than ABI 1.9 and frozen readers.
+    pub fn cost_status(&self) -> Option<CostStatus> {
+        let id = self.ident();
+        if self.frozen() || id.abi_minor < 9 || (id.header_size as usize) < COST_END {
+            return None;
+        }
+        // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping
+        // holds) covers `CostLive`; it is all atomics, valid for any bit pattern.
+        let part = unsafe { &(*(self.v.map.ptr as *const Header)).cost };
+        Some(part.status())
+    }
+}
