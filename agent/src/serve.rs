@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::collector::Collector;
 use crate::http::{accept_loop, Latest, Served};
 use crate::token::{remove_token, write_token};
+use syncspy_read::stop::{self, Blocked, StopFlag};
 
 /// The shortest time between two steps of the collector.
 const MIN_STEP_GAP: Duration = Duration::from_millis(100);
@@ -40,6 +41,8 @@ pub enum ServeError {
     },
     /// The thread that answers HTTP requests could not be started.
     Thread(std::io::Error),
+    /// The handlers of the stop signals could not be installed.
+    Signals(std::io::Error),
     /// The token file could not be written.
     Token {
         path: PathBuf,
@@ -52,6 +55,7 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
             ServeError::Thread(e) => write!(f, "cannot start the HTTP thread: {e}"),
+            ServeError::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
             ServeError::Token { path, source } => write!(
                 f,
                 "cannot write the token file {}: {source} (give another with --token-file)",
@@ -65,50 +69,8 @@ impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ServeError::Listen { source, .. } => Some(source.as_ref()),
-            ServeError::Thread(e) => Some(e),
+            ServeError::Thread(e) | ServeError::Signals(e) => Some(e),
             ServeError::Token { source, .. } => Some(source),
-        }
-    }
-}
-
-/// Set by SIGINT or SIGTERM: the daemon cleans up and returns.
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-const STOP_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-
-/// Blocks (`block`) or unblocks SIGINT and SIGTERM in the calling thread: threads started
-/// while they are blocked keep them blocked, so they reach the main thread, whose wait they
-/// cut short.
-fn mask_stop_signals(block: bool) {
-    // SAFETY: the set is initialised by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in STOP_SIGNALS {
-            libc::sigaddset(&mut set, sig);
-        }
-        let how = if block {
-            libc::SIG_BLOCK
-        } else {
-            libc::SIG_UNBLOCK
-        };
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
-}
-
-fn install_stop_handlers() {
-    for sig in STOP_SIGNALS {
-        // SAFETY: `sa` is zeroed then its mask emptied; the handler only stores to an atomic.
-        // No SA_RESTART: the main thread's wait returns at once.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
 }
@@ -118,15 +80,18 @@ fn install_stop_handlers() {
 /// bound or the token file written (an unusable segment folder is reported in the snapshot
 /// and retried).
 pub fn serve(opts: &AgentOptions) -> Result<(), ServeError> {
-    STOP.store(false, std::sync::atomic::Ordering::SeqCst);
-    install_stop_handlers();
-    mask_stop_signals(true);
-    let started = serve_until_stopped(opts);
-    mask_stop_signals(false);
-    started
+    let stop = StopFlag::install_for(&stop::DAEMON).map_err(ServeError::Signals)?;
+    // Threads started while the stop signals are blocked keep them blocked, so they reach
+    // this thread, whose wait they cut short.
+    let blocked = Blocked::new(&stop::DAEMON);
+    serve_until_stopped(opts, &stop, blocked)
 }
 
-fn serve_until_stopped(opts: &AgentOptions) -> Result<(), ServeError> {
+fn serve_until_stopped(
+    opts: &AgentOptions,
+    stop: &StopFlag,
+    blocked: Blocked,
+) -> Result<(), ServeError> {
     // One open file per followed segment (its lock tells whether its process runs).
     syncspy_read::follow::raise_open_file_limit();
     let listen_err = |source: Box<dyn std::error::Error + Send + Sync>| ServeError::Listen {
@@ -181,8 +146,8 @@ fn serve_until_stopped(opts: &AgentOptions) -> Result<(), ServeError> {
         .map_err(ServeError::Thread)?;
     // Every thread is started (the runtime's too, with the signals blocked): from now on
     // SIGINT and SIGTERM reach this one.
-    mask_stop_signals(false);
-    let stopping = || STOP.load(std::sync::atomic::Ordering::SeqCst);
+    drop(blocked);
+    let stopping = || stop.is_set();
     // A folder where segments keep appearing wakes `wait` at once each time: steps are
     // still at least this far apart, so a flood of new files cannot keep the collector busy.
     let min_gap = opts.interval.min(MIN_STEP_GAP);

@@ -7,87 +7,22 @@
 //! generated (Ctrl-C, si_code `SI_KERNEL`) already reached the command, which shares
 //! syncspy's process group, so it is not sent twice.
 //!
-//! [`StopFlag`]: the one stop flag of `syncspy attach`, set by SIGINT, SIGTERM or SIGHUP and
-//! read by its loop, which then detaches and reports.
+//! [`StopFlag`]: the one stop flag of `syncspy attach` (and of the node agent), set by
+//! SIGINT, SIGTERM or SIGHUP and read by its loop, which then detaches and reports. It lives
+//! in the reader, which the agent shares.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use syncspy_read::stop::Installed;
+pub use syncspy_read::stop::StopFlag;
 
 /// Pid of the command (0: none yet / already reaped).
 static CHILD: AtomicI32 = AtomicI32::new(0);
 /// A signal that arrived before the command's pid was known.
 static PENDING: AtomicI32 = AtomicI32::new(0);
-/// Set by a stop signal while a [`StopFlag`] is installed.
-static STOP: AtomicBool = AtomicBool::new(false);
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
-type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-
-/// Handlers installed for some signals; the previous ones come back on drop.
-struct Installed {
-    old: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-impl Installed {
-    /// `handler` for each of `signals` (`SA_SIGINFO | SA_RESTART`). The handler must be
-    /// async-signal-safe.
-    fn new(signals: &[libc::c_int], handler: Handler) -> io::Result<Installed> {
-        let mut installed = Installed { old: Vec::new() };
-        for &sig in signals {
-            // SAFETY: `sa` is fully initialised (zeroed, then the mask emptied) before use;
-            // the handlers given here only touch atomics and call kill.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = handler as *const () as usize;
-                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &sa, &mut prev) != 0 {
-                    // `installed` drops: the handlers set so far are restored.
-                    return Err(io::Error::last_os_error());
-                }
-                installed.old.push((sig, prev));
-            }
-        }
-        Ok(installed)
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        for (sig, prev) in &self.old {
-            // SAFETY: restores an action the kernel gave us.
-            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
-        }
-    }
-}
-
-extern "C" fn on_stop(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// SIGINT, SIGTERM and SIGHUP, caught: each sets the flag instead of ending syncspy. The
-/// previous handlers come back on drop.
-pub struct StopFlag {
-    _handlers: Installed,
-}
-
-impl StopFlag {
-    /// Installs the handlers, the flag cleared.
-    pub fn install() -> io::Result<StopFlag> {
-        STOP.store(false, Ordering::SeqCst);
-        Ok(StopFlag {
-            _handlers: Installed::new(&STOP_SIGNALS, on_stop)?,
-        })
-    }
-
-    /// Whether a stop signal came since [`StopFlag::install`].
-    pub fn is_set(&self) -> bool {
-        STOP.load(Ordering::SeqCst)
-    }
-}
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     let code = if info.is_null() {

@@ -25,6 +25,7 @@
 //! - [`warning`]: what readers warn about, one variant per kind of warning, its text in one
 //!   place.
 //! - [`snapshot`]: the agent's view of the host, as served over HTTP.
+//! - [`stop`]: the stop signals of a reader that runs until asked to end, as one flag.
 //!
 //! The clock of every timestamp is `CLOCK_MONOTONIC` ([`monotonic_ns`]).
 
@@ -46,6 +47,7 @@ pub use report::jobs;
 pub mod safe_file;
 pub mod session;
 pub mod snapshot;
+pub mod stop;
 pub mod symbolize;
 pub mod text;
 pub mod verdict;
