@@ -27,7 +27,9 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
 use syncspy_read::names::KindName;
-use syncspy_read::snapshot::{Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS};
+use syncspy_read::snapshot::{
+    ForgottenProgram, Latency, Snapshot, SnapshotProcess, LATENCY_BOUNDS_NS,
+};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -137,313 +139,465 @@ fn add_sat(c: &Counter, n: u64) {
 /// The metrics text of a snapshot.
 pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("syncspy");
-    let events = Family::<KindLabels, Counter>::default();
-    let seconds = Family::<KindLabels, FloatCounter>::default();
-    let bytes = Family::<KindLabels, Counter>::default();
-    let durations = Family::<KindLabels, BucketedHistogram>::default();
-    let processes = Family::<StateLabels, Gauge>::default();
-    let dropped = Family::<ProgramLabels, Counter>::default();
-    let lost = Family::<ProgramLabels, Counter>::default();
-    let overhead = Family::<ProgramLabels, FloatCounter>::default();
-    let forgotten = Family::<ProgramLabels, Counter>::default();
-    let info = Family::<VersionLabels, Gauge>::default();
-    let gpu_idle = Family::<ProgramLabels, FloatCounter>::default();
-    let gpu_gaps = Family::<ProgramLabels, Counter>::default();
-    let gpu_gap_durations = Family::<ProgramLabels, BucketedHistogram>::default();
-    let gpu_busy = Family::<ProgramLabels, Gauge<f64, AtomicU64>>::default();
-    let skipped = Gauge::<i64>::default();
-    let reader_dropped = Family::<WhatLabels, Counter>::default();
-    let process_info = Family::<ProcessLabels, Gauge>::default();
-    reg.register(
-        "stall_events",
-        "CUDA calls that made the host wait, by program and kind",
-        events.clone(),
-    );
-    reg.register_with_unit(
-        "stall",
-        "Time the host waited in CUDA calls, by program and kind",
-        Unit::Seconds,
-        seconds.clone(),
-    );
-    reg.register_with_unit(
-        "stall",
-        "Bytes moved by the CUDA calls that made the host wait",
-        Unit::Bytes,
-        bytes.clone(),
-    );
-    reg.register_with_unit(
-        "stall_duration",
-        "Durations of the recorded stalls, by program and kind (from the ring records the \
-         agent received: its count can be below syncspy_stall_events_total when records \
-         were lost)",
-        Unit::Seconds,
-        durations.clone(),
-    );
-    reg.register(
-        "processes",
-        "Instrumented processes followed now, by program and state",
-        processes.clone(),
-    );
-    reg.register(
-        "dropped_events",
-        "Events libsyncspy counted but could not write to its ring",
-        dropped.clone(),
-    );
-    reg.register(
-        "lost_records",
-        "Ring records the agent never received (totals stay exact)",
-        lost.clone(),
-    );
-    reg.register_with_unit(
-        "overhead",
-        "Time libsyncspy spent on its own work inside the programs",
-        Unit::Seconds,
-        overhead.clone(),
-    );
-    reg.register(
-        "forgotten_processes",
-        "Ended processes no longer followed (their totals are kept in the counters)",
-        forgotten.clone(),
-    );
-    reg.register(
-        "segments_skipped",
-        "Files in the segment folder that could not be read",
-        skipped.clone(),
-    );
-    reg.register(
-        "reader_dropped",
-        "What the agent left out to stay within its budgets (docs/contracts.md): segments \
-         not followed (their user at their cap), histograms not made, modules not used, \
-         polls deferred, stacks left for a later step; and ended processes compacted",
-        reader_dropped.clone(),
-    );
-    reg.register("agent_info", "The agent's version", info.clone());
-    reg.register(
-        "process_info",
-        "Where each live process is: its pid in its own PID namespace, its pid on this node \
-         (host_pid; empty when the same), its container and Kubernetes pod (empty when none); \
-         at most 256 processes, those with the most stall time",
-        process_info.clone(),
-    );
-    reg.register_with_unit(
-        "gpu_idle",
-        "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
-         library's minimum gap, SYNCSPY_GPU_IDLE_MIN_US; their durations are \
-         syncspy_gpu_idle_gap_duration_seconds). Not a host stall: the syncspy_stall_* \
-         series leave it out",
-        Unit::Seconds,
-        gpu_idle.clone(),
-    );
-    reg.register(
-        "gpu_idle_gaps",
-        "GPU idle gaps of at least the library's minimum gap",
-        gpu_gaps.clone(),
-    );
-    reg.register_with_unit(
-        "gpu_idle_gap_duration",
-        "Durations of the GPU idle gaps the agent received",
-        Unit::Seconds,
-        gpu_gap_durations.clone(),
-    );
-    reg.register(
-        "gpu_busy_ratio",
-        "Busy fraction of the GPUs of a program's live processes: the mean over their devices \
-         of the last complete window (SYNCSPY_GPU_IDLE windows, 1 s), or of the whole run \
-         before one; absent while not measured",
-        gpu_busy.clone(),
-    );
-
+    let series = Series::register(&mut reg);
+    series.add_process_info(s);
+    series.add_gpu_busy(s);
     // Live processes and forgotten ones add into the same series.
-    let kind_labels = |program: &str, kind: &KindName| KindLabels {
+    for p in &s.processes {
+        series.add_live(p);
+    }
+    for (program, f) in &s.forgotten {
+        series.add_forgotten(program, f);
+    }
+    render_jobs(&mut reg, s);
+    series.add_agent(s);
+    let mut out = String::new();
+    encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// The host stalls by program and kind.
+struct StallSeries {
+    events: Family<KindLabels, Counter>,
+    seconds: Family<KindLabels, FloatCounter>,
+    bytes: Family<KindLabels, Counter>,
+    durations: Family<KindLabels, BucketedHistogram>,
+}
+
+impl StallSeries {
+    fn register(reg: &mut Registry) -> StallSeries {
+        let s = StallSeries {
+            events: Family::default(),
+            seconds: Family::default(),
+            bytes: Family::default(),
+            durations: Family::default(),
+        };
+        reg.register(
+            "stall_events",
+            "CUDA calls that made the host wait, by program and kind",
+            s.events.clone(),
+        );
+        reg.register_with_unit(
+            "stall",
+            "Time the host waited in CUDA calls, by program and kind",
+            Unit::Seconds,
+            s.seconds.clone(),
+        );
+        reg.register_with_unit(
+            "stall",
+            "Bytes moved by the CUDA calls that made the host wait",
+            Unit::Bytes,
+            s.bytes.clone(),
+        );
+        reg.register_with_unit(
+            "stall_duration",
+            "Durations of the recorded stalls, by program and kind (from the ring records the \
+             agent received: its count can be below syncspy_stall_events_total when records \
+             were lost)",
+            Unit::Seconds,
+            s.durations.clone(),
+        );
+        s
+    }
+}
+
+/// What the library counted per program, and the processes followed.
+struct ProgramSeries {
+    processes: Family<StateLabels, Gauge>,
+    dropped: Family<ProgramLabels, Counter>,
+    lost: Family<ProgramLabels, Counter>,
+    overhead: Family<ProgramLabels, FloatCounter>,
+    forgotten: Family<ProgramLabels, Counter>,
+}
+
+impl ProgramSeries {
+    fn register(reg: &mut Registry) -> ProgramSeries {
+        let s = ProgramSeries {
+            processes: Family::default(),
+            dropped: Family::default(),
+            lost: Family::default(),
+            overhead: Family::default(),
+            forgotten: Family::default(),
+        };
+        reg.register(
+            "processes",
+            "Instrumented processes followed now, by program and state",
+            s.processes.clone(),
+        );
+        reg.register(
+            "dropped_events",
+            "Events libsyncspy counted but could not write to its ring",
+            s.dropped.clone(),
+        );
+        reg.register(
+            "lost_records",
+            "Ring records the agent never received (totals stay exact)",
+            s.lost.clone(),
+        );
+        reg.register_with_unit(
+            "overhead",
+            "Time libsyncspy spent on its own work inside the programs",
+            Unit::Seconds,
+            s.overhead.clone(),
+        );
+        reg.register(
+            "forgotten_processes",
+            "Ended processes no longer followed (their totals are kept in the counters)",
+            s.forgotten.clone(),
+        );
+        s
+    }
+}
+
+/// The agent itself: what it could not read or left out, its version.
+struct AgentSeries {
+    skipped: Gauge<i64>,
+    reader_dropped: Family<WhatLabels, Counter>,
+    info: Family<VersionLabels, Gauge>,
+}
+
+impl AgentSeries {
+    fn register(reg: &mut Registry) -> AgentSeries {
+        let s = AgentSeries {
+            skipped: Gauge::default(),
+            reader_dropped: Family::default(),
+            info: Family::default(),
+        };
+        reg.register(
+            "segments_skipped",
+            "Files in the segment folder that could not be read",
+            s.skipped.clone(),
+        );
+        reg.register(
+            "reader_dropped",
+            "What the agent left out to stay within its budgets (docs/contracts.md): segments \
+             not followed (their user at their cap), histograms not made, modules not used, \
+             polls deferred, stacks left for a later step; and ended processes compacted",
+            s.reader_dropped.clone(),
+        );
+        reg.register("agent_info", "The agent's version", s.info.clone());
+        s
+    }
+}
+
+/// The GPU's own time: idle gaps and busy fractions. Not host stalls.
+struct GpuSeries {
+    idle: Family<ProgramLabels, FloatCounter>,
+    gaps: Family<ProgramLabels, Counter>,
+    gap_durations: Family<ProgramLabels, BucketedHistogram>,
+    busy: Family<ProgramLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl GpuSeries {
+    fn register(reg: &mut Registry) -> GpuSeries {
+        let s = GpuSeries {
+            idle: Family::default(),
+            gaps: Family::default(),
+            gap_durations: Family::default(),
+            busy: Family::default(),
+        };
+        reg.register_with_unit(
+            "gpu_idle",
+            "Time the GPU ran nothing between two pieces of work (the gaps of at least the \
+             library's minimum gap, SYNCSPY_GPU_IDLE_MIN_US; their durations are \
+             syncspy_gpu_idle_gap_duration_seconds). Not a host stall: the syncspy_stall_* \
+             series leave it out",
+            Unit::Seconds,
+            s.idle.clone(),
+        );
+        reg.register(
+            "gpu_idle_gaps",
+            "GPU idle gaps of at least the library's minimum gap",
+            s.gaps.clone(),
+        );
+        reg.register_with_unit(
+            "gpu_idle_gap_duration",
+            "Durations of the GPU idle gaps the agent received",
+            Unit::Seconds,
+            s.gap_durations.clone(),
+        );
+        reg.register(
+            "gpu_busy_ratio",
+            "Busy fraction of the GPUs of a program's live processes: the mean over their \
+             devices of the last complete window (SYNCSPY_GPU_IDLE windows, 1 s), or of the \
+             whole run before one; absent while not measured",
+            s.busy.clone(),
+        );
+        s
+    }
+}
+
+/// Every series but the jobs', registered in the order they are rendered.
+struct Series {
+    stalls: StallSeries,
+    programs: ProgramSeries,
+    agent: AgentSeries,
+    process_info: Family<ProcessLabels, Gauge>,
+    gpu: GpuSeries,
+}
+
+fn program_labels(program: &str) -> ProgramLabels {
+    ProgramLabels {
+        program: program.to_string(),
+    }
+}
+
+fn kind_labels(program: &str, kind: &KindName) -> KindLabels {
+    KindLabels {
         program: program.to_string(),
         kind: kind.to_string(),
-    };
-    // GPU idle gaps are records of the segment like the stalls, but the GPU's time, not the
-    // host's: they have series of their own.
-    let add_kind = |program: &str, kind: &KindName, count: u64, total_ns: u64, n_bytes: u64| {
-        let pl = ProgramLabels {
-            program: program.to_string(),
-        };
+    }
+}
+
+impl Series {
+    fn register(reg: &mut Registry) -> Series {
+        let stalls = StallSeries::register(reg);
+        let programs = ProgramSeries::register(reg);
+        let agent = AgentSeries::register(reg);
+        let process_info = Family::default();
+        reg.register(
+            "process_info",
+            "Where each live process is: its pid in its own PID namespace, its pid on this \
+             node (host_pid; empty when the same), its container and Kubernetes pod (empty \
+             when none); at most 256 processes, those with the most stall time",
+            process_info.clone(),
+        );
+        let gpu = GpuSeries::register(reg);
+        Series {
+            stalls,
+            programs,
+            agent,
+            process_info,
+            gpu,
+        }
+    }
+
+    /// One kind's totals. GPU idle gaps are records of the segment like the stalls, but the
+    /// GPU's time, not the host's: they have series of their own.
+    fn add_kind(&self, program: &str, kind: &KindName, count: u64, total_ns: u64, bytes: u64) {
         if *kind == syncspy_abi::Kind::GpuIdle {
-            add_sat(&gpu_gaps.get_or_create(&pl), count);
-            gpu_idle.get_or_create(&pl).inc_by(total_ns as f64 / 1e9);
+            let pl = program_labels(program);
+            add_sat(&self.gpu.gaps.get_or_create(&pl), count);
+            self.gpu
+                .idle
+                .get_or_create(&pl)
+                .inc_by(total_ns as f64 / 1e9);
             return;
         }
         let l = kind_labels(program, kind);
-        add_sat(&events.get_or_create(&l), count);
-        seconds.get_or_create(&l).inc_by(total_ns as f64 / 1e9);
-        add_sat(&bytes.get_or_create(&l), n_bytes);
-    };
-    let add_latency = |program: &str, latency: &BTreeMap<KindName, Latency>| {
+        add_sat(&self.stalls.events.get_or_create(&l), count);
+        self.stalls
+            .seconds
+            .get_or_create(&l)
+            .inc_by(total_ns as f64 / 1e9);
+        add_sat(&self.stalls.bytes.get_or_create(&l), bytes);
+    }
+
+    fn add_latency(&self, program: &str, latency: &BTreeMap<KindName, Latency>) {
         for (kind, l) in latency {
             if *kind == syncspy_abi::Kind::GpuIdle {
-                gpu_gap_durations
-                    .get_or_create(&ProgramLabels {
-                        program: program.to_string(),
-                    })
+                self.gpu
+                    .gap_durations
+                    .get_or_create(&program_labels(program))
                     .add(l);
             } else {
-                durations.get_or_create(&kind_labels(program, kind)).add(l);
+                self.stalls
+                    .durations
+                    .get_or_create(&kind_labels(program, kind))
+                    .add(l);
             }
         }
-    };
-    let add_program = |program: &str, dropped_events: u64, lost_records: u64, overhead_ns: u64| {
-        let pl = ProgramLabels {
-            program: program.to_string(),
-        };
-        add_sat(&dropped.get_or_create(&pl), dropped_events);
-        add_sat(&lost.get_or_create(&pl), lost_records);
-        overhead.get_or_create(&pl).inc_by(overhead_ns as f64 / 1e9);
-        pl
-    };
-    let mut live: Vec<&SnapshotProcess> = s
-        .processes
-        .iter()
-        .filter(|p| p.report.state.is_running())
-        .collect();
-    live.sort_by_key(|p| std::cmp::Reverse(p.report.stall_ns));
-    for p in live.into_iter().take(MAX_PROCESS_INFO) {
-        let r = &p.report;
-        process_info
-            .get_or_create(&ProcessLabels {
-                program: p.program.clone(),
-                pid: r.pid.to_string(),
-                host_pid: r.host_pid.map(|h| h.to_string()).unwrap_or_default(),
-                container: r.container.clone().unwrap_or_default(),
-                pod_uid: r.pod_uid.clone().unwrap_or_default(),
-            })
-            .set(1);
     }
-    // Busy fractions of the live processes' devices, per program.
-    let mut busy: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for p in &s.processes {
-        let r = &p.report;
-        if r.gpu.measured {
+
+    fn add_program(&self, program: &str, dropped: u64, lost: u64, overhead_ns: u64) {
+        let pl = program_labels(program);
+        add_sat(&self.programs.dropped.get_or_create(&pl), dropped);
+        add_sat(&self.programs.lost.get_or_create(&pl), lost);
+        self.programs
+            .overhead
+            .get_or_create(&pl)
+            .inc_by(overhead_ns as f64 / 1e9);
+    }
+
+    /// Where the live processes with the most stall time are.
+    fn add_process_info(&self, s: &Snapshot) {
+        let mut live: Vec<&SnapshotProcess> = s
+            .processes
+            .iter()
+            .filter(|p| p.report.state.is_running())
+            .collect();
+        live.sort_by_key(|p| std::cmp::Reverse(p.report.stall_ns));
+        for p in live.into_iter().take(MAX_PROCESS_INFO) {
+            let r = &p.report;
+            self.process_info
+                .get_or_create(&ProcessLabels {
+                    program: p.program.clone(),
+                    pid: r.pid.to_string(),
+                    host_pid: r.host_pid.map(|h| h.to_string()).unwrap_or_default(),
+                    container: r.container.clone().unwrap_or_default(),
+                    pod_uid: r.pod_uid.clone().unwrap_or_default(),
+                })
+                .set(1);
+        }
+    }
+
+    /// Busy fractions of the followed processes' devices, their mean per program.
+    fn add_gpu_busy(&self, s: &Snapshot) {
+        let mut busy: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for p in s.processes.iter().filter(|p| p.report.gpu.measured) {
             let of = busy.entry(p.program.as_str()).or_default();
-            for d in &r.gpu.devices {
+            for d in &p.report.gpu.devices {
                 if let Some(b) = d.last_window_busy.or(d.busy_fraction) {
                     of.push(b);
                 }
             }
         }
-        for (kind, st) in &r.kinds {
-            add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
+        for (program, v) in busy {
+            if !v.is_empty() {
+                self.gpu
+                    .busy
+                    .get_or_create(&program_labels(program))
+                    .set(v.iter().sum::<f64>() / v.len() as f64);
+            }
         }
-        add_latency(&p.program, &p.latency);
-        add_program(
+    }
+
+    /// A followed process: its kinds, latencies, the library's counts and its state.
+    fn add_live(&self, p: &SnapshotProcess) {
+        let r = &p.report;
+        for (kind, st) in &r.kinds {
+            self.add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
+        }
+        self.add_latency(&p.program, &p.latency);
+        self.add_program(
             &p.program,
             r.dropped_events,
             r.lost_records.saturating_sub(r.dropped_events),
             r.overhead_ns,
         );
-        processes
+        self.programs
+            .processes
             .get_or_create(&StateLabels {
                 program: p.program.clone(),
                 state: r.state.name().to_string(),
             })
             .inc();
     }
-    for (program, v) in busy {
-        if !v.is_empty() {
-            gpu_busy
-                .get_or_create(&ProgramLabels {
-                    program: program.to_string(),
-                })
-                .set(v.iter().sum::<f64>() / v.len() as f64);
-        }
-    }
-    for (program, f) in &s.forgotten {
+
+    /// The kept totals of a program's processes that are no longer followed.
+    fn add_forgotten(&self, program: &str, f: &ForgottenProgram) {
         for (kind, a) in &f.kinds {
-            add_kind(program, kind, a.count, a.total_ns, a.bytes);
+            self.add_kind(program, kind, a.count, a.total_ns, a.bytes);
         }
-        add_latency(program, &f.latency);
-        let pl = add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
-        add_sat(&forgotten.get_or_create(&pl), f.processes);
-    }
-    render_jobs(&mut reg, s);
-    skipped.set(s.segments_skipped as i64);
-    for (what, n) in &s.reader_dropped {
+        self.add_latency(program, &f.latency);
+        self.add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
         add_sat(
-            &reader_dropped.get_or_create(&WhatLabels { what: what.clone() }),
-            *n,
+            &self
+                .programs
+                .forgotten
+                .get_or_create(&program_labels(program)),
+            f.processes,
         );
     }
-    info.get_or_create(&VersionLabels {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-    })
-    .set(1);
 
-    let mut out = String::new();
-    encode(&mut out, &reg)?;
-    Ok(out)
+    fn add_agent(&self, s: &Snapshot) {
+        self.agent.skipped.set(s.segments_skipped as i64);
+        for (what, n) in &s.reader_dropped {
+            add_sat(
+                &self
+                    .agent
+                    .reader_dropped
+                    .get_or_create(&WhatLabels { what: what.clone() }),
+                *n,
+            );
+        }
+        self.agent
+            .info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+    }
 }
 
-/// The `syncspy_job_*` series of the live processes that are ranks of a job.
-fn render_jobs(reg: &mut Registry, s: &Snapshot) {
-    let stall = Family::<RankLabels, FloatCounter>::default();
-    let behind = Family::<RankLabels, FloatCounter>::default();
-    let collective = Family::<RankLabels, FloatCounter>::default();
-    let collective_wait = Family::<RankLabels, FloatCounter>::default();
-    let ranks = Family::<JobLabels, Gauge>::default();
-    let straggler = Family::<JobLabels, Gauge>::default();
-    let excess = Family::<JobLabels, Gauge<f64, AtomicU64>>::default();
-    reg.register_with_unit(
-        "job_rank_stall",
-        "Time the host of a rank of a distributed job waited in CUDA calls (live processes; \
-         the rank's process on this node)",
-        Unit::Seconds,
-        stall.clone(),
-    );
-    reg.register_with_unit(
-        "job_rank_gpu_idle_behind_stalls",
-        "GPU idle time of a rank blamed on its own host stalls: its GPU sat still while its \
-         host waited (present when the rank's GPU is measured)",
-        Unit::Seconds,
-        behind.clone(),
-    );
-    reg.register_with_unit(
-        "job_rank_collective",
-        "Time a rank's GPU spent in collective-communication (NCCL) calls, waiting for the \
-         other ranks included: measured around every call by ABI 1.8 libraries, else the \
-         collective kernels of traced time. The rank the others wait for has the smallest \
-         rate",
-        Unit::Seconds,
-        collective.clone(),
-    );
-    reg.register_with_unit(
-        "job_rank_collective_wait",
-        "How long a rank waited in collective kernels for the job's slowest rank on this node: \
-         its collective time beyond the straggler's share of traced time",
-        Unit::Seconds,
-        collective_wait.clone(),
-    );
-    reg.register(
-        "job_ranks",
-        "Ranks of a job followed by this agent",
-        ranks.clone(),
-    );
-    reg.register(
-        "job_straggler_rank",
-        "The rank named the straggler among this agent's ranks of a job (the rank the others \
-         waited for in collective kernels when those are traced, else the largest score, at \
-         least 1.25 times the others' median; absent when none stands out)",
-        straggler.clone(),
-    );
-    reg.register_with_unit(
-        "job_straggler_excess",
-        "How much longer the straggler's score is than the other ranks' median on this node",
-        Unit::Seconds,
-        excess.clone(),
-    );
-    let reports: Vec<_> = s.processes.iter().map(|p| p.report.clone()).collect();
-    let mut jobs = syncspy_read::jobs::jobs_of(&reports);
-    if jobs.is_empty() {
-        return;
+/// The `syncspy_job_*` series.
+struct JobSeries {
+    stall: Family<RankLabels, FloatCounter>,
+    behind: Family<RankLabels, FloatCounter>,
+    collective: Family<RankLabels, FloatCounter>,
+    collective_wait: Family<RankLabels, FloatCounter>,
+    ranks: Family<JobLabels, Gauge>,
+    straggler: Family<JobLabels, Gauge>,
+    excess: Family<JobLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl JobSeries {
+    fn register(reg: &mut Registry) -> JobSeries {
+        let s = JobSeries {
+            stall: Family::default(),
+            behind: Family::default(),
+            collective: Family::default(),
+            collective_wait: Family::default(),
+            ranks: Family::default(),
+            straggler: Family::default(),
+            excess: Family::default(),
+        };
+        reg.register_with_unit(
+            "job_rank_stall",
+            "Time the host of a rank of a distributed job waited in CUDA calls (live \
+             processes; the rank's process on this node)",
+            Unit::Seconds,
+            s.stall.clone(),
+        );
+        reg.register_with_unit(
+            "job_rank_gpu_idle_behind_stalls",
+            "GPU idle time of a rank blamed on its own host stalls: its GPU sat still while \
+             its host waited (present when the rank's GPU is measured)",
+            Unit::Seconds,
+            s.behind.clone(),
+        );
+        reg.register_with_unit(
+            "job_rank_collective",
+            "Time a rank's GPU spent in collective-communication (NCCL) calls, waiting for \
+             the other ranks included: measured around every call by ABI 1.8 libraries, else \
+             the collective kernels of traced time. The rank the others wait for has the \
+             smallest rate",
+            Unit::Seconds,
+            s.collective.clone(),
+        );
+        reg.register_with_unit(
+            "job_rank_collective_wait",
+            "How long a rank waited in collective kernels for the job's slowest rank on this \
+             node: its collective time beyond the straggler's share of traced time",
+            Unit::Seconds,
+            s.collective_wait.clone(),
+        );
+        reg.register(
+            "job_ranks",
+            "Ranks of a job followed by this agent",
+            s.ranks.clone(),
+        );
+        reg.register(
+            "job_straggler_rank",
+            "The rank named the straggler among this agent's ranks of a job (the rank the \
+             others waited for in collective kernels when those are traced, else the largest \
+             score, at least 1.25 times the others' median; absent when none stands out)",
+            s.straggler.clone(),
+        );
+        reg.register_with_unit(
+            "job_straggler_excess",
+            "How much longer the straggler's score is than the other ranks' median on this \
+             node",
+            Unit::Seconds,
+            s.excess.clone(),
+        );
+        s
     }
-    // The jobs with the most stall time keep their id.
-    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns()), j.id().to_string()));
-    for (i, j) in jobs.iter().enumerate() {
-        let job_id = if i < MAX_JOBS {
+
+    /// The `i`th job by stall time: its own id among the first [`MAX_JOBS`], else `other`.
+    fn add_job(&self, i: usize, j: &syncspy_read::jobs::JobReport) {
+        let own = i < MAX_JOBS;
+        let job_id = if own {
             j.id().to_string()
         } else {
             "other".to_string()
@@ -451,36 +605,58 @@ fn render_jobs(reg: &mut Registry, s: &Snapshot) {
         let jl = JobLabels {
             job_id: job_id.clone(),
         };
-        ranks.get_or_create(&jl).inc_by(j.ranks().len() as i64);
-        if i < MAX_JOBS {
+        self.ranks.get_or_create(&jl).inc_by(j.ranks().len() as i64);
+        if own {
             if let Some(st) = j.straggler() {
                 if let Some(r) = st.rank {
-                    straggler.get_or_create(&jl).set(i64::from(r));
+                    self.straggler.get_or_create(&jl).set(i64::from(r));
                 }
-                excess.get_or_create(&jl).set(st.excess_ns as f64 / 1e9);
+                self.excess
+                    .get_or_create(&jl)
+                    .set(st.excess_ns as f64 / 1e9);
             }
         }
         for (k, r) in j.ranks().iter().enumerate() {
             let rank = match r.rank {
-                _ if i >= MAX_JOBS || k >= MAX_RANKS => "other".to_string(),
+                _ if !own || k >= MAX_RANKS => "other".to_string(),
                 Some(r) => r.to_string(),
                 None => "unknown".to_string(),
             };
-            let rl = RankLabels {
-                job_id: job_id.clone(),
-                rank,
-            };
-            stall.get_or_create(&rl).inc_by(r.stall_ns as f64 / 1e9);
-            if let Some(b) = r.gpu_idle_behind_stalls_ns {
-                behind.get_or_create(&rl).inc_by(b as f64 / 1e9);
-            }
-            if let Some(c) = r.collective_ns {
-                collective.get_or_create(&rl).inc_by(c as f64 / 1e9);
-            }
-            if let Some(w) = r.collective_wait_ns {
-                collective_wait.get_or_create(&rl).inc_by(w as f64 / 1e9);
-            }
+            self.add_rank(
+                &RankLabels {
+                    job_id: job_id.clone(),
+                    rank,
+                },
+                r,
+            );
         }
+    }
+
+    fn add_rank(&self, rl: &RankLabels, r: &syncspy_read::jobs::RankReport) {
+        self.stall.get_or_create(rl).inc_by(r.stall_ns as f64 / 1e9);
+        if let Some(b) = r.gpu_idle_behind_stalls_ns {
+            self.behind.get_or_create(rl).inc_by(b as f64 / 1e9);
+        }
+        if let Some(c) = r.collective_ns {
+            self.collective.get_or_create(rl).inc_by(c as f64 / 1e9);
+        }
+        if let Some(w) = r.collective_wait_ns {
+            self.collective_wait
+                .get_or_create(rl)
+                .inc_by(w as f64 / 1e9);
+        }
+    }
+}
+
+/// The `syncspy_job_*` series of the live processes that are ranks of a job.
+fn render_jobs(reg: &mut Registry, s: &Snapshot) {
+    let series = JobSeries::register(reg);
+    let reports: Vec<_> = s.processes.iter().map(|p| p.report.clone()).collect();
+    let mut jobs = syncspy_read::jobs::jobs_of(&reports);
+    // The jobs with the most stall time keep their id.
+    jobs.sort_by_key(|j| (std::cmp::Reverse(j.stall_ns()), j.id().to_string()));
+    for (i, j) in jobs.iter().enumerate() {
+        series.add_job(i, j);
     }
 }
 
