@@ -273,6 +273,14 @@ fn path_b(t: &mut Truth, s: cudaStream_t) {
 fn run_op(c: &mut Ctx, op: &str) {
     let (name, arg) = op.split_once('=').unwrap_or((op, ""));
     let a: Vec<&str> = arg.split(':').collect();
+    let done = sync_op(c, op, name, &a) || copy_op(c, op, name, &a) || memory_op(c, op, name, &a);
+    if !done {
+        panic!("unknown op {op:?}; see the doc comment of cudacalls.rs");
+    }
+}
+
+/// The ops that wait for the GPU (or ask whether it is done); false for another op.
+fn sync_op(c: &mut Ctx, op: &str, name: &str, a: &[&str]) -> bool {
     // SAFETY: every call gets buffers of BUF bytes (sizes are checked below) and live handles.
     unsafe {
         match name {
@@ -353,6 +361,17 @@ fn run_op(c: &mut Ctx, op: &str) {
                 }
                 c.t.spin(api, not_ready, t0.elapsed().as_nanos() as u64);
             }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The copies; false for another op.
+fn copy_op(c: &mut Ctx, op: &str, name: &str, a: &[&str]) -> bool {
+    // SAFETY: every call gets buffers of BUF bytes (sizes are checked below) and live handles.
+    unsafe {
+        match name {
             "memcpy" | "memcpy-ptds" | "memcpy-default" => {
                 let n = num(a[1]);
                 assert!(n <= BUF);
@@ -429,6 +448,17 @@ fn run_op(c: &mut Ctx, op: &str) {
                     op,
                 );
             }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Allocation, registration, memset and sleeping; false for another op.
+fn memory_op(c: &mut Ctx, op: &str, name: &str, a: &[&str]) -> bool {
+    // SAFETY: every call gets buffers of BUF bytes (sizes are checked below) and live handles.
+    unsafe {
+        match name {
             "free" => {
                 let mut p = null_mut();
                 check(c.t.call("cudaMalloc", 0, || cudaMalloc(&mut p, 256)), op);
@@ -471,9 +501,10 @@ fn run_op(c: &mut Ctx, op: &str) {
                 check(c.t.call("cudaMemset", n as u64, || cudaMemset(d, 0, n)), op);
             }
             "sleep" => std::thread::sleep(Duration::from_micros(num(a[0]) as u64)),
-            _ => panic!("unknown op {op:?}; see the doc comment of cudacalls.rs"),
+            _ => return false,
         }
     }
+    true
 }
 
 fn run_thread(ops: &[String], iters: usize) -> Truth {
