@@ -411,9 +411,12 @@ const MIN_CODES: u32 = 256;
 /// - in a small folder ([`SMALL_FOLDER`]) all segments together take at most a quarter of
 ///   it, and each at most a thirty-second (2 MiB of Docker's 64 MiB: eight ranks take 16
 ///   MiB, and 48 MiB stay the job's);
-/// - a segment that does not fit is cut down (its ring first, then its tables) to the
-///   smallest that works; `Err` says why when even that does not fit, and the process then
-///   runs unrecorded.
+/// - a segment that does not fit is cut down, one region halved at a time, to the smallest
+///   that works: the ring while it takes more than the tables together, else the largest
+///   table, so that the ring keeps about half of the segment (16,384 records in Docker's
+///   folder; cutting the ring first left it 1,024, which a process traced at a few thousand
+///   events a second overflowed between two reads, issue 36); `Err` says why when even the
+///   smallest does not fit, and the process then runs unrecorded.
 pub fn fit(p: &crate::SegmentParams, room: Room) -> Result<crate::SegmentParams, String> {
     let floor = (room.total / 4).min(1 << 30);
     let mut limit = room.free.saturating_sub(floor);
@@ -431,10 +434,10 @@ pub fn fit(p: &crate::SegmentParams, room: Room) -> Result<crate::SegmentParams,
         ok
     };
     while q.size() > limit {
-        let cut = halve(&mut q.ring_capacity, MIN_RING)
-            || (q.python_code_capacity > 0 && halve(&mut q.python_code_capacity, MIN_CODES))
-            || halve(&mut q.site_capacity, MIN_SITES)
-            || halve(&mut q.module_capacity, MIN_MODULES);
+        let ring_first = ring_bytes(&q) > table_bytes(&q).iter().sum::<u64>();
+        let cut = (ring_first && halve(&mut q.ring_capacity, MIN_RING))
+            || cut_largest_table(&mut q)
+            || halve(&mut q.ring_capacity, MIN_RING);
         if !cut {
             return Err(format!(
                 "no room: the segment folder has {} MiB free of {} MiB (segments take {} MiB); \
@@ -449,6 +452,50 @@ pub fn fit(p: &crate::SegmentParams, room: Room) -> Result<crate::SegmentParams,
         }
     }
     Ok(q)
+}
+
+/// Bytes of the ring of a segment of `p`.
+fn ring_bytes(p: &crate::SegmentParams) -> u64 {
+    u64::from(p.ring_capacity) * std::mem::size_of::<crate::ring::Slot>() as u64
+}
+
+/// Bytes of each table of a segment of `p`, in [`fit`]'s order: call sites (with their
+/// Python part when the segment has one), Python code objects, modules.
+fn table_bytes(p: &crate::SegmentParams) -> [u64; 3] {
+    use std::mem::size_of;
+    let python = p.python_code_capacity > 0;
+    let site = size_of::<crate::sites::SiteEntry>()
+        + if python {
+            size_of::<crate::python::PySiteEntry>()
+        } else {
+            0
+        };
+    [
+        u64::from(p.site_capacity) * site as u64,
+        u64::from(p.python_code_capacity) * size_of::<crate::python::PyCodeEntry>() as u64,
+        u64::from(p.module_capacity) * size_of::<crate::modules::ModuleEntry>() as u64,
+    ]
+}
+
+/// Halves the largest table that is above its smallest size; false when none is.
+fn cut_largest_table(q: &mut crate::SegmentParams) -> bool {
+    let bytes = table_bytes(q);
+    let mut order = [0usize, 1, 2];
+    // Largest first; on a tie, the earlier in `table_bytes`'s order.
+    order.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
+    order.into_iter().any(|i| {
+        let (v, min) = match i {
+            0 => (&mut q.site_capacity, MIN_SITES),
+            1 => (&mut q.python_code_capacity, MIN_CODES),
+            _ => (&mut q.module_capacity, MIN_MODULES),
+        };
+        if *v > min {
+            *v = (*v / 2).max(min);
+            true
+        } else {
+            false
+        }
+    })
 }
 
 /// How long an ended segment that no live agent has leased yet waits for it before a
@@ -996,7 +1043,17 @@ mod tests {
         };
         let q = fit(&p, docker(64 * mib, 0)).unwrap();
         assert!(q.size() <= 2 * mib, "{}", q.size());
-        assert!(q.ring_capacity >= MIN_RING);
+        // The ring keeps about half of it: 16,384 records (1 MiB), with or without the
+        // Python tables, where cutting the ring first left 1,024 (issue 36); the tables
+        // keep room for hundreds of call sites and modules.
+        let mut plain = p.clone();
+        plain.python_code_capacity = 0;
+        for q in [q, fit(&plain, docker(64 * mib, 0)).unwrap()] {
+            assert!(q.size() <= 2 * mib, "{}", q.size());
+            assert_eq!(q.ring_capacity, 16_384, "{q:?}");
+            assert!(q.site_capacity >= 512, "{q:?}");
+            assert!(q.module_capacity >= 512, "{q:?}");
+        }
         // Eight ranks fit in 16 MiB; a ninth gets less room, and none takes the folder
         // below its floor of 16 MiB free.
         let mut used = 0;
