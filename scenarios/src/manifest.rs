@@ -101,6 +101,24 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
         findings: Vec::new(),
     };
     let args = truth_args(truth);
+    check_process(&mut v, truth, process);
+    check_sites_listed_once(&mut v, process);
+    check_stall_kinds(&mut v, run, &args, truth, process);
+    check_non_stall_calls(&mut v, run, &args, truth, process);
+    if let Some(site) = &run.site {
+        check_top_site(&mut v, site, process);
+    }
+    for rule in &run.stall {
+        check_stall_rule(&mut v, rule, truth, process, trace_gpu);
+    }
+    if let Some(rule) = &run.gpu_idle {
+        check_gpu_idle(&mut v, rule, run.site.as_deref(), &args, process, trace_gpu);
+    }
+    v
+}
+
+/// The program's own data checks passed; its process exited 0 and dropped no event.
+fn check_process(v: &mut Verdict, truth: &Value, process: &Value) {
     v.push(
         "program's data checks",
         "ok".into(),
@@ -119,8 +137,10 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
         ),
         status.as_i64() == Some(0) && u(&process["dropped_events"]) == 0,
     );
+}
 
-    // Sites that print alike are one row, in every view that lists them.
+/// Sites that print alike are one row, in every view that lists them.
+fn check_sites_listed_once(v: &mut Verdict, process: &Value) {
     let sites = process["sites"]
         .as_array()
         .map_or(&[][..], |v| v.as_slice());
@@ -146,10 +166,19 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
         },
         alike.is_empty(),
     );
+}
 
+/// Each stall kind's count (manifest = program = syncspy), bytes and time.
+fn check_stall_kinds(
+    v: &mut Verdict,
+    run: &Run,
+    args: &std::collections::BTreeMap<String, u64>,
+    truth: &Value,
+    process: &Value,
+) {
     for kind in Kind::STALLS.map(Kind::name) {
         let expected = match run.counts.get(kind) {
-            Some(c) => c.eval(&args).map_err(|e| e.0),
+            Some(c) => c.eval(args).map_err(|e| e.0),
             None => Ok(0),
         };
         let t = &truth["kinds"][kind];
@@ -191,7 +220,16 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
             );
         }
     }
+}
 
+/// Each non-stalling API's count (manifest = program = syncspy) and bytes.
+fn check_non_stall_calls(
+    v: &mut Verdict,
+    run: &Run,
+    args: &std::collections::BTreeMap<String, u64>,
+    truth: &Value,
+    process: &Value,
+) {
     let no_calls = serde_json::Map::new();
     let truth_quiet = truth["non_stall"].as_object().unwrap_or(&no_calls);
     let mut apis: Vec<&String> = run.non_stall.keys().collect();
@@ -204,7 +242,7 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
         let expected = run
             .non_stall
             .get(api)
-            .map_or(Ok(0), |c| c.eval(&args).map_err(|e| e.0));
+            .map_or(Ok(0), |c| c.eval(args).map_err(|e| e.0));
         let t = &truth["non_stall"][api];
         let r = &process["non_stall_calls"][api];
         let (tc, rc) = (u(&t["count"]), u(&r["count"]));
@@ -225,74 +263,78 @@ pub fn check(run: &Run, truth: &Value, process: &Value, trace_gpu: bool) -> Verd
             tb == rb,
         );
     }
+}
 
-    if let Some(site) = &run.site {
-        let top = top_site(process);
-        let found = top.contains(site.as_str());
-        v.push(
-            "top call site",
-            format!("names {site}"),
-            if found {
-                format!("{site} found")
+/// The top call site names `site`, in its frames and in its location.
+fn check_top_site(v: &mut Verdict, site: &str, process: &Value) {
+    let top = top_site(process);
+    let found = top.contains(site);
+    v.push(
+        "top call site",
+        format!("names {site}"),
+        if found {
+            format!("{site} found")
+        } else {
+            top.chars().take(120).collect()
+        },
+        found,
+    );
+    // And the site is shown by that frame: the first in the program's own code.
+    let loc = process["sites"][0]["location"].as_str().unwrap_or("");
+    v.push(
+        "top call site's location",
+        format!("names {site}"),
+        loc.chars().take(120).collect(),
+        loc.contains(site),
+    );
+}
+
+/// The stall of the rule's kinds against the GPU work the program timed.
+fn check_stall_rule(
+    v: &mut Verdict,
+    rule: &StallRule,
+    truth: &Value,
+    process: &Value,
+    trace_gpu: bool,
+) {
+    let sum = |field: &str| -> u64 {
+        rule.kinds
+            .iter()
+            .map(|k| u(&process["kinds"][k.as_str()][field]))
+            .sum()
+    };
+    let (stall, calls) = (sum("total_ns") as f64 / 1e6, sum("count") as f64);
+    // Waiting hidden by syncspy's own start (CUPTI's loading in the first hooked call,
+    // while the GPU already works) counts toward the lower bound.
+    let own_ms = u(&process["overhead_ns"]) as f64 / 1e6;
+    let what = format!("{} stall vs gpu_ms.{}", rule.kinds.join("+"), rule.gpu);
+    match truth["gpu_ms"][rule.gpu.as_str()].as_f64() {
+        Some(gpu) => {
+            let slack = rule.slack_ms + rule.slack_ms_per_call * calls;
+            let (lo, hi) = (rule.min * gpu, rule.max * gpu + slack);
+            // Traced, every launch also pays CUPTI's cost on the host, whose share of
+            // the work grows and whose waits shrink: the lower bound, calibrated
+            // untraced, does not hold; a stall longer than the GPU work still fails.
+            let (expected, low_ok) = if trace_gpu {
+                (
+                    format!("<= {hi:.3} ms (gpu {gpu:.3} ms; traced: no lower bound)"),
+                    true,
+                )
             } else {
-                top.chars().take(120).collect()
-            },
-            found,
-        );
-        // And the site is shown by that frame: the first in the program's own code.
-        let loc = process["sites"][0]["location"].as_str().unwrap_or("");
-        v.push(
-            "top call site's location",
-            format!("names {site}"),
-            loc.chars().take(120).collect(),
-            loc.contains(site.as_str()),
-        );
-    }
-
-    for rule in &run.stall {
-        let sum = |field: &str| -> u64 {
-            rule.kinds
-                .iter()
-                .map(|k| u(&process["kinds"][k.as_str()][field]))
-                .sum()
-        };
-        let (stall, calls) = (sum("total_ns") as f64 / 1e6, sum("count") as f64);
-        // Waiting hidden by syncspy's own start (CUPTI's loading in the first hooked call,
-        // while the GPU already works) counts toward the lower bound.
-        let own_ms = u(&process["overhead_ns"]) as f64 / 1e6;
-        let what = format!("{} stall vs gpu_ms.{}", rule.kinds.join("+"), rule.gpu);
-        match truth["gpu_ms"][rule.gpu.as_str()].as_f64() {
-            Some(gpu) => {
-                let slack = rule.slack_ms + rule.slack_ms_per_call * calls;
-                let (lo, hi) = (rule.min * gpu, rule.max * gpu + slack);
-                // Traced, every launch also pays CUPTI's cost on the host, whose share of
-                // the work grows and whose waits shrink: the lower bound, calibrated
-                // untraced, does not hold; a stall longer than the GPU work still fails.
-                let (expected, low_ok) = if trace_gpu {
-                    (
-                        format!("<= {hi:.3} ms (gpu {gpu:.3} ms; traced: no lower bound)"),
-                        true,
-                    )
-                } else {
-                    (
-                        format!("{lo:.3} ..= {hi:.3} ms (gpu {gpu:.3} ms)"),
-                        stall + own_ms >= lo,
-                    )
-                };
-                v.push(
-                    what,
-                    expected,
-                    format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9)),
-                    low_ok && stall <= hi,
-                );
-            }
-            None => v.push(what, "a CUDA-event timing".into(), "missing".into(), false),
+                (
+                    format!("{lo:.3} ..= {hi:.3} ms (gpu {gpu:.3} ms)"),
+                    stall + own_ms >= lo,
+                )
+            };
+            v.push(
+                what,
+                expected,
+                format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9)),
+                low_ok && stall <= hi,
+            );
         }
+        None => v.push(what, "a CUDA-event timing".into(), "missing".into(), false),
     }
-    if let Some(rule) = &run.gpu_idle {
-        check_gpu_idle(&mut v, rule, run.site.as_deref(), &args, process, trace_gpu);
-    }
-    v
 }
 
 /// The run's GPU idle gaps blamed on `rule.behind`, against the rule. Skipped for a run not
@@ -410,6 +452,28 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
     };
     let first = truths.first().map(truth_args).unwrap_or_default();
     let expected = job.ranks.eval(&first).map_err(|e| e.0);
+    check_rank_numbers(&mut v, truths, &expected);
+    let no_processes = Vec::new();
+    let processes = report["processes"].as_array().unwrap_or(&no_processes);
+    let shim = rank_run(job);
+    let mut pids = Vec::new();
+    for t in truths {
+        let pid = t["pid"].as_u64();
+        pids.extend(pid);
+        let p = processes.iter().find(|p| p["pid"].as_u64() == pid);
+        check_rank(&mut v, job, &shim, t, p, &expected, trace_gpu);
+    }
+    let Some(found) = check_job_in_report(&mut v, report, &pids) else {
+        return v;
+    };
+    if let Some(rule) = &job.straggler {
+        check_straggler(&mut v, rule, found, truths, &first);
+    }
+    v
+}
+
+/// One truth line per rank, ranks 0 to the job's size.
+fn check_rank_numbers(v: &mut Verdict, truths: &[Value], expected: &Result<u64, String>) {
     let mut ranks: Vec<u64> = truths.iter().filter_map(|t| t["rank"].as_u64()).collect();
     ranks.sort_unstable();
     let all = expected
@@ -417,16 +481,18 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
         .is_ok_and(|n| ranks.iter().copied().eq(0..*n) && truths.len() as u64 == *n);
     v.push(
         "ranks (one truth line each)",
-        match &expected {
+        match expected {
             Ok(n) => format!("0..{n}"),
             Err(e) => e.clone(),
         },
         format!("{ranks:?}"),
         all,
     );
-    let no_processes = Vec::new();
-    let processes = report["processes"].as_array().unwrap_or(&no_processes);
-    let shim = Run {
+}
+
+/// A rank checked as a run is: the job's `counts` and `non_stall`, no stall rules.
+fn rank_run(job: &JobRun) -> Run {
+    Run {
         id: job.id.clone(),
         scenario: job.scenario.clone(),
         pattern: job.pattern,
@@ -438,51 +504,61 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
         stall: Vec::new(),
         site: None,
         gpu_idle: None,
-    };
-    let mut pids = Vec::new();
-    for t in truths {
-        let rank = t["rank"].as_u64().unwrap_or(u64::MAX);
-        let pid = t["pid"].as_u64();
-        pids.extend(pid);
-        let Some(p) = processes.iter().find(|p| p["pid"].as_u64() == pid) else {
-            v.push(
-                format!("rank {rank}: its process in the report"),
-                format!("pid {pid:?}"),
-                "missing".into(),
-                false,
-            );
-            continue;
-        };
-        for f in check(&shim, t, p, trace_gpu).findings {
-            v.push(
-                format!("rank {rank}: {}", f.what),
-                f.expected,
-                f.found,
-                f.ok,
-            );
-        }
-        for k in &job.none_of {
-            let n = u(&p["kinds"][k.as_str()]["count"]);
-            v.push(
-                format!("rank {rank}: no {k}"),
-                "0".into(),
-                n.to_string(),
-                n == 0,
-            );
-        }
-        let j = &p["job"];
-        let (jr, jw) = (j["rank"].as_u64(), j["world_size"].as_u64());
+    }
+}
+
+/// One rank (truth line `t`, its process `p` in the report): as a run, `none_of`, and its
+/// job identity; findings named `rank R: ...`.
+fn check_rank(
+    v: &mut Verdict,
+    job: &JobRun,
+    shim: &Run,
+    t: &Value,
+    p: Option<&Value>,
+    expected: &Result<u64, String>,
+    trace_gpu: bool,
+) {
+    let rank = t["rank"].as_u64().unwrap_or(u64::MAX);
+    let pid = t["pid"].as_u64();
+    let Some(p) = p else {
         v.push(
-            format!("rank {rank}: its job in the report"),
-            format!("rank {rank} of {}", expected.clone().unwrap_or(0)),
-            format!("rank {jr:?} of {jw:?}"),
-            jr == Some(rank) && jw.is_some() && jw == expected.clone().ok(),
+            format!("rank {rank}: its process in the report"),
+            format!("pid {pid:?}"),
+            "missing".into(),
+            false,
+        );
+        return;
+    };
+    for f in check(shim, t, p, trace_gpu).findings {
+        v.push(
+            format!("rank {rank}: {}", f.what),
+            f.expected,
+            f.found,
+            f.ok,
         );
     }
+    for k in &job.none_of {
+        let n = u(&p["kinds"][k.as_str()]["count"]);
+        v.push(
+            format!("rank {rank}: no {k}"),
+            "0".into(),
+            n.to_string(),
+            n == 0,
+        );
+    }
+    let j = &p["job"];
+    let (jr, jw) = (j["rank"].as_u64(), j["world_size"].as_u64());
+    v.push(
+        format!("rank {rank}: its job in the report"),
+        format!("rank {rank} of {}", expected.clone().unwrap_or(0)),
+        format!("rank {jr:?} of {jw:?}"),
+        jr == Some(rank) && jw.is_some() && jw == expected.clone().ok(),
+    );
+}
 
-    // The report's job holding these processes.
-    let no_jobs = Vec::new();
-    let jobs = report["jobs"].as_array().unwrap_or(&no_jobs);
+/// The report's job holding these processes, with as many ranks.
+fn check_job_in_report<'r>(v: &mut Verdict, report: &'r Value, pids: &[u64]) -> Option<&'r Value> {
+    let jobs: &[Value] = report["jobs"].as_array().map_or(&[], Vec::as_slice);
     let found = jobs.iter().find(|j| {
         j["ranks"].as_array().is_some_and(|r| {
             pids.iter()
@@ -496,7 +572,7 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
             format!("{} jobs, none with them all", jobs.len()),
             false,
         );
-        return v;
+        return None;
     };
     let seen = found["ranks"].as_array().map_or(0, Vec::len);
     v.push(
@@ -505,11 +581,19 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
         seen.to_string(),
         seen == pids.len(),
     );
-    let Some(rule) = &job.straggler else {
-        return v;
-    };
+    Some(found)
+}
+
+/// The job's straggler, and its site when the rule names one.
+fn check_straggler(
+    v: &mut Verdict,
+    rule: &StragglerRule,
+    found: &Value,
+    truths: &[Value],
+    first: &std::collections::BTreeMap<String, u64>,
+) {
     let s = &found["straggler"];
-    let want = rule.rank.eval(&first).map_err(|e| e.0);
+    let want = rule.rank.eval(first).map_err(|e| e.0);
     let got = s["rank"].as_u64();
     v.push(
         "the job's straggler",
@@ -542,7 +626,6 @@ pub fn check_job(job: &JobRun, truths: &[Value], report: &Value, trace_gpu: bool
             line.is_some_and(|l| names_line(loc, l)),
         );
     }
-    v
 }
 
 /// Running scenarios under `syncspy run` and collecting the report and truth line of each.
