@@ -16,7 +16,7 @@ use syncspy_read::report::Report;
 
 /// The scenario manifest, as built into syncspy.
 pub use syncspy_manifest::BUNDLED as MANIFEST;
-use syncspy_manifest::{Manifest, Pair};
+use syncspy_manifest::{Manifest, Pair, Run as ManifestRun};
 
 /// How long a watched run's timed loop lasts under `demo --tui`: long enough to read it
 /// live, at the speed of the run it is timed from, so that its figures are the table's.
@@ -277,6 +277,63 @@ pub fn demo(opts: &DemoOptions) -> i32 {
         }
     };
     let pairs = manifest.pairs();
+    let Some(bin_dir) = scenario_bin_dir(&pairs) else {
+        return EXIT_SETUP;
+    };
+    let sim = opts.sim.unwrap_or_else(|| !gpu_present());
+    println!(
+        "syncspy demo: {} pairs of runs on {}",
+        pairs.len(),
+        if sim {
+            "the simulated CUDA runtime (no GPU used)"
+        } else {
+            "the GPU"
+        }
+    );
+    // The GPU traced for the whole of every run, unless the user chose: the default (duty, 1 s
+    // in 10) would leave a watched run's GPU IDLE blank most of the time, and its figure that
+    // of the first second only. Set before any run: syncspy's threads do not read it.
+    if std::env::var_os(GPU_IDLE_ENV).is_none() {
+        std::env::set_var(GPU_IDLE_ENV, "on");
+    }
+    let tui = opts.tui && on_a_terminal();
+    announce_tui(opts, tui);
+    let log_dir = if tui {
+        match tempfile::Builder::new().prefix("syncspy-demo-").tempdir() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("syncspy demo: cannot make a folder for the logs in TMPDIR: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+    let runs = DemoRuns {
+        opts,
+        default_scale: manifest.defaults.sim_time_scale,
+        bin_dir,
+        sim,
+        tui,
+        log_dir,
+        total: pairs.len() * 2,
+    };
+    let (measured, failed) = match runs.run_pairs(&pairs) {
+        Ok(done) => done,
+        Err(code) => return code,
+    };
+    println!();
+    print!("{}", render_table(&pairs, &measured, tui));
+    if failed {
+        eprintln!("syncspy demo: some runs did not exit with 0 (see above)");
+        1
+    } else {
+        0
+    }
+}
+
+/// The folder of the pairs' scenario binaries, or `None` when one is missing (said).
+fn scenario_bin_dir(pairs: &[Pair<'_>]) -> Option<PathBuf> {
     let mut names: Vec<String> = pairs
         .iter()
         .flat_map(|p| [p.stalling, p.healthy])
@@ -285,8 +342,8 @@ pub fn demo(opts: &DemoOptions) -> i32 {
     names.sort();
     names.dedup();
     let dirs = run::library_dirs();
-    let bin_dir = match find_bin_dir(&names, &dirs) {
-        Ok(d) => d,
+    match find_bin_dir(&names, &dirs) {
+        Ok(d) => Some(d),
         Err(missing) => {
             let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
             eprintln!(
@@ -300,27 +357,14 @@ pub fn demo(opts: &DemoOptions) -> i32 {
                     looked.join(", ")
                 }
             );
-            return EXIT_SETUP;
+            None
         }
-    };
-    let sim = opts.sim.unwrap_or_else(|| !gpu_present());
-    println!(
-        "syncspy demo: {} pairs of runs on {}",
-        pairs.len(),
-        if sim {
-            "the simulated CUDA runtime (no GPU used)"
-        } else {
-            "the GPU"
-        }
-    );
-
-    // The GPU traced for the whole of every run, unless the user chose: the default (duty, 1 s
-    // in 10) would leave a watched run's GPU IDLE blank most of the time, and its figure that
-    // of the first second only. Set before any run: syncspy's threads do not read it.
-    if std::env::var_os(GPU_IDLE_ENV).is_none() {
-        std::env::set_var(GPU_IDLE_ENV, "on");
     }
-    let tui = opts.tui && on_a_terminal();
+}
+
+/// Says how the runs are shown when `--tui` was asked for: in the monitor (`tui`), or not,
+/// without a terminal.
+fn announce_tui(opts: &DemoOptions, tui: bool) {
     if opts.tui && !tui {
         println!(
             "syncspy demo: --tui needs a terminal on stdin and stdout; showing summaries only"
@@ -339,140 +383,165 @@ pub fn demo(opts: &DemoOptions) -> i32 {
              one. The table's figures are those runs'."
         );
     }
-    // The runs' logs under the monitor go to a private folder (0700, unpredictable name) in
-    // TMPDIR: a predictable name there is one another user can plant a link at.
-    let log_dir = if tui {
-        match tempfile::Builder::new().prefix("syncspy-demo-").tempdir() {
-            Ok(d) => Some(d),
-            Err(e) => {
-                eprintln!("syncspy demo: cannot make a folder for the logs in TMPDIR: {e}");
-                return 2;
-            }
-        }
-    } else {
-        None
-    };
-    let total = pairs.len() * 2;
-    let mut measured = Vec::with_capacity(pairs.len());
-    let mut failed = false;
-    let mut n = 0;
-    for p in &pairs {
-        let mut both = [None, None];
-        for (slot, r) in both.iter_mut().zip([p.stalling, p.healthy]) {
-            n += 1;
-            let mut command: Vec<OsString> =
-                vec![bin_dir.join(format!("scn-{}", r.scenario)).into()];
-            command.extend(r.args.iter().map(OsString::from));
-            if let Some(i) = opts.iters {
-                command.push("--iters".into());
-                command.push(i.to_string().into());
-            }
-            let base_scale = r.sim_time_scale.unwrap_or(manifest.defaults.sim_time_scale);
-            if sim {
-                // Read by the simulated runtime in the child; syncspy's own threads of the
-                // previous run have ended and none reads the environment. Every run of the
-                // scenario, watched or not, at the same speed.
-                std::env::set_var(SIM_TIME_SCALE_ENV, base_scale.to_string());
-                // The simulator's notes (a large gemm timed, not computed) are not the demo's.
-                std::env::set_var("SIMCUDA_QUIET", "1");
-            }
-            println!();
-            println!(
-                "== [{n}/{total}] {} ({}): {}",
-                r.id,
-                r.pattern.name(),
-                r.summary
-            );
-            // One run of `command`, `watch`: in the monitor. Its report and the scenario's
-            // standard output.
-            let run_once = |command: Vec<OsString>, watch: bool| {
-                let mut ro = RunOptions::new(command);
-                ro.sim = sim;
-                ro.print_summary = false;
-                ro.announce_session = false;
-                // The scenario's ground-truth JSON line feeds the table, not the screen:
-                // captured, or with the monitor on the terminal, read back from the run's log.
-                let log = log_dir
-                    .as_ref()
-                    .map(|d| d.path().join(format!("{n}.log")))
-                    .unwrap_or_default();
-                if watch {
-                    ro.tui = true;
-                    ro.tui_log = Some(log.clone());
-                } else {
-                    ro.capture_stdout = true;
-                }
-                let outcome = run::run(&ro);
-                let stdout = match &outcome {
-                    Ok(o) if o.stdout.is_some() => o.stdout.clone().unwrap_or_default(),
-                    _ => syncspy_read::safe_file::read_bounded_nofollow(
-                        &log,
-                        syncspy_read::safe_file::REPORT_MAX_BYTES,
-                        "a run's log",
-                    )
-                    .unwrap_or_default(),
-                };
-                let _ = std::fs::remove_file(&log);
-                outcome.map(|o| (o, stdout))
-            };
-            let result = if tui {
-                // Without --iters, a first run of the scenario's own steps times a step, so
-                // that the watched run, at the same speed, lasts long enough to read live.
-                let timed = match opts.iters {
-                    Some(_) => Ok((false, None)),
-                    None => run_once(command.clone(), false).map(|(o, stdout)| {
-                        let m = Measured::from_run(&o.report, &stdout);
-                        (o.exit_code != 0, watch_iters(&m))
-                    }),
-                };
-                timed.and_then(|(timed_failed, steps)| {
-                    let mut watched = command.clone();
-                    if let Some(steps) = steps {
-                        watched.push("--iters".into());
-                        watched.push(steps.to_string().into());
+}
+
+/// What a run of the demo's scenarios needs: how, where, and whether in the monitor.
+struct DemoRuns<'a> {
+    opts: &'a DemoOptions,
+    /// The manifest's simulated time scale, for a run that names none.
+    default_scale: f64,
+    bin_dir: PathBuf,
+    sim: bool,
+    tui: bool,
+    /// The runs' logs under the monitor go to a private folder (0700, unpredictable name)
+    /// in TMPDIR: a predictable name there is one another user can plant a link at.
+    log_dir: Option<tempfile::TempDir>,
+    /// Runs in all, for the `[n/total]` headers.
+    total: usize,
+}
+
+/// A run's outcome for the table: whether it failed, and what it measured.
+type Done = (bool, Measured);
+
+/// A pair's figures: the stalling run's and the healthy run's (`None`: not run).
+type PairFigures = (Option<Measured>, Option<Measured>);
+
+impl DemoRuns<'_> {
+    /// Every pair's two runs, in order: their figures, and whether one failed; `Err` with
+    /// the exit code after a set-up error (said).
+    fn run_pairs(&self, pairs: &[Pair<'_>]) -> Result<(Vec<PairFigures>, bool), i32> {
+        let mut measured = Vec::with_capacity(pairs.len());
+        let mut failed = false;
+        let mut n = 0;
+        for p in pairs {
+            let mut both = [None, None];
+            for (slot, r) in both.iter_mut().zip([p.stalling, p.healthy]) {
+                n += 1;
+                match self.run_scenario(n, r) {
+                    Ok((run_failed, m)) => {
+                        failed |= run_failed;
+                        *slot = Some(m);
                     }
-                    run_once(watched, true).map(|(o, stdout)| {
-                        let m = Measured::from_run(&o.report, &stdout);
-                        println!(
-                            "(the run shown in the monitor{}; the table takes its figures)",
-                            m.iters
-                                .map(|i| format!(", {}", plural::count(i, "step", "steps")))
-                                .unwrap_or_default()
-                        );
-                        print!("{}", summary::render(&o.report));
-                        (timed_failed || o.exit_code != 0, m)
-                    })
-                })
-            } else {
-                run_once(command.clone(), false).map(|(o, stdout)| {
-                    print!("{}", summary::render(&o.report));
-                    (o.exit_code != 0, Measured::from_run(&o.report, &stdout))
-                })
-            };
-            match result {
-                Ok((run_failed, m)) => {
-                    failed |= run_failed;
-                    *slot = Some(m);
-                }
-                Err(e) => {
-                    eprintln!("syncspy demo: {}: {e}", r.id);
-                    if matches!(e, run::RunError::Setup(_)) {
-                        return e.exit_code();
+                    Err(e) => {
+                        eprintln!("syncspy demo: {}: {e}", r.id);
+                        if matches!(e, run::RunError::Setup(_)) {
+                            return Err(e.exit_code());
+                        }
+                        failed = true;
                     }
-                    failed = true;
                 }
             }
+            let [s, h] = both;
+            measured.push((s, h));
         }
-        let [s, h] = both;
-        measured.push((s, h));
+        Ok((measured, failed))
     }
-    println!();
-    print!("{}", render_table(&pairs, &measured, tui));
-    if failed {
-        eprintln!("syncspy demo: some runs did not exit with 0 (see above)");
-        1
-    } else {
-        0
+
+    /// The `n`th run: its header, then the scenario run (watched in the monitor, or not) and
+    /// its summary.
+    fn run_scenario(&self, n: usize, r: &ManifestRun) -> Result<Done, run::RunError> {
+        let mut command: Vec<OsString> =
+            vec![self.bin_dir.join(format!("scn-{}", r.scenario)).into()];
+        command.extend(r.args.iter().map(OsString::from));
+        if let Some(i) = self.opts.iters {
+            command.push("--iters".into());
+            command.push(i.to_string().into());
+        }
+        if self.sim {
+            // Read by the simulated runtime in the child; syncspy's own threads of the
+            // previous run have ended and none reads the environment. Every run of the
+            // scenario, watched or not, at the same speed.
+            let scale = r.sim_time_scale.unwrap_or(self.default_scale);
+            std::env::set_var(SIM_TIME_SCALE_ENV, scale.to_string());
+            // The simulator's notes (a large gemm timed, not computed) are not the demo's.
+            std::env::set_var("SIMCUDA_QUIET", "1");
+        }
+        println!();
+        println!(
+            "== [{n}/{}] {} ({}): {}",
+            self.total,
+            r.id,
+            r.pattern.name(),
+            r.summary
+        );
+        if self.tui {
+            self.run_watched(n, command)
+        } else {
+            self.run_once(n, command, false).map(|(o, stdout)| {
+                print!("{}", summary::render(&o.report));
+                (o.exit_code != 0, Measured::from_run(&o.report, &stdout))
+            })
+        }
+    }
+
+    /// The run shown in the monitor. Without --iters, a first run of the scenario's own
+    /// steps times a step, so that the watched run, at the same speed, lasts long enough to
+    /// read live.
+    fn run_watched(&self, n: usize, command: Vec<OsString>) -> Result<Done, run::RunError> {
+        let (timed_failed, steps) = match self.opts.iters {
+            Some(_) => (false, None),
+            None => self
+                .run_once(n, command.clone(), false)
+                .map(|(o, stdout)| {
+                    let m = Measured::from_run(&o.report, &stdout);
+                    (o.exit_code != 0, watch_iters(&m))
+                })?,
+        };
+        let mut watched = command;
+        if let Some(steps) = steps {
+            watched.push("--iters".into());
+            watched.push(steps.to_string().into());
+        }
+        self.run_once(n, watched, true).map(|(o, stdout)| {
+            let m = Measured::from_run(&o.report, &stdout);
+            println!(
+                "(the run shown in the monitor{}; the table takes its figures)",
+                m.iters
+                    .map(|i| format!(", {}", plural::count(i, "step", "steps")))
+                    .unwrap_or_default()
+            );
+            print!("{}", summary::render(&o.report));
+            (timed_failed || o.exit_code != 0, m)
+        })
+    }
+
+    /// One run of `command`, `watch`: in the monitor. Its report and the scenario's
+    /// standard output.
+    fn run_once(
+        &self,
+        n: usize,
+        command: Vec<OsString>,
+        watch: bool,
+    ) -> Result<(run::RunOutcome, Vec<u8>), run::RunError> {
+        let mut ro = RunOptions::new(command);
+        ro.sim = self.sim;
+        ro.print_summary = false;
+        ro.announce_session = false;
+        // The scenario's ground-truth JSON line feeds the table, not the screen: captured,
+        // or with the monitor on the terminal, read back from the run's log.
+        let log = self
+            .log_dir
+            .as_ref()
+            .map(|d| d.path().join(format!("{n}.log")))
+            .unwrap_or_default();
+        if watch {
+            ro.tui = true;
+            ro.tui_log = Some(log.clone());
+        } else {
+            ro.capture_stdout = true;
+        }
+        let outcome = run::run(&ro);
+        let stdout = match &outcome {
+            Ok(o) if o.stdout.is_some() => o.stdout.clone().unwrap_or_default(),
+            _ => syncspy_read::safe_file::read_bounded_nofollow(
+                &log,
+                syncspy_read::safe_file::REPORT_MAX_BYTES,
+                "a run's log",
+            )
+            .unwrap_or_default(),
+        };
+        let _ = std::fs::remove_file(&log);
+        outcome.map(|o| (o, stdout))
     }
 }
 
