@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive, COLLECTIVES_END};
-use syncspy_abi::cost::{CostLive, CostStatus, COST_END, SHED_GAPS};
 use syncspy_abi::control::{
     CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
 };
+use syncspy_abi::cost::{CostLive, CostStatus, COST_END, SHED_GAPS};
 use syncspy_abi::gpu::{
     GpuDevice, GpuDeviceStatus, GpuLive, GpuStatus, GPU_END, GPU_TRACING, MODE_DUTY, SOURCE_CUPTI,
 };
@@ -1440,10 +1440,15 @@ fn without_a_cost_part_the_current_writer_changes_only_the_version_fields_of_v1_
         .into_iter()
         .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
         .collect();
-    assert!(differ.is_empty(), "the writer changed bytes of the v1.8 layout: {differ:?}");
+    assert!(
+        differ.is_empty(),
+        "the writer changed bytes of the v1.8 layout: {differ:?}"
+    );
     assert_eq!((get_u16(&frozen, minor), get_u32(&frozen, size)), (8, 7288));
     assert_eq!(get_u32(&fresh, size) as usize, size_of::<Header>());
-    assert!(fresh[offset_of!(Header, cost)..COST_END].iter().all(|b| *b == 0));
+    assert!(fresh[offset_of!(Header, cost)..COST_END]
+        .iter()
+        .all(|b| *b == 0));
 }
 
 #[test]

@@ -468,6 +468,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
+    if let Some(c) = &p.cost {
+        render_cost(out, c);
+    }
     if p.corrupt_records > 0 {
         let _ = writeln!(
             out,
@@ -570,6 +573,50 @@ pub fn shown_frames(sites: &[Site]) -> Vec<Vec<&str>> {
             f[..k].to_vec()
         })
         .collect()
+}
+
+/// What the library shed to keep within its budget, and the looks it skipped: every total
+/// above stays exact, the detail (call sites, percentiles, gap causes) covers what was kept.
+fn render_cost(out: &mut String, c: &syncspy_read::report::CostReport) {
+    if c.shed_any() {
+        let mut shed = Vec::new();
+        if c.stacks_shed > 0 {
+            shed.push(format!(
+                "{} without a call site",
+                plural::count(c.stacks_shed, "event", "events")
+            ));
+        }
+        if c.gap_records_shed > 0 {
+            shed.push(format!(
+                "{} of GPU idle kept as totals only",
+                plural::count(c.gap_records_shed, "gap", "gaps")
+            ));
+        }
+        if c.records_shed > 0 {
+            shed.push(format!(
+                "{} kept as totals only",
+                plural::count(c.records_shed, "event", "events")
+            ));
+        }
+        let _ =
+            writeln!(
+            out,
+            "  !! syncspy went over its budget ({}% of wall) and shed detail: {} (now shedding: \
+             {}); counts and times above are exact, call sites and percentiles cover what was \
+             kept (SYNCSPY_BUDGET sets the budget)",
+            c.budget_pct,
+            if shed.is_empty() { "none yet".to_string() } else { shed.join(", ") },
+            c.shedding.replace('_', " ")
+        );
+    }
+    if c.looks_skipped > 0 {
+        let _ = writeln!(
+            out,
+            "  !! {} at other threads' Python frames skipped by their budget: host waits not \
+             recorded, stalls not named at the line that waited for them",
+            plural::count(c.looks_skipped, "look", "looks")
+        );
+    }
 }
 
 #[cfg(test)]

@@ -285,7 +285,7 @@ fn record(rt: &Runtime, seen: &Seen, mut rec: Record, end_ns: u64, cpu_now: u64)
     rec.start_ns = start_of_wait(reference, seen, rec.start_ns);
     rec.duration_ns = end_ns.saturating_sub(rec.start_ns);
     refs::set(seen.tid, end_ns, cpu_now);
-    rt.seg.record(&rec);
+    rt.write(&rec, crate::shed::level(&rt.seg));
 }
 
 /// When the wait of `seen` began: its thread's reference point `(wall, cpu)` moved on by the

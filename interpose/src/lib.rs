@@ -28,6 +28,7 @@ mod pinned;
 mod python;
 mod real;
 mod runtime;
+mod shed;
 mod stack;
 
 pub use classify::HostSide;

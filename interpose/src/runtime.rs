@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
+use syncspy_abi::cost::{SHED_RECORDS, SHED_STACKS};
 use syncspy_abi::record::NO_SITE;
 use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
 
@@ -87,6 +88,9 @@ pub struct Config {
     pub python: bool,
     /// GPU idle tracing (`SYNCSPY_GPU_IDLE`, `SYNCSPY_GPU_IDLE_MIN_US`).
     pub gpu: crate::gpu::GpuConfig,
+    /// The budget for the library's own time, ppm of the wall time (`SYNCSPY_BUDGET`, a
+    /// percentage, default 1; 0 none): past it, detail is shed (`shed`).
+    pub budget_ppm: u32,
 }
 
 /// The largest `SYNCSPY_RING` taken (records of 64 bytes: 256 MiB of ring); larger values
@@ -132,6 +136,19 @@ impl Env<'_> {
 
     /// A number: unset or empty gives `default`; not a number, a warning and `default`;
     /// above `max`, a warning and `max`.
+    /// `SYNCSPY_BUDGET` (`shed::parse_ppm`); the default, with a warning, for anything else.
+    fn budget(&mut self) -> u32 {
+        let Some(v) = self.value("SYNCSPY_BUDGET") else {
+            return crate::shed::DEFAULT_PPM;
+        };
+        crate::shed::parse_ppm(&v).unwrap_or_else(|| {
+            self.warnings.push(format!(
+                "SYNCSPY_BUDGET={v:?} is not a percentage from 0 to 100 (or off): using 1"
+            ));
+            crate::shed::DEFAULT_PPM
+        })
+    }
+
     fn num<T>(&mut self, name: &str, default: T, max: T) -> T
     where
         T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
@@ -200,6 +217,7 @@ impl Config {
             stack_min_ns: env.num("SYNCSPY_STACK_MIN_NS", 0, u64::MAX),
             stack_cache: env.bool("SYNCSPY_STACK_CACHE", true, true),
             python: env.bool("SYNCSPY_PYTHON", true, true),
+            budget_ppm: env.budget(),
             gpu: {
                 let (mode, min_us) = (
                     env.value("SYNCSPY_GPU_IDLE"),
@@ -426,6 +444,9 @@ impl Runtime {
         if cfg.python {
             crate::python::publish(&seg);
         }
+        seg.cost()
+            .budget_ppm
+            .store(cfg.budget_ppm, Ordering::Relaxed);
         // Site ids cached by threads belong to the previous segment, if any (a re-attach).
         guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
         let own = stack::own_range();
@@ -451,13 +472,18 @@ impl Runtime {
     fn emit(&self, kind: Kind, call: &Call, t0: u64, t1: u64, result: u32, polls: u32) {
         let duration = t1.saturating_sub(t0);
         let weight = guard::overhead_weight();
-        let (site, truncated, unwound) = if self.cfg.stacks && duration >= self.cfg.stack_min_ns {
+        let shed = crate::shed::level(&self.seg);
+        let stacks = self.cfg.stacks && duration >= self.cfg.stack_min_ns;
+        let (site, truncated, unwound) = if stacks && shed < SHED_STACKS {
             stack::capture_site(self, weight)
         } else {
+            if stacks {
+                self.seg.cost().stacks_shed.fetch_add(1, Ordering::Relaxed);
+            }
             (NO_SITE, false, false)
         };
         // Two Python lines over one native stack are two sites.
-        let site = if self.cfg.python {
+        let site = if self.cfg.python && shed < SHED_STACKS {
             crate::python::site(self, site)
         } else {
             site
@@ -482,15 +508,27 @@ impl Runtime {
             result,
             polls,
         };
-        self.seg.record(&rec);
+        self.write(&rec, shed);
         // Sampled (see `guard::overhead_weight`): a third clock read on every event would
         // be a fifth of its cost. An unwind's cost is always timed, once.
         if let Some(w) = if unwound { Some(1) } else { weight } {
-            let t2 = now_ns();
-            self.seg
-                .live()
-                .overhead_ns
-                .fetch_add(t2.saturating_sub(t1).saturating_mul(w), Ordering::Relaxed);
+            let ns = now_ns().saturating_sub(t1).saturating_mul(w);
+            self.seg.live().overhead_ns.fetch_add(ns, Ordering::Relaxed);
+            if unwound {
+                crate::shed::one_time(ns);
+            }
+        }
+        crate::shed::check(&self.seg, t1);
+    }
+
+    /// Writes `rec` to the ring and the totals, or to the totals alone when records are shed
+    /// (`shed` is the level read for this event).
+    pub(crate) fn write(&self, rec: &Record, shed: u32) {
+        if shed >= SHED_RECORDS {
+            self.seg.count(rec);
+            self.seg.cost().records_shed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.seg.record(rec);
         }
     }
 }
@@ -1158,6 +1196,7 @@ extern "C" fn after_fork_in_child() {
         STATE.store(UNINIT, Ordering::Release);
     }
     crate::attach::after_fork_in_child();
+    crate::shed::reset();
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }
 

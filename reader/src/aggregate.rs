@@ -208,6 +208,9 @@ pub struct LiveSnapshot {
     /// The collectives part (ABI 1.8: NCCL calls and their GPU time); `None` for older
     /// segments.
     pub collectives: Option<syncspy_abi::collectives::CollectiveCalls>,
+    /// The cost part (ABI 1.9: the library's budget and what it shed); `None` for older
+    /// segments.
+    pub cost: Option<syncspy_abi::cost::CostStatus>,
 }
 
 impl Default for LiveSnapshot {
@@ -232,6 +235,7 @@ impl Default for LiveSnapshot {
             gpu: None,
             control: None,
             collectives: None,
+            cost: None,
         }
     }
 }
@@ -269,6 +273,7 @@ impl LiveSnapshot {
             gpu: r.gpu_status(),
             control: r.control_status(),
             collectives: r.collective_calls(),
+            cost: r.cost_status(),
         }
     }
 

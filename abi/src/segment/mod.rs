@@ -681,10 +681,16 @@ impl SegmentWriter {
     /// Writes one record to the ring and adds it to the exact totals.
     #[inline]
     pub fn record(&self, rec: &Record) {
+        self.count(rec);
+        ring::push(self.v.live(), self.v.slots(), rec);
+    }
+
+    /// Adds one event to the totals of its kind and API without writing its record to the
+    /// ring (a library shedding records to keep within its budget: `cost`).
+    pub fn count(&self, rec: &Record) {
         let live = self.v.live();
         live.kinds[rec.kind as usize].add(rec.duration_ns, rec.bytes);
         live.apis[rec.api as usize].add(rec.duration_ns, rec.bytes);
-        ring::push(live, self.v.slots(), rec);
     }
 
     /// Interns a stack; see `sites::intern`.

@@ -138,7 +138,7 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         salt: WAITED_SALT,
         me,
     };
-    read_others(py, |m| {
+    read_others(rt, py, |m| {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b.site);
         }
@@ -172,13 +172,22 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
 }
 
 /// Runs `read` over other threads' memory, unless the interpreter is finalizing, the reads'
-/// budget is spent or another thread is reading; its CPU time counts against the budget.
-fn read_others<R>(py: &Python, read: impl FnOnce(&mut mem::Remote) -> Option<R>) -> Option<R> {
+/// budget is spent (counted in the segment's `cost.looks_skipped`) or another thread is
+/// reading; its CPU time counts against the budget.
+fn read_others<R>(
+    rt: &Runtime,
+    py: &Python,
+    read: impl FnOnce(&mut mem::Remote) -> Option<R>,
+) -> Option<R> {
     // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
     if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
         return None;
     }
     if !waiter::Budget::allow(crate::clock::now_ns()) {
+        rt.seg
+            .cost()
+            .looks_skipped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return None;
     }
     // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
@@ -217,7 +226,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         salt: 0,
         me: 0,
     };
-    read_others(py, |m| {
+    read_others(rt, py, |m| {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b);
         }

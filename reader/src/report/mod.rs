@@ -349,6 +349,10 @@ pub struct ProcessReport {
     /// library measured them (ABI 1.8); left out when it made none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collectives: Option<CollectivesReport>,
+    /// What the library shed to keep within its budget for its own time, and the looks at
+    /// other threads' Python frames their budget skipped (ABI 1.9); left out when nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostReport>,
     /// The process's pid as the reader that wrote this report saw it (the node's, for a
     /// reader there), when `pid` (its pid in its own PID namespace) differs from it or the
     /// process is in another PID namespace; left out otherwise.
@@ -516,6 +520,11 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
             .collectives
             .filter(|c| c.calls > 0)
             .map(|c| CollectivesReport::of(&c)),
+        cost: a
+            .live
+            .cost
+            .filter(syncspy_abi::cost::CostStatus::anything_shed)
+            .map(|c| CostReport::of(&c)),
         host_pid: a
             .placement
             .host_pid
@@ -582,6 +591,54 @@ impl CollectivesReport {
     /// The time in collectives and the window it is a share of, when some were measured.
     pub fn share(&self) -> Option<(u64, u64)> {
         (self.measured > 0 && self.window_ns > 0).then_some((self.gpu_ns, self.window_ns))
+    }
+}
+
+/// What a process's library shed to keep within its budget (`processes[].cost`; the
+/// segment's cost part, `syncspy_abi::cost`). Every total stays exact whatever was shed:
+/// counts, times and bytes per kind and API; what is shed is detail (call sites, records in
+/// the ring, so percentiles and call sites cover the events kept).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CostReport {
+    /// The budget, a percentage of the process's wall time (0: none).
+    pub budget_pct: f64,
+    /// What is shed now: `none`, `stacks`, `gap_records` or `records` (each level sheds the
+    /// ones before it too).
+    pub shedding: String,
+    /// Times shedding went one level deeper.
+    pub raised: u64,
+    /// Recorded events without a call-site stack, GPU idle gaps and events not written as
+    /// records (all in the totals).
+    pub stacks_shed: u64,
+    pub gap_records_shed: u64,
+    pub records_shed: u64,
+    /// Looks at other threads' Python frames skipped by their own budget: waits a host
+    /// function ended that were not recorded, stalls not named at the line that waited.
+    pub looks_skipped: u64,
+}
+
+impl CostReport {
+    pub fn of(c: &syncspy_abi::cost::CostStatus) -> CostReport {
+        CostReport {
+            budget_pct: f64::from(c.budget_ppm) / 10_000.0,
+            shedding: match c.level {
+                syncspy_abi::cost::SHED_NONE => "none",
+                syncspy_abi::cost::SHED_STACKS => "stacks",
+                syncspy_abi::cost::SHED_GAPS => "gap_records",
+                _ => "records",
+            }
+            .to_string(),
+            raised: c.raised,
+            stacks_shed: c.stacks_shed,
+            gap_records_shed: c.gaps_shed,
+            records_shed: c.records_shed,
+            looks_skipped: c.looks_skipped,
+        }
+    }
+
+    /// Whether detail was shed (not only looks skipped).
+    pub fn shed_any(&self) -> bool {
+        self.raised > 0 || self.stacks_shed + self.gap_records_shed + self.records_shed > 0
     }
 }
 
