@@ -262,7 +262,7 @@ max_bytes = 8192
         "{j}"
     );
     assert!(
-        j.contains(r#"<failure message="3 events &gt; max_count 0; top site: cudaStreamSynchronize x3 at cudacalls::run_op"#),
+        j.contains(r#"<failure message="3 events &gt; max_count 0; top site: cudaStreamSynchronize x3 at cudacalls::sync_op"#),
         "{j}"
     );
     assert_eq!(v["budget"]["outcome"], "over_budget");

@@ -21,7 +21,7 @@ fn report(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Two runs of the same program: 3 waits in run_op before, 5 waits and 2 pageable copies
+/// Two runs of the same program: 3 waits in sync_op before, 5 waits and 2 pageable copies
 /// after.
 fn two_reports(d: &TempDir) -> (String, String) {
     let c = cudacalls();
@@ -66,7 +66,7 @@ fn one_report_prints_as_text_markdown_and_json() {
     let m = text(&o.stdout);
     assert!(m.starts_with("### syncspy: `"), "{m}");
     assert!(m.contains("| `stream_sync` | 3 |"), "{m}");
-    assert!(m.contains("`cudacalls::run_op"), "{m}");
+    assert!(m.contains("`cudacalls::sync_op"), "{m}");
 
     let o = report(&["--format", "json", &a]);
     assert_eq!(o.status.code(), Some(0));
@@ -128,7 +128,7 @@ fn two_reports_compare_per_kind_and_per_site() {
     assert_eq!(kind("memcpy_pageable")["before"]["count"], 0);
     assert_eq!(kind("memcpy_pageable")["after"]["count"], 5);
     assert_eq!(kind("memcpy_pageable")["after"]["bytes"], 5 * 4096);
-    // The wait in run_op is one site in both runs (same binary, same line).
+    // The wait in sync_op is one site in both runs (same binary, same line).
     let sync_sites: Vec<&Value> = v["sites"]
         .as_array()
         .unwrap()
@@ -141,7 +141,7 @@ fn two_reports_compare_per_kind_and_per_site() {
     assert!(sync_sites[0]["frames"][0]
         .as_str()
         .unwrap()
-        .contains("cudacalls::run_op"));
+        .contains("cudacalls::sync_op"));
 
     let o = report(&["--format", "markdown", &a, &b]);
     assert_eq!(o.status.code(), Some(0));
