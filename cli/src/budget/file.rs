@@ -304,180 +304,213 @@ pub const LIMIT_KEYS: [&str; 9] = [
     "max_gpu_idle_share",
 ];
 
-/// Parses and validates a budget. `source` names the file in messages.
-pub fn parse(source: &str, text: &str) -> Result<Budget, BudgetError> {
-    let err = |span: Option<Range<usize>>, message: String| {
+/// Where a budget comes from, for its errors: the file's name and its text.
+struct Source<'a> {
+    name: &'a str,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    /// An error at `span` (None: the start), with its line, column and snippet.
+    fn err(&self, span: Option<Range<usize>>, message: String) -> BudgetError {
         let (line, column, snippet) = match span {
-            Some(s) => position(text, s.start),
+            Some(s) => position(self.text, s.start),
             None => (1, 1, String::new()),
         };
         BudgetError {
-            source: source.to_string(),
+            source: self.name.to_string(),
             line,
             column,
             message,
             snippet,
         }
-    };
-    let raw: RawBudget =
-        toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+    }
+}
 
-    let iterations = raw.iterations.map(|it| {
-        let it = it.into_inner();
-        Iterations {
-            kinds: it.kind.0.into_iter().map(|k| k.0).collect(),
-            sites: it
-                .site
-                .map(|s| s.0)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| p.0)
-                .collect(),
-        }
-    });
+/// Parses and validates a budget. `source` names the file in messages.
+pub fn parse(source: &str, text: &str) -> Result<Budget, BudgetError> {
+    let at = Source { name: source, text };
+    let raw: RawBudget =
+        toml::from_str(text).map_err(|e| at.err(e.span(), e.message().trim().to_string()))?;
+    let iterations = raw.iterations.map(|it| iterations_of(it.into_inner()));
     if raw.rule.is_empty() {
-        return Err(err(
+        return Err(at.err(
             Some(0..0),
             "no [[rule]]: a budget needs at least one rule (see `syncspy check --help`)".into(),
         ));
     }
-
     let mut rules: Vec<Rule> = Vec::new();
     for spanned in raw.rule {
-        let span = spanned.span();
-        let r = spanned.into_inner();
-        let name = r.name.get_ref().trim().to_string();
-        if name.is_empty() {
-            return Err(err(
-                Some(r.name.span()),
-                "a rule's name must not be empty".into(),
-            ));
-        }
-        if rules.iter().any(|x| x.name == name) {
-            return Err(err(
-                Some(r.name.span()),
-                format!("another rule is already named \"{name}\": names must be unique"),
-            ));
-        }
-        let mut limits = Vec::new();
-        let mut add = |key: &'static str, measure, per_iteration, max: f64| {
-            limits.push(Limit {
-                key,
-                measure,
-                per_iteration,
-                max,
-            })
-        };
-        if let Some(f) = &r.forbid {
-            if *f.get_ref() {
-                if let Some(m) = r.max_count.as_ref().filter(|m| *m.get_ref() > 0) {
-                    return Err(err(
-                        Some(m.span()),
-                        format!(
-                            "`forbid = true` and `max_count = {}` contradict each other: keep one",
-                            m.get_ref()
-                        ),
-                    ));
-                }
-                if r.max_count.is_none() {
-                    add("forbid", Measure::Count, false, 0.0);
-                }
-            }
-        }
-        if let Some(m) = &r.max_count {
-            add("max_count", Measure::Count, false, *m.get_ref() as f64);
-        }
-        if let Some(m) = &r.max_total_ms {
-            add("max_total_ms", Measure::TotalNs, false, m.get_ref().0 * 1e6);
-        }
-        if let Some(m) = &r.max_bytes {
-            add("max_bytes", Measure::Bytes, false, *m.get_ref() as f64);
-        }
-        let per_iteration = [
-            (
-                &r.max_count_per_iteration,
-                "max_count_per_iteration",
-                Measure::Count,
-                1.0,
-            ),
-            (
-                &r.max_total_ms_per_iteration,
-                "max_total_ms_per_iteration",
-                Measure::TotalNs,
-                1e6,
-            ),
-            (
-                &r.max_bytes_per_iteration,
-                "max_bytes_per_iteration",
-                Measure::Bytes,
-                1.0,
-            ),
-        ];
-        for (value, key, measure, scale) in per_iteration {
-            if let Some(m) = value {
-                if iterations.is_none() {
-                    return Err(err(
-                        Some(m.span()),
-                        format!(
-                            "`{key}` needs an [iterations] table that says which events mark \
-                             an iteration (for example `[iterations]` with \
-                             `kind = \"device_sync\"`)"
-                        ),
-                    ));
-                }
-                add(key, measure, true, m.get_ref().0 * scale);
-            }
-        }
-        if let Some(m) = &r.max_stall_share {
-            add("max_stall_share", Measure::StallShare, false, m.get_ref().0);
-        }
-        if let Some(m) = &r.max_gpu_idle_share {
-            add(
-                "max_gpu_idle_share",
-                Measure::GpuIdleShare,
-                false,
-                m.get_ref().0,
-            );
-        }
-        if limits.is_empty() {
-            return Err(err(
-                Some(span),
-                format!(
-                    "rule \"{name}\" sets no limit: give at least one of {}",
-                    LIMIT_KEYS.join(", ")
-                ),
-            ));
-        }
-        if let Some(p) = &r.process {
-            if p.get_ref().is_empty() {
-                return Err(err(
-                    Some(p.span()),
-                    "an empty `process` matches every process: leave it out".into(),
-                ));
-            }
-        }
-        rules.push(Rule {
-            name,
-            line: position(text, span.start).0,
-            kinds: r
-                .kind
-                .map(|k| k.0)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|k| k.0)
-                .collect(),
-            sites: patterns(r.site),
-            allow_sites: patterns(r.allow_sites),
-            process: r.process.map(|p| p.into_inner()),
-            limits,
-            require_match: r.require_match.unwrap_or(false),
-        });
+        let rule = rule_of(&at, spanned, &rules, iterations.is_some())?;
+        rules.push(rule);
     }
     Ok(Budget {
         source: source.to_string(),
         iterations,
         rules,
     })
+}
+
+fn iterations_of(it: RawIterations) -> Iterations {
+    Iterations {
+        kinds: it.kind.0.into_iter().map(|k| k.0).collect(),
+        sites: it
+            .site
+            .map(|s| s.0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.0)
+            .collect(),
+    }
+}
+
+/// One `[[rule]]`, checked: a unique, non-empty name (`before`: the rules before it), at
+/// least one limit, no empty `process`.
+fn rule_of(
+    at: &Source<'_>,
+    spanned: Spanned<RawRule>,
+    before: &[Rule],
+    has_iterations: bool,
+) -> Result<Rule, BudgetError> {
+    let span = spanned.span();
+    let r = spanned.into_inner();
+    let name = r.name.get_ref().trim().to_string();
+    if name.is_empty() {
+        return Err(at.err(
+            Some(r.name.span()),
+            "a rule's name must not be empty".into(),
+        ));
+    }
+    if before.iter().any(|x| x.name == name) {
+        return Err(at.err(
+            Some(r.name.span()),
+            format!("another rule is already named \"{name}\": names must be unique"),
+        ));
+    }
+    let limits = limits_of(at, &r, has_iterations)?;
+    if limits.is_empty() {
+        return Err(at.err(
+            Some(span),
+            format!(
+                "rule \"{name}\" sets no limit: give at least one of {}",
+                LIMIT_KEYS.join(", ")
+            ),
+        ));
+    }
+    if let Some(p) = &r.process {
+        if p.get_ref().is_empty() {
+            return Err(at.err(
+                Some(p.span()),
+                "an empty `process` matches every process: leave it out".into(),
+            ));
+        }
+    }
+    Ok(Rule {
+        name,
+        line: position(at.text, span.start).0,
+        kinds: r
+            .kind
+            .map(|k| k.0)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|k| k.0)
+            .collect(),
+        sites: patterns(r.site),
+        allow_sites: patterns(r.allow_sites),
+        process: r.process.map(|p| p.into_inner()),
+        limits,
+        require_match: r.require_match.unwrap_or(false),
+    })
+}
+
+/// A rule's limits, in the order of [`LIMIT_KEYS`]; a per-iteration limit needs an
+/// `[iterations]` table (`has_iterations`).
+fn limits_of(
+    at: &Source<'_>,
+    r: &RawRule,
+    has_iterations: bool,
+) -> Result<Vec<Limit>, BudgetError> {
+    let mut limits = Vec::new();
+    let mut add = |key: &'static str, measure, per_iteration, max: f64| {
+        limits.push(Limit {
+            key,
+            measure,
+            per_iteration,
+            max,
+        })
+    };
+    if let Some(f) = &r.forbid {
+        if *f.get_ref() {
+            if let Some(m) = r.max_count.as_ref().filter(|m| *m.get_ref() > 0) {
+                return Err(at.err(
+                    Some(m.span()),
+                    format!(
+                        "`forbid = true` and `max_count = {}` contradict each other: keep one",
+                        m.get_ref()
+                    ),
+                ));
+            }
+            if r.max_count.is_none() {
+                add("forbid", Measure::Count, false, 0.0);
+            }
+        }
+    }
+    if let Some(m) = &r.max_count {
+        add("max_count", Measure::Count, false, *m.get_ref() as f64);
+    }
+    if let Some(m) = &r.max_total_ms {
+        add("max_total_ms", Measure::TotalNs, false, m.get_ref().0 * 1e6);
+    }
+    if let Some(m) = &r.max_bytes {
+        add("max_bytes", Measure::Bytes, false, *m.get_ref() as f64);
+    }
+    let per_iteration = [
+        (
+            &r.max_count_per_iteration,
+            "max_count_per_iteration",
+            Measure::Count,
+            1.0,
+        ),
+        (
+            &r.max_total_ms_per_iteration,
+            "max_total_ms_per_iteration",
+            Measure::TotalNs,
+            1e6,
+        ),
+        (
+            &r.max_bytes_per_iteration,
+            "max_bytes_per_iteration",
+            Measure::Bytes,
+            1.0,
+        ),
+    ];
+    for (value, key, measure, scale) in per_iteration {
+        if let Some(m) = value {
+            if !has_iterations {
+                return Err(at.err(
+                    Some(m.span()),
+                    format!(
+                        "`{key}` needs an [iterations] table that says which events mark \
+                         an iteration (for example `[iterations]` with \
+                         `kind = \"device_sync\"`)"
+                    ),
+                ));
+            }
+            add(key, measure, true, m.get_ref().0 * scale);
+        }
+    }
+    if let Some(m) = &r.max_stall_share {
+        add("max_stall_share", Measure::StallShare, false, m.get_ref().0);
+    }
+    if let Some(m) = &r.max_gpu_idle_share {
+        add(
+            "max_gpu_idle_share",
+            Measure::GpuIdleShare,
+            false,
+            m.get_ref().0,
+        );
+    }
+    Ok(limits)
 }
 
 /// Reads and parses a budget file.
