@@ -261,60 +261,14 @@ fn main() -> ExitCode {
     // reads every user's): such reads see zeros (`syncspy_abi::fault`).
     syncspy_abi::fault::install();
     let code = match cli.command {
-        Cmd::Check(a) => {
-            let run = a.run.options();
-            let opts = CheckOptions {
-                budget: a.budget,
-                junit: a.junit,
-                report: run.report.clone(),
-                run,
-            };
-            match check::check(&opts) {
-                Ok(outcome) => outcome.exit_code,
-                Err(e) => {
-                    eprintln!("syncspy: {e}");
-                    EXIT_NOT_CHECKED
-                }
-            }
-        }
+        Cmd::Check(a) => check_command(a),
         Cmd::Agent {
             listen,
             interval_ms,
             retain_secs,
             keep_segments,
             token_file,
-        } => {
-            let Some(token_file) = token_file.or_else(syncspy_read::snapshot::default_token_file)
-            else {
-                eprintln!(
-                    "syncspy agent: no place for the snapshot's token: XDG_RUNTIME_DIR is not \
-                     set; give --token-file FILE"
-                );
-                return ExitCode::from(EXIT_SETUP as u8);
-            };
-            let dir = match run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref()) {
-                Ok(dir) => dir,
-                Err(e) => {
-                    eprintln!("syncspy agent: {e}");
-                    return ExitCode::from(EXIT_SETUP as u8);
-                }
-            };
-            let started = syncspy_agent::serve(&syncspy_agent::AgentOptions {
-                listen,
-                dir,
-                interval: std::time::Duration::from_millis(interval_ms.max(10)),
-                retain: std::time::Duration::from_secs(retain_secs),
-                keep_segments,
-                token_file,
-            });
-            match started {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("syncspy agent: {e}");
-                    EXIT_SETUP
-                }
-            }
-        }
+        } => agent_command(listen, interval_ms, retain_secs, keep_segments, token_file),
         Cmd::Run(a) => {
             let opts = a.options();
             match run::run(&opts) {
@@ -343,19 +297,7 @@ fn main() -> ExitCode {
             opts.thread = thread;
             opts.tui = tui;
             opts.top_args = top_args;
-            if let Some(ms) = std::env::var("SYNCSPY_ATTACH_LEASE_MS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-            {
-                opts.lease_ms = ms;
-            }
-            match syncspy_cli::attach::attach(&opts) {
-                Ok(_) => 0,
-                Err(e) => {
-                    eprintln!("syncspy: {e}");
-                    e.exit_code()
-                }
-            }
+            attach_command(opts)
         }
         Cmd::Detach { pid } => match syncspy_cli::attach::detach(pid) {
             Ok(()) => 0,
@@ -375,42 +317,121 @@ fn main() -> ExitCode {
             since_ns,
             until_ns,
             tid,
-        } => {
-            let opts = syncspy_cli::window::WindowOptions {
-                segment,
-                since_ns,
-                until_ns,
-                tids: tid,
-            };
-            match syncspy_cli::window::read(&opts).and_then(|w| {
-                serde_json::to_string(&w).map_err(|e| format!("cannot write JSON: {e}"))
-            }) {
-                Ok(json) => {
-                    println!("{json}");
-                    0
-                }
-                Err(e) => {
-                    eprintln!("syncspy snapshot: {e}");
-                    EXIT_SETUP
-                }
-            }
-        }
-        Cmd::Report { files, format } => {
-            let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-            match present::render(&files, format) {
-                Ok(out) => {
-                    print!("{out}");
-                    0
-                }
-                Err(e) => {
-                    eprintln!("syncspy: {e}");
-                    EXIT_SETUP
-                }
-            }
-        }
+        } => snapshot_command(&syncspy_cli::window::WindowOptions {
+            segment,
+            since_ns,
+            until_ns,
+            tids: tid,
+        }),
+        Cmd::Report { files, format } => report_command(&files, format),
     };
     // Exit codes are 0..=255 on Unix; 128+signal stays in range.
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// `syncspy check`: the run judged against the budget.
+fn check_command(a: CheckArgs) -> i32 {
+    let run = a.run.options();
+    let opts = CheckOptions {
+        budget: a.budget,
+        junit: a.junit,
+        report: run.report.clone(),
+        run,
+    };
+    match check::check(&opts) {
+        Ok(outcome) => outcome.exit_code,
+        Err(e) => {
+            eprintln!("syncspy: {e}");
+            EXIT_NOT_CHECKED
+        }
+    }
+}
+
+/// `syncspy agent`: serves until SIGINT or SIGTERM.
+fn agent_command(
+    listen: String,
+    interval_ms: u64,
+    retain_secs: u64,
+    keep_segments: bool,
+    token_file: Option<PathBuf>,
+) -> i32 {
+    let Some(token_file) = token_file.or_else(syncspy_read::snapshot::default_token_file) else {
+        eprintln!(
+            "syncspy agent: no place for the snapshot's token: XDG_RUNTIME_DIR is not \
+             set; give --token-file FILE"
+        );
+        return EXIT_SETUP;
+    };
+    let dir = match run::segment_dir(std::env::var_os(run::DIR_ENV).as_deref()) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("syncspy agent: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    let started = syncspy_agent::serve(&syncspy_agent::AgentOptions {
+        listen,
+        dir,
+        interval: std::time::Duration::from_millis(interval_ms.max(10)),
+        retain: std::time::Duration::from_secs(retain_secs),
+        keep_segments,
+        token_file,
+    });
+    match started {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("syncspy agent: {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
+/// `syncspy attach`, with the lease `SYNCSPY_ATTACH_LEASE_MS` asks for.
+fn attach_command(mut opts: syncspy_cli::attach::AttachOptions) -> i32 {
+    if let Some(ms) = std::env::var("SYNCSPY_ATTACH_LEASE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+    {
+        opts.lease_ms = ms;
+    }
+    match syncspy_cli::attach::attach(&opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("syncspy: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// `syncspy snapshot`: the window as JSON on stdout.
+fn snapshot_command(opts: &syncspy_cli::window::WindowOptions) -> i32 {
+    match syncspy_cli::window::read(opts)
+        .and_then(|w| serde_json::to_string(&w).map_err(|e| format!("cannot write JSON: {e}")))
+    {
+        Ok(json) => {
+            println!("{json}");
+            0
+        }
+        Err(e) => {
+            eprintln!("syncspy snapshot: {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
+/// `syncspy report`: the reports rendered in `format`.
+fn report_command(files: &[PathBuf], format: Format) -> i32 {
+    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+    match present::render(&files, format) {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("syncspy: {e}");
+            EXIT_SETUP
+        }
+    }
 }
 
 /// `syncspy top ARGS`: becomes `syncspy-top ARGS` (the monitor is its own binary, next to
