@@ -469,6 +469,18 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
+        if let Some(c) = a
+            .live
+            .cost
+            .filter(syncspy_abi::cost::CostStatus::anything_shed)
+        {
+            let amounts =
+                syncspy_read::snapshot::shed_amounts(&syncspy_read::report::CostReport::of(&c));
+            for (w, n) in amounts {
+                let e = entry.shed.entry(w).or_default();
+                *e = e.saturating_add(n);
+            }
+        }
         if self.keep_segments || pod {
             drop(f.take_lease());
         } else if let Err(e) = f.release_with(false, survey) {

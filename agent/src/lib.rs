@@ -79,6 +79,8 @@ then \"other\" or \"other-uid<N>\"; kind; state):
     is traced)
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
+  syncspy_shed_total (label what: stacks, gap_records, records, looks: detail a library shed
+    to keep within its budget, SYNCSPY_BUDGET; totals stay exact), syncspy_shedding_processes,
   syncspy_segments_skipped, syncspy_agent_info
   syncspy_reader_dropped_total (label what: segment, histogram, module, deferred_poll,
     deferred_stack, compacted; what the reader budgets left out, docs/contracts.md)

@@ -80,6 +80,14 @@ const MAX_JOBS: usize = 8;
 /// Ranks with series of their own per job and agent; the rest are `rank="other"`.
 const MAX_RANKS: usize = 64;
 
+/// What a program's libraries shed to keep within their budget (`syncspy_abi::cost`): `stacks`,
+/// `gap_records`, `records`, `looks`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShedLabels {
+    program: String,
+    what: String,
+}
+
 /// What the agent's budgets dropped (`syncspy_read::limits`): a fixed set of values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WhatLabels {
@@ -208,6 +216,8 @@ struct ProgramSeries {
     lost: Family<ProgramLabels, Counter>,
     overhead: Family<ProgramLabels, FloatCounter>,
     forgotten: Family<ProgramLabels, Counter>,
+    shed: Family<ShedLabels, Counter>,
+    shedding: Family<ProgramLabels, Gauge>,
 }
 
 impl ProgramSeries {
@@ -218,6 +228,8 @@ impl ProgramSeries {
             lost: Family::default(),
             overhead: Family::default(),
             forgotten: Family::default(),
+            shed: Family::default(),
+            shedding: Family::default(),
         };
         reg.register(
             "processes",
@@ -245,7 +257,32 @@ impl ProgramSeries {
             "Ended processes no longer followed (their totals are kept in the counters)",
             s.forgotten.clone(),
         );
+        reg.register(
+            "shed",
+            "Detail libsyncspy shed to keep within its budget (SYNCSPY_BUDGET; totals stay \
+             exact), by what: stacks (events without a call site), gap_records and records \
+             (kept as totals only), looks (other threads' Python frames not read)",
+            s.shed.clone(),
+        );
+        reg.register(
+            "shedding_processes",
+            "Followed processes whose library sheds detail now (over its budget)",
+            s.shedding.clone(),
+        );
         s
+    }
+
+    /// Adds what a program's processes shed (`shed`: the amounts by `what`).
+    fn add_shed(&self, program: &str, shed: &BTreeMap<String, u64>) {
+        for (what, n) in shed.iter().filter(|(_, n)| **n > 0) {
+            add_sat(
+                &self.shed.get_or_create(&ShedLabels {
+                    program: program.to_string(),
+                    what: what.clone(),
+                }),
+                *n,
+            );
+        }
     }
 }
 
@@ -475,6 +512,16 @@ impl Series {
             r.lost_records.saturating_sub(r.dropped_events),
             r.overhead_ns,
         );
+        if let Some(c) = &r.cost {
+            self.programs
+                .add_shed(&p.program, &syncspy_read::snapshot::shed_amounts(c));
+            if c.shedding != "none" {
+                self.programs
+                    .shedding
+                    .get_or_create(&program_labels(&p.program))
+                    .inc();
+            }
+        }
         self.programs
             .processes
             .get_or_create(&StateLabels {
@@ -491,6 +538,7 @@ impl Series {
         }
         self.add_latency(program, &f.latency);
         self.add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
+        self.programs.add_shed(program, &f.shed);
         add_sat(
             &self
                 .programs
@@ -903,6 +951,55 @@ mod tests {
         // No job: no job series at all.
         let m = render(&Snapshot::default()).unwrap();
         assert!(!m.contains("syncspy_job_rank_stall_seconds_total{"), "{m}");
+    }
+
+    #[test]
+    fn what_libraries_shed_is_counted_per_program_live_and_forgotten() {
+        let cost = syncspy_read::report::CostReport {
+            budget_pct: 1.0,
+            shedding: "gap_records".into(),
+            raised: 2,
+            stacks_shed: 40,
+            gap_records_shed: 7,
+            records_shed: 0,
+            looks_skipped: 3,
+        };
+        let live = |pid: u32, cost: Option<syncspy_read::report::CostReport>| SnapshotProcess {
+            program: "train.py".into(),
+            report: ProcessReport {
+                pid,
+                state: "running".into(),
+                cost,
+                ..ProcessReport::default()
+            },
+            latency: BTreeMap::new(),
+        };
+        let calm = syncspy_read::report::CostReport {
+            shedding: "none".into(),
+            ..cost.clone()
+        };
+        let f = ForgottenProgram {
+            processes: 1,
+            shed: syncspy_read::snapshot::shed_amounts(&cost),
+            ..ForgottenProgram::default()
+        };
+        let m = render(&Snapshot {
+            processes: vec![live(1, Some(cost)), live(2, Some(calm)), live(3, None)],
+            forgotten: [("train.py".to_string(), f)].into_iter().collect(),
+            ..Snapshot::default()
+        })
+        .unwrap();
+        for line in [
+            // Two live processes and a forgotten one with the same amounts.
+            r#"syncspy_shed_total{program="train.py",what="stacks"} 120"#,
+            r#"syncspy_shed_total{program="train.py",what="gap_records"} 21"#,
+            r#"syncspy_shed_total{program="train.py",what="looks"} 9"#,
+            // Only the process that sheds now.
+            r#"syncspy_shedding_processes{program="train.py"} 1"#,
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} not in\n{m}");
+        }
+        assert!(!m.contains(r#"what="records""#), "{m}");
     }
 
     #[test]

@@ -96,6 +96,23 @@ pub struct ForgottenProgram {
     pub dropped_events: u64,
     pub lost_records: u64,
     pub overhead_ns: u64,
+    /// What their libraries shed to keep within budget, by what (`shed_amounts`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shed: BTreeMap<String, u64>,
+}
+
+/// What one process's library shed, by what (`stacks`, `gap_records`, `records`, `looks`):
+/// the amounts of `syncspy_shed_total`.
+pub fn shed_amounts(c: &crate::report::CostReport) -> BTreeMap<String, u64> {
+    [
+        ("stacks", c.stacks_shed),
+        ("gap_records", c.gap_records_shed),
+        ("records", c.records_shed),
+        ("looks", c.looks_skipped),
+    ]
+    .into_iter()
+    .map(|(w, n)| (w.to_string(), n))
+    .collect()
 }
 
 impl ForgottenProgram {
@@ -114,6 +131,10 @@ impl ForgottenProgram {
         self.dropped_events = self.dropped_events.saturating_add(o.dropped_events);
         self.lost_records = self.lost_records.saturating_add(o.lost_records);
         self.overhead_ns = self.overhead_ns.saturating_add(o.overhead_ns);
+        for (w, n) in &o.shed {
+            let e = self.shed.entry(w.clone()).or_default();
+            *e = e.saturating_add(*n);
+        }
     }
 }
 
