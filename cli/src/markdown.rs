@@ -10,6 +10,7 @@ use crate::summary::{
 };
 use syncspy_read::plural;
 use syncspy_read::report::{ProcessReport, Report};
+use syncspy_read::verdict::BudgetReport;
 
 /// Text for a markdown table cell: pipes escaped, line breaks removed.
 pub fn md_cell(s: &str) -> String {
@@ -87,130 +88,10 @@ pub fn render(r: &Report) -> String {
         if r.processes.len() == 1 { "" } else { "es" }
     );
     for p in &r.processes {
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "#### pid {} {}: host stalls {} ({} of {} wall)",
-            p.pid,
-            md_code(&p.cmdline),
-            fmt_ns(p.stall_ns),
-            pct(p.stall_ns, p.wall_ns),
-            fmt_ns(p.wall_ns)
-        );
-        if p.kinds.values().all(|k| k.count == 0) {
-            let _ = writeln!(o);
-            let _ = writeln!(o, "No stalls.");
-            render_gpu(&mut o, p);
-            continue;
-        }
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "| kind | count | total | p50 | p99 | max | bytes | wall |"
-        );
-        let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
-        let mut names: Vec<_> = p.kinds.iter().collect();
-        names.sort_by_key(|(n, _)| n.order());
-        for (n, k) in names {
-            let _ = writeln!(
-                o,
-                "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
-                md_cell(n.as_str()),
-                k.count,
-                fmt_ns(k.total_ns),
-                fmt_ns(k.p50_ns),
-                fmt_ns(k.p99_ns),
-                fmt_ns(k.max_ns),
-                if k.bytes == 0 {
-                    "-".to_string()
-                } else {
-                    fmt_bytes(k.bytes)
-                },
-                pct(k.total_ns, p.wall_ns)
-            );
-        }
-        if !p.sites.is_empty() {
-            let _ = writeln!(o);
-            let _ = writeln!(o, "| # | kind | API | where | count | total | p99 |");
-            let _ = writeln!(o, "|---:|---|---|---|---:|---:|---:|");
-        }
-        for (i, s) in p.sites.iter().take(TOP_SITES).enumerate() {
-            let frames = user_frames(s);
-            let at = if frames.is_empty() {
-                "(no stack)".to_string()
-            } else {
-                frames
-                    .iter()
-                    .take(2)
-                    .map(|f| md_code(f))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            };
-            let _ = writeln!(
-                o,
-                "| {} | `{}` | `{}` | {at} | {} | {} | {} |",
-                i + 1,
-                md_cell(s.kind.as_str()),
-                md_cell(s.api.as_str()),
-                s.count,
-                fmt_ns(s.total_ns),
-                fmt_ns(s.p99_ns)
-            );
-        }
-        render_gpu(&mut o, p);
-        let missed = p.lost_records.saturating_sub(p.dropped_events);
-        if p.dropped_events > 0 || missed > 0 {
-            let _ = writeln!(o);
-            let _ = writeln!(
-                o,
-                "> {} dropped by the library, {} lost by the reader: percentiles and sites \
-                 cover {}; totals are exact.",
-                plural::count(p.dropped_events, "event", "events"),
-                plural::count(missed, "record", "records"),
-                plural::count(p.recorded_events, "event", "events")
-            );
-        }
+        render_process(&mut o, p);
     }
     if let Some(b) = &r.budget {
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "#### Budget {}: {}",
-            md_code(&b.file),
-            md_cell(&crate::budget::text::verdict(b))
-        );
-        let _ = writeln!(o);
-        let _ = writeln!(o, "| | rule | process | result |");
-        let _ = writeln!(o, "|---|---|---|---|");
-        for res in &b.results {
-            let mark = match res.status {
-                CheckStatus::Fail => "❌",
-                CheckStatus::NotEvaluated => "⚠️",
-                CheckStatus::NotMeasured => "➖",
-                CheckStatus::Pass => "✅",
-            };
-            let mut what: Vec<String> = res.limits.iter().map(|l| l.message.clone()).collect();
-            what.extend(res.notes.iter().cloned());
-            if matches!(res.status, CheckStatus::Fail | CheckStatus::NotEvaluated) {
-                if let Some(f) = res.sites.first().and_then(|s| s.frames.first()) {
-                    what.push(format!("at {f}"));
-                }
-            }
-            let _ = writeln!(
-                o,
-                "| {mark} | {} | {} | {} |",
-                md_cell(&res.rule),
-                md_cell(&crate::budget::text::process_label(res)),
-                what.iter()
-                    .map(|w| md_cell(w))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            );
-        }
-        for p in &b.problems {
-            let _ = writeln!(o);
-            let _ = writeln!(o, "> {}", md_cell(p));
-        }
+        render_budget(&mut o, b);
     }
     if !r.warnings.is_empty() {
         let _ = writeln!(o);
@@ -220,6 +101,146 @@ pub fn render(r: &Report) -> String {
     }
     // Text from segments and reports (command lines, frames) may hold escape sequences.
     syncspy_read::text::terminal(&o).into_owned()
+}
+
+/// A process: its heading, its kinds, its top sites, its GPU and what was lost.
+fn render_process(o: &mut String, p: &ProcessReport) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "#### pid {} {}: host stalls {} ({} of {} wall)",
+        p.pid,
+        md_code(&p.cmdline),
+        fmt_ns(p.stall_ns),
+        pct(p.stall_ns, p.wall_ns),
+        fmt_ns(p.wall_ns)
+    );
+    if p.kinds.values().all(|k| k.count == 0) {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "No stalls.");
+        render_gpu(o, p);
+        return;
+    }
+    render_kinds(o, p);
+    render_sites(o, p);
+    render_gpu(o, p);
+    let missed = p.lost_records.saturating_sub(p.dropped_events);
+    if p.dropped_events > 0 || missed > 0 {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "> {} dropped by the library, {} lost by the reader: percentiles and sites \
+             cover {}; totals are exact.",
+            plural::count(p.dropped_events, "event", "events"),
+            plural::count(missed, "record", "records"),
+            plural::count(p.recorded_events, "event", "events")
+        );
+    }
+}
+
+/// The table of a process's kinds, in the kinds' order.
+fn render_kinds(o: &mut String, p: &ProcessReport) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "| kind | count | total | p50 | p99 | max | bytes | wall |"
+    );
+    let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut names: Vec<_> = p.kinds.iter().collect();
+    names.sort_by_key(|(n, _)| n.order());
+    for (n, k) in names {
+        let _ = writeln!(
+            o,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
+            md_cell(n.as_str()),
+            k.count,
+            fmt_ns(k.total_ns),
+            fmt_ns(k.p50_ns),
+            fmt_ns(k.p99_ns),
+            fmt_ns(k.max_ns),
+            if k.bytes == 0 {
+                "-".to_string()
+            } else {
+                fmt_bytes(k.bytes)
+            },
+            pct(k.total_ns, p.wall_ns)
+        );
+    }
+}
+
+/// The table of a process's top call sites.
+fn render_sites(o: &mut String, p: &ProcessReport) {
+    if !p.sites.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "| # | kind | API | where | count | total | p99 |");
+        let _ = writeln!(o, "|---:|---|---|---|---:|---:|---:|");
+    }
+    for (i, s) in p.sites.iter().take(TOP_SITES).enumerate() {
+        let frames = user_frames(s);
+        let at = if frames.is_empty() {
+            "(no stack)".to_string()
+        } else {
+            frames
+                .iter()
+                .take(2)
+                .map(|f| md_code(f))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        };
+        let _ = writeln!(
+            o,
+            "| {} | `{}` | `{}` | {at} | {} | {} | {} |",
+            i + 1,
+            md_cell(s.kind.as_str()),
+            md_cell(s.api.as_str()),
+            s.count,
+            fmt_ns(s.total_ns),
+            fmt_ns(s.p99_ns)
+        );
+    }
+}
+
+/// The budget's verdict and each rule's result.
+fn render_budget(o: &mut String, b: &BudgetReport) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "#### Budget {}: {}",
+        md_code(&b.file),
+        md_cell(&crate::budget::text::verdict(b))
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "| | rule | process | result |");
+    let _ = writeln!(o, "|---|---|---|---|");
+    for res in &b.results {
+        let mark = match res.status {
+            CheckStatus::Fail => "❌",
+            CheckStatus::NotEvaluated => "⚠️",
+            CheckStatus::NotMeasured => "➖",
+            CheckStatus::Pass => "✅",
+        };
+        let mut what: Vec<String> = res.limits.iter().map(|l| l.message.clone()).collect();
+        what.extend(res.notes.iter().cloned());
+        if matches!(res.status, CheckStatus::Fail | CheckStatus::NotEvaluated) {
+            if let Some(f) = res.sites.first().and_then(|s| s.frames.first()) {
+                what.push(format!("at {f}"));
+            }
+        }
+        let _ = writeln!(
+            o,
+            "| {mark} | {} | {} | {} |",
+            md_cell(&res.rule),
+            md_cell(&crate::budget::text::process_label(res)),
+            what.iter()
+                .map(|w| md_cell(w))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        );
+    }
+    for p in &b.problems {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "> {}", md_cell(p));
+    }
 }
 
 #[cfg(test)]
