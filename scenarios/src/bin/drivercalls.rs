@@ -192,16 +192,66 @@ fn check(rc: Res, what: &str) -> Result<(), String> {
 /// `CUDA_ERROR_NOT_READY`: what a query answers while work is pending.
 const NOT_READY: Res = 600;
 
+/// The buffers, stream and event every iteration uses.
+struct Work {
+    a: CUdeviceptr,
+    b: CUdeviceptr,
+    s: CUstream,
+    e: CUevent,
+    /// `N` bytes allocated with `cuMemAllocHost`.
+    pinned: *mut c_void,
+    /// `N` bytes of the caller's, registered with `cuMemHostRegister`.
+    registered: *mut c_void,
+    /// `N` bytes of the caller's, pageable.
+    pageable: *mut c_void,
+}
+
+/// The size of each buffer.
+const N: usize = 4096;
+
 fn run(mode: &str, iters: u32) -> Result<Truth, String> {
     // DRIVERCALLS_POLL=1: each iteration also spins on cuStreamQuery and cuEventQuery.
     let poll = std::env::var_os("DRIVERCALLS_POLL").is_some_and(|v| v == "1");
     let d = load(mode)?;
     let mut t = Truth::default();
-    const N: usize = 4096;
     let mut pageable = vec![1u8; N];
     let mut registered = vec![0u8; N];
     // SAFETY: every call is a driver function with its C signature, given locals and the
     // buffers above, which outlive the calls (each iteration ends synchronized).
+    unsafe {
+        let w = set_up(&d, &mut t, &mut registered, &mut pageable)?;
+        for _ in 0..iters {
+            iteration(&d, &mut t, &w)?;
+            if poll {
+                poll_until_done(&d, &mut t, &w)?;
+            }
+            if let Some(f) = d.stream_sync_ptsz {
+                let k = Kind::StreamSync;
+                let per_thread = std::ptr::null_mut();
+                check(
+                    t.classified("cuStreamSynchronize", k, 0, || f(per_thread)),
+                    "ptsz",
+                )?;
+            }
+        }
+        tear_down(&d, &mut t, &w)?;
+    }
+    Ok(t)
+}
+
+/// The context, two device buffers, a stream and an event; the pinned buffer and the
+/// registered one (implicit syncs).
+///
+/// # Safety
+/// `d` holds the driver's functions with their C signatures.
+unsafe fn set_up(
+    d: &Driver,
+    t: &mut Truth,
+    registered: &mut [u8],
+    pageable: &mut [u8],
+) -> Result<Work, String> {
+    // SAFETY: driver functions with their C signatures, given locals and the caller's
+    // buffers of N bytes.
     unsafe {
         check((d.init)(0), "cuInit")?;
         let (mut dev, mut ctx) = (0, std::ptr::null_mut());
@@ -228,115 +278,148 @@ fn run(mode: &str, iters: u32) -> Result<Truth, String> {
             }),
             "cuMemHostRegister",
         )?;
-        let pg = pageable.as_mut_ptr().cast::<c_void>();
-        for _ in 0..iters {
+        Ok(Work {
+            a,
+            b,
+            s,
+            e,
+            pinned,
+            registered: reg,
+            pageable: pageable.as_mut_ptr().cast::<c_void>(),
+        })
+    }
+}
+
+/// One iteration's calls, one or two of each kind, after a 1 ms host function.
+///
+/// # Safety
+/// `d` holds the driver's functions with their C signatures; `w` came from [`set_up`] and
+/// its buffers are alive.
+unsafe fn iteration(d: &Driver, t: &mut Truth, w: &Work) -> Result<(), String> {
+    let (a, b, s, e, pg) = (w.a, w.b, w.s, w.e, w.pageable);
+    let n = N as u64;
+    // SAFETY: driver functions with their C signatures, given the work's live buffers.
+    unsafe {
+        check(
+            (d.host_func)(s, Some(sleep_1ms), std::ptr::null_mut()),
+            "cuLaunchHostFunc",
+        )?;
+        let k = Kind::StreamSync;
+        check(
+            t.classified("cuStreamSynchronize", k, 0, || (d.stream_sync)(s)),
+            "sync",
+        )?;
+        let k = Kind::MemcpySync;
+        check(
+            t.classified("cuMemcpyHtoD", k, n, || (d.htod)(a, pg, N)),
+            "htod",
+        )?;
+        check(
+            t.classified("cuMemcpyDtoH", k, n, || (d.dtoh)(pg, a, N)),
+            "dtoh",
+        )?;
+        let k = Kind::MemcpyPageable;
+        check(
+            t.classified("cuMemcpyDtoHAsync", k, 1000, || {
+                (d.dtoh_async)(pg, a, 1000, s)
+            }),
+            "dtoh async",
+        )?;
+        check(
+            t.classified("cuMemcpyAsync", k, 512, || {
+                (d.copy_async)(b, pg as u64, 512, s)
+            }),
+            "copy async",
+        )?;
+        let k = Kind::NonStall;
+        check(
+            t.classified("cuMemcpyHtoDAsync", k, 1000, || {
+                (d.htod_async)(a, w.pinned, 1000, s)
+            }),
+            "htod async",
+        )?;
+        check(
+            t.classified("cuMemcpyDtoD", k, 256, || (d.dtod)(b, a, 256)),
+            "dtod",
+        )?;
+        check((d.event_record)(e, s), "cuEventRecord")?;
+        let k = Kind::EventSync;
+        check(
+            t.classified("cuEventSynchronize", k, 0, || (d.event_sync)(e)),
+            "event",
+        )?;
+        let k = Kind::DeviceSync;
+        check(
+            t.classified("cuCtxSynchronize", k, 0, || {
+                (d.ctx_sync)(std::ptr::null_mut())
+            }),
+            "ctx sync",
+        )?;
+    }
+    Ok(())
+}
+
+/// A 1 ms host function polled with cuStreamQuery until done, then one polled through an
+/// event with cuEventQuery.
+///
+/// # Safety
+/// As [`iteration`].
+unsafe fn poll_until_done(d: &Driver, t: &mut Truth, w: &Work) -> Result<(), String> {
+    let (s, e) = (w.s, w.e);
+    for api in ["cuStreamQuery", "cuEventQuery"] {
+        // SAFETY: driver functions with their C signatures, given the work's stream and
+        // event.
+        unsafe {
             check(
                 (d.host_func)(s, Some(sleep_1ms), std::ptr::null_mut()),
                 "cuLaunchHostFunc",
             )?;
-            let k = Kind::StreamSync;
-            check(
-                t.classified("cuStreamSynchronize", k, 0, || (d.stream_sync)(s)),
-                "sync",
-            )?;
-            let k = Kind::MemcpySync;
-            check(
-                t.classified("cuMemcpyHtoD", k, n, || (d.htod)(a, pg, N)),
-                "htod",
-            )?;
-            check(
-                t.classified("cuMemcpyDtoH", k, n, || (d.dtoh)(pg, a, N)),
-                "dtoh",
-            )?;
-            let k = Kind::MemcpyPageable;
-            check(
-                t.classified("cuMemcpyDtoHAsync", k, 1000, || {
-                    (d.dtoh_async)(pg, a, 1000, s)
-                }),
-                "dtoh async",
-            )?;
-            check(
-                t.classified("cuMemcpyAsync", k, 512, || {
-                    (d.copy_async)(b, pg as u64, 512, s)
-                }),
-                "copy async",
-            )?;
-            let k = Kind::NonStall;
-            check(
-                t.classified("cuMemcpyHtoDAsync", k, 1000, || {
-                    (d.htod_async)(a, pinned, 1000, s)
-                }),
-                "htod async",
-            )?;
-            check(
-                t.classified("cuMemcpyDtoD", k, 256, || (d.dtod)(b, a, 256)),
-                "dtod",
-            )?;
-            check((d.event_record)(e, s), "cuEventRecord")?;
-            let k = Kind::EventSync;
-            check(
-                t.classified("cuEventSynchronize", k, 0, || (d.event_sync)(e)),
-                "event",
-            )?;
-            let k = Kind::DeviceSync;
-            check(
-                t.classified("cuCtxSynchronize", k, 0, || {
-                    (d.ctx_sync)(std::ptr::null_mut())
-                }),
-                "ctx sync",
-            )?;
-            if poll {
-                // A 1 ms host function polled with cuStreamQuery until done, then one
-                // polled through an event with cuEventQuery.
-                for api in ["cuStreamQuery", "cuEventQuery"] {
-                    check(
-                        (d.host_func)(s, Some(sleep_1ms), std::ptr::null_mut()),
-                        "cuLaunchHostFunc",
-                    )?;
-                    if api == "cuEventQuery" {
-                        check((d.event_record)(e, s), "cuEventRecord")?;
+            if api == "cuEventQuery" {
+                check((d.event_record)(e, s), "cuEventRecord")?;
+            }
+            let t0 = std::time::Instant::now();
+            let mut not_ready = 0;
+            loop {
+                let rc = t.call(api, 0, || {
+                    if api == "cuStreamQuery" {
+                        (d.stream_query)(s)
+                    } else {
+                        (d.event_query)(e)
                     }
-                    let t0 = std::time::Instant::now();
-                    let mut not_ready = 0;
-                    loop {
-                        let rc = t.call(api, 0, || {
-                            if api == "cuStreamQuery" {
-                                (d.stream_query)(s)
-                            } else {
-                                (d.event_query)(e)
-                            }
-                        });
-                        if rc != NOT_READY {
-                            check(rc, api)?;
-                            break;
-                        }
-                        not_ready += 1;
-                    }
-                    t.spin(api, not_ready, t0.elapsed().as_nanos() as u64);
+                });
+                if rc != NOT_READY {
+                    check(rc, api)?;
+                    break;
                 }
+                not_ready += 1;
             }
-            if let Some(f) = d.stream_sync_ptsz {
-                let k = Kind::StreamSync;
-                let per_thread = std::ptr::null_mut();
-                check(
-                    t.classified("cuStreamSynchronize", k, 0, || f(per_thread)),
-                    "ptsz",
-                )?;
-            }
+            t.spin(api, not_ready, t0.elapsed().as_nanos() as u64);
         }
-        let k = Kind::ImplicitSync;
+    }
+    Ok(())
+}
+
+/// The set-up undone: unregister, free the pinned and the device buffers (implicit syncs).
+///
+/// # Safety
+/// As [`iteration`].
+unsafe fn tear_down(d: &Driver, t: &mut Truth, w: &Work) -> Result<(), String> {
+    let n = N as u64;
+    let k = Kind::ImplicitSync;
+    // SAFETY: driver functions with their C signatures, given what set_up made.
+    unsafe {
         check(
-            t.classified("cuMemHostUnregister", k, n, || (d.unregister)(reg)),
+            t.classified("cuMemHostUnregister", k, n, || (d.unregister)(w.registered)),
             "unregister",
         )?;
         check(
-            t.classified("cuMemFreeHost", k, n, || (d.free_host)(pinned)),
+            t.classified("cuMemFreeHost", k, n, || (d.free_host)(w.pinned)),
             "free host",
         )?;
-        check(t.classified("cuMemFree", k, 0, || (d.free)(a)), "free")?;
-        check(t.classified("cuMemFree", k, 0, || (d.free)(b)), "free")?;
+        check(t.classified("cuMemFree", k, 0, || (d.free)(w.a)), "free")?;
+        check(t.classified("cuMemFree", k, 0, || (d.free)(w.b)), "free")?;
     }
-    Ok(t)
+    Ok(())
 }
 
 fn main() -> ExitCode {
