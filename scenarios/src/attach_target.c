@@ -7,6 +7,8 @@
  *   sync N        N x cudaStreamSynchronize(0)            -> "done sync N"
  *   devsync N     N x cudaDeviceSynchronize()             -> "done devsync N"
  *   memcpy N      N x cudaMemcpy 4 KiB device to host     -> "done memcpy N"
+ *   paced R N     N x that copy, R a second: R/500 back to back every 2 ms (sleeping
+ *                 to each batch's time; a late batch starts at once) -> "done paced N"
  *   drv N         N x cuStreamSynchronize(0), the driver's import -> "done drv N"
  *   dsym N        N x cuStreamSynchronize(0) through a pointer that dlsym on a fresh
  *                 dlopen("libcuda.so.1") handle returns   -> "done dsym N"
@@ -307,7 +309,7 @@ int main(void) {
            epoller_tid);
     char line[512];
     while (read_line(line, sizeof line)) {
-        long n = 0;
+        long n = 0, rate = 0;
         char arg[480];
         if (sscanf(line, "sync %ld", &n) == 1) {
             for (long i = 0; i < n; i++) cudaStreamSynchronize(NULL);
@@ -318,6 +320,22 @@ int main(void) {
         } else if (sscanf(line, "memcpy %ld", &n) == 1) {
             for (long i = 0; i < n; i++) cudaMemcpy(host, dev, sizeof host, 2);
             printf("done memcpy %ld\n", n);
+        } else if (sscanf(line, "paced %ld %ld", &rate, &n) == 2 && rate > 0) {
+            long batch = rate / 500 > 0 ? rate / 500 : 1;
+            struct timespec at;
+            clock_gettime(CLOCK_MONOTONIC, &at);
+            for (long i = 0; i < n; i++) {
+                if (i > 0 && i % batch == 0) {
+                    at.tv_nsec += 2000000;
+                    if (at.tv_nsec >= 1000000000) {
+                        at.tv_sec++;
+                        at.tv_nsec -= 1000000000;
+                    }
+                    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+                }
+                cudaMemcpy(host, dev, sizeof host, 2);
+            }
+            printf("done paced %ld\n", n);
         } else if (sscanf(line, "drv %ld", &n) == 1) {
             for (long i = 0; i < n; i++) cuStreamSynchronize(NULL);
             printf("done drv %ld\n", n);

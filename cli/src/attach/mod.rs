@@ -59,7 +59,8 @@ impl AttachOptions {
             tui: false,
             top_args: Vec::new(),
             gpu_idle: None,
-            poll_interval: Duration::from_millis(100),
+            // As often as `syncspy run` reads: the ring holds what comes between two reads.
+            poll_interval: Duration::from_millis(50),
             lease_ms: DEFAULT_LEASE_MS,
         }
     }
@@ -611,10 +612,13 @@ fn inject_library(
 }
 
 /// Waits up to 3 s for the library's "detached" (the control file is gone); says so when it
-/// does not come from a living process.
-fn confirm_detach(t: &Target, report_out: &Path, lease_ms: u64) -> bool {
+/// does not come from a living process. The ring is read meanwhile: the process records
+/// until the library notices (its worker looks every 100 ms), and the GPU thread's last pass
+/// writes the gaps it held back (half a second of them) before the library confirms.
+fn confirm_detach(t: &Target, report_out: &Path, lease_ms: u64, mut read: impl FnMut()) -> bool {
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline && alive(t.pid) {
+        read();
         if read_report(report_out).is_some_and(|r| r.contains("detached\n")) {
             return true;
         }
@@ -829,7 +833,10 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         s.clear();
     }
     let _ = std::fs::remove_file(&control_out);
-    let detached = !gone && confirm_detach(&t, &report_out, opts.lease_ms);
+    let detached = !gone
+        && confirm_detach(&t, &report_out, opts.lease_ms, || {
+            say(&mut None, recording.step())
+        });
     // Detached (or the process ended): the monitor shows it until the user quits it.
     if let Some(mut m) = monitor {
         let _ = m.wait();
