@@ -29,40 +29,67 @@ fn usage() -> &'static str {
     "usage: scenario-check [--sim] [--trace-gpu] [--syncspy PATH] [--bin-dir DIR] [--manifest FILE] --out DIR [--only ID,...]\n                      [--python | --python-only] [--python-bin python3] [--script-dir scenarios/python] [--python-iters 5,25]\n       scenario-check --saved DIR [--manifest FILE] [--python | --python-only]"
 }
 
-fn main() -> ExitCode {
+/// What the command line asked for.
+struct Args {
+    sim: bool,
+    trace_gpu: bool,
+    syncspy: PathBuf,
+    bin_dir: PathBuf,
+    manifest: Option<PathBuf>,
+    out: Option<PathBuf>,
+    saved: Option<PathBuf>,
+    only: Option<Vec<String>>,
+    with_python: bool,
+    native: bool,
+    python_bin: String,
+    script_dir: PathBuf,
+    py_iters: (u64, u64),
+}
+
+/// The arguments, or the exit code after `--help` or a bad argument (said).
+fn parse_args() -> Result<Args, ExitCode> {
     let here = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(PathBuf::from))
         .unwrap_or_default();
-    let (mut sim, mut syncspy, mut bin_dir) = (false, here.join("syncspy"), here.clone());
-    let (mut manifest, mut out, mut saved, mut only) = (None, None, None, None::<Vec<String>>);
-    let (mut with_python, mut native) = (false, true);
-    let mut python_bin = "python3".to_string();
-    let mut script_dir = PathBuf::from("scenarios/python");
-    let mut py_iters = (5u64, 25u64);
-    let mut trace_gpu = false;
+    let mut o = Args {
+        sim: false,
+        trace_gpu: false,
+        syncspy: here.join("syncspy"),
+        bin_dir: here,
+        manifest: None,
+        out: None,
+        saved: None,
+        only: None,
+        with_python: false,
+        native: true,
+        python_bin: "python3".to_string(),
+        script_dir: PathBuf::from("scenarios/python"),
+        py_iters: (5, 25),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().map(PathBuf::from);
         match a.as_str() {
-            "--sim" => sim = true,
-            "--trace-gpu" => trace_gpu = true,
-            "--syncspy" => syncspy = value().unwrap_or(syncspy),
-            "--bin-dir" => bin_dir = value().unwrap_or(bin_dir),
-            "--manifest" => manifest = value(),
-            "--out" => out = value(),
-            "--saved" => saved = value(),
+            "--sim" => o.sim = true,
+            "--trace-gpu" => o.trace_gpu = true,
+            "--syncspy" => o.syncspy = value().unwrap_or(o.syncspy),
+            "--bin-dir" => o.bin_dir = value().unwrap_or(o.bin_dir),
+            "--manifest" => o.manifest = value(),
+            "--out" => o.out = value(),
+            "--saved" => o.saved = value(),
             "--only" => {
-                only = value().map(|v| v.to_string_lossy().split(',').map(str::to_string).collect())
+                o.only =
+                    value().map(|v| v.to_string_lossy().split(',').map(str::to_string).collect())
             }
-            "--python" => with_python = true,
-            "--python-only" => (with_python, native) = (true, false),
+            "--python" => o.with_python = true,
+            "--python-only" => (o.with_python, o.native) = (true, false),
             "--python-bin" => {
-                python_bin = value()
+                o.python_bin = value()
                     .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or(python_bin)
+                    .unwrap_or(o.python_bin)
             }
-            "--script-dir" => script_dir = value().unwrap_or(script_dir),
+            "--script-dir" => o.script_dir = value().unwrap_or(o.script_dir),
             "--python-iters" => {
                 let v = value().map(|p| p.to_string_lossy().into_owned());
                 let parsed = v.as_deref().and_then(|v| {
@@ -70,25 +97,60 @@ fn main() -> ExitCode {
                     Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
                 });
                 match parsed {
-                    Some((a, b)) if a < b => py_iters = (a, b),
+                    Some((a, b)) if a < b => o.py_iters = (a, b),
                     _ => {
                         eprintln!("scenario-check: --python-iters wants A,B with A < B");
-                        return ExitCode::from(2);
+                        return Err(ExitCode::from(2));
                     }
                 }
             }
             "-h" | "--help" => {
                 println!("{}", usage());
-                return ExitCode::SUCCESS;
+                return Err(ExitCode::SUCCESS);
             }
             _ => {
                 eprintln!("scenario-check: unknown argument {a:?}\n{}", usage());
-                return ExitCode::from(2);
+                return Err(ExitCode::from(2));
             }
         }
     }
-    let m = match manifest {
-        Some(p) => Manifest::load(&p),
+    Ok(o)
+}
+
+/// The folder of the runs' files, and the runner when they are to be made (`--out`) rather
+/// than read back (`--saved`); the exit code after an error (said).
+fn runs_dir(args: &Args) -> Result<(PathBuf, Option<Runner>), ExitCode> {
+    match (&args.saved, &args.out) {
+        (Some(dir), _) => Ok((dir.clone(), None)),
+        (None, Some(dir)) => {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("scenario-check: {}: {e}", dir.display());
+                return Err(ExitCode::from(2));
+            }
+            let runner = Runner {
+                syncspy: args.syncspy.clone(),
+                bin_dir: args.bin_dir.clone(),
+                sim: args.sim,
+                out_dir: dir.clone(),
+                segment_dir: None,
+                trace_gpu: args.trace_gpu,
+            };
+            Ok((dir.clone(), Some(runner)))
+        }
+        (None, None) => {
+            eprintln!("scenario-check: give --out DIR or --saved DIR\n{}", usage());
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let m = match &args.manifest {
+        Some(p) => Manifest::load(p),
         None => Ok(Manifest::bundled()),
     };
     let m = match m {
@@ -98,49 +160,32 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let only = &args.only;
     let select = |id: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == id));
-    let (dir, runner) = match (saved, out) {
-        (Some(dir), _) => (dir, None),
-        (None, Some(dir)) => {
-            if let Err(e) = std::fs::create_dir_all(&dir) {
-                eprintln!("scenario-check: {}: {e}", dir.display());
-                return ExitCode::from(2);
-            }
-            let runner = Runner {
-                syncspy,
-                bin_dir,
-                sim,
-                out_dir: dir.clone(),
-                segment_dir: None,
-                trace_gpu,
-            };
-            (dir, Some(runner))
-        }
-        (None, None) => {
-            eprintln!("scenario-check: give --out DIR or --saved DIR\n{}", usage());
-            return ExitCode::from(2);
-        }
+    let (dir, runner) = match runs_dir(&args) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
-    let checked = if native {
+    let checked = if args.native {
         check_all(&m, runner.as_ref(), &dir, select)
     } else {
         Vec::new()
     };
-    let py_checked = if with_python {
+    let py_checked = if args.with_python {
         let py_runner = runner.as_ref().map(|r| PyRunner {
             syncspy: r.syncspy.clone(),
-            python: python_bin.clone(),
-            script_dir: script_dir.clone(),
+            python: args.python_bin.clone(),
+            script_dir: args.script_dir.clone(),
             out_dir: dir.clone(),
         });
-        python::check_all(&m.python, py_runner.as_ref(), &dir, py_iters, select)
+        python::check_all(&m.python, py_runner.as_ref(), &dir, args.py_iters, select)
     } else {
         Vec::new()
     };
-    if native {
+    if args.native {
         print!("{}", markdown(&m, &checked));
     }
-    if with_python {
+    if args.with_python {
         println!();
         print!("{}", python::markdown(&py_checked));
     }
