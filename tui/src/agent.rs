@@ -277,6 +277,11 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         gpu_idle_share: r.gpu.idle_share_shown(),
         dropped: r.dropped_events,
         lost: r.lost_records,
+        shedding: r
+            .cost
+            .as_ref()
+            .filter(|c| c.shedding != "none")
+            .map(|c| c.shedding.replace('_', " ")),
         wall_ns: r.wall_ns,
         all: Scope::of(kinds, sites),
         recent: None,

@@ -507,6 +507,11 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         gpu_idle_share: t.gpu_idle_share(a),
         dropped: a.live.events_dropped,
         lost: a.lost,
+        shedding: a
+            .live
+            .cost
+            .filter(|c| c.level > syncspy_abi::cost::SHED_NONE)
+            .map(|c| syncspy_abi::cost::CostStatus::level_name(c.level).to_string()),
         wall_ns,
         all: Scope::of(all_kinds, all_sites),
         recent: Some(Scope::of(recent_kinds, recent_sites)),

@@ -165,6 +165,7 @@ impl App {
             .filter_map(|p| p.stall_per_s)
             .fold(0.0, |a, b| a + b);
         let dropped: u64 = procs.iter().map(|p| p.dropped).fold(0, u64::saturating_add);
+        let shedding = procs.iter().filter(|p| p.shedding.is_some()).count();
         // Alarms first, so a narrow terminal still shows them.
         let mut spans = vec![Span::styled("syncspy-top", bold())];
         if self.paused {
@@ -176,6 +177,17 @@ impl App {
                     "  {} {} DROPPED",
                     count(dropped),
                     plural::word(dropped, "EVENT", "EVENTS")
+                ),
+                self.alarm(),
+            ));
+        }
+        if shedding > 0 {
+            // Its library went over its budget (SYNCSPY_BUDGET): totals stay exact, detail
+            // (sites, percentiles) covers what it kept.
+            spans.push(Span::styled(
+                format!(
+                    "  {shedding} {} OVER BUDGET, SHEDDING DETAIL",
+                    plural::word(shedding as u64, "PROC", "PROCS")
                 ),
                 self.alarm(),
             ));

@@ -20,6 +20,7 @@ fn proc_(pid: u32, rank: u32, stall_ms: u64) -> Proc {
         gpu_idle_share: None,
         dropped: 0,
         lost: 0,
+        shedding: None,
         wall_ns: 1_000_000_000,
         all: Scope {
             stall_ns: stall_ms * 1_000_000,

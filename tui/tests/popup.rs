@@ -56,6 +56,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
             gpu: None,
             dropped: 0,
             lost: 0,
+            shedding: None,
             wall_ns: 1_000_000_000,
             all: scope.clone(),
             recent: Some(scope),

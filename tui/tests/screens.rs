@@ -116,6 +116,7 @@ fn trainer() -> Proc {
         gpu_idle_share: None,
         dropped: 0,
         lost: 0,
+        shedding: None,
         wall_ns: 465_200_000,
         all,
         recent: Some(recent),
@@ -136,6 +137,7 @@ fn loader() -> Proc {
         gpu_idle_share: None,
         dropped: 1234,
         lost: 10,
+        shedding: None,
         wall_ns: 1_000_000,
         all: Scope {
             kinds: vec![KindRow {
@@ -212,6 +214,23 @@ fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
         .lines()
         .find(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("no line with {needle:?} in\n{screen}"))
+}
+
+#[test]
+fn a_process_over_its_budget_is_an_alarm_in_the_header() {
+    let app = app_with(snapshot());
+    assert!(!screen(&app, 120, 30).contains("OVER BUDGET"));
+    let mut t = trainer();
+    t.shedding = Some("call-site stacks".into());
+    let app = app_with(Snapshot {
+        processes: vec![loader(), t],
+        ..snapshot()
+    });
+    let s = screen(&app, 120, 30);
+    assert!(
+        line_with(&s, "syncspy-top").contains("1 PROC OVER BUDGET, SHEDDING DETAIL"),
+        "{s}"
+    );
 }
 
 #[test]
