@@ -313,71 +313,18 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
     let mut notes = Vec::new();
     let unmatched = unmatched_patterns(rule, p);
     if !unmatched.is_empty() {
-        let list: Vec<String> = unmatched.iter().map(|u| format!("`{u}`")).collect();
-        notes.push(format!(
-            "matched nothing: no call site of this process contains {}; check the pattern{}",
-            list.join(", "),
-            if rule.require_match {
-                " (require_match: the rule fails)"
-            } else {
-                " (require_match = true makes this a failure)"
-            }
-        ));
+        notes.push(unmatched_note(rule, &unmatched));
     }
     let gpu_only = !rule.kinds.is_empty() && rule.kinds.iter().all(|k| *k == Kind::GpuIdle);
     if !p.gpu.measured && rule.kinds.contains(&Kind::GpuIdle) && !gpu_only {
         notes.push("gpu_idle events were not measured: counted as none".to_string());
     }
     let iters = iterations.map(|it| iteration_count(p, it));
-    let mut limits = Vec::new();
-    for limit in &rule.limits {
-        let r = match limit.measure {
-            Measure::GpuIdleShare if !p.gpu.measured => not_measured(limit, GPU_IDLE_NOT_MEASURED),
-            _ if gpu_only && !p.gpu.measured => not_measured(limit, GPU_IDLE_NOT_MEASURED),
-            Measure::StallShare | Measure::GpuIdleShare if p.wall_ns == 0 => {
-                let mut r = judge(
-                    limit,
-                    Span {
-                        lo: 0.0,
-                        hi: f64::INFINITY,
-                    },
-                );
-                r.status = CheckStatus::NotEvaluated;
-                r.message = format!("{}: the process's wall time is unknown", limit.key);
-                r
-            }
-            m => {
-                let wall = p.wall_ns as f64;
-                let mut v = match m {
-                    Measure::Count => sel.count,
-                    Measure::TotalNs => sel.total_ns,
-                    Measure::Bytes => sel.bytes,
-                    Measure::StallShare => Span {
-                        lo: sel.total_ns.lo / wall,
-                        hi: sel.total_ns.hi / wall,
-                    },
-                    // The share of its active time (first work to last) the GPU ran
-                    // nothing; a report from before that figure, of its traced time; one
-                    // without busy time has only its gaps, over the wall time.
-                    Measure::GpuIdleShare => Span::exact(
-                        p.gpu
-                            .active_idle_share
-                            .or(p.gpu.idle_share)
-                            .unwrap_or(p.gpu.idle.total_ns as f64 / wall),
-                    ),
-                };
-                if limit.per_iteration {
-                    let it = iters.unwrap_or(Span::exact(1.0));
-                    v = Span {
-                        lo: v.lo / it.hi.max(1.0),
-                        hi: v.hi / it.lo.max(1.0),
-                    };
-                }
-                judge(limit, v)
-            }
-        };
-        limits.push(r);
-    }
+    let limits: Vec<LimitResult> = rule
+        .limits
+        .iter()
+        .map(|limit| judge_limit(limit, p, &sel, iters, gpu_only))
+        .collect();
     let mut status = limits
         .iter()
         .map(|l| l.status)
@@ -390,26 +337,7 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
         .iter()
         .any(|l| l.status == CheckStatus::NotEvaluated && l.value_max.is_some())
     {
-        let mut why = Vec::new();
-        if sel.unseen > 0 {
-            why.push(format!(
-                "{} {} not received by the reader (lost_records {}: raise SYNCSPY_RING)",
-                plural::count(sel.unseen, "event", "events"),
-                plural::word(sel.unseen, "was", "were"),
-                p.lost_records
-            ));
-        }
-        if sel.frameless > 0 {
-            why.push(format!(
-                "{} no call stack (SYNCSPY_STACKS=0, SYNCSPY_STACK_MIN_NS, or a full \
-                 call-site table)",
-                plural::count(sel.frameless, "event has", "events have")
-            ));
-        }
-        notes.push(format!(
-            "site patterns need call sites, and {}",
-            why.join("; ")
-        ));
+        notes.push(sites_missing_note(&sel, p));
     }
     let per_iteration = rule.limits.iter().any(|l| l.per_iteration);
     let iterations = iters.filter(|_| per_iteration).map(|s| IterationCount {
@@ -443,6 +371,99 @@ fn eval_process(rule: &Rule, iterations: Option<&Iterations>, p: &ProcessReport)
         },
         notes,
     }
+}
+
+/// The note of a rule whose site patterns matched nothing (`unmatched`).
+fn unmatched_note(rule: &Rule, unmatched: &[&str]) -> String {
+    let list: Vec<String> = unmatched.iter().map(|u| format!("`{u}`")).collect();
+    format!(
+        "matched nothing: no call site of this process contains {}; check the pattern{}",
+        list.join(", "),
+        if rule.require_match {
+            " (require_match: the rule fails)"
+        } else {
+            " (require_match = true makes this a failure)"
+        }
+    )
+}
+
+/// One limit of a rule judged on a process: its selection `sel`, per iteration by `iters`
+/// where the limit asks; not measured where the GPU was not, not evaluated without a wall
+/// time for a share.
+fn judge_limit(
+    limit: &Limit,
+    p: &ProcessReport,
+    sel: &Selection<'_>,
+    iters: Option<Span>,
+    gpu_only: bool,
+) -> LimitResult {
+    match limit.measure {
+        Measure::GpuIdleShare if !p.gpu.measured => not_measured(limit, GPU_IDLE_NOT_MEASURED),
+        _ if gpu_only && !p.gpu.measured => not_measured(limit, GPU_IDLE_NOT_MEASURED),
+        Measure::StallShare | Measure::GpuIdleShare if p.wall_ns == 0 => {
+            let mut r = judge(
+                limit,
+                Span {
+                    lo: 0.0,
+                    hi: f64::INFINITY,
+                },
+            );
+            r.status = CheckStatus::NotEvaluated;
+            r.message = format!("{}: the process's wall time is unknown", limit.key);
+            r
+        }
+        m => {
+            let wall = p.wall_ns as f64;
+            let mut v = match m {
+                Measure::Count => sel.count,
+                Measure::TotalNs => sel.total_ns,
+                Measure::Bytes => sel.bytes,
+                Measure::StallShare => Span {
+                    lo: sel.total_ns.lo / wall,
+                    hi: sel.total_ns.hi / wall,
+                },
+                // The share of its active time (first work to last) the GPU ran
+                // nothing; a report from before that figure, of its traced time; one
+                // without busy time has only its gaps, over the wall time.
+                Measure::GpuIdleShare => Span::exact(
+                    p.gpu
+                        .active_idle_share
+                        .or(p.gpu.idle_share)
+                        .unwrap_or(p.gpu.idle.total_ns as f64 / wall),
+                ),
+            };
+            if limit.per_iteration {
+                let it = iters.unwrap_or(Span::exact(1.0));
+                v = Span {
+                    lo: v.lo / it.hi.max(1.0),
+                    hi: v.hi / it.lo.max(1.0),
+                };
+            }
+            judge(limit, v)
+        }
+    }
+}
+
+/// Why limits on site patterns could not be evaluated: events the reader missed, events
+/// without a call stack.
+fn sites_missing_note(sel: &Selection<'_>, p: &ProcessReport) -> String {
+    let mut why = Vec::new();
+    if sel.unseen > 0 {
+        why.push(format!(
+            "{} {} not received by the reader (lost_records {}: raise SYNCSPY_RING)",
+            plural::count(sel.unseen, "event", "events"),
+            plural::word(sel.unseen, "was", "were"),
+            p.lost_records
+        ));
+    }
+    if sel.frameless > 0 {
+        why.push(format!(
+            "{} no call stack (SYNCSPY_STACKS=0, SYNCSPY_STACK_MIN_NS, or a full \
+             call-site table)",
+            plural::count(sel.frameless, "event has", "events have")
+        ));
+    }
+    format!("site patterns need call sites, and {}", why.join("; "))
 }
 
 /// Evaluates every rule against every process of the report it applies to.
