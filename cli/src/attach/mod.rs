@@ -641,7 +641,7 @@ fn finish(
     t: &Target,
     recording: Recording,
     coverage: &[String],
-    started: Instant,
+    (started, startup): (Instant, Option<&StartUp>),
     (detached, gone): (bool, bool),
 ) -> Result<Report, RunError> {
     // The final drain, then this attach's segments removed (read; the process keeps its
@@ -679,6 +679,10 @@ fn finish(
                 ""
             }
         );
+        let rest = match startup {
+            Some(s) => s.explain(&report, rest),
+            None => rest.to_string(),
+        };
         eprint!("{rest}");
     }
     if let Some(path) = &opts.report {
@@ -797,8 +801,14 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     };
     let mut last_touch = Instant::now();
     let mut gone = false;
+    // The library's own time when its start-up was over: an injected library created its
+    // segment and started CUPTI inside the arming call, which has returned.
+    let mut startup: Option<StartUp> = None;
     loop {
         say(&mut status, recording.step());
+        if startup.is_none() && !armed_by_file {
+            startup = StartUp::of(recording.processes(), t.nspid);
+        }
         if let Some(s) = &mut status {
             s.show(recording.processes(), started.elapsed());
         }
@@ -832,6 +842,9 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if let Some(s) = status.take() {
         s.clear();
     }
+    if let Some(s) = &mut startup {
+        s.recorded = s.at.elapsed();
+    }
     let _ = std::fs::remove_file(&control_out);
     let detached = !gone
         && confirm_detach(&t, &report_out, opts.lease_ms, || {
@@ -848,12 +861,98 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
         .map(str::to_string)
         .collect();
     let _ = std::fs::remove_file(&report_out);
-    let report = finish(opts, &t, recording, &coverage, started, (detached, gone))?;
+    let report = finish(
+        opts,
+        &t,
+        recording,
+        &coverage,
+        (started, startup.as_ref()),
+        (detached, gone),
+    )?;
     Ok(AttachOutcome {
         report,
         coverage,
         detached,
     })
+}
+
+/// The attached process's start-up cost, apart from its running cost. The library counts
+/// its one-time start in `overhead_ns` (the segment, CUPTI's loading and enabling: tens to
+/// hundreds of ms on a GPU, less at a re-attach, which finds CUPTI loaded): against a window
+/// of a few seconds that swung the summary's share from under 1% to over 10% between two
+/// attaches of one loop (issue 36). An injected library has started by the time its arming
+/// call returns, so what it reports then is its start-up.
+struct StartUp {
+    pid: u32,
+    start_ticks: u64,
+    /// `overhead_ns` at the first read after arming.
+    overhead_ns: u64,
+    at: Instant,
+    /// From then to the end of recording.
+    recorded: Duration,
+}
+
+impl StartUp {
+    /// From the first read of the target's segment (`nspid`: its pid as it sees itself,
+    /// which its segment carries).
+    fn of(followed: &[Followed], nspid: i32) -> Option<StartUp> {
+        let f = followed
+            .iter()
+            .find(|f| f.key().process.pid == nspid as u32)?;
+        Some(StartUp {
+            pid: f.key().process.pid,
+            start_ticks: f.key().process.start_ticks,
+            overhead_ns: f.agg.live.overhead_ns,
+            at: Instant::now(),
+            recorded: Duration::ZERO,
+        })
+    }
+
+    /// The summary (without its first line) with a line after the process's overhead line
+    /// that puts the start-up apart from the cost while recording.
+    fn explain(&self, report: &Report, summary: &str) -> String {
+        let Some(p) = report
+            .processes
+            .iter()
+            .find(|p| p.pid == self.pid && p.start_ticks == self.start_ticks)
+        else {
+            return summary.to_string();
+        };
+        let line = startup_line(p.overhead_ns, self.overhead_ns, self.recorded);
+        let head = format!("pid {}  ", self.pid);
+        let mut out = String::with_capacity(summary.len() + line.len() + 1);
+        let mut in_process = false;
+        let mut done = false;
+        for l in summary.split_inclusive('\n') {
+            out.push_str(l);
+            in_process = (in_process || l.starts_with(&head)) && !done;
+            if in_process && l.starts_with("  syncspy overhead:") {
+                out.push_str(&line);
+                out.push('\n');
+                done = true;
+            }
+        }
+        out
+    }
+}
+
+/// `  of which start-up 312.40 ms (its segment, CUPTI's start: once per attach); while
+/// recording 21.30 ms, 0.7% of the 2.9 s recorded`.
+fn startup_line(total_ns: u64, startup_ns: u64, recorded: Duration) -> String {
+    let running = total_ns.saturating_sub(startup_ns);
+    let recorded_ns = u64::try_from(recorded.as_nanos()).unwrap_or(u64::MAX);
+    let share = if recorded_ns == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1}%", running as f64 * 100.0 / recorded_ns as f64)
+    };
+    format!(
+        "    of which start-up {} (its segment, CUPTI's start: once per attach); while \
+         recording {}, {share} of the {:.1} s recorded",
+        summary::fmt_ns(startup_ns.min(total_ns)),
+        summary::fmt_ns(running),
+        recorded.as_secs_f64()
+    )
 }
 
 fn stderr_is_terminal() -> bool {
@@ -1085,6 +1184,24 @@ mod tests {
         assert!(l.contains("detaches after 30 s"), "{l}");
         let l = status_line(42, 1, 0, Duration::ZERO, Some(Duration::from_millis(2500)));
         assert!(l.contains("detaches after 2.5 s"), "{l}");
+    }
+
+    #[test]
+    fn the_start_up_is_said_apart_from_the_cost_while_recording() {
+        // 330 ms in all, 310 of them the start-up, over 2 s recorded: 1.0% while recording.
+        let l = startup_line(330_000_000, 310_000_000, Duration::from_secs(2));
+        assert!(l.contains("of which start-up 310.00 ms"), "{l}");
+        assert!(
+            l.contains("while recording 20.00 ms, 1.0% of the 2.0 s"),
+            "{l}"
+        );
+        // A re-attach that found CUPTI loaded: the same running share.
+        let l = startup_line(30_000_000, 10_000_000, Duration::from_secs(2));
+        assert!(
+            l.contains("while recording 20.00 ms, 1.0% of the 2.0 s"),
+            "{l}"
+        );
+        assert!(startup_line(5, 9, Duration::ZERO).contains("while recording 0 ns, -"));
     }
 
     #[test]
