@@ -119,6 +119,24 @@ fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
 }
 
+/// The trace's event list being written: a comma before each event but the first.
+struct EventList<'w> {
+    w: &'w mut dyn Write,
+    first: bool,
+}
+
+impl EventList<'_> {
+    /// The writer, ready for the next event.
+    fn next(&mut self) -> io::Result<&mut dyn Write> {
+        if self.first {
+            self.first = false;
+        } else {
+            self.w.write_all(b",\n")?;
+        }
+        Ok(&mut *self.w)
+    }
+}
+
 /// Writes the trace of `sink` to `w`. `processes` are the follower's segments (found by
 /// `TraceEvent::segment`); `sym` symbolizes their call sites (its cache is shared with the
 /// report, so sites already in the report cost nothing).
@@ -130,49 +148,17 @@ pub fn write_to(
     sym: &mut Symbolizer,
 ) -> io::Result<()> {
     writeln!(w, "{{\"traceEvents\": [")?;
-    let mut first = true;
-    let mut sep = |w: &mut dyn Write| -> io::Result<()> {
-        if first {
-            first = false;
-            Ok(())
-        } else {
-            w.write_all(b",\n")
-        }
-    };
+    let mut list = EventList { w, first: true };
     for f in processes {
-        sep(w)?;
         write!(
-            w,
+            list.next()?,
             r#"{{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}}"#,
             f.agg.pid,
             json_str(&format!("{} (pid {})", f.agg.argv.join(" "), f.agg.pid))
         )?;
     }
     let by_key: HashMap<SegmentKey, &Followed> = processes.iter().map(|f| (f.key(), f)).collect();
-    // A named track per process and device that has idle gaps, above the threads.
-    let gpu_tracks: std::collections::BTreeSet<(u32, i32)> = sink
-        .events()
-        .iter()
-        .filter(|e| e.record.kind == Kind::GpuIdle)
-        .filter_map(|e| {
-            let key = sink.segments.get(e.segment as usize)?;
-            Some((by_key.get(key)?.agg.pid, e.record.device))
-        })
-        .collect();
-    for (pid, device) in &gpu_tracks {
-        let tid = gpu_tid(*device);
-        sep(w)?;
-        write!(
-            w,
-            r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"GPU {device} idle"}}}}"#
-        )?;
-        sep(w)?;
-        write!(
-            w,
-            r#"{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{}}}}}"#,
-            i64::from(*device) - 1000
-        )?;
-    }
+    write_gpu_tracks(&mut list, sink, &by_key)?;
     let mut frames: HashMap<SiteRef, Option<String>> = HashMap::new();
     let mut modules: HashMap<SegmentKey, Vec<syncspy_abi::modules::Module>> = HashMap::new();
     for e in sink.events() {
@@ -184,17 +170,7 @@ pub fn write_to(
         };
         let r = &e.record;
         if r.kind == Kind::GpuIdle {
-            sep(w)?;
-            write!(
-                w,
-                r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":"GPU idle","cat":{},"args":{{"device":{}}}}}"#,
-                f.agg.pid,
-                gpu_tid(r.device),
-                micros(r.start_ns),
-                micros(r.duration_ns),
-                json_str(r.kind.name()),
-                r.device
-            )?;
+            write_gpu_gap(list.next()?, f.agg.pid, r)?;
             continue;
         }
         let frame = frames
@@ -207,34 +183,91 @@ pub fn write_to(
                 site_location(f, r.site, m, sym)
             })
             .clone();
-        sep(w)?;
-        write!(
-            w,
-            r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":{},"args":{{"bytes":{},"stream":"{:#x}","device":{},"site":{}"#,
-            f.agg.pid,
-            r.tid,
-            micros(r.start_ns),
-            micros(r.duration_ns),
-            json_str(r.api.name()),
-            json_str(r.kind.name()),
-            r.bytes,
-            r.stream,
-            r.device,
-            r.site
-        )?;
-        if r.direction != Direction::None {
-            write!(w, r#","direction":{}"#, json_str(r.direction.name()))?;
-        }
-        if r.result != 0 {
-            write!(w, r#","result":{}"#, r.result)?;
-        }
-        if let Some(fr) = &frame {
-            write!(w, r#","frame":{}"#, json_str(fr))?;
-        }
-        w.write_all(b"}}")?;
+        write_call(list.next()?, f.agg.pid, r, frame.as_deref())?;
     }
+    write!(
+        list.w,
+        "\n],\n\"displayTimeUnit\": \"ns\",\n\"otherData\": {}\n}}\n",
+        trace_meta(sink, command)
+    )
+}
+
+/// A named track per process and device that has idle gaps, above the threads.
+fn write_gpu_tracks(
+    list: &mut EventList<'_>,
+    sink: &TraceSink,
+    by_key: &HashMap<SegmentKey, &Followed>,
+) -> io::Result<()> {
+    let gpu_tracks: std::collections::BTreeSet<(u32, i32)> = sink
+        .events()
+        .iter()
+        .filter(|e| e.record.kind == Kind::GpuIdle)
+        .filter_map(|e| {
+            let key = sink.segments.get(e.segment as usize)?;
+            Some((by_key.get(key)?.agg.pid, e.record.device))
+        })
+        .collect();
+    for (pid, device) in &gpu_tracks {
+        let tid = gpu_tid(*device);
+        write!(
+            list.next()?,
+            r#"{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":"GPU {device} idle"}}}}"#
+        )?;
+        write!(
+            list.next()?,
+            r#"{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{}}}}}"#,
+            i64::from(*device) - 1000
+        )?;
+    }
+    Ok(())
+}
+
+/// A GPU idle gap of process `pid`, on its device's track.
+fn write_gpu_gap(w: &mut dyn Write, pid: u32, r: &Record) -> io::Result<()> {
+    write!(
+        w,
+        r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":"GPU idle","cat":{},"args":{{"device":{}}}}}"#,
+        pid,
+        gpu_tid(r.device),
+        micros(r.start_ns),
+        micros(r.duration_ns),
+        json_str(r.kind.name()),
+        r.device
+    )
+}
+
+/// A CUDA call of process `pid` on its thread's track, with its call site's `frame`.
+fn write_call(w: &mut dyn Write, pid: u32, r: &Record, frame: Option<&str>) -> io::Result<()> {
+    write!(
+        w,
+        r#"{{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":{},"args":{{"bytes":{},"stream":"{:#x}","device":{},"site":{}"#,
+        pid,
+        r.tid,
+        micros(r.start_ns),
+        micros(r.duration_ns),
+        json_str(r.api.name()),
+        json_str(r.kind.name()),
+        r.bytes,
+        r.stream,
+        r.device,
+        r.site
+    )?;
+    if r.direction != Direction::None {
+        write!(w, r#","direction":{}"#, json_str(r.direction.name()))?;
+    }
+    if r.result != 0 {
+        write!(w, r#","result":{}"#, r.result)?;
+    }
+    if let Some(fr) = frame {
+        write!(w, r#","frame":{}"#, json_str(fr))?;
+    }
+    w.write_all(b"}}")
+}
+
+/// The trace's `otherData`: its version, command, clock, and whether it was cut.
+fn trace_meta(sink: &TraceSink, command: &[String]) -> serde_json::Value {
     let cut = sink.cut();
-    let meta = serde_json::json!({
+    serde_json::json!({
         "syncspy_trace": TRACE_VERSION,
         "command": command,
         "clock": "CLOCK_MONOTONIC; ts and dur in microseconds",
@@ -253,11 +286,7 @@ pub fn write_to(
             "every recorded event is here; records the reader lost (lost_records) are not"
                 .to_string()
         },
-    });
-    write!(
-        w,
-        "\n],\n\"displayTimeUnit\": \"ns\",\n\"otherData\": {meta}\n}}\n"
-    )
+    })
 }
 
 /// Writes the trace file atomically (a temporary file in the same folder, then a rename).
