@@ -45,8 +45,9 @@ pub struct CostLive {
     pub gaps_shed: AtomicU64,
     /// Events not written to the ring (in the totals).
     pub records_shed: AtomicU64,
-    /// Looks at another thread's Python frames that their own budget skipped: waits that
-    /// a host function ended not recorded, stalls not named at the line that waited for them.
+    /// Looks at another thread's Python frames skipped, their own budget spent or another
+    /// thread looking for the same purpose: waits that a host function ended not recorded,
+    /// stalls not named at the line that waited for them.
     pub looks_skipped: AtomicU64,
 }
 

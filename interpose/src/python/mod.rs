@@ -138,7 +138,7 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         salt: WAITED_SALT,
         me,
     };
-    read_others(rt, py, |m| {
+    read_others(rt, py, waiter::Purpose::Waited, |m| {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b.site);
         }
@@ -171,16 +171,21 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
     .unwrap_or(native)
 }
 
-/// Runs `read` over other threads' memory, unless the interpreter is finalizing, the reads'
-/// budget is spent (counted in the segment's `cost.looks_skipped`) or another thread is
-/// reading; its CPU time counts against the budget.
+/// Runs `read` over other threads' memory for `purpose`, unless the interpreter is
+/// finalizing, the reads' budget is spent or another thread is reading for the same purpose
+/// (both counted in the segment's `cost.looks_skipped`); its CPU time counts against the
+/// budget.
 fn read_others<R>(
     rt: &Runtime,
     py: &Python,
+    purpose: waiter::Purpose,
     read: impl FnOnce(&mut mem::Remote) -> Option<R>,
 ) -> Option<R> {
     // SAFETY: `_PyRuntime` is a static of the interpreter; the offset lies inside it.
     if unsafe { walk::word(py.runtime, py.layout.runtime_finalizing) } != 0 {
+        return None;
+    }
+    if !mem::Remote::available() {
         return None;
     }
     if !waiter::Budget::allow(crate::clock::now_ns()) {
@@ -193,7 +198,16 @@ fn read_others<R>(
     // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
     // spend the budget.
     let t0 = waiter::cpu_ns();
-    let out = waiter::with_scratch(read).flatten();
+    let out = match waiter::with_scratch(purpose, read) {
+        Some(out) => out,
+        None => {
+            rt.seg
+                .cost()
+                .looks_skipped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            None
+        }
+    };
     waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
     out
 }
@@ -226,7 +240,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         salt: 0,
         me: 0,
     };
-    read_others(rt, py, |m| {
+    read_others(rt, py, waiter::Purpose::HostWait, |m| {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b);
         }

@@ -231,9 +231,9 @@ pub fn native_tid(py: &Python, m: &mut Remote, found: Found) -> Option<u32> {
     u32::try_from(tid).ok().filter(|t| *t > 0)
 }
 
-/// The one `Remote` (32 KB of page cache) that the process's stalls share, with its flag:
-/// 0 free, else `guard::FORK_GEN + 1` of the holder's process, so a fork child whose parent
-/// had a reader mid-read (a thread the child does not have) takes it over.
+/// A `Remote` (32 KB of page cache) that one use shares, with its flag: 0 free, else
+/// `guard::FORK_GEN + 1` of the holder's process, so a fork child whose parent had a reader
+/// mid-read (a thread the child does not have) takes it over.
 struct Scratch {
     busy: AtomicU32,
     mem: UnsafeCell<Remote>,
@@ -242,14 +242,26 @@ struct Scratch {
 // SAFETY: `mem` is only reached by the thread that set `busy` (`with_scratch`).
 unsafe impl Sync for Scratch {}
 
-static SCRATCH: Scratch = Scratch {
-    busy: AtomicU32::new(0),
-    mem: UnsafeCell::new(Remote::new()),
-};
+/// What a look is for; each has its own scratch, so that neither waits for the other: the
+/// stalls of a runtime's own threads (`Waited`, any thread) and the looks of the host
+/// functions (`HostWait`, the driver's thread), which come at the same moments under JAX.
+#[derive(Clone, Copy)]
+pub enum Purpose {
+    Waited = 0,
+    HostWait = 1,
+}
 
-/// Runs `f` with the shared page cache; `None` at once, without waiting, when another thread
-/// has it or another thread's memory cannot be read in this process.
-pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
+static SCRATCH: [Scratch; 2] = [const {
+    Scratch {
+        busy: AtomicU32::new(0),
+        mem: UnsafeCell::new(Remote::new()),
+    }
+}; 2];
+
+/// Runs `f` with the page cache of `purpose`; `None` at once, without waiting, when another
+/// thread has it or another thread's memory cannot be read in this process.
+pub fn with_scratch<R>(purpose: Purpose, f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
+    let scratch = &SCRATCH[purpose as usize];
     if !Remote::available() {
         return None;
     }
@@ -257,9 +269,9 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
         .load(Ordering::Relaxed)
         .wrapping_add(1)
         .max(1);
-    let held = SCRATCH.busy.load(Ordering::Relaxed);
+    let held = scratch.busy.load(Ordering::Relaxed);
     if held == mine
-        || SCRATCH
+        || scratch
             .busy
             .compare_exchange(held, mine, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -269,8 +281,8 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Remote) -> R) -> Option<R> {
     // SAFETY: this thread set `busy` above (from free, or from a parent process's holder that
     // does not exist in this one) and is the only one to reach `mem` until it clears it below;
     // `f` cannot call back into here (the hooks do not re-enter).
-    let r = f(unsafe { &mut *SCRATCH.mem.get() });
-    SCRATCH.busy.store(0, Ordering::Release);
+    let r = f(unsafe { &mut *scratch.mem.get() });
+    scratch.busy.store(0, Ordering::Release);
     Some(r)
 }
 
