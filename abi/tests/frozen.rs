@@ -24,7 +24,7 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
-use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive, COLLECTIVES_END};
+use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive};
 use syncspy_abi::control::{
     CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
 };
