@@ -38,11 +38,16 @@ for c in args.config:
 
 
 def host_waits(report, lines):
-    """(count at each marked line, the library's own ns) from a JSON report."""
+    """(count at each marked line, the library's own ns, what it shed) from a JSON report."""
     got = {name: 0 for name in lines}
     overhead = 0
+    shed = []
     for proc in report.get("processes", []):
         overhead += proc.get("overhead_ns", 0) or 0
+        c = proc.get("cost")
+        if c:
+            shed.append(f"shedding {c['shedding']} (raised {c['raised']}), "
+                        f"{c['looks_skipped']} looks skipped")
         for s in proc.get("sites", []):
             if s.get("kind") != "host_wait":
                 continue
@@ -50,7 +55,7 @@ def host_waits(report, lines):
             for name, n in lines.items():
                 if loc.startswith(f"{WORKLOAD}:{n} "):
                     got[name] += s["count"]
-    return got, overhead
+    return got, overhead, "; ".join(shed) or "nothing shed"
 
 
 def run(workload, env, tag, d):
@@ -67,14 +72,13 @@ def run(workload, env, tag, d):
     if p.returncode != 0:
         sys.exit(f"{tag}: exit {p.returncode}\n{p.stderr[-3000:]}")
     truth = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
-    waits = overhead = None
+    waits = None
     if env is not None:
         rep = json.load(open(report))
         if args.out:
             os.replace(report, os.path.join(args.out, f"{tag}.json"))
-        if truth["lines"]:
-            waits, overhead = host_waits(rep, truth["lines"])
-    return truth, waits, overhead
+        waits = host_waits(rep, truth["lines"])
+    return truth, waits
 
 
 if args.out:
@@ -88,17 +92,17 @@ with tempfile.TemporaryDirectory() as d:
         order = configs if r % 2 == 0 else configs[::-1]
         for w in workloads:
             for c, env in order:
-                truth, got, overhead = run(w, env, f"{w}-{c}-{r}", d)
+                truth, got = run(w, env, f"{w}-{c}-{r}", d)
                 steps[w] = truth["steps"]
                 ms[(w, c)].append(truth["ms_per_step"])
                 if got is not None:
-                    waits[(w, c)].append((got, overhead))
+                    waits[(w, c)].append(got)
                 print(f"round {r} {w} {c}: {truth['ms_per_step']:.3f} ms/step"
                       + (f" host_waits {got}" if got else ""), file=sys.stderr, flush=True)
 
 print("| workload | setting | ms/step, each round | median | ratio to bare, median (min-max) "
-      "| host_waits per line (of steps), each round | library's own time, median |")
-print("| --- | --- | --- | ---: | ---: | --- | ---: |")
+      "| host_waits per line (of steps), each round | library's own time, median | budget |")
+print("| --- | --- | --- | ---: | ---: | --- | ---: | --- |")
 for w in workloads:
     for c, env in configs:
         xs = ms[(w, c)]
@@ -106,7 +110,8 @@ for w in workloads:
         ratio = ("-" if c == "bare" else
                  f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
         hw = waits[(w, c)]
-        counts = "; ".join(", ".join(f"{v}" for v in g.values()) for g, _ in hw) if hw and hw[0][0] else "-"
-        own = (f"{statistics.median(o for _, o in hw) / 1e6:.1f} ms" if hw else "-")
+        counts = "; ".join(", ".join(f"{v}" for v in g.values()) for g, _, _ in hw) if hw and hw[0][0] else "-"
+        own = (f"{statistics.median(o for _, o, _ in hw) / 1e6:.1f} ms" if hw else "-")
+        shed = "; ".join(sorted(set(x for _, _, x in hw))) if hw else "-"
         print(f"| {w} ({steps[w]} steps) | {c} | {' / '.join(f'{x:.3f}' for x in xs)} "
-              f"| {statistics.median(xs):.3f} | {ratio} | {counts} | {own} |")
+              f"| {statistics.median(xs):.3f} | {ratio} | {counts} | {own} | {shed} |")
