@@ -23,9 +23,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use syncspy_scenarios::cuda::cudaMemcpyKind::cudaMemcpyDeviceToHost as D2H;
-use syncspy_scenarios::cuda::{self, cudaEventCreateWithFlags, cudaGetDeviceCount, cudaSetDevice};
+use syncspy_scenarios::cuda::{
+    self, cudaEventCreateWithFlags, cudaGetDeviceCount, cudaSetDevice, cudaStream_t,
+};
 use syncspy_scenarios::ddp::{self, DdpArgs, RankEnv, Watchdog};
-use syncspy_scenarios::nccl::{self, ncclUniqueId, NCCL_FLOAT32, NCCL_SUM};
+use syncspy_scenarios::nccl::{self, ncclComm_t, ncclUniqueId, NCCL_FLOAT32, NCCL_SUM};
 use syncspy_scenarios::scenario::{account, calls, ms_since, Ctx};
 use syncspy_scenarios::truth::Truth;
 
@@ -51,87 +53,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (rank, world) = (ddp::int(env.rank), ddp::int(env.world));
-    let late = env.rank == a.late;
-
-    // The rank's device, as `torch.cuda.set_device(local_rank)` picks it.
-    let mut t0 = Truth::default();
-    let mut devices: c_int = 0;
-    // SAFETY: a valid out-pointer.
-    let rc = t0.call("cudaGetDeviceCount", 0, || unsafe {
-        cudaGetDeviceCount(&mut devices)
-    });
-    cuda::check(rc, "cudaGetDeviceCount");
-    let device = (env.local_rank % devices.max(1) as u64) as c_int;
-    // SAFETY: a device ordinal below the count.
-    let rc = t0.call("cudaSetDevice", 0, || unsafe { cudaSetDevice(device) });
-    cuda::check(rc, "cudaSetDevice");
-
+    let rank = ddp::int(env.rank);
     let mut c = Ctx::new();
-    c.t.merge(&t0);
+    c.t.merge(&set_device(&env));
     let s = c.r.stream(&mut c.t, false);
     let grad = c.r.device::<f32>(&mut c.t, a.size as usize);
-
-    let id = env.share_id(
-        || {
-            let mut id = ncclUniqueId { internal: [0; 128] };
-            // SAFETY: a valid out-pointer.
-            let rc = c.t.call("ncclGetUniqueId", 0, || unsafe {
-                nccl::ncclGetUniqueId(&mut id)
-            });
-            nccl::check(rc, "ncclGetUniqueId");
-            id
-        },
-        Duration::from_secs(120),
-    );
-    let id = match id {
-        Ok(id) => id,
+    let comm = match join_job(&mut c, &env) {
+        Ok(comm) => comm,
         Err(e) => {
             eprintln!("{me}: rank {rank}: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let mut comm = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; the id rank 0 made.
-    let rc = c.t.call("ncclCommInitRank", 0, || unsafe {
-        nccl::ncclCommInitRank(&mut comm, world, id, rank)
-    });
-    nccl::check(rc, "ncclCommInitRank");
-    env.forget_id();
 
     let watchdog = Watchdog::start();
     let mut late_site = None;
     let start = Instant::now();
     for _ in 0..a.steps {
-        // Forward and backward: the step's GPU work, and the gradients (every element
-        // `rank + 1`).
-        c.k.spin(&mut c.t, s, a.work_us * 1000);
-        c.k.fill(&mut c.t, s, grad, a.size, (env.rank + 1) as f32);
-        if late {
-            // The straggler reads a value back before its all-reduce, then works on the host:
-            // the other ranks' GPUs wait in the all-reduce meanwhile.
-            late_site = Some(marked!(calls::stream_sync(&mut c.t, s)));
-            std::thread::sleep(Duration::from_millis(a.late_ms));
-        }
-        c.spans.begin(&mut c.t, &mut c.r, s);
-        let (send, recv) = (grad.cast_const().cast(), grad.cast());
-        // SAFETY: `grad` is device memory of `size` floats, kept until the end.
-        let rc = c.t.call("ncclAllReduce", 0, || unsafe {
-            nccl::ncclAllReduce(send, recv, a.size as usize, NCCL_FLOAT32, NCCL_SUM, comm, s)
-        });
-        nccl::check(rc, "ncclAllReduce");
-        c.spans.end(&mut c.t, &mut c.r, s);
-        // The watchdog's event for this all-reduce.
-        let mut e = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer.
-        let rc = c.t.call("cudaEventCreateWithFlags", 0, || unsafe {
-            cudaEventCreateWithFlags(&mut e, DISABLE_TIMING)
-        });
-        cuda::check(rc, "cudaEventCreateWithFlags");
-        calls::record(&mut c.t, e, s);
-        watchdog.watch(e);
-        // The loss, read back: `.item()`.
-        calls::stream_sync(&mut c.t, s);
+        late_site = step(&mut c, &a, &env, &watchdog, s, grad, comm).or(late_site);
     }
     let loop_ms = ms_since(start);
 
@@ -144,17 +83,7 @@ fn main() -> ExitCode {
 
     let dog = watchdog.stop();
     c.t.merge(&dog);
-    let mut async_error = 0;
-    // SAFETY: a valid out-pointer.
-    let rc = c.t.call("ncclCommGetAsyncError", 0, || unsafe {
-        nccl::ncclCommGetAsyncError(comm, &mut async_error)
-    });
-    nccl::check(rc, "ncclCommGetAsyncError");
-    // SAFETY: the communicator made above, destroyed once, its work done.
-    let rc = c.t.call("ncclCommDestroy", 0, || unsafe {
-        nccl::ncclCommDestroy(comm)
-    });
-    nccl::check(rc, "ncclCommDestroy");
+    let async_error = leave_job(&mut c, comm);
 
     let allreduce_ms = c.spans.total_ms();
     let polls = ddp::polls_json(&dog);
@@ -187,4 +116,106 @@ fn main() -> ExitCode {
         eprintln!("{me}: rank {rank}: checks failed: {checks}");
         ExitCode::FAILURE
     }
+}
+
+/// The rank's device, as `torch.cuda.set_device(local_rank)` picks it; the calls' truth.
+fn set_device(env: &RankEnv) -> Truth {
+    let mut t0 = Truth::default();
+    let mut devices: c_int = 0;
+    // SAFETY: a valid out-pointer.
+    let rc = t0.call("cudaGetDeviceCount", 0, || unsafe {
+        cudaGetDeviceCount(&mut devices)
+    });
+    cuda::check(rc, "cudaGetDeviceCount");
+    let device = (env.local_rank % devices.max(1) as u64) as c_int;
+    // SAFETY: a device ordinal below the count.
+    let rc = t0.call("cudaSetDevice", 0, || unsafe { cudaSetDevice(device) });
+    cuda::check(rc, "cudaSetDevice");
+    t0
+}
+
+/// The job's communicator: rank 0 makes the id and shares it, every rank joins with it.
+fn join_job(c: &mut Ctx, env: &RankEnv) -> Result<ncclComm_t, String> {
+    let id = env.share_id(
+        || {
+            let mut id = ncclUniqueId { internal: [0; 128] };
+            // SAFETY: a valid out-pointer.
+            let rc = c.t.call("ncclGetUniqueId", 0, || unsafe {
+                nccl::ncclGetUniqueId(&mut id)
+            });
+            nccl::check(rc, "ncclGetUniqueId");
+            id
+        },
+        Duration::from_secs(120),
+    )?;
+    let (rank, world) = (ddp::int(env.rank), ddp::int(env.world));
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the id rank 0 made.
+    let rc = c.t.call("ncclCommInitRank", 0, || unsafe {
+        nccl::ncclCommInitRank(&mut comm, world, id, rank)
+    });
+    nccl::check(rc, "ncclCommInitRank");
+    env.forget_id();
+    Ok(comm)
+}
+
+/// One training step: the GPU work, the gradients all-reduced (the late rank first reads a
+/// value back and works on the host), the watchdog's event, the loss read back. The line
+/// of the late rank's read-back, on that rank.
+fn step(
+    c: &mut Ctx,
+    a: &DdpArgs,
+    env: &RankEnv,
+    watchdog: &Watchdog,
+    s: cudaStream_t,
+    grad: *mut f32,
+    comm: ncclComm_t,
+) -> Option<u32> {
+    let mut late_site = None;
+    // Forward and backward: the step's GPU work, and the gradients (every element
+    // `rank + 1`).
+    c.k.spin(&mut c.t, s, a.work_us * 1000);
+    c.k.fill(&mut c.t, s, grad, a.size, (env.rank + 1) as f32);
+    if env.rank == a.late {
+        // The straggler reads a value back before its all-reduce, then works on the host:
+        // the other ranks' GPUs wait in the all-reduce meanwhile.
+        late_site = Some(marked!(calls::stream_sync(&mut c.t, s)));
+        std::thread::sleep(Duration::from_millis(a.late_ms));
+    }
+    c.spans.begin(&mut c.t, &mut c.r, s);
+    let (send, recv) = (grad.cast_const().cast(), grad.cast());
+    // SAFETY: `grad` is device memory of `size` floats, kept until the end.
+    let rc = c.t.call("ncclAllReduce", 0, || unsafe {
+        nccl::ncclAllReduce(send, recv, a.size as usize, NCCL_FLOAT32, NCCL_SUM, comm, s)
+    });
+    nccl::check(rc, "ncclAllReduce");
+    c.spans.end(&mut c.t, &mut c.r, s);
+    // The watchdog's event for this all-reduce.
+    let mut e = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let rc = c.t.call("cudaEventCreateWithFlags", 0, || unsafe {
+        cudaEventCreateWithFlags(&mut e, DISABLE_TIMING)
+    });
+    cuda::check(rc, "cudaEventCreateWithFlags");
+    calls::record(&mut c.t, e, s);
+    watchdog.watch(e);
+    // The loss, read back: `.item()`.
+    calls::stream_sync(&mut c.t, s);
+    late_site
+}
+
+/// The communicator's asynchronous error, then the communicator destroyed.
+fn leave_job(c: &mut Ctx, comm: ncclComm_t) -> i32 {
+    let mut async_error = 0;
+    // SAFETY: a valid out-pointer.
+    let rc = c.t.call("ncclCommGetAsyncError", 0, || unsafe {
+        nccl::ncclCommGetAsyncError(comm, &mut async_error)
+    });
+    nccl::check(rc, "ncclCommGetAsyncError");
+    // SAFETY: the communicator made above, destroyed once, its work done.
+    let rc = c.t.call("ncclCommDestroy", 0, || unsafe {
+        nccl::ncclCommDestroy(comm)
+    });
+    nccl::check(rc, "ncclCommDestroy");
+    async_error
 }
