@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use syncspy_abi::kinds::{Api, Kind};
-use syncspy_read::follow::{Follower, SegmentKey};
+use syncspy_abi::Record;
+use syncspy_read::follow::{Followed, Follower, SegmentKey};
 use syncspy_read::python::{self, PyFrame, PythonReport};
 use syncspy_read::report;
 use syncspy_read::symbolize::Symbolizer;
@@ -81,9 +82,76 @@ struct Acc {
     tids: Vec<u32>,
 }
 
+impl Acc {
+    fn add(&mut self, r: &Record) {
+        self.count += 1;
+        self.total_ns = self.total_ns.saturating_add(r.duration_ns);
+        self.max_ns = self.max_ns.max(r.duration_ns);
+        self.bytes = self.bytes.saturating_add(r.bytes);
+        if !self.tids.contains(&r.tid) {
+            self.tids.push(r.tid);
+        }
+    }
+}
+
+impl WindowStall {
+    /// Adds a row that reads alike (same kind, API and location).
+    fn absorb(&mut self, row: WindowStall) {
+        self.count += row.count;
+        self.total_ns = self.total_ns.saturating_add(row.total_ns);
+        self.max_ns = self.max_ns.max(row.max_ns);
+        self.bytes = self.bytes.saturating_add(row.bytes);
+        for t in row.tids {
+            if !self.tids.contains(&t) {
+                self.tids.push(t);
+            }
+        }
+    }
+}
+
 /// Reads the window. Errors are sentences for the Python user.
 pub fn read(opts: &WindowOptions) -> Result<Window, String> {
     let seg = &opts.segment;
+    let (mut f, key, pid) = follow_segment(seg)?;
+    let acc = drain_window(&mut f, key, opts);
+    let p = f
+        .get(key)
+        .ok_or_else(|| format!("{}: lost while reading", seg.display()))?;
+    let modules = p.reader.modules();
+    let mut sym = Symbolizer::new();
+    // One row per (kind, API, location): sites that read alike are one, as in every view.
+    let mut rows: BTreeMap<(Kind, Api, String), WindowStall> = BTreeMap::new();
+    let mut unnamed: Vec<WindowStall> = Vec::new();
+    for ((kind, api, site), a) in acc {
+        let location = report::site_location(p, site, &modules, &mut sym);
+        let row = stall_row(p, (kind, api, site), a, location.clone());
+        match location {
+            Some(l) => match rows.get_mut(&(kind, api, l.clone())) {
+                Some(r) => r.absorb(row),
+                None => {
+                    rows.insert((kind, api, l), row);
+                }
+            },
+            None => unnamed.push(row),
+        }
+    }
+    let mut stalls: Vec<WindowStall> = rows.into_values().chain(unnamed).collect();
+    stalls.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
+    Ok(Window {
+        syncspy_snapshot: SNAPSHOT_VERSION,
+        pid,
+        segment: seg.display().to_string(),
+        python: PythonReport::of(&p.reader.python_status()),
+        lost_records: p.agg.lost,
+        since_ns: opts.since_ns,
+        until_ns: opts.until_ns,
+        stalls,
+    })
+}
+
+/// A follower of the segment file `seg` alone (its folder scanned for its pid), its key and
+/// its pid.
+fn follow_segment(seg: &Path) -> Result<(Follower<()>, SegmentKey, u32), String> {
     let name = seg
         .file_name()
         .and_then(|n| n.to_str())
@@ -113,6 +181,16 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
             return Err(format!("{}: {why}", seg.display()));
         }
     };
+    Ok((f, key, pid))
+}
+
+/// The segment's host stalls that started in the window (and on its threads, when some
+/// are asked for), by kind, API and call site: its ring drained to the end.
+fn drain_window(
+    f: &mut Follower<()>,
+    key: SegmentKey,
+    opts: &WindowOptions,
+) -> BTreeMap<(Kind, Api, u32), Acc> {
     let mut acc: BTreeMap<(Kind, Api, u32), Acc> = BTreeMap::new();
     loop {
         let n = f.poll_each(|k, _, r| {
@@ -124,84 +202,46 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
             {
                 return;
             }
-            let a = acc.entry((r.kind, r.api, r.site)).or_default();
-            a.count += 1;
-            a.total_ns = a.total_ns.saturating_add(r.duration_ns);
-            a.max_ns = a.max_ns.max(r.duration_ns);
-            a.bytes = a.bytes.saturating_add(r.bytes);
-            if !a.tids.contains(&r.tid) {
-                a.tids.push(r.tid);
-            }
+            acc.entry((r.kind, r.api, r.site)).or_default().add(r);
         });
         if n == 0 {
             break;
         }
     }
-    let p = f
-        .get(key)
-        .ok_or_else(|| format!("{}: lost while reading", seg.display()))?;
-    let modules = p.reader.modules();
-    let mut sym = Symbolizer::new();
-    // One row per (kind, API, location): sites that read alike are one, as in every view.
-    let mut rows: BTreeMap<(Kind, Api, String), WindowStall> = BTreeMap::new();
-    let mut unnamed: Vec<WindowStall> = Vec::new();
-    for ((kind, api, site), a) in acc {
-        let location = report::site_location(p, site, &modules, &mut sym);
-        let py: Vec<PyFrame> = if site != 0 {
-            p.reader
-                .python_stack(site)
-                .map(|s| python::frames_of(&s))
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let user = python::user_frame(&py).map(|i| py[i].clone());
-        let row = WindowStall {
-            kind: kind.name().to_string(),
-            api: api.name().to_string(),
-            count: a.count,
-            total_ns: a.total_ns,
-            max_ns: a.max_ns,
-            bytes: a.bytes,
-            location: location.clone(),
-            file: user.as_ref().map(|u| u.file.clone()),
-            line: user.as_ref().map(|u| u.line),
-            function: user.as_ref().map(|u| u.function.clone()),
-            python: py,
-            tids: a.tids,
-        };
-        match location {
-            Some(l) => match rows.get_mut(&(kind, api, l.clone())) {
-                Some(r) => {
-                    r.count += row.count;
-                    r.total_ns = r.total_ns.saturating_add(row.total_ns);
-                    r.max_ns = r.max_ns.max(row.max_ns);
-                    r.bytes = r.bytes.saturating_add(row.bytes);
-                    for t in row.tids {
-                        if !r.tids.contains(&t) {
-                            r.tids.push(t);
-                        }
-                    }
-                }
-                None => {
-                    rows.insert((kind, api, l), row);
-                }
-            },
-            None => unnamed.push(row),
-        }
+    acc
+}
+
+/// The row of one call site of `p`: its totals, its location and Python stack, the user's
+/// frame in it.
+fn stall_row(
+    p: &Followed<()>,
+    (kind, api, site): (Kind, Api, u32),
+    a: Acc,
+    location: Option<String>,
+) -> WindowStall {
+    let py: Vec<PyFrame> = if site != 0 {
+        p.reader
+            .python_stack(site)
+            .map(|s| python::frames_of(&s))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let user = python::user_frame(&py).map(|i| py[i].clone());
+    WindowStall {
+        kind: kind.name().to_string(),
+        api: api.name().to_string(),
+        count: a.count,
+        total_ns: a.total_ns,
+        max_ns: a.max_ns,
+        bytes: a.bytes,
+        location,
+        file: user.as_ref().map(|u| u.file.clone()),
+        line: user.as_ref().map(|u| u.line),
+        function: user.as_ref().map(|u| u.function.clone()),
+        python: py,
+        tids: a.tids,
     }
-    let mut stalls: Vec<WindowStall> = rows.into_values().chain(unnamed).collect();
-    stalls.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
-    Ok(Window {
-        syncspy_snapshot: SNAPSHOT_VERSION,
-        pid,
-        segment: seg.display().to_string(),
-        python: PythonReport::of(&p.reader.python_status()),
-        lost_records: p.agg.lost,
-        since_ns: opts.since_ns,
-        until_ns: opts.until_ns,
-        stalls,
-    })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
