@@ -332,6 +332,33 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     );
     // What makes the figures below incomplete comes before them.
     render_losses(out, p);
+    render_place(out, p);
+    render_kinds(out, p);
+    render_sites(out, p);
+    if !p.non_stall_calls.is_empty() {
+        let calls: Vec<String> = p
+            .non_stall_calls
+            .iter()
+            .map(|(api, c)| {
+                if c.bytes > 0 {
+                    format!("{api} x{} ({})", c.count, fmt_bytes(c.bytes))
+                } else {
+                    format!("{api} x{}", c.count)
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "  calls that did not stall: {}", calls.join(", "));
+    }
+    render_gpu(out, p);
+    render_overhead(out, p);
+    if let Some(c) = &p.cost {
+        render_cost(out, c);
+    }
+    render_reading_notes(out, p);
+}
+
+/// Where the process is from here (a container's, a pod's) and its rank in a job.
+fn render_place(out: &mut String, p: &ProcessReport) {
     // A process in a container: where it is from here.
     let mut place = Vec::new();
     if let Some(h) = p.host_pid {
@@ -351,6 +378,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         let of = j.world_size.map(|w| format!(" of {w}")).unwrap_or_default();
         let _ = writeln!(out, "  rank {rank}{of} of job {} ({})", j.id, j.launcher);
     }
+}
+
+/// The table of the process's kinds.
+fn render_kinds(out: &mut String, p: &ProcessReport) {
     let _ = writeln!(
         out,
         "  {:<16} {:>9} {:>12} {:>10} {:>10} {:>10} {:>10} {:>7}",
@@ -382,6 +413,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             pct(k.total_ns, p.wall_ns)
         );
     }
+}
+
+/// The top call sites: counts, frames, who waited, advice.
+fn render_sites(out: &mut String, p: &ProcessReport) {
     if !p.sites.is_empty() {
         let _ = writeln!(out, "  top call sites:");
     }
@@ -432,21 +467,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             plural::word(n, "call site", "call sites")
         );
     }
-    if !p.non_stall_calls.is_empty() {
-        let calls: Vec<String> = p
-            .non_stall_calls
-            .iter()
-            .map(|(api, c)| {
-                if c.bytes > 0 {
-                    format!("{api} x{} ({})", c.count, fmt_bytes(c.bytes))
-                } else {
-                    format!("{api} x{}", c.count)
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "  calls that did not stall: {}", calls.join(", "));
-    }
-    render_gpu(out, p);
+}
+
+/// The library's own time, and its call-site stacks.
+fn render_overhead(out: &mut String, p: &ProcessReport) {
     // The library's time includes its one-time start (the segment, CUPTI's loading: tens of
     // ms), which in a short run is most of it: say so rather than let it read as a cost per
     // event.
@@ -468,9 +492,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
-    if let Some(c) = &p.cost {
-        render_cost(out, c);
-    }
+}
+
+/// What the reader skipped, could not keep or clamped, and the Python note.
+fn render_reading_notes(out: &mut String, p: &ProcessReport) {
     if p.corrupt_records > 0 {
         let _ = writeln!(
             out,
