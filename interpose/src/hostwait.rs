@@ -35,7 +35,7 @@
 //! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall (cached per call site), two clock reads and
 //! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
 //! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
-//! and two of its CPU clock, under the waiter reads' budget (2% of the process's time). Slots
+//! and two of its CPU clock, under the waiter reads' budget (5% of the process's wall time). Slots
 //! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
 //! driver runs host functions in order on its own thread, which is not a Python thread; the
 //! trampoline makes no CUDA call (host functions must not).

@@ -27,7 +27,7 @@
 //! **Cost.** Nothing for a thread with Python frames (the hot path never comes here) and
 //! nothing in a process without an interpreter. At a stall of a thread without Python frames:
 //! the thread list (a few reads per thread) and one walk, tens of system calls; a process-wide
-//! budget (`Budget`) keeps the total under 2% of the process's time (after a first 5 ms).
+//! budget (`Budget`) keeps the total under 5% of the process's wall time (after a first 5 ms).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -290,8 +290,13 @@ pub fn with_scratch<R>(purpose: Purpose, f: impl FnOnce(&mut Remote) -> R) -> Op
 pub use crate::clock::thread_cpu_ns as cpu_ns;
 
 /// The process's budget for other-thread reads: the CPU time they took may not pass 5 ms plus
-/// 2% of the wall time since the first one, so a runtime that stalls many thousand times a
-/// second on its own threads loses at most that share of its time to them.
+/// 5% of the wall time since the first one, so a runtime that stalls many thousand times a
+/// second on its own threads loses at most that share of its time to them. The looks run on
+/// the stalling runtime threads and on the driver's host-function thread, not on the
+/// program's Python threads. 5%, not 2%: a JAX loop queues about three host functions a
+/// millisecond, and at about 10 µs a look (the memo's cheap look, the thread's state) 2%
+/// covered half its waits; on the simulated driver at four host functions a millisecond, 5%
+/// covered all of them (docs/performance.md).
 pub struct Budget;
 
 static SPENT_NS: AtomicU64 = AtomicU64::new(0);
@@ -308,7 +313,7 @@ impl Budget {
             },
             t => t,
         };
-        SPENT_NS.load(Ordering::Relaxed) <= FREE_NS + now_ns.saturating_sub(first) / 50
+        SPENT_NS.load(Ordering::Relaxed) <= FREE_NS + now_ns.saturating_sub(first) / 20
     }
 
     /// Counts the time a read took.
