@@ -443,73 +443,75 @@ fn alt_suffix(n: u32) -> u32 {
     ORDERED_TRIES + 1 + r % (u32::MAX - ORDERED_TRIES - 1)
 }
 
-impl SegmentWriter {
-    /// Creates `dir/syncspy-<pid>-<start>` (or, when that name is taken, the first free
-    /// `syncspy-<pid>-<start>-<n>`: see [`segment_name_alt`]). An existing file is never
-    /// replaced. The writer holds the liveness lock (`origin` module) until it is dropped,
-    /// or until [`SegmentWriter::release_lock`].
-    pub fn create(dir: &Path, p: &SegmentParams) -> Result<SegmentWriter, CreateError> {
-        let g = geometry(p);
-        let name = segment_name(p.pid, p.start_ticks);
-        let io = |op, path: &Path| {
-            let err = std::io::Error::last_os_error();
-            CreateError::Io {
-                path: path.to_path_buf(),
-                op,
-                err,
-            }
-        };
-        let named = |path: PathBuf| {
-            cpath(&path)
-                .map(|c| (c, path.clone()))
-                .map_err(|err| CreateError::Io {
-                    path,
-                    op: "name",
-                    err,
-                })
-        };
-        // A temporary name of this attempt's own: another process with the same pid and
-        // start time (another PID namespace) never removes or renames it.
+/// An `Io` error for `op` on `path`, from `errno` as it is now.
+fn last_io_error(op: &'static str, path: &Path) -> CreateError {
+    CreateError::Io {
+        path: path.to_path_buf(),
+        op,
+        err: std::io::Error::last_os_error(),
+    }
+}
+
+/// `path` as a C string, or the error that names it.
+fn named(path: PathBuf) -> Result<(CString, PathBuf), CreateError> {
+    cpath(&path)
+        .map(|c| (c, path.clone()))
+        .map_err(|err| CreateError::Io {
+            path,
+            op: "name",
+            err,
+        })
+}
+
+/// The new segment under its temporary name, open for writing, before it is published.
+struct TempFile {
+    c: CString,
+    path: PathBuf,
+    fd: libc::c_int,
+}
+
+impl TempFile {
+    /// Creates the file under a temporary name of this attempt's own: another process with
+    /// the same pid and start time (another PID namespace) never removes or renames it.
+    fn create(dir: &Path, name: &str, mode: u32) -> Result<TempFile, CreateError> {
         let mut attempt = 0u32;
-        let (ctmp, tmp, fd) = loop {
-            let (ctmp, tmp) = named(dir.join(format!(".{name}.{}-{attempt}.tmp", monotonic_ns())))?;
+        loop {
+            let (c, path) = named(dir.join(format!(".{name}.{}-{attempt}.tmp", monotonic_ns())))?;
             // SAFETY: open on an owned C string; the result is checked.
             let fd = unsafe {
                 libc::open(
-                    ctmp.as_ptr(),
+                    c.as_ptr(),
                     libc::O_RDWR
                         | libc::O_CREAT
                         | libc::O_EXCL
                         | libc::O_CLOEXEC
                         | libc::O_NOFOLLOW,
-                    p.mode as libc::c_uint,
+                    mode as libc::c_uint,
                 )
             };
             if fd >= 0 {
-                break (ctmp, tmp, fd);
+                return Ok(TempFile { c, path, fd });
             }
             attempt += 1;
             if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
                 || attempt >= NAME_TRIES
             {
-                return Err(io("create", &tmp));
+                return Err(last_io_error("create", &path));
             }
-        };
-        // SAFETY: plain syscalls on owned C strings and the descriptor opened above; every
-        // result is checked, and every failure closes the descriptor and removes the file.
+        }
+    }
+
+    /// Gives the file the requested mode and reserves its `size` bytes.
+    fn reserve(&self, mode: u32, size: u64) -> Result<(), CreateError> {
+        // SAFETY: plain syscalls on the descriptor this value owns; results are checked.
         unsafe {
-            let fail = |e: CreateError| {
-                libc::close(fd);
-                libc::unlink(ctmp.as_ptr());
-                Err(e)
-            };
             // O_CREAT applies the umask; the requested mode is the contract.
-            libc::fchmod(fd, p.mode as libc::mode_t);
+            libc::fchmod(self.fd, mode as libc::mode_t);
             // Reserve the space now: on tmpfs `ftruncate` alone reserves nothing, and a write
             // to a page the filesystem cannot supply later kills the writer with SIGBUS.
-            let sized = libc::ftruncate(fd, g.total_size as libc::off_t) == 0;
+            let sized = libc::ftruncate(self.fd, size as libc::off_t) == 0;
             let reserved = sized && {
-                let rc = libc::posix_fallocate(fd, 0, g.total_size as libc::off_t);
+                let rc = libc::posix_fallocate(self.fd, 0, size as libc::off_t);
                 // Filesystems without fallocate: fall back to sizing alone.
                 rc == 0 || rc == libc::EOPNOTSUPP
             };
@@ -517,14 +519,23 @@ impl SegmentWriter {
                 if sized {
                     *libc::__errno_location() = libc::ENOSPC;
                 }
-                return fail(io("reserve space for", &tmp));
+                return Err(last_io_error("reserve space for", &self.path));
             }
-            // The lock before the file is visible: no reader ever finds this segment
-            // unlocked while its process runs. It is taken on an open file of its own: a
-            // mapping keeps its file open, and a forked child inherits the mapping, so a lock
-            // on the mapped file would live on in every child.
+        }
+        Ok(())
+    }
+
+    /// Takes the liveness lock on an open file of its own and returns that descriptor, or -1
+    /// when the lock could not be taken. The lock comes before the file is visible: no reader
+    /// ever finds this segment unlocked while its process runs. A mapping keeps its file
+    /// open, and a forked child inherits the mapping, so a lock on the mapped file would live
+    /// on in every child.
+    fn take_liveness_lock(&self) -> libc::c_int {
+        // SAFETY: plain syscalls on an owned C string and descriptors this function checks;
+        // the stat buffers are plain data, valid zeroed.
+        unsafe {
             let lock_fd = libc::open(
-                ctmp.as_ptr(),
+                self.c.as_ptr(),
                 libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             );
             let same_file = |a: libc::c_int, b: libc::c_int| {
@@ -534,125 +545,202 @@ impl SegmentWriter {
                     && libc::fstat(b, &mut sb) == 0
                     && (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
             };
-            let locked =
-                lock_fd >= 0 && same_file(fd, lock_fd) && crate::origin::take_write_lock(lock_fd);
-            let lock_fd = if locked {
-                lock_fd
-            } else {
-                if lock_fd >= 0 {
-                    libc::close(lock_fd);
-                }
-                -1
-            };
-            let fail = |e: CreateError| {
-                if lock_fd >= 0 {
-                    libc::close(lock_fd);
-                }
-                fail(e)
-            };
-            let ptr = libc::mmap(
+            if lock_fd >= 0
+                && same_file(self.fd, lock_fd)
+                && crate::origin::take_write_lock(lock_fd)
+            {
+                return lock_fd;
+            }
+            if lock_fd >= 0 {
+                libc::close(lock_fd);
+            }
+            -1
+        }
+    }
+
+    /// Maps the file's `size` bytes shared, for writing.
+    fn map(&self, size: u64) -> Result<Mapping, CreateError> {
+        // SAFETY: a fresh shared mapping of the descriptor this value owns; checked.
+        let ptr = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
-                g.total_size as usize,
+                size as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd,
+                self.fd,
                 0,
-            );
-            if ptr == libc::MAP_FAILED {
-                return fail(io("map", &tmp));
-            }
-            let map = Mapping {
-                ptr: ptr.cast(),
-                len: g.total_size as usize,
-                guarded: None,
-            };
-            let hdr = map.ptr as *mut Header;
-            let mut cmdline = [0u8; CMDLINE_MAX];
-            let n = p.cmdline.len().min(CMDLINE_MAX);
-            cmdline[..n].copy_from_slice(&p.cmdline[..n]);
-            let now_unix = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            (*hdr).ident = Ident {
-                magic: MAGIC,
-                abi_major: ABI_MAJOR,
-                abi_minor: ABI_MINOR,
-                header_size: size_of::<Header>() as u32,
-                record_size: size_of::<Slot>() as u32,
-                ring_capacity: g.ring_capacity,
-                ring_offset: g.ring_offset,
-                site_capacity: g.site_capacity,
-                site_entry_size: size_of::<SiteEntry>() as u32,
-                sites_offset: g.sites_offset,
-                module_capacity: g.module_capacity,
-                module_entry_size: size_of::<ModuleEntry>() as u32,
-                modules_offset: g.modules_offset,
-                total_size: g.total_size,
-                pid: p.pid,
-                clock_id: CLOCK_MONOTONIC,
-                start_ticks: p.start_ticks,
-                session: p.session,
-                created_ns: monotonic_ns(),
-                created_unix_ns: now_unix,
-                site_max_frames: sites::MAX_FRAMES as u32,
-                cmdline_len: n as u32,
-                cmdline,
-            };
-            std::ptr::addr_of_mut!((*hdr).python.ident).write(g.python);
-            std::ptr::addr_of_mut!((*hdr).job).write(p.job);
-            let mut origin = p.origin;
-            origin.flags = if locked {
-                crate::origin::FLAG_LIVENESS_LOCK
-            } else {
-                0
-            };
-            std::ptr::addr_of_mut!((*hdr).origin).write(origin);
-            (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
-            let mut path = dir.join(&name);
-            let mut n = 0;
-            loop {
-                let (cfinal, _) = named(path.clone())?;
-                match publish_no_replace(&ctmp, &cfinal) {
-                    Ok(true) => break,
-                    Ok(false) if n < NAME_TRIES => {
-                        n += 1;
-                        path = dir.join(segment_name_alt(p.pid, p.start_ticks, alt_suffix(n)));
-                    }
-                    Ok(false) => {
-                        *libc::__errno_location() = libc::EEXIST;
-                        return fail(io("publish", &path));
-                    }
-                    Err(e) => {
-                        return fail(CreateError::Io {
-                            path,
-                            op: "publish",
-                            err: e,
-                        })
-                    }
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(last_io_error("map", &self.path));
+        }
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len: size as usize,
+            guarded: None,
+        })
+    }
+
+    /// Renames the file to `dir/name`, or when that is taken to the first free alternative
+    /// name (the ordered ones, then random ones); returns the name it took.
+    fn publish(&self, dir: &Path, name: &str, p: &SegmentParams) -> Result<PathBuf, CreateError> {
+        let mut path = dir.join(name);
+        let mut n = 0;
+        loop {
+            let (cfinal, _) = named(path.clone())?;
+            match publish_no_replace(&self.c, &cfinal) {
+                Ok(true) => return Ok(path),
+                Ok(false) if n < NAME_TRIES => {
+                    n += 1;
+                    path = dir.join(segment_name_alt(p.pid, p.start_ticks, alt_suffix(n)));
+                }
+                Ok(false) => {
+                    // SAFETY: errno is this thread's; set so the error says why.
+                    unsafe { *libc::__errno_location() = libc::EEXIST };
+                    return Err(last_io_error("publish", &path));
+                }
+                Err(err) => {
+                    return Err(CreateError::Io {
+                        path,
+                        op: "publish",
+                        err,
+                    })
                 }
             }
-            libc::close(fd);
-            Ok(SegmentWriter {
-                v: Views {
-                    map,
-                    ring_offset: g.ring_offset as usize,
-                    ring_capacity: g.ring_capacity as usize,
-                    sites_offset: g.sites_offset as usize,
-                    site_capacity: g.site_capacity as usize,
-                    modules_offset: g.modules_offset as usize,
-                    module_capacity: g.module_capacity as usize,
-                    py: PyViews {
-                        header: true,
-                        sites_offset: g.python.sites_offset as usize,
-                        site_capacity: g.python.site_capacity as usize,
-                        codes_offset: g.python.codes_offset as usize,
-                        code_capacity: g.python.code_capacity as usize,
-                    },
-                },
-                path,
-                lock_fd: std::sync::atomic::AtomicI32::new(lock_fd),
-            })
+        }
+    }
+
+    /// Closes the file and removes its temporary name (a failed creation).
+    fn discard(self) {
+        // SAFETY: the descriptor and C string this value owns, closed and unlinked once.
+        unsafe {
+            libc::close(self.fd);
+            libc::unlink(self.c.as_ptr());
+        }
+    }
+
+    /// Closes the file, published under its final name (the mapping stays).
+    fn close(self) {
+        // SAFETY: the descriptor this value owns, closed once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Writes a new segment's header into `map`: its identity and geometry, the command line,
+/// the Python, job and origin sections, then the state "running" (with release ordering,
+/// last).
+fn write_header(map: &Mapping, g: &Geometry, p: &SegmentParams, locked: bool) {
+    let hdr = map.ptr as *mut Header;
+    let mut cmdline = [0u8; CMDLINE_MAX];
+    let n = p.cmdline.len().min(CMDLINE_MAX);
+    cmdline[..n].copy_from_slice(&p.cmdline[..n]);
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut origin = p.origin;
+    origin.flags = if locked {
+        crate::origin::FLAG_LIVENESS_LOCK
+    } else {
+        0
+    };
+    // SAFETY: `map` is a fresh writable mapping of `g.total_size` bytes, at least
+    // HEADER_RESERVED, which no reader sees before it is published.
+    unsafe {
+        (*hdr).ident = Ident {
+            magic: MAGIC,
+            abi_major: ABI_MAJOR,
+            abi_minor: ABI_MINOR,
+            header_size: size_of::<Header>() as u32,
+            record_size: size_of::<Slot>() as u32,
+            ring_capacity: g.ring_capacity,
+            ring_offset: g.ring_offset,
+            site_capacity: g.site_capacity,
+            site_entry_size: size_of::<SiteEntry>() as u32,
+            sites_offset: g.sites_offset,
+            module_capacity: g.module_capacity,
+            module_entry_size: size_of::<ModuleEntry>() as u32,
+            modules_offset: g.modules_offset,
+            total_size: g.total_size,
+            pid: p.pid,
+            clock_id: CLOCK_MONOTONIC,
+            start_ticks: p.start_ticks,
+            session: p.session,
+            created_ns: monotonic_ns(),
+            created_unix_ns: now_unix,
+            site_max_frames: sites::MAX_FRAMES as u32,
+            cmdline_len: n as u32,
+            cmdline,
+        };
+        std::ptr::addr_of_mut!((*hdr).python.ident).write(g.python);
+        std::ptr::addr_of_mut!((*hdr).job).write(p.job);
+        std::ptr::addr_of_mut!((*hdr).origin).write(origin);
+        (*hdr).live.state.store(STATE_RUNNING, Ordering::Release);
+    }
+}
+
+impl Views {
+    /// The writer's views of its new mapping, laid out as `g` says.
+    fn of_new(map: Mapping, g: &Geometry) -> Views {
+        Views {
+            map,
+            ring_offset: g.ring_offset as usize,
+            ring_capacity: g.ring_capacity as usize,
+            sites_offset: g.sites_offset as usize,
+            site_capacity: g.site_capacity as usize,
+            modules_offset: g.modules_offset as usize,
+            module_capacity: g.module_capacity as usize,
+            py: PyViews {
+                header: true,
+                sites_offset: g.python.sites_offset as usize,
+                site_capacity: g.python.site_capacity as usize,
+                codes_offset: g.python.codes_offset as usize,
+                code_capacity: g.python.code_capacity as usize,
+            },
+        }
+    }
+}
+
+impl SegmentWriter {
+    /// Creates `dir/syncspy-<pid>-<start>` (or, when that name is taken, the first free
+    /// `syncspy-<pid>-<start>-<n>`: see [`segment_name_alt`]). An existing file is never
+    /// replaced. The writer holds the liveness lock (`origin` module) until it is dropped,
+    /// or until [`SegmentWriter::release_lock`].
+    ///
+    /// The file is made under a temporary name, sized, locked, mapped and its header written
+    /// before it is published, so a reader never sees a half-made segment; every failure
+    /// closes what was opened and removes the file.
+    pub fn create(dir: &Path, p: &SegmentParams) -> Result<SegmentWriter, CreateError> {
+        let g = geometry(p);
+        let name = segment_name(p.pid, p.start_ticks);
+        let tmp = TempFile::create(dir, &name, p.mode)?;
+        let mut lock_fd = -1;
+        let made = tmp.reserve(p.mode, g.total_size).and_then(|()| {
+            lock_fd = tmp.take_liveness_lock();
+            let map = tmp.map(g.total_size)?;
+            write_header(&map, &g, p, lock_fd >= 0);
+            let path = tmp.publish(dir, &name, p)?;
+            Ok((map, path))
+        });
+        match made {
+            Ok((map, path)) => {
+                tmp.close();
+                Ok(SegmentWriter {
+                    v: Views::of_new(map, &g),
+                    path,
+                    lock_fd: std::sync::atomic::AtomicI32::new(lock_fd),
+                })
+            }
+            Err(e) => {
+                if lock_fd >= 0 {
+                    // SAFETY: the lock descriptor opened above, closed once.
+                    unsafe { libc::close(lock_fd) };
+                }
+                tmp.discard();
+                Err(e)
+            }
         }
     }
 
