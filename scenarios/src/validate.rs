@@ -271,6 +271,123 @@ pub mod python {
         pub kinds: Vec<(&'static str, i64)>,
     }
 
+    /// Adds a finding to `v`.
+    fn push(v: &mut Verdict, what: String, expected: String, found: String, ok: bool) {
+        v.findings.push(Finding {
+            what,
+            expected,
+            found,
+            ok,
+        })
+    }
+
+    /// A scenario's two runs: truth lines (`t*`) and report processes (`p*`), fewer
+    /// iterations first.
+    struct Pair<'a> {
+        ta: &'a Value,
+        tb: &'a Value,
+        pa: &'a Value,
+        pb: &'a Value,
+    }
+
+    impl Pair<'_> {
+        /// How much `[field][key][what]` of the process grew from the first run to the second.
+        fn grew(&self, field: &str, key: &str, what: &str) -> i64 {
+            u(&self.pb[field][key][what]) as i64 - u(&self.pa[field][key][what]) as i64
+        }
+
+        /// Both runs exited 0 with their checks passed and nothing dropped.
+        fn check_clean(&self, v: &mut Verdict) {
+            let ok = |t: &Value, pr: &Value| {
+                t["ok"] == true
+                    && pr["exit_status"].as_i64() == Some(0)
+                    && u(&pr["dropped_events"]) == 0
+            };
+            let (a, b) = (ok(self.ta, self.pa), ok(self.tb, self.pb));
+            push(
+                v,
+                "both runs exited 0, checks passed, nothing dropped".into(),
+                "yes".into(),
+                format!("{a} / {b}"),
+                a && b,
+            );
+        }
+
+        /// Each stall kind, and each non-stalling API listed, grew by exactly its count per
+        /// iteration over the `n` more iterations.
+        fn check_counts(&self, v: &mut Verdict, p: &PythonRun, n: u64) {
+            for kind in Kind::STALLS.map(Kind::name) {
+                let want = p.per_iter.get(kind).copied().unwrap_or(0) * n;
+                let got = self.grew("kinds", kind, "count");
+                push(
+                    v,
+                    format!("{kind}: growth over {n} iterations"),
+                    want.to_string(),
+                    got.to_string(),
+                    got == want as i64,
+                );
+            }
+            for (api, per) in &p.non_stall_per_iter {
+                let got = self.grew("non_stall_calls", api, "count");
+                push(
+                    v,
+                    format!("non-stalling {api}: growth"),
+                    (per * n).to_string(),
+                    got.to_string(),
+                    got == (per * n) as i64,
+                );
+            }
+        }
+
+        /// The stall per iteration of each rule's kinds lies within the rule's bounds of the
+        /// GPU time per iteration that the script measured.
+        fn check_stall_times(&self, v: &mut Verdict, p: &PythonRun, n: u64) {
+            let (ta, tb, pa, pb) = (self.ta, self.tb, self.pa, self.pb);
+            for rule in &p.stall {
+                let sum = |pr: &Value, field: &str| -> f64 {
+                    rule.kinds
+                        .iter()
+                        .map(|k| f(&pr["kinds"][k.as_str()][field]))
+                        .sum()
+                };
+                let stall = (sum(pb, "total_ns") - sum(pa, "total_ns")) / 1e6 / n as f64;
+                let calls = (sum(pb, "count") - sum(pa, "count")) / n as f64;
+                let key = rule.gpu.as_str();
+                let gpu = (f(&tb["gpu_ms"][key]) - f(&ta["gpu_ms"][key])) / n as f64;
+                let (lo, hi) = (
+                    rule.min * gpu,
+                    rule.max * gpu + rule.slack_ms + rule.slack_ms_per_call * calls,
+                );
+                push(
+                    v,
+                    format!(
+                        "{} stall per iteration vs gpu_ms.{key}",
+                        rule.kinds.join("+")
+                    ),
+                    format!("{lo:.3} ..= {hi:.3} ms (gpu {gpu:.3} ms)"),
+                    format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9)),
+                    stall >= lo && stall <= hi,
+                );
+            }
+        }
+
+        /// The second run's top call site names `site`.
+        fn check_top_site(&self, v: &mut Verdict, site: &str) {
+            let top = crate::manifest::top_site(self.pb);
+            push(
+                v,
+                "top call site".into(),
+                format!("names {site}"),
+                if top.contains(site) {
+                    format!("{site} found")
+                } else {
+                    top.chars().take(120).collect()
+                },
+                top.contains(site),
+            );
+        }
+    }
+
     /// Checks one scenario's pair of runs: counts grow by exactly `per_iter` per iteration,
     /// the stall per iteration relates to the GPU time per iteration as the rules say, and
     /// the top call site names the expected operation.
@@ -279,18 +396,11 @@ pub mod python {
             id: p.id.clone(),
             findings: Vec::new(),
         };
-        let mut push = |what: String, expected: String, found: String, ok: bool| {
-            v.findings.push(Finding {
-                what,
-                expected,
-                found,
-                ok,
-            })
-        };
         let (Some(ta), Some(tb), Some(pa), Some(pb)) =
             (&low.truth, &high.truth, low.process(), high.process())
         else {
             push(
+                &mut v,
                 "ran".into(),
                 "a truth line and its process in both reports".into(),
                 format!(
@@ -303,81 +413,23 @@ pub mod python {
             );
             return v;
         };
-        let ok = |t: &Value, pr: &Value| {
-            t["ok"] == true
-                && pr["exit_status"].as_i64() == Some(0)
-                && u(&pr["dropped_events"]) == 0
-        };
-        push(
-            "both runs exited 0, checks passed, nothing dropped".into(),
-            "yes".into(),
-            format!("{} / {}", ok(ta, pa), ok(tb, pb)),
-            ok(ta, pa) && ok(tb, pb),
-        );
+        let pair = Pair { ta, tb, pa, pb };
+        pair.check_clean(&mut v);
         let n = u(&tb["args"]["iters"]).saturating_sub(u(&ta["args"]["iters"]));
         if n == 0 {
-            push("iterations differ".into(), "> 0".into(), "0".into(), false);
+            push(
+                &mut v,
+                "iterations differ".into(),
+                "> 0".into(),
+                "0".into(),
+                false,
+            );
             return v;
         }
-        let grew = |field: &str, key: &str, what: &str| -> i64 {
-            u(&pb[field][key][what]) as i64 - u(&pa[field][key][what]) as i64
-        };
-        for kind in Kind::STALLS.map(Kind::name) {
-            let want = p.per_iter.get(kind).copied().unwrap_or(0) * n;
-            let got = grew("kinds", kind, "count");
-            push(
-                format!("{kind}: growth over {n} iterations"),
-                want.to_string(),
-                got.to_string(),
-                got == want as i64,
-            );
-        }
-        for (api, per) in &p.non_stall_per_iter {
-            let got = grew("non_stall_calls", api, "count");
-            push(
-                format!("non-stalling {api}: growth"),
-                (per * n).to_string(),
-                got.to_string(),
-                got == (per * n) as i64,
-            );
-        }
-        for rule in &p.stall {
-            let sum = |pr: &Value, field: &str| -> f64 {
-                rule.kinds
-                    .iter()
-                    .map(|k| f(&pr["kinds"][k.as_str()][field]))
-                    .sum()
-            };
-            let stall = (sum(pb, "total_ns") - sum(pa, "total_ns")) / 1e6 / n as f64;
-            let calls = (sum(pb, "count") - sum(pa, "count")) / n as f64;
-            let key = rule.gpu.as_str();
-            let gpu = (f(&tb["gpu_ms"][key]) - f(&ta["gpu_ms"][key])) / n as f64;
-            let (lo, hi) = (
-                rule.min * gpu,
-                rule.max * gpu + rule.slack_ms + rule.slack_ms_per_call * calls,
-            );
-            push(
-                format!(
-                    "{} stall per iteration vs gpu_ms.{key}",
-                    rule.kinds.join("+")
-                ),
-                format!("{lo:.3} ..= {hi:.3} ms (gpu {gpu:.3} ms)"),
-                format!("{stall:.3} ms ({:.2}x)", stall / gpu.max(1e-9)),
-                stall >= lo && stall <= hi,
-            );
-        }
+        pair.check_counts(&mut v, p, n);
+        pair.check_stall_times(&mut v, p, n);
         if let Some(site) = &p.site {
-            let top = crate::manifest::top_site(pb);
-            push(
-                "top call site".into(),
-                format!("names {site}"),
-                if top.contains(site.as_str()) {
-                    format!("{site} found")
-                } else {
-                    top.chars().take(120).collect()
-                },
-                top.contains(site.as_str()),
-            );
+            pair.check_top_site(&mut v, site);
         }
         v
     }
