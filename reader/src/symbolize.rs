@@ -699,37 +699,47 @@ impl Symbolizer {
         if !m.path.starts_with('/') {
             return Some((self.check_module(m), m.path.clone()));
         }
-        // The process found this pass, and if it left the namespace since, another.
-        let mut opened = None;
-        for fresh in [false, true] {
-            let Some(pid) = self.live_pid(ns, None, fresh) else {
-                break;
-            };
-            match open_module_in(pid, ns, &m.path) {
-                Ok(fd) => {
-                    opened = Some((pid, Ok(fd)));
-                    break;
-                }
-                Err(Some(e)) => {
-                    opened = Some((pid, Err(e)));
-                    break;
-                }
-                Err(None) => {}
-            }
-        }
-        let Some((pid, fd)) = opened else {
+        let Some((pid, fd)) = self.open_in_ns(ns, &m.path) else {
             self.note_gone(ns);
             return None;
         };
+        let (usable, keep) = self.judge_ns_file(m, ns, pid, fd);
+        self.remember_ns_module(key, ns, usable, keep);
+        Some((usable, file_of(self)))
+    }
+
+    /// Opens `path` inside the root of a live process of `ns`: the process found this pass,
+    /// and if it left the namespace since, another. `None` when no process of `ns` is left;
+    /// else that process and what opening gave.
+    fn open_in_ns(&mut self, ns: MountNs, path: &str) -> Option<(u32, std::io::Result<OwnedFd>)> {
+        for fresh in [false, true] {
+            let pid = self.live_pid(ns, None, fresh)?;
+            match open_module_in(pid, ns, path) {
+                Ok(fd) => return Some((pid, Ok(fd))),
+                Err(Some(e)) => return Some((pid, Err(e))),
+                Err(None) => {}
+            }
+        }
+        None
+    }
+
+    /// Whether the file opened for module `m` in `ns` (through process `pid`) can be used,
+    /// and the file to keep open for blazesym when it is read there.
+    fn judge_ns_file(
+        &mut self,
+        m: &Module,
+        ns: MountNs,
+        pid: u32,
+        fd: std::io::Result<OwnedFd>,
+    ) -> (Usable, Option<OwnedFd>) {
         let at = format!("in mount namespace {} (/proc/{pid}/root)", ns.ino);
-        let mut keep = None;
-        let usable = match fd.and_then(|fd| fstat(&fd).map(|st| (fd, st))) {
+        match fd.and_then(|fd| fstat(&fd).map(|st| (fd, st))) {
             Err(e) => {
                 self.note(format!(
                     "cannot read {} {at}: {e}; its frames are shown as offsets",
                     m.path
                 ));
-                Usable::No
+                (Usable::No, None)
             }
             Ok((_, st)) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
                 // Opened `O_PATH` only: a FIFO or a device there was not opened.
@@ -737,60 +747,81 @@ impl Symbolizer {
                     "{} {at} is not a regular file; its frames are shown as offsets",
                     m.path
                 ));
-                Usable::No
+                (Usable::No, None)
             }
             Ok((_, st)) if same_file_here(&m.path, &st) => {
                 // The very file at its path here (a folder of this machine mounted into the
                 // container, or a namespace that shares this reader's files): read as
                 // such, under the rules for this machine's files.
-                self.check_module(m)
+                (self.check_module(m), None)
             }
-            Ok((fd, _)) => {
-                let path = fd_path(&fd);
-                let found = if m.build_id.is_empty() {
-                    Ok(None)
-                } else {
-                    syncspy_abi::modules::file_build_id(Path::new(&path))
-                };
-                match found {
-                    Ok(Some(b)) if b != m.build_id => {
-                        self.note(format!(
-                            "{} {at} is not the file the process loaded (build id {} there, \
-                             {} loaded): its frames are shown as offsets",
-                            m.path,
-                            hex(&b),
-                            hex(&m.build_id)
-                        ));
-                        Usable::No
-                    }
-                    Ok(None) if !m.build_id.is_empty() => {
-                        self.note(format!(
-                            "{} {at} has no build id ({} loaded): its frames are shown as \
-                             offsets",
-                            m.path,
-                            hex(&m.build_id)
-                        ));
-                        Usable::No
-                    }
-                    // The same file, or no build id to compare (blazesym reports real
-                    // failures): its ELF symbols only, as another user's file. Its debug
-                    // information could name any file of the container or of this machine.
-                    _ => {
-                        let st = self.namespaces.entry(ns).or_default();
-                        if !std::mem::replace(&mut st.noted_inside, true) {
-                            self.note(format!(
-                                "the modules of mount namespace {} are read inside its root \
-                                 (/proc/{pid}/root), as another user's files: their frames \
-                                 are shown without file and line",
-                                ns.ino
-                            ));
-                        }
-                        keep = Some(fd);
-                        Usable::SymbolsOnly
-                    }
-                }
-            }
+            Ok((fd, _)) => self.judge_ns_build_id(m, ns, pid, &at, fd),
+        }
+    }
+
+    /// A regular file of `ns` that is not this machine's: usable for its ELF symbols when
+    /// its build id is the loaded one (or there is none to compare).
+    fn judge_ns_build_id(
+        &mut self,
+        m: &Module,
+        ns: MountNs,
+        pid: u32,
+        at: &str,
+        fd: OwnedFd,
+    ) -> (Usable, Option<OwnedFd>) {
+        let path = fd_path(&fd);
+        let found = if m.build_id.is_empty() {
+            Ok(None)
+        } else {
+            syncspy_abi::modules::file_build_id(Path::new(&path))
         };
+        match found {
+            Ok(Some(b)) if b != m.build_id => {
+                self.note(format!(
+                    "{} {at} is not the file the process loaded (build id {} there, \
+                     {} loaded): its frames are shown as offsets",
+                    m.path,
+                    hex(&b),
+                    hex(&m.build_id)
+                ));
+                (Usable::No, None)
+            }
+            Ok(None) if !m.build_id.is_empty() => {
+                self.note(format!(
+                    "{} {at} has no build id ({} loaded): its frames are shown as \
+                     offsets",
+                    m.path,
+                    hex(&m.build_id)
+                ));
+                (Usable::No, None)
+            }
+            // The same file, or no build id to compare (blazesym reports real
+            // failures): its ELF symbols only, as another user's file. Its debug
+            // information could name any file of the container or of this machine.
+            _ => {
+                let st = self.namespaces.entry(ns).or_default();
+                if !std::mem::replace(&mut st.noted_inside, true) {
+                    self.note(format!(
+                        "the modules of mount namespace {} are read inside its root \
+                         (/proc/{pid}/root), as another user's files: their frames \
+                         are shown without file and line",
+                        ns.ino
+                    ));
+                }
+                (Usable::SymbolsOnly, Some(fd))
+            }
+        }
+    }
+
+    /// Caches the verdict on a module of a namespace, and keeps its file open (`keep`) for
+    /// blazesym, within the caches' bounds.
+    fn remember_ns_module(
+        &mut self,
+        key: (Place, String, Vec<u8>),
+        ns: MountNs,
+        usable: Usable,
+        keep: Option<OwnedFd>,
+    ) {
         if self.modules.len() >= MAX_CACHED_MODULES {
             self.modules.clear();
             self.release_all();
@@ -805,13 +836,12 @@ impl Symbolizer {
                 .entry(ns)
                 .or_default()
                 .files
-                .insert((m.path.clone(), m.build_id.clone()), fd);
+                .insert((key.1.clone(), key.2.clone()), fd);
             if let Some(old) = old {
                 self.close_ns_file(old);
             }
         }
         self.modules.insert(key, usable);
-        Some((usable, file_of(self)))
     }
 
     /// Checks once per module that its file exists and, when the writer recorded a build
