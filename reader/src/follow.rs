@@ -711,90 +711,12 @@ impl<S> Follower<S> {
             std::fs::symlink_metadata(&path).ok()
         });
         let uid = meta.as_ref().map(|m| m.uid()).unwrap_or(u32::MAX);
-        if let Some(b) = &mut self.budget {
-            if !b.admits(uid) {
-                if !retry {
-                    b.refused();
-                }
-                self.refused.entry(uid).or_default().push(key.clone());
-                self.seen.insert(key, Seen::Refused(uid));
-                return 0;
-            }
+        if self.refuse_over_budget(&key, uid, retry) {
+            return 0;
         }
-        let mut new = 0;
         self.touched += 1;
         let seen = match SegmentReader::open(&path) {
-            Ok(reader) => {
-                let placement = || crate::place::place(reader.ident(), reader.origin().as_ref());
-                let mut placed = None;
-                let foreign_to_tree = self.tree.is_some_and(|root| {
-                    reader.owner_uid() != Some(crate::safe_file::euid()) && {
-                        let p = placed.insert(placement());
-                        !p.host_pid.is_some_and(|pid| descends_from(pid, root))
-                    }
-                });
-                let foreign_owner =
-                    self.own_only && reader.owner_uid() != Some(crate::safe_file::euid());
-                if self.session.is_some_and(|s| s != reader.ident().session) {
-                    Seen::Ignored
-                } else if foreign_owner {
-                    self.push_problem(SegmentProblem {
-                        path,
-                        error: format!(
-                            "not shown: its file belongs to uid {}, not to this reader's user \
-                             (a session's segments are trusted only from one's own user)",
-                            reader.owner_uid().map_or("?".into(), |u| u.to_string()),
-                        ),
-                    });
-                    Seen::Ignored
-                } else if foreign_to_tree {
-                    self.push_problem(SegmentProblem {
-                        path,
-                        error: format!(
-                            "not counted: its file belongs to uid {}, and its process {} is \
-                             not one this run started",
-                            reader.owner_uid().map_or("?".into(), |u| u.to_string()),
-                            reader.ident().pid
-                        ),
-                    });
-                    Seen::Ignored
-                } else {
-                    let mut agg = ProcessAgg::new(reader.ident());
-                    let module_cap = match &mut self.budget {
-                        Some(b) => {
-                            agg.account = Some(b.admit(uid));
-                            b.limits().modules_per_segment
-                        }
-                        None => usize::MAX,
-                    };
-                    agg.job = reader.job();
-                    agg.placement = placed.unwrap_or_else(placement);
-                    let state = (self.make_state)(reader.ident());
-                    // Without a lease the segment is still followed, as before leases.
-                    let lease = if self.leases {
-                        lifecycle::take_lease(&path).ok()
-                    } else {
-                        None
-                    };
-                    self.followed.push(Followed {
-                        key: SegmentKey::of(reader.ident()),
-                        reader,
-                        cursor: Cursor::from_start(),
-                        agg,
-                        ino,
-                        truncated: None,
-                        state,
-                        lease,
-                        uid,
-                        module_cap,
-                        modules_over: 0,
-                        ended_seen_ns: None,
-                        behind: false,
-                    });
-                    new += 1;
-                    Seen::Followed
-                }
-            }
+            Ok(reader) => self.admit(reader, path, ino, uid),
             // Removed between listing and opening: nothing to follow.
             Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => return 0,
             // Another user's segment (mode 0600) cannot belong to our session.
@@ -821,8 +743,113 @@ impl<S> Follower<S> {
                 Seen::Failed
             }
         };
+        let new = usize::from(seen == Seen::Followed);
         self.seen.insert(key, seen);
         new
+    }
+
+    /// Refuses the segment `key` when its user (`uid`) is at their budget: kept to be tried
+    /// again, after the ones refused before; counted once (not again at a `retry`).
+    fn refuse_over_budget(&mut self, key: &(OsString, u64), uid: u32, retry: bool) -> bool {
+        let Some(b) = &mut self.budget else {
+            return false;
+        };
+        if b.admits(uid) {
+            return false;
+        }
+        if !retry {
+            b.refused();
+        }
+        self.refused.entry(uid).or_default().push(key.clone());
+        self.seen.insert(key.clone(), Seen::Refused(uid));
+        true
+    }
+
+    /// An opened segment: ignored when it is another session's, or (said as a problem) when
+    /// its file is another user's where only one's own are trusted, or its process is not in
+    /// the run's tree; else followed.
+    fn admit(&mut self, reader: SegmentReader, path: PathBuf, ino: u64, uid: u32) -> Seen {
+        let placement = || crate::place::place(reader.ident(), reader.origin().as_ref());
+        let mut placed = None;
+        let foreign_to_tree = self.tree.is_some_and(|root| {
+            reader.owner_uid() != Some(crate::safe_file::euid()) && {
+                let p = placed.insert(placement());
+                !p.host_pid.is_some_and(|pid| descends_from(pid, root))
+            }
+        });
+        let foreign_owner = self.own_only && reader.owner_uid() != Some(crate::safe_file::euid());
+        if self.session.is_some_and(|s| s != reader.ident().session) {
+            Seen::Ignored
+        } else if foreign_owner {
+            self.push_problem(SegmentProblem {
+                path,
+                error: format!(
+                    "not shown: its file belongs to uid {}, not to this reader's user \
+                     (a session's segments are trusted only from one's own user)",
+                    reader.owner_uid().map_or("?".into(), |u| u.to_string()),
+                ),
+            });
+            Seen::Ignored
+        } else if foreign_to_tree {
+            self.push_problem(SegmentProblem {
+                path,
+                error: format!(
+                    "not counted: its file belongs to uid {}, and its process {} is \
+                     not one this run started",
+                    reader.owner_uid().map_or("?".into(), |u| u.to_string()),
+                    reader.ident().pid
+                ),
+            });
+            Seen::Ignored
+        } else {
+            let placement = placed.unwrap_or_else(placement);
+            self.follow_new(reader, &path, ino, uid, placement);
+            Seen::Followed
+        }
+    }
+
+    /// Starts following an admitted segment: its aggregate (accounted to its user's budget),
+    /// its state, and its lease.
+    fn follow_new(
+        &mut self,
+        reader: SegmentReader,
+        path: &Path,
+        ino: u64,
+        uid: u32,
+        placement: crate::place::Placement,
+    ) {
+        let mut agg = ProcessAgg::new(reader.ident());
+        let module_cap = match &mut self.budget {
+            Some(b) => {
+                agg.account = Some(b.admit(uid));
+                b.limits().modules_per_segment
+            }
+            None => usize::MAX,
+        };
+        agg.job = reader.job();
+        agg.placement = placement;
+        let state = (self.make_state)(reader.ident());
+        // Without a lease the segment is still followed, as before leases.
+        let lease = if self.leases {
+            lifecycle::take_lease(path).ok()
+        } else {
+            None
+        };
+        self.followed.push(Followed {
+            key: SegmentKey::of(reader.ident()),
+            reader,
+            cursor: Cursor::from_start(),
+            agg,
+            ino,
+            truncated: None,
+            state,
+            lease,
+            uid,
+            module_cap,
+            modules_over: 0,
+            ended_seen_ns: None,
+            behind: false,
+        });
     }
 
     /// Drains every followed ring (bounded per segment) and refreshes header counters;
