@@ -7,8 +7,8 @@ use cudarc::runtime::sys::cudaMemcpyKind;
 use syncspy_abi::record::FLAG_HOST_PINNED;
 use syncspy_abi::{Api, Direction, Kind};
 
+use crate::call::Call;
 use crate::pinned::{self, MemType};
-use crate::runtime::Call;
 
 /// Which side of a copy is host memory, for the pinned-ness question.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -48,9 +48,10 @@ use syncspy_abi::record::{Record, FLAG_PER_THREAD, NO_SITE};
 use syncspy_abi::{Api, Direction, Kind};
 
 use crate::clock::now_ns;
+use crate::errno::{errno, set_errno};
 use crate::python::{self, waiter};
 use crate::real::Real;
-use crate::runtime::{errno, set_errno, Runtime};
+use crate::runtime::Runtime;
 
 /// A host function as the driver calls it (`CUhostFn`).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);

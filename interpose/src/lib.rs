@@ -16,9 +16,12 @@
 
 mod api;
 mod attach;
+mod call;
 mod classify;
 mod clock;
+mod config;
 pub mod driver;
+mod errno;
 pub mod gpu;
 mod guard;
 pub mod hooks;
@@ -31,8 +34,8 @@ mod runtime;
 mod shed;
 mod stack;
 
+pub use call::Call;
 pub use classify::HostSide;
-pub use runtime::Call;
 
 /// Entry points for the benchmarks: the same code paths the exported hooks take, with the
 /// real function supplied by the caller. Not a stable API.

@@ -30,8 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, A
 use std::sync::Mutex;
 
 use crate::clock::now_ns;
+use crate::errno::{errno, set_errno};
 use crate::real::Real;
-use crate::runtime::{enter, errno, set_errno, Runtime};
+use crate::runtime::{enter, Runtime};
 
 /// `ncclResult_t` as the C ABI carries it.
 pub type NcclResult = c_int;
@@ -430,7 +431,7 @@ fn read_done(rt: &'static Runtime) -> bool {
                 s.state.store(FREE, Release);
                 pending = true;
             }
-            crate::runtime::NOT_READY => pending = true,
+            crate::call::NOT_READY => pending = true,
             _ => {
                 c.unmeasured.fetch_add(1, Relaxed);
                 s.state.store(FREE, Release);

@@ -6,7 +6,7 @@
 //! symbols; then the loaded runtime is looked up by soname with RTLD_NOLOAD, and failing
 //! that by walking the loaded objects for a path that names libcudart (`libcuda.so` for the
 //! driver's). Each symbol is resolved once and cached. Lookups call the real `dlsym`
-//! (`driver::dlsym::real`), never the library's own interposed one.
+//! (`dlsym`), never the library's own interposed one.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ops::ControlFlow;
@@ -83,7 +83,7 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> *mut c_void {
-        let adds = crate::stack::loader_adds();
+        let adds = loader_adds();
         if self.failed_at.load(Ordering::Relaxed) == adds {
             return std::ptr::null_mut();
         }
@@ -101,7 +101,7 @@ impl Real {
 /// forwards to (null if nowhere). Not cached: `Real` caches.
 fn lookup(name: &CStr, lib: Lib) -> *mut c_void {
     // SAFETY: RTLD_NEXT is a pseudo-handle.
-    let p = unsafe { crate::driver::dlsym::real(libc::RTLD_NEXT, name) };
+    let p = unsafe { dlsym(libc::RTLD_NEXT, name) };
     if !p.is_null() {
         return p;
     }
@@ -170,7 +170,7 @@ pub(crate) fn sym_in(object: *const c_char, name: &CStr) -> *mut c_void {
         if h.is_null() {
             return std::ptr::null_mut();
         }
-        let p = crate::driver::dlsym::real(h, name); // the handle just opened
+        let p = dlsym(h, name); // the handle just opened
         libc::dlclose(h);
         p
     }
@@ -184,6 +184,56 @@ pub const MISSING: u32 =
 /// `CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND`: the driver functions' `MISSING`.
 pub const DRIVER_MISSING: u32 =
     cudarc::driver::sys::CUresult::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND as u32;
+
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+static DLSYM: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The versions glibc has defined `dlsym` under: 2.34 (merged into libc), 2.2.5 (x86-64's
+/// first), 2.17 (aarch64's first).
+const DLSYM_VERSIONS: [&CStr; 3] = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"];
+
+/// The real `dlsym`, resolved once.
+pub fn dlsym_fn() -> Option<DlsymFn> {
+    let mut p = DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        for v in DLSYM_VERSIONS {
+            // SAFETY: NUL-terminated literals and the RTLD_NEXT pseudo-handle; dlvsym only
+            // reads them and is not interposed by this library.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        DLSYM.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's `dlsym`, whose C signature `DlsymFn` is.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// Looks `name` up with the real `dlsym` (libsyncspy is the caller, for `RTLD_NEXT`); NULL
+/// when not found or when the real `dlsym` cannot be found.
+///
+/// # Safety
+/// `handle` is a pseudo-handle (`RTLD_NEXT`, `RTLD_DEFAULT`) or a handle `dlopen` returned
+/// that is still open.
+pub unsafe fn dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    match dlsym_fn() {
+        // SAFETY: `real` is glibc's dlsym; `handle` is valid (this function's `# Safety`) and
+        // `name` a C string; dlsym only reads them.
+        Some(real) => unsafe { real(handle, name.as_ptr()) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
+/// the iteration at the first object, so this costs one loader-lock round trip.
+pub fn loader_adds() -> u64 {
+    for_each_object(|o| ControlFlow::Break(o.adds())).unwrap_or(0)
+}
 
 #[cfg(test)]
 mod tests {

@@ -17,9 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use syncspy_abi::cost::{SHED_RECORDS, SHED_STACKS};
 use syncspy_abi::record::NO_SITE;
-use syncspy_abi::{Api, Direction, Kind, Record, SegmentParams, SegmentWriter};
+use syncspy_abi::{Api, Kind, Record, SegmentParams, SegmentWriter};
 
+use crate::call::{Call, NOT_READY};
 use crate::clock::now_ns;
+use crate::config::{off_by_env_cached, Config};
+use crate::errno::{errno, set_errno};
 use crate::guard::{self, Reentry};
 use crate::real::Real;
 use crate::stack;
@@ -45,207 +48,6 @@ static INIT_BEGAN: AtomicU64 = AtomicU64::new(0);
 /// process this much once, not once per call.
 const INIT_PATIENCE_NS: u64 = 1_000_000_000;
 
-/// What a hook tells the runtime about one call.
-#[derive(Clone, Copy, Debug)]
-pub struct Call {
-    /// `None`: the call does not stall the host; it is only counted.
-    pub kind: Option<Kind>,
-    pub api: Api,
-    pub direction: Direction,
-    pub bytes: u64,
-    pub stream: u64,
-    pub flags: u8,
-}
-
-impl Call {
-    pub fn new(kind: Kind, api: Api) -> Call {
-        Call {
-            kind: Some(kind),
-            api,
-            direction: Direction::None,
-            bytes: 0,
-            stream: 0,
-            flags: 0,
-        }
-    }
-}
-
-/// Settings read from the environment at initialisation.
-pub struct Config {
-    pub dir: PathBuf,
-    pub ring: u32,
-    pub sites: u32,
-    pub session: u64,
-    /// Capture call-site stacks at all (`SYNCSPY_STACKS=0` turns it off).
-    pub stacks: bool,
-    /// Frames kept per stack (`SYNCSPY_STACK_DEPTH`, at most `sites::MAX_FRAMES`).
-    pub stack_depth: usize,
-    /// Stalls shorter than this get no stack (`SYNCSPY_STACK_MIN_NS`, default 0).
-    pub stack_min_ns: u64,
-    /// Reuse a thread's cached stack when provably unchanged (`SYNCSPY_STACK_CACHE=0` off).
-    pub stack_cache: bool,
-    /// Add the calling thread's Python frames to call sites (`SYNCSPY_PYTHON=0` off).
-    pub python: bool,
-    /// GPU idle tracing (`SYNCSPY_GPU_IDLE`, `SYNCSPY_GPU_IDLE_MIN_US`).
-    pub gpu: crate::gpu::GpuConfig,
-    /// The budget for the library's own time, ppm of the wall time (`SYNCSPY_BUDGET`, a
-    /// percentage, default 1; 0 none): past it, detail is shed (`shed`).
-    pub budget_ppm: u32,
-}
-
-/// The largest `SYNCSPY_RING` taken (records of 64 bytes: 256 MiB of ring); larger values
-/// are capped with a warning.
-pub const MAX_RING_ENV: u32 = 1 << 22;
-/// The largest `SYNCSPY_SITES` taken (entries of 512 bytes, plus 272 with Python: 50 MiB);
-/// larger values are capped with a warning.
-pub const MAX_SITES_ENV: u32 = 1 << 16;
-
-/// Reads settings through `get` (the environment, or a map in tests) and collects a
-/// warning for each value it cannot take as given.
-struct Env<'a> {
-    get: &'a dyn Fn(&str) -> Option<String>,
-    warnings: Vec<String>,
-}
-
-impl Env<'_> {
-    /// The trimmed value of `name`; `None` when unset or empty.
-    fn value(&self, name: &str) -> Option<String> {
-        (self.get)(name)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    }
-
-    /// A boolean: 0/1, true/false, yes/no, on/off (any case). Unset or empty: `default`;
-    /// anything else: `otherwise`, with a warning.
-    fn bool(&mut self, name: &str, default: bool, otherwise: bool) -> bool {
-        let Some(v) = self.value(name) else {
-            return default;
-        };
-        match parse_bool(&v) {
-            Some(b) => b,
-            None => {
-                self.warnings.push(format!(
-                    "{name}={v:?} is not a boolean (0/1, true/false, yes/no, on/off): taken as \
-                     {}",
-                    if otherwise { "on" } else { "off" }
-                ));
-                otherwise
-            }
-        }
-    }
-
-    /// A number: unset or empty gives `default`; not a number, a warning and `default`;
-    /// above `max`, a warning and `max`.
-    /// `SYNCSPY_BUDGET` (`shed::parse_ppm`); the default, with a warning, for anything else.
-    fn budget(&mut self) -> u32 {
-        let Some(v) = self.value("SYNCSPY_BUDGET") else {
-            return crate::shed::DEFAULT_PPM;
-        };
-        crate::shed::parse_ppm(&v).unwrap_or_else(|| {
-            self.warnings.push(format!(
-                "SYNCSPY_BUDGET={v:?} is not a percentage from 0 to 100 (or off): using 1"
-            ));
-            crate::shed::DEFAULT_PPM
-        })
-    }
-
-    fn num<T>(&mut self, name: &str, default: T, max: T) -> T
-    where
-        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-    {
-        let Some(v) = self.value(name) else {
-            return default;
-        };
-        match v.parse::<T>() {
-            Ok(n) if n > max => {
-                self.warnings.push(format!(
-                    "{name}={v} is above the most syncspy takes: {max} used"
-                ));
-                max
-            }
-            Ok(n) => n,
-            Err(_) => {
-                self.warnings.push(format!(
-                    "{name}={v:?} is not a whole number in range: the default {default} used"
-                ));
-                default
-            }
-        }
-    }
-}
-
-/// 0/1, true/false, yes/no, on/off, in any case; `None` for anything else.
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
-impl Config {
-    pub fn from_env() -> Config {
-        // Attached, the control file's settings come before the environment.
-        let (cfg, warnings) = Config::from_lookup(&|name| {
-            crate::attach::setting(name).or_else(|| std::env::var(name).ok())
-        });
-        for w in warnings {
-            eprintln!("syncspy: warning: {w}");
-        }
-        cfg
-    }
-
-    /// The settings `get` gives, and a warning for each value not taken as given.
-    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
-        let mut env = Env {
-            get,
-            warnings: Vec::new(),
-        };
-        let max_frames = syncspy_abi::sites::MAX_FRAMES;
-        let cfg = Config {
-            dir: env
-                .value("SYNCSPY_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
-            ring: env.num("SYNCSPY_RING", SegmentParams::DEFAULT_RING, MAX_RING_ENV),
-            sites: env.num("SYNCSPY_SITES", SegmentParams::DEFAULT_SITES, MAX_SITES_ENV),
-            session: env.num("SYNCSPY_SESSION", 0, u64::MAX),
-            stacks: env.bool("SYNCSPY_STACKS", true, true),
-            stack_depth: env
-                .num("SYNCSPY_STACK_DEPTH", max_frames, max_frames)
-                .max(1),
-            stack_min_ns: env.num("SYNCSPY_STACK_MIN_NS", 0, u64::MAX),
-            stack_cache: env.bool("SYNCSPY_STACK_CACHE", true, true),
-            python: env.bool("SYNCSPY_PYTHON", true, true),
-            budget_ppm: env.budget(),
-            gpu: {
-                let (mode, min_us) = (
-                    env.value("SYNCSPY_GPU_IDLE"),
-                    env.value("SYNCSPY_GPU_IDLE_MIN_US"),
-                );
-                crate::gpu::GpuConfig::parse_warn(
-                    mode.as_deref(),
-                    min_us.as_deref(),
-                    &mut env.warnings,
-                )
-            },
-        };
-        (cfg, env.warnings)
-    }
-}
-
-/// Whether `SYNCSPY_OFF`'s value turns recording off: a true boolean does, a false one
-/// (`0`, `false`, `no`, `off`) or none does not; anything else does, with a warning (it was
-/// set to turn recording off, the switch's only use).
-fn off_from(v: Option<String>) -> (bool, Option<String>) {
-    let mut env = Env {
-        get: &|_| v.clone(),
-        warnings: Vec::new(),
-    };
-    let off = env.bool("SYNCSPY_OFF", false, true);
-    (off, env.warnings.pop())
-}
-
 pub struct Runtime {
     pub seg: SegmentWriter,
     pub cfg: Config,
@@ -254,14 +56,6 @@ pub struct Runtime {
     /// `dlpi_adds` when the module map was last brought up to date.
     pub modules_adds: AtomicU64,
     pub refreshing: AtomicBool,
-}
-
-fn off_by_env() -> bool {
-    let (off, warning) = off_from(std::env::var("SYNCSPY_OFF").ok());
-    if let Some(w) = warning {
-        eprintln!("syncspy: warning: {w}");
-    }
-    off
 }
 
 /// Leaves the reason a segment could not be created where `syncspy run` looks for it
@@ -618,10 +412,6 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     set_errno(errno_out);
     result
 }
-
-/// `cudaErrorNotReady`, and the driver's `CUDA_ERROR_NOT_READY`: what a query returns while
-/// the work it asks about is still pending.
-pub const NOT_READY: u32 = 600;
 
 /// The path of the query hooks (`cudaStreamQuery`, `cudaEventQuery` and their driver forms).
 /// A query never waits: it is counted as a call that did not stall, like any. A run of
@@ -1113,34 +903,6 @@ pub(crate) fn start_now() -> bool {
     Runtime::active().is_some()
 }
 
-pub(crate) fn errno() -> i32 {
-    // SAFETY: __errno_location always returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-pub(crate) fn set_errno(v: i32) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = v };
-}
-
-/// Whether hooks maintain side tables (the pinned registry): always, unless `SYNCSPY_OFF`.
-pub fn tracking() -> bool {
-    !off_by_env_cached()
-}
-
-fn off_by_env_cached() -> bool {
-    static OFF: AtomicU8 = AtomicU8::new(2);
-    match OFF.load(Ordering::Relaxed) {
-        0 => false,
-        1 => true,
-        _ => {
-            let off = off_by_env();
-            OFF.store(off as u8, Ordering::Relaxed);
-            off
-        }
-    }
-}
-
 /// Registers the fork and exit handlers when the library is loaded, before any thread can
 /// be inside the first CUDA call: a fork during initialisation must still reset the child.
 /// Handlers survive fork, so this runs once per process image; each handler consults the
@@ -1198,86 +960,4 @@ extern "C" fn after_fork_in_child() {
     crate::attach::after_fork_in_child();
     crate::shed::reset();
     guard::FORK_GEN.fetch_add(1, Ordering::Relaxed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(&move |name| {
-            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-        })
-    }
-
-    #[test]
-    fn booleans_take_every_usual_spelling_and_warn_on_others() {
-        for (v, want) in [
-            ("0", false),
-            ("false", false),
-            ("No", false),
-            ("OFF", false),
-            ("1", true),
-            ("true", true),
-            ("yes", true),
-            (" on ", true),
-        ] {
-            assert_eq!(parse_bool(v), Some(want), "{v}");
-            let (c, w) = config(&[("SYNCSPY_STACKS", v), ("SYNCSPY_PYTHON", v)]);
-            assert_eq!((c.stacks, c.python), (want, want), "{v}");
-            assert!(w.is_empty(), "{w:?}");
-        }
-        let (c, w) = config(&[("SYNCSPY_STACK_CACHE", "nope")]);
-        assert!(c.stack_cache);
-        assert_eq!(w.len(), 1);
-        assert!(
-            w[0].contains("SYNCSPY_STACK_CACHE=\"nope\" is not a boolean"),
-            "{w:?}"
-        );
-        // Unset and empty: the defaults, silently.
-        let (c, w) = config(&[("SYNCSPY_STACKS", "")]);
-        assert!(c.stacks && c.stack_cache && c.python && w.is_empty());
-    }
-
-    #[test]
-    fn syncspy_off_false_records_and_garbage_turns_it_off_with_a_warning() {
-        assert_eq!(off_from(None), (false, None));
-        assert_eq!(off_from(Some(String::new())), (false, None));
-        for v in ["0", "false", "no", "off", "FALSE"] {
-            assert_eq!(off_from(Some(v.into())), (false, None), "{v}");
-        }
-        for v in ["1", "true", "yes", "on"] {
-            assert_eq!(off_from(Some(v.into())), (true, None), "{v}");
-        }
-        let (off, w) = off_from(Some("please".into()));
-        assert!(off);
-        assert!(w.unwrap().contains("SYNCSPY_OFF=\"please\""));
-    }
-
-    #[test]
-    fn sizes_are_capped_with_a_warning_and_garbage_is_the_default() {
-        let (c, w) = config(&[
-            ("SYNCSPY_SITES", "4294967295"),
-            ("SYNCSPY_RING", "99999999999"),
-            ("SYNCSPY_STACK_DEPTH", "500"),
-        ]);
-        assert_eq!(c.sites, MAX_SITES_ENV);
-        // Not a u32 at all: the default, with a warning.
-        assert_eq!(c.ring, SegmentParams::DEFAULT_RING);
-        assert_eq!(c.stack_depth, syncspy_abi::sites::MAX_FRAMES);
-        assert_eq!(w.len(), 3, "{w:?}");
-        assert!(w[0].contains("SYNCSPY_RING"), "{w:?}");
-        assert!(w[1].contains("SYNCSPY_SITES=4294967295 is above"), "{w:?}");
-        let (c, w) = config(&[("SYNCSPY_RING", "8388608"), ("SYNCSPY_SESSION", "x")]);
-        assert_eq!(c.ring, MAX_RING_ENV);
-        assert_eq!(c.session, 0);
-        assert_eq!(w.len(), 2, "{w:?}");
-        let (c, w) = config(&[("SYNCSPY_RING", "1024"), ("SYNCSPY_SITES", "256")]);
-        assert_eq!((c.ring, c.sites), (1024, 256));
-        assert!(w.is_empty());
-    }
 }

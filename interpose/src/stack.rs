@@ -151,12 +151,6 @@ pub fn capture_site(rt: &Runtime, weight: Option<u64>) -> (u32, bool, bool) {
     (site, w.truncated, true)
 }
 
-/// `dlpi_adds` of the dynamic linker: the number of objects ever loaded. Reading it stops
-/// the iteration at the first object, so this costs one loader-lock round trip.
-pub fn loader_adds() -> u64 {
-    for_each_object(|o| ControlFlow::Break(o.adds())).unwrap_or(0)
-}
-
 /// One loaded object as `dl_iterate_phdr` describes it.
 struct Object {
     path: Vec<u8>,
@@ -186,7 +180,7 @@ fn objects() -> Vec<Object> {
 /// Brings the segment's module map up to date when the dynamic linker has loaded objects
 /// since the last look. Only one thread refreshes at a time; others go on without waiting.
 pub fn refresh_modules(rt: &Runtime) {
-    let adds = loader_adds();
+    let adds = crate::real::loader_adds();
     if rt.modules_adds.load(Ordering::Acquire) == adds {
         return;
     }

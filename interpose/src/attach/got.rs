@@ -164,7 +164,7 @@ fn own_export(name: &CStr, own: (u64, u64)) -> Option<u64> {
     }
     // SAFETY: a handle just returned by dlopen and a NUL-terminated name (the real dlsym:
     // this library's own `dlsym` export is an interposer).
-    let p = unsafe { crate::driver::dlsym::real(h, name) } as u64;
+    let p = unsafe { crate::real::dlsym(h, name) } as u64;
     // SAFETY: closes the reference taken above; the library stays loaded.
     unsafe { libc::dlclose(h) };
     (own.0 <= p && p < own.1).then_some(p)
@@ -264,7 +264,7 @@ struct Coverage {
 fn real_of(name: &CStr) -> u64 {
     let bytes = name.to_bytes();
     if bytes == b"dlsym" {
-        return crate::driver::dlsym::real_fn().map_or(0, |f| f as usize as u64);
+        return crate::real::dlsym_fn().map_or(0, |f| f as usize as u64);
     }
     if is_driver_name(bytes) {
         return crate::real::lookup_driver(name) as u64;
@@ -420,11 +420,11 @@ fn patch_new_modules_locked(st: &mut State) -> String {
 fn binding_of(name: &CStr, pin: &Pinned, own: (u64, u64)) -> u64 {
     let not_own = |p: u64| (p != 0 && !(own.0 <= p && p < own.1)).then_some(p);
     // SAFETY: a pseudo-handle and a handle `pin` holds open; a NUL-terminated name.
-    let global = unsafe { crate::driver::dlsym::real(libc::RTLD_DEFAULT, name) } as u64;
+    let global = unsafe { crate::real::dlsym(libc::RTLD_DEFAULT, name) } as u64;
     not_own(global)
         .or_else(|| {
             // SAFETY: as above.
-            not_own(unsafe { crate::driver::dlsym::real(pin.0, name) } as u64)
+            not_own(unsafe { crate::real::dlsym(pin.0, name) } as u64)
         })
         .unwrap_or(0)
 }
@@ -580,7 +580,7 @@ fn import_pass(force: bool) {
     if !IMPORTED.load(Ordering::Acquire) {
         return;
     }
-    let adds = crate::stack::loader_adds();
+    let adds = crate::real::loader_adds();
     if !force && IMPORT_ADDS.load(Ordering::Acquire) == adds {
         return;
     }
@@ -607,9 +607,9 @@ fn import_pass(force: bool) {
 /// mode: a pass when the loader has added objects since the last one. Leaves errno as it was
 /// (the pass reads files); glibc's `dlsym` resets `dlerror`'s state itself.
 extern "C" fn import_lookup() {
-    let errno = crate::runtime::errno();
+    let errno = crate::errno::errno();
     let _ = std::panic::catch_unwind(|| import_pass(false));
-    crate::runtime::set_errno(errno);
+    crate::errno::set_errno(errno);
 }
 
 /// `import syncspy`'s in-process mode (see the module's documentation): on the first call,
@@ -622,7 +622,7 @@ extern "C" fn import_lookup() {
 #[no_mangle]
 pub extern "C" fn syncspy_import_hooks() -> i64 {
     std::panic::catch_unwind(|| {
-        if !crate::runtime::tracking() {
+        if !crate::config::tracking() {
             return 0;
         }
         if !IMPORTED.swap(true, Ordering::AcqRel) {

@@ -30,8 +30,6 @@ use std::time::{Duration, SystemTime};
 
 use crate::runtime;
 
-/// Settings from the control file, consulted before the environment while attached.
-static SETTINGS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 /// The control file of the current attach (None: not attached).
 static CONTROL: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// Whether arming must redirect GOT slots (the library was injected, not preloaded).
@@ -60,12 +58,6 @@ fn flag(v: Option<std::ffi::OsString>) -> bool {
 /// `SYNCSPY_DORMANT` is set: start in `DORMANT`.
 pub(crate) fn dormant_by_env() -> bool {
     flag(std::env::var_os("SYNCSPY_DORMANT"))
-}
-
-/// A setting from the control file of the current attach.
-pub(crate) fn setting(name: &str) -> Option<String> {
-    let s = SETTINGS.lock().ok()?;
-    s.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
 
 fn coarse_ns() -> u64 {
@@ -195,9 +187,7 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
     if !settings.iter().any(|(k, _)| k == "SYNCSPY_GPU_IDLE") {
         settings.push(("SYNCSPY_GPU_IDLE".into(), "on".into()));
     }
-    if let Ok(mut s) = SETTINGS.lock() {
-        *s = settings;
-    }
+    crate::config::set_attach_settings(settings);
     if let Ok(mut c) = CONTROL.lock() {
         *c = Some(control.to_path_buf());
     }
@@ -244,7 +234,7 @@ fn disarm() -> i32 {
 }
 
 fn lease() -> Duration {
-    let v = setting("SYNCSPY_ATTACH_LEASE_MS")
+    let v = crate::config::attach_setting("SYNCSPY_ATTACH_LEASE_MS")
         .or_else(|| std::env::var("SYNCSPY_ATTACH_LEASE_MS").ok());
     Duration::from_millis(match v {
         None => DEFAULT_LEASE_MS,

@@ -21,54 +21,12 @@
 //! its own definition back, and recurse. Only interposers look driver functions up that way.
 //!
 //! The real `dlsym` is found with `dlvsym(RTLD_NEXT, "dlsym", <glibc version>)`, which is not
-//! interposed; the library's own lookups call it directly (`real`), never the exported one.
+//! interposed; the library's own lookups call it directly (`real::dlsym`), never the exported one.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-/// The versions glibc has defined `dlsym` under: 2.34 (merged into libc), 2.2.5 (x86-64's
-/// first), 2.17 (aarch64's first).
-const VERSIONS: [&CStr; 3] = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"];
-
-/// The real `dlsym`, resolved once.
-pub fn real_fn() -> Option<DlsymFn> {
-    let mut p = REAL.load(Ordering::Acquire);
-    if p.is_null() {
-        for v in VERSIONS {
-            // SAFETY: NUL-terminated literals and the RTLD_NEXT pseudo-handle; dlvsym only
-            // reads them and is not interposed by this library.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
-            if !p.is_null() {
-                break;
-            }
-        }
-        if p.is_null() {
-            return None;
-        }
-        REAL.store(p, Ordering::Release);
-    }
-    // SAFETY: `p` is glibc's `dlsym`, whose C signature `DlsymFn` is.
-    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
-}
-
-/// Looks `name` up with the real `dlsym` (libsyncspy is the caller, for `RTLD_NEXT`); NULL
-/// when not found or when the real `dlsym` cannot be found.
-///
-/// # Safety
-/// `handle` is a pseudo-handle (`RTLD_NEXT`, `RTLD_DEFAULT`) or a handle `dlopen` returned
-/// that is still open.
-pub unsafe fn real(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    match real_fn() {
-        // SAFETY: `real` is glibc's dlsym; `handle` is valid (this function's `# Safety`) and
-        // `name` a C string; dlsym only reads them.
-        Some(real) => unsafe { real(handle, name.as_ptr()) },
-        None => std::ptr::null_mut(),
-    }
-}
+use crate::real::{dlsym as real, dlsym_fn as real_fn, DlsymFn};
 
 /// Answers `dlsym` when the real one cannot be found (no known glibc version): not found.
 unsafe extern "C" fn unavailable(_: *mut c_void, _: *const c_char) -> *mut c_void {
@@ -127,7 +85,7 @@ unsafe extern "C" fn intercepted_runtime(handle: *mut c_void, name: *const c_cha
     let name = unsafe { CStr::from_ptr(name) };
     // SAFETY: the program's own handle, which it passed to dlsym.
     let p = unsafe { real(handle, name) };
-    if p.is_null() || !crate::runtime::tracking() {
+    if p.is_null() || !crate::config::tracking() {
         return p;
     }
     match crate::hooks::exports::hook(name.to_bytes()) {

@@ -18,12 +18,13 @@ use cudarc::driver::sys::{
 use syncspy_abi::{Api, Direction, Kind};
 
 use super::{slot_fn, Family, INSTANCES, PTDS_BASE};
+use crate::call::Call;
 use crate::classify;
 use crate::guard;
 use crate::hooks::memcpy::{per_thread, sync_stream};
 use crate::pinned;
 use crate::real::{Real, DRIVER_MISSING};
-use crate::runtime::{self, hook, hook_query, Call};
+use crate::runtime::{self, hook, hook_query};
 use syncspy_abi::record::FLAG_PER_THREAD;
 
 /// `CUresult` as the C ABI carries it.
@@ -459,7 +460,7 @@ unsafe fn mem_free(f: FreeFn, ptr: CUdeviceptr, _ptds: bool) -> RawResult {
 /// Forgets a pinned range before the driver releases it (outermost calls only: a runtime
 /// call that reaches here did it already).
 fn forget_pinned(ptr: *mut c_void) -> u64 {
-    if runtime::tracking() && !nested() {
+    if crate::config::tracking() && !nested() {
         pinned::remove(ptr as u64).unwrap_or(0)
     } else {
         0
@@ -467,7 +468,7 @@ fn forget_pinned(ptr: *mut c_void) -> u64 {
 }
 
 fn remember_pinned(ptr: *mut c_void, size: usize) {
-    if runtime::tracking() && !nested() {
+    if crate::config::tracking() && !nested() {
         pinned::add(ptr as u64, size as u64);
     }
 }

@@ -195,7 +195,7 @@ pub fn wrap_proc(name: &[u8], version: i32, ptds: bool, real: *mut c_void) -> Op
 /// has none yet. `None` (hand out `real` itself) when recording is off, when `real` is one of
 /// libsyncspy's own functions, or when the family's slots are all taken.
 fn wrapper_for(family: Family, real: *mut c_void, ptds: bool) -> Option<*mut c_void> {
-    if real.is_null() || !crate::runtime::tracking() || !enabled() || is_own(real) {
+    if real.is_null() || !crate::config::tracking() || !enabled() || is_own(real) {
         return None;
     }
     let base = if ptds { PTDS_BASE } else { 0 };
@@ -237,7 +237,7 @@ fn enabled() -> bool {
             let on = match std::env::var("SYNCSPY_DRIVER") {
                 Err(std::env::VarError::NotPresent) => true,
                 Ok(v) if v.trim().is_empty() => true,
-                Ok(v) => crate::runtime::parse_bool(&v).unwrap_or_else(|| {
+                Ok(v) => crate::config::parse_bool(&v).unwrap_or_else(|| {
                     eprintln!(
                         "syncspy: warning: SYNCSPY_DRIVER={v:?} is not 0 or 1: the default 1 used"
                     );

@@ -46,14 +46,7 @@ use syncspy_abi::SegmentWriter;
 use crate::clock::now_ns;
 use track::{Activity, Event, Tracker};
 
-/// Settings from the environment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GpuConfig {
-    /// `MODE_*` (`SYNCSPY_GPU_IDLE`: `off`, `on`, `duty`; default `duty`).
-    pub mode: u32,
-    /// Shortest gap written to the ring (`SYNCSPY_GPU_IDLE_MIN_US`, default 10 µs).
-    pub min_gap_ns: u64,
-}
+pub use crate::config::GpuConfig;
 
 /// Length of the busy-fraction windows.
 pub const WINDOW_NS: u64 = 1_000_000_000;
@@ -64,58 +57,6 @@ pub const HOLD_NS: u64 = 500_000_000;
 /// Duty mode: traced `DUTY_ON_NS` of every `DUTY_PERIOD_NS`.
 pub const DUTY_ON_NS: u64 = 1_000_000_000;
 pub const DUTY_PERIOD_NS: u64 = 10_000_000_000;
-
-impl GpuConfig {
-    pub fn from_env() -> GpuConfig {
-        GpuConfig::parse(
-            std::env::var("SYNCSPY_GPU_IDLE").ok().as_deref(),
-            std::env::var("SYNCSPY_GPU_IDLE_MIN_US").ok().as_deref(),
-        )
-    }
-
-    /// A value that does not parse gives the default.
-    pub fn parse(mode: Option<&str>, min_us: Option<&str>) -> GpuConfig {
-        GpuConfig::parse_warn(mode, min_us, &mut Vec::new())
-    }
-
-    /// [`GpuConfig::parse`], with a warning in `warnings` for each value not taken: the mode
-    /// is `duty` or a boolean (`off`, `0`, `false`, `no`: off; `on`, `1`, `true`, `yes`:
-    /// on), the gap a whole number of microseconds.
-    pub fn parse_warn(
-        mode: Option<&str>,
-        min_us: Option<&str>,
-        warnings: &mut Vec<String>,
-    ) -> GpuConfig {
-        let mode = match mode.map(str::trim) {
-            None | Some("") => MODE_DUTY,
-            Some(v) if v.eq_ignore_ascii_case("duty") => MODE_DUTY,
-            Some(v) => match crate::runtime::parse_bool(v) {
-                Some(false) => MODE_OFF,
-                Some(true) => MODE_ON,
-                None => {
-                    warnings.push(format!(
-                        "SYNCSPY_GPU_IDLE={v:?} is not off, on or duty: the default duty used"
-                    ));
-                    MODE_DUTY
-                }
-            },
-        };
-        let min_us: u64 = match min_us.map(str::trim).filter(|v| !v.is_empty()) {
-            None => 10,
-            Some(v) => v.parse().unwrap_or_else(|_| {
-                warnings.push(format!(
-                    "SYNCSPY_GPU_IDLE_MIN_US={v:?} is not a whole number of microseconds: the \
-                     default 10 used"
-                ));
-                10
-            }),
-        };
-        GpuConfig {
-            mode,
-            min_gap_ns: min_us.saturating_mul(1000),
-        }
-    }
-}
 
 /// The tracker, shared by the GPU thread and CUPTI's buffer callbacks (which may run on
 /// CUPTI's own thread).

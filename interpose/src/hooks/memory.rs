@@ -8,9 +8,10 @@ use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Direction};
 
 use super::{real, RawError, STREAM_PER_THREAD};
+use crate::call::Call;
 use crate::classify;
 use crate::pinned;
-use crate::runtime::{self, hook, Call};
+use crate::runtime::hook;
 
 type FreeFn = unsafe extern "C" fn(*mut c_void) -> RawError;
 type MallocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> RawError;
@@ -41,7 +42,7 @@ pub unsafe extern "C" fn cudaFree(ptr: *mut c_void) -> RawError {
 /// Removes a pinned range before the runtime releases it, so no lookup can see freed memory
 /// as pinned; returns its size when known.
 fn forget_pinned(ptr: *mut c_void) -> u64 {
-    if runtime::tracking() {
+    if crate::config::tracking() {
         pinned::remove(ptr as u64).unwrap_or(0)
     } else {
         0
@@ -49,7 +50,7 @@ fn forget_pinned(ptr: *mut c_void) -> u64 {
 }
 
 fn remember_pinned(ptr: *mut c_void, size: usize) {
-    if runtime::tracking() {
+    if crate::config::tracking() {
         pinned::add(ptr as u64, size as u64);
     }
 }

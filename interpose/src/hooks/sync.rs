@@ -5,7 +5,8 @@ use syncspy_abi::record::FLAG_PER_THREAD;
 use syncspy_abi::{Api, Kind};
 
 use super::{export_pair, real, RawError};
-use crate::runtime::{hook, hook_query, Call};
+use crate::call::Call;
+use crate::runtime::{hook, hook_query};
 
 type NoArgs = unsafe extern "C" fn() -> RawError;
 pub type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
