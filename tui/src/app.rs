@@ -502,59 +502,13 @@ impl App {
     pub fn update(&mut self, action: Action) {
         match action {
             Action::Quit => self.quit = true,
-            Action::Data(s) => {
-                self.refreshes += 1;
-                if !self.paused {
-                    // The selected site keeps its selection (and its open stack) while
-                    // the ranking changes; an open stack whose site left the view closes.
-                    let key = self
-                        .selected_site()
-                        .map(|r| (r.site_id, r.kind, r.api.to_string()));
-                    self.snapshot = *s;
-                    if let Some((id, kind, api)) = key {
-                        let at = self
-                            .sites()
-                            .iter()
-                            .position(|r| r.key() == (id, kind, api.as_str()));
-                        match at {
-                            Some(i) => self.site_sel = i,
-                            None => self.close_stack(),
-                        }
-                    }
-                }
-            }
+            Action::Data(s) => self.take_snapshot(*s),
             Action::Resize(w, h) => self.screen = Rect::new(0, 0, w, h),
             Action::Up => self.move_by(-1),
             Action::Down => self.move_by(1),
-            Action::NextPane | Action::PrevPane => {
-                let order = [Pane::Processes, Pane::Histograms, Pane::Sites];
-                let at = order.iter().position(|p| *p == self.focus).unwrap_or(0);
-                let step = if matches!(action, Action::NextPane) {
-                    1
-                } else {
-                    2
-                };
-                self.focus = order[(at + step) % 3];
-                self.close_stack();
-            }
-            Action::Sort => match self.focus {
-                Pane::Processes => {
-                    self.proc_sort = match self.proc_sort {
-                        ProcSort::Stall => ProcSort::Events,
-                        ProcSort::Events => ProcSort::Pid,
-                        ProcSort::Pid => ProcSort::Job,
-                        ProcSort::Job => ProcSort::Stall,
-                    }
-                }
-                _ => {
-                    self.site_sort = match self.site_sort {
-                        SiteSort::Total => SiteSort::Count,
-                        SiteSort::Count => SiteSort::P99,
-                        SiteSort::P99 => SiteSort::Total,
-                    };
-                    self.site_sel = 0;
-                }
-            },
+            Action::NextPane => self.cycle_focus(1),
+            Action::PrevPane => self.cycle_focus(2),
+            Action::Sort => self.next_sort(),
             Action::ToggleWindow => {
                 self.recent = !self.recent;
                 self.site_sel = 0;
@@ -588,50 +542,118 @@ impl App {
                 // Enter opened the stack, Enter closes it.
                 Pane::Sites if self.stack_scroll().is_some() => self.close_stack(),
                 Pane::Sites => self.open_detail(),
-                Pane::Histograms => {
-                    let k = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
-                    self.kind_filter = if self.kind_filter == Some(k) {
-                        None
-                    } else {
-                        Some(k)
-                    };
-                    self.site_sel = 0;
-                }
+                Pane::Histograms => self.toggle_kind_filter(),
                 Pane::Processes => self.focus = Pane::Sites,
             },
-            Action::Back => {
-                if self.help_open() {
-                    self.close_help();
-                } else if self.stack_scroll().is_some() {
-                    self.close_stack();
-                } else if self.kind_filter.is_some() {
-                    self.kind_filter = None;
-                } else {
-                    self.filter.clear();
-                }
-            }
+            Action::Back => self.back(),
             Action::Scroll(by) => self.scroll(by),
-            Action::Help => match self.mode {
-                Mode::Help { .. } => self.close_help(),
-                Mode::Stack { scroll } => {
-                    self.mode = Mode::Help {
-                        stack: Some(scroll),
-                    }
-                }
-                Mode::Browse | Mode::Filter => self.mode = Mode::Help { stack: None },
-            },
+            Action::Help => self.toggle_help(),
             Action::GpuPane => self.gpu_pane = !self.gpu_pane,
-            Action::Dismiss => {
-                if let Some(p) = self.current().filter(|p| p.state.ended()) {
-                    let k = p.key();
-                    self.dismissed.insert(k);
-                    self.commands.push(Command::Forget(k));
-                    self.selected = None;
-                }
-            }
+            Action::Dismiss => self.dismiss(),
         }
         self.clamp_selections();
         self.follow_gpu_pane();
+    }
+
+    /// New data, unless paused. The selected site keeps its selection (and its open stack)
+    /// while the ranking changes; an open stack whose site left the view closes.
+    fn take_snapshot(&mut self, s: Snapshot) {
+        self.refreshes += 1;
+        if self.paused {
+            return;
+        }
+        let key = self
+            .selected_site()
+            .map(|r| (r.site_id, r.kind, r.api.to_string()));
+        self.snapshot = s;
+        if let Some((id, kind, api)) = key {
+            let at = self
+                .sites()
+                .iter()
+                .position(|r| r.key() == (id, kind, api.as_str()));
+            match at {
+                Some(i) => self.site_sel = i,
+                None => self.close_stack(),
+            }
+        }
+    }
+
+    /// Moves the focus `step` panes on (1: the next, 2: the previous of three); an open
+    /// stack closes.
+    fn cycle_focus(&mut self, step: usize) {
+        let order = [Pane::Processes, Pane::Histograms, Pane::Sites];
+        let at = order.iter().position(|p| *p == self.focus).unwrap_or(0);
+        self.focus = order[(at + step) % 3];
+        self.close_stack();
+    }
+
+    /// The focused pane's next sort order (the sites' for every pane but the processes').
+    fn next_sort(&mut self) {
+        match self.focus {
+            Pane::Processes => {
+                self.proc_sort = match self.proc_sort {
+                    ProcSort::Stall => ProcSort::Events,
+                    ProcSort::Events => ProcSort::Pid,
+                    ProcSort::Pid => ProcSort::Job,
+                    ProcSort::Job => ProcSort::Stall,
+                }
+            }
+            _ => {
+                self.site_sort = match self.site_sort {
+                    SiteSort::Total => SiteSort::Count,
+                    SiteSort::Count => SiteSort::P99,
+                    SiteSort::P99 => SiteSort::Total,
+                };
+                self.site_sel = 0;
+            }
+        }
+    }
+
+    /// Shows only the sites of the selected histogram's kind, or all again.
+    fn toggle_kind_filter(&mut self) {
+        let k = STALL_KINDS[self.kind_sel.min(STALL_KINDS.len() - 1)];
+        self.kind_filter = if self.kind_filter == Some(k) {
+            None
+        } else {
+            Some(k)
+        };
+        self.site_sel = 0;
+    }
+
+    /// Esc: closes help, else the stack, else the kind filter, else clears the text filter.
+    fn back(&mut self) {
+        if self.help_open() {
+            self.close_help();
+        } else if self.stack_scroll().is_some() {
+            self.close_stack();
+        } else if self.kind_filter.is_some() {
+            self.kind_filter = None;
+        } else {
+            self.filter.clear();
+        }
+    }
+
+    /// Opens help over what is shown (an open stack comes back after it), or closes it.
+    fn toggle_help(&mut self) {
+        match self.mode {
+            Mode::Help { .. } => self.close_help(),
+            Mode::Stack { scroll } => {
+                self.mode = Mode::Help {
+                    stack: Some(scroll),
+                }
+            }
+            Mode::Browse | Mode::Filter => self.mode = Mode::Help { stack: None },
+        }
+    }
+
+    /// Forgets the selected process once it has ended (the source drops it too).
+    fn dismiss(&mut self) {
+        if let Some(p) = self.current().filter(|p| p.state.ended()) {
+            let k = p.key();
+            self.dismissed.insert(k);
+            self.commands.push(Command::Forget(k));
+            self.selected = None;
+        }
     }
 
     /// The tracing request follows the GPU pane: on for the process it shows while that one
