@@ -28,7 +28,7 @@ use crate::model::{
     GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, RankOf, Scope, SiteRow, Snapshot,
     State, STALL_KINDS,
 };
-use crate::window::{kind_index, Window};
+use crate::window::{kind_index, Merged, Window};
 use crate::Source;
 
 pub use crate::model::MAX_SITES_SHOWN;
@@ -413,82 +413,13 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     let t = &f.state;
     let a = &f.agg;
     let key = f.key();
-
-    // Since start (or reset): exact header totals, recorded percentiles.
-    let mut all_kinds = Vec::new();
-    for (i, k) in STALL_KINDS.iter().enumerate() {
-        let (count, total_ns) = t.totals(a, *k);
-        let d = a.kind_dist(*k);
-        if count == 0 && d.is_none() {
-            continue;
-        }
-        let max_ns = match (&t.baseline, d) {
-            (None, _) => a.live.kind(*k).max_ns,
-            (Some(_), Some(d)) => d.max_ns(),
-            (Some(_), None) => 0,
-        };
-        all_kinds.push(KindRow {
-            kind: *k,
-            count,
-            total_ns,
-            p50_ns: d.map_or(0, |d| d.quantile(0.5)),
-            p99_ns: d.map_or(0, |d| d.quantile(0.99)),
-            max_ns,
-            bars: Some(t.cum[i].bars()),
-        });
-    }
-    // Every site, so that those that read alike are one row (`model::site_rows`), as in
-    // the report; each is symbolized once, in the background.
+    // The stacks not symbolized yet, asked for at the end.
     let mut want = Vec::new();
-    let all_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = a
-        .sites_by_total()
-        .into_iter()
-        .map(|(k, d)| {
-            site_row(
-                sym,
-                key,
-                k,
-                d.count(),
-                d.total_ns(),
-                d.quantile(0.99),
-                d.max_ns(),
-                &mut want,
-            )
-        })
-        .collect();
-
-    // The last N seconds, from the window's bins.
-    let mut recent_kinds = Vec::new();
-    for (i, k) in STALL_KINDS.iter().enumerate() {
-        if let Some(b) = &merged.kinds[i] {
-            recent_kinds.push(KindRow {
-                kind: *k,
-                count: b.count(),
-                total_ns: b.total_ns,
-                p50_ns: b.hist.quantile(0.5).min(b.max_ns),
-                p99_ns: b.hist.quantile(0.99).min(b.max_ns),
-                max_ns: b.max_ns,
-                bars: Some(b.hist.bars()),
-            });
-        }
-    }
-    let recent_sites: Vec<(SiteRow, Option<Arc<SiteLook>>)> = merged
-        .sites
-        .iter()
-        .map(|(k, b)| {
-            site_row(
-                sym,
-                key,
-                *k,
-                b.count(),
-                b.total_ns,
-                b.hist.quantile(0.99).min(b.max_ns),
-                b.max_ns,
-                &mut want,
-            )
-        })
-        .collect();
-
+    let all = Scope::of(all_kind_rows(t, a), all_site_rows(sym, key, a, &mut want));
+    let recent = Scope::of(
+        recent_kind_rows(&merged),
+        recent_site_rows(sym, key, &merged, &mut want),
+    );
     let wall_ns = a.wall_ns(now_ns);
     let (events_per_s, stall_per_s) = t.rates(f.ended());
     let state = State::from(&ProcessState::from(a.lifecycle()));
@@ -513,51 +444,158 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
             .filter(|c| c.level > syncspy_abi::cost::SHED_NONE)
             .map(|c| syncspy_abi::cost::CostStatus::level_name(c.level).to_string()),
         wall_ns,
-        all: Scope::of(all_kinds, all_sites),
-        recent: Some(Scope::of(recent_kinds, recent_sites)),
-        job: a.job.as_ref().map(|j| {
-            RankOf::new(
-                &j.id,
-                j.rank,
-                collectives_of(&a.live).map(|(ns, _)| ns),
-                gpu_measured(&a.live),
-                a.live.gpu.as_ref().map_or(0, |g| g.traced_ns),
-            )
-            .with_nccl(
-                a.live
-                    .collectives
-                    .as_ref()
-                    .and_then(|c| syncspy_read::report::CollectivesReport::of(c).share()),
-            )
-        }),
+        all,
+        recent: Some(recent),
+        job: rank_of(a),
         gpu: gpu_view(t, a, key, sym, now_s, &mut want),
     };
-    // Ask for the stacks not symbolized yet.
-    if !want.is_empty() {
-        let reader = &f.reader;
-        let modules: std::sync::Arc<[Module]> = f.modules().into();
-        for site in want {
-            let k = SiteRef { segment: key, site };
-            if sym.pending.contains(&k) || sym.cache.contains_key(&k) {
-                continue;
-            }
-            let stack = reader.site(site).unwrap_or_default();
-            let python = reader
-                .python_stack(site)
-                .map(|s| python::frames_of(&s))
-                .unwrap_or_default();
-            let waited_by = reader.waited_by(site).map(|w| Waiter::of(&w));
-            sym.pending.insert(k);
-            let _ = sym.tx.send(SymRequest {
-                key: k,
-                stack,
-                python,
-                waited_by,
-                modules: std::sync::Arc::clone(&modules),
+    request_stacks(f, sym, key, want);
+    proc
+}
+
+/// Each stall kind since start (or reset): exact header totals, recorded percentiles.
+fn all_kind_rows(t: &Extra, a: &ProcessAgg) -> Vec<KindRow> {
+    let mut rows = Vec::new();
+    for (i, k) in STALL_KINDS.iter().enumerate() {
+        let (count, total_ns) = t.totals(a, *k);
+        let d = a.kind_dist(*k);
+        if count == 0 && d.is_none() {
+            continue;
+        }
+        let max_ns = match (&t.baseline, d) {
+            (None, _) => a.live.kind(*k).max_ns,
+            (Some(_), Some(d)) => d.max_ns(),
+            (Some(_), None) => 0,
+        };
+        rows.push(KindRow {
+            kind: *k,
+            count,
+            total_ns,
+            p50_ns: d.map_or(0, |d| d.quantile(0.5)),
+            p99_ns: d.map_or(0, |d| d.quantile(0.99)),
+            max_ns,
+            bars: Some(t.cum[i].bars()),
+        });
+    }
+    rows
+}
+
+/// Every site since start, so that those that read alike are one row (`model::site_rows`),
+/// as in the report; each is symbolized once, in the background (`want`).
+fn all_site_rows(
+    sym: &SymWorker,
+    key: SegmentKey,
+    a: &ProcessAgg,
+    want: &mut Vec<u32>,
+) -> Vec<(SiteRow, Option<Arc<SiteLook>>)> {
+    a.sites_by_total()
+        .into_iter()
+        .map(|(k, d)| {
+            site_row(
+                sym,
+                key,
+                k,
+                d.count(),
+                d.total_ns(),
+                d.quantile(0.99),
+                d.max_ns(),
+                want,
+            )
+        })
+        .collect()
+}
+
+/// Each stall kind in the last N seconds, from the window's bins.
+fn recent_kind_rows(merged: &Merged) -> Vec<KindRow> {
+    let mut rows = Vec::new();
+    for (i, k) in STALL_KINDS.iter().enumerate() {
+        if let Some(b) = &merged.kinds[i] {
+            rows.push(KindRow {
+                kind: *k,
+                count: b.count(),
+                total_ns: b.total_ns,
+                p50_ns: b.hist.quantile(0.5).min(b.max_ns),
+                p99_ns: b.hist.quantile(0.99).min(b.max_ns),
+                max_ns: b.max_ns,
+                bars: Some(b.hist.bars()),
             });
         }
     }
-    proc
+    rows
+}
+
+/// Every site in the last N seconds, from the window's bins.
+fn recent_site_rows(
+    sym: &SymWorker,
+    key: SegmentKey,
+    merged: &Merged,
+    want: &mut Vec<u32>,
+) -> Vec<(SiteRow, Option<Arc<SiteLook>>)> {
+    merged
+        .sites
+        .iter()
+        .map(|(k, b)| {
+            site_row(
+                sym,
+                key,
+                *k,
+                b.count(),
+                b.total_ns,
+                b.hist.quantile(0.99).min(b.max_ns),
+                b.max_ns,
+                want,
+            )
+        })
+        .collect()
+}
+
+/// The process's place in its job: its collectives' and GPU time, NCCL's share.
+fn rank_of(a: &ProcessAgg) -> Option<RankOf> {
+    a.job.as_ref().map(|j| {
+        RankOf::new(
+            &j.id,
+            j.rank,
+            collectives_of(&a.live).map(|(ns, _)| ns),
+            gpu_measured(&a.live),
+            a.live.gpu.as_ref().map_or(0, |g| g.traced_ns),
+        )
+        .with_nccl(
+            a.live
+                .collectives
+                .as_ref()
+                .and_then(|c| syncspy_read::report::CollectivesReport::of(c).share()),
+        )
+    })
+}
+
+/// Asks the symbolizing thread for the stacks of the sites in `want` that it neither has
+/// nor is working on.
+fn request_stacks(f: &Followed<Extra>, sym: &mut SymWorker, key: SegmentKey, want: Vec<u32>) {
+    if want.is_empty() {
+        return;
+    }
+    let reader = &f.reader;
+    let modules: std::sync::Arc<[Module]> = f.modules().into();
+    for site in want {
+        let k = SiteRef { segment: key, site };
+        if sym.pending.contains(&k) || sym.cache.contains_key(&k) {
+            continue;
+        }
+        let stack = reader.site(site).unwrap_or_default();
+        let python = reader
+            .python_stack(site)
+            .map(|s| python::frames_of(&s))
+            .unwrap_or_default();
+        let waited_by = reader.waited_by(site).map(|w| Waiter::of(&w));
+        sym.pending.insert(k);
+        let _ = sym.tx.send(SymRequest {
+            key: k,
+            stack,
+            python,
+            waited_by,
+            modules: std::sync::Arc::clone(&modules),
+        });
+    }
 }
 
 /// The GPU pane of a process; `None` for segments without a GPU part.
