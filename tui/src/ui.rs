@@ -12,9 +12,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Widget, Wrap};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-use crate::app::{App, Pane, ProcSort};
+use crate::app::{App, JobScore, Pane, ProcSort};
 use crate::loghist::BAR_CELLS;
-use crate::model::{count, dur, percent, rate, stall_rate, KindRow, Proc, SiteRow, STALL_KINDS};
+use crate::model::{
+    count, dur, percent, rate, stall_rate, GapCauseRow, GpuDeviceView, GpuView, KindRow, Proc,
+    SiteRow, STALL_KINDS,
+};
 use syncspy_read::plural;
 use syncspy_read::report::{IdleCause, HOST_BUSY_ELSEWHERE};
 
@@ -221,76 +224,13 @@ impl App {
             if let (Some(scores), Some(id)) = (&jobs, job) {
                 if last_job != Some(id) {
                     let s = scores.get(id).copied().unwrap_or_default();
-                    let verdict = if let Some((k, wait, true)) = s.collective {
-                        let who = procs
-                            .iter()
-                            .find(|q| q.key() == k)
-                            .and_then(|q| q.job.as_ref())
-                            .map(|j| j.label())
-                            .unwrap_or_default();
-                        format!(
-                            "straggler {who}: the other ranks waited {} for it in collectives",
-                            dur(wait, self.ascii)
-                        )
-                    } else if s.straggler() {
-                        format!(
-                            "straggler {}: {} stalled, {} above the others' median",
-                            p.job.as_ref().map(|j| j.label()).unwrap_or_default(),
-                            dur(s.max_ns, self.ascii),
-                            dur(s.score(), self.ascii)
-                        )
-                    } else {
-                        "no straggler".to_string()
-                    };
-                    rows.push(
-                        Row::new(vec![
-                            Cell::from("JOB"),
-                            Cell::from(plural::count(s.ranks, "rank", "ranks")),
-                            Cell::from(""),
-                            Cell::from(""),
-                            Cell::from(""),
-                            Cell::from(""),
-                            Cell::from(format!("{id}: {verdict}")),
-                        ])
-                        .style(bold()),
-                    );
+                    rows.push(self.job_row(&procs, p, id, s));
                     keys.push(None);
                 }
             }
             last_job = job;
             keys.push(Some(p.key()));
-            rows.push({
-                let state_style = if p.state.ended() {
-                    dim()
-                } else {
-                    self.running()
-                };
-                let dropped = if p.dropped > 0 {
-                    Cell::from(count(p.dropped)).style(self.alarm())
-                } else {
-                    Cell::from("0")
-                };
-                let gpu = match p.gpu_idle_share {
-                    Some(s) => percent(s),
-                    None => "n/m".into(),
-                };
-                let mut row = Row::new(vec![
-                    Cell::from(p.shown_pid().to_string()),
-                    Cell::from(p.state.label()).style(state_style),
-                    Cell::from(rate(p.events_per_s)),
-                    Cell::from(stall_rate(p.stall_per_s, self.ascii)),
-                    Cell::from(gpu),
-                    dropped,
-                    Cell::from(match &p.job {
-                        Some(j) => format!("[{}] {}", j.label(), p.command),
-                        None => p.command.clone(),
-                    }),
-                ]);
-                if Some(p.key()) == cur {
-                    row = row.style(selected());
-                }
-                row
-            });
+            rows.push(self.process_row(p, Some(p.key()) == cur));
         }
         let title = Line::from(format!(
             " Processes ({}, by {}) {} ",
@@ -331,6 +271,77 @@ impl App {
             .column_spacing(1)
             .block(block)
             .render(area, buf);
+    }
+
+    /// The row above a job's ranks (`p` the first of them): its ranks and its verdict, the
+    /// straggler in collectives or by stall time, or none.
+    fn job_row(&self, procs: &[&Proc], p: &Proc, id: &str, s: JobScore) -> Row<'static> {
+        let verdict = if let Some((k, wait, true)) = s.collective {
+            let who = procs
+                .iter()
+                .find(|q| q.key() == k)
+                .and_then(|q| q.job.as_ref())
+                .map(|j| j.label())
+                .unwrap_or_default();
+            format!(
+                "straggler {who}: the other ranks waited {} for it in collectives",
+                dur(wait, self.ascii)
+            )
+        } else if s.straggler() {
+            format!(
+                "straggler {}: {} stalled, {} above the others' median",
+                p.job.as_ref().map(|j| j.label()).unwrap_or_default(),
+                dur(s.max_ns, self.ascii),
+                dur(s.score(), self.ascii)
+            )
+        } else {
+            "no straggler".to_string()
+        };
+        Row::new(vec![
+            Cell::from("JOB"),
+            Cell::from(plural::count(s.ranks, "rank", "ranks")),
+            Cell::from(""),
+            Cell::from(""),
+            Cell::from(""),
+            Cell::from(""),
+            Cell::from(format!("{id}: {verdict}")),
+        ])
+        .style(bold())
+    }
+
+    /// A process's row: pid, state, rates, GPU idle share, drops, its rank and command.
+    fn process_row(&self, p: &Proc, is_selected: bool) -> Row<'static> {
+        let state_style = if p.state.ended() {
+            dim()
+        } else {
+            self.running()
+        };
+        let dropped = if p.dropped > 0 {
+            Cell::from(count(p.dropped)).style(self.alarm())
+        } else {
+            Cell::from("0")
+        };
+        let gpu = match p.gpu_idle_share {
+            Some(s) => percent(s),
+            None => "n/m".into(),
+        };
+        let row = Row::new(vec![
+            Cell::from(p.shown_pid().to_string()),
+            Cell::from(p.state.label()).style(state_style),
+            Cell::from(rate(p.events_per_s)),
+            Cell::from(stall_rate(p.stall_per_s, self.ascii)),
+            Cell::from(gpu),
+            dropped,
+            Cell::from(match &p.job {
+                Some(j) => format!("[{}] {}", j.label(), p.command),
+                None => p.command.clone(),
+            }),
+        ]);
+        if is_selected {
+            row.style(selected())
+        } else {
+            row
+        }
     }
 
     fn kind_rows(&self, p: &Proc, all_kinds: bool) -> Vec<KindRow> {
@@ -491,18 +502,7 @@ impl App {
     /// The GPU pane of the process shown: per device its busy share second by second, the
     /// idle gaps, and the host causes they are blamed on.
     fn render_gpu(&self, area: Rect, buf: &mut Buffer) {
-        let mut title = vec![Span::raw(" GPU")];
-        if let Some(p) = self.current() {
-            title.push(Span::raw(format!(" pid {}", p.shown_pid())));
-            if let Some(g) = &p.gpu {
-                title.push(Span::raw(format!(": {}", g.tracing)));
-            }
-        }
-        if let Some(what) = self.gpu_request_status() {
-            title.push(Span::styled(format!(" {what}"), bold()));
-        }
-        title.push(Span::raw(" "));
-        let block = self.block(Line::from(title), None);
+        let block = self.block(self.gpu_title(), None);
         let inner = block.inner(area);
         block.render(area, buf);
         let Some(p) = self.current() else {
@@ -516,7 +516,6 @@ impl App {
             .render(inner, buf);
             return;
         };
-        let secs = self.snapshot.window_secs;
         let mut lines = Vec::new();
         if g.devices.is_empty() {
             lines.push(Line::styled(
@@ -524,23 +523,60 @@ impl App {
                 dim(),
             ));
         }
-        for d in &g.devices {
-            let mut spans = vec![
-                Span::styled(format!("device {:<2}", d.device), bold()),
-                Span::raw(format!(
-                    " busy {:>6} since start",
-                    d.busy_share.map_or("-".into(), percent)
-                )),
-            ];
-            if !d.per_second.is_empty() {
-                let edge = if self.ascii { "|" } else { "│" };
-                spans.push(Span::raw(format!("   last {secs}s {edge}")));
-                spans.push(Span::raw(crate::busy::sparkline(&d.per_second, self.ascii)));
-                spans.push(Span::raw(edge));
-                spans.push(Span::styled(" one cell a second, blank: not traced", dim()));
-            }
-            lines.push(Line::from(spans));
+        lines.extend(g.devices.iter().map(|d| self.device_line(d)));
+        lines.push(self.gaps_line(g));
+        lines.push(Line::styled(
+            format!(
+                "{:>6}  {:<40} {:>6} {:>9}  WHERE",
+                "IDLE", "HOST CAUSE", "GAPS", "TOTAL"
+            ),
+            bold(),
+        ));
+        if g.causes.is_empty() {
+            lines.push(Line::styled("no gap received yet", dim()));
         }
+        lines.extend(g.causes.iter().map(|c| self.cause_line(c)));
+        Paragraph::new(lines).render(inner, buf);
+    }
+
+    /// The GPU pane's title: the process, its tracing state, a pending request's status.
+    fn gpu_title(&self) -> Line<'static> {
+        let mut title = vec![Span::raw(" GPU")];
+        if let Some(p) = self.current() {
+            title.push(Span::raw(format!(" pid {}", p.shown_pid())));
+            if let Some(g) = &p.gpu {
+                title.push(Span::raw(format!(": {}", g.tracing)));
+            }
+        }
+        if let Some(what) = self.gpu_request_status() {
+            title.push(Span::styled(format!(" {what}"), bold()));
+        }
+        title.push(Span::raw(" "));
+        Line::from(title)
+    }
+
+    /// A device's busy share since start and, second by second, over the window.
+    fn device_line(&self, d: &GpuDeviceView) -> Line<'static> {
+        let secs = self.snapshot.window_secs;
+        let mut spans = vec![
+            Span::styled(format!("device {:<2}", d.device), bold()),
+            Span::raw(format!(
+                " busy {:>6} since start",
+                d.busy_share.map_or("-".into(), percent)
+            )),
+        ];
+        if !d.per_second.is_empty() {
+            let edge = if self.ascii { "|" } else { "│" };
+            spans.push(Span::raw(format!("   last {secs}s {edge}")));
+            spans.push(Span::raw(crate::busy::sparkline(&d.per_second, self.ascii)));
+            spans.push(Span::raw(edge));
+            spans.push(Span::styled(" one cell a second, blank: not traced", dim()));
+        }
+        Line::from(spans)
+    }
+
+    /// The idle gaps: count, total, percentiles and bars, and the shorter gaps apart.
+    fn gaps_line(&self, g: &GpuView) -> Line<'static> {
         let gp = &g.gaps;
         // An agent sends the gaps' percentiles, not their distribution (no bars): after a
         // reset, the count and total are since it, the percentiles still since start.
@@ -576,32 +612,23 @@ impl App {
                 dim(),
             ));
         }
-        lines.push(Line::from(gaps));
-        lines.push(Line::styled(
-            format!(
-                "{:>6}  {:<40} {:>6} {:>9}  WHERE",
-                "IDLE", "HOST CAUSE", "GAPS", "TOTAL"
-            ),
-            bold(),
-        ));
-        if g.causes.is_empty() {
-            lines.push(Line::styled("no gap received yet", dim()));
-        }
-        for c in &g.causes {
-            let what = match &c.cause {
-                IdleCause::Stall(s) => format!("{} {}", s.kind, s.api),
-                IdleCause::HostBusyElsewhere => HOST_BUSY_ELSEWHERE.to_string(),
-            };
-            lines.push(Line::raw(format!(
-                "{:>6}  {:<40} {:>6} {:>9}  {}",
-                percent(c.share),
-                what,
-                count(c.count),
-                dur(c.total_ns, self.ascii),
-                short_location(c.cause.location().unwrap_or_default())
-            )));
-        }
-        Paragraph::new(lines).render(inner, buf);
+        Line::from(gaps)
+    }
+
+    /// A host cause the gaps are blamed on: its share of the idle time, gaps, total, where.
+    fn cause_line(&self, c: &GapCauseRow) -> Line<'static> {
+        let what = match &c.cause {
+            IdleCause::Stall(s) => format!("{} {}", s.kind, s.api),
+            IdleCause::HostBusyElsewhere => HOST_BUSY_ELSEWHERE.to_string(),
+        };
+        Line::raw(format!(
+            "{:>6}  {:<40} {:>6} {:>9}  {}",
+            percent(c.share),
+            what,
+            count(c.count),
+            dur(c.total_ns, self.ascii),
+            short_location(c.cause.location().unwrap_or_default())
+        ))
     }
 
     fn render_sites(&self, area: Rect, buf: &mut Buffer) {
