@@ -297,6 +297,20 @@ impl Collector {
         let problems = self.reader.step(|_, _, _| {});
         self.warn_new(problems);
         self.discover();
+        self.drain_pods();
+        self.survey_runs();
+        let retired = self.forget_stale();
+        if retired > 0 {
+            self.release_unused_labels();
+        }
+        self.trim(retired);
+        self.close_gone_pods();
+        self.reclaim_if_due();
+        self.log_dropped();
+    }
+
+    /// Drains each pod's segments and warns of their problems (once each).
+    fn drain_pods(&mut self) {
         let mut problems = Vec::new();
         for p in self.pods.iter_mut() {
             // A gone pod's folder is not scanned: its segments are drained until forgotten.
@@ -316,34 +330,42 @@ impl Collector {
                 self.warn(w);
             }
         }
+    }
 
+    /// The live `syncspy run`s: their ended segments are kept (and leased) until the run
+    /// ends, so that the run hands them over rather than removes them. Surveyed again when
+    /// a reader's file appeared (a run registers before its program starts) or
+    /// `HOUSEKEEPING_EVERY` passed.
+    fn survey_runs(&mut self) {
+        let appeared = self.reader.follower_mut().take_reader_appeared();
+        if !appeared
+            && self
+                .last_survey
+                .is_some_and(|t| t.elapsed() < HOUSEKEEPING_EVERY)
+        {
+            return;
+        }
+        let me = lifecycle::Owner::me();
+        self.last_survey = Some(std::time::Instant::now());
+        self.runs = lifecycle::Readers::survey(self.reader.dir())
+            .map(|r| {
+                r.registered
+                    .iter()
+                    .filter(|(o, _)| *o != me)
+                    .filter_map(|(_, s)| match s {
+                        Scope::Session(n) => Some(*n),
+                        Scope::All => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+
+    /// Forgets and retires the segments that are done with, in the agent's folder and the
+    /// pods'; returns how many.
+    fn forget_stale(&mut self) -> usize {
         let now = monotonic_ns();
         let retain = u64::try_from(self.retain.as_nanos()).unwrap_or(u64::MAX);
-        // The live `syncspy run`s: their ended segments are kept (and leased) until the run
-        // ends, so that the run hands them over rather than removes them.
-        // Surveyed again when a reader's file appeared (a run registers before its program
-        // starts) or `HOUSEKEEPING_EVERY` passed.
-        let appeared = self.reader.follower_mut().take_reader_appeared();
-        if appeared
-            || self
-                .last_survey
-                .is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY)
-        {
-            let me = lifecycle::Owner::me();
-            self.last_survey = Some(std::time::Instant::now());
-            self.runs = lifecycle::Readers::survey(self.reader.dir())
-                .map(|r| {
-                    r.registered
-                        .iter()
-                        .filter(|(o, _)| *o != me)
-                        .filter_map(|(_, s)| match s {
-                            Scope::Session(n) => Some(*n),
-                            Scope::All => None,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-        }
         let runs = &self.runs;
         // A segment removed under us is drained (just now) and let go: nobody else can find
         // it, and its mapping alone keeps its memory in use.
@@ -355,16 +377,19 @@ impl Collector {
         }
         let cap = self.limits.segments_per_user;
         let at_cap = |f: &Followed| per_user.get(&f.uid).is_some_and(|n| *n >= cap);
+        let ended_long_ago = |f: &Followed| {
+            let end = match f.agg.live.ended_ns {
+                0 => f.agg.gone_ns.unwrap_or(now),
+                e => e,
+            };
+            now.saturating_sub(end) >= retain
+        };
         let stale = |f: &Followed| {
             f.unlinked()
                 || f.ended() && f.agg.compacted && at_cap(f)
-                || f.ended() && !(f.agg.session != 0 && runs.contains(&f.agg.session)) && {
-                    let end = match f.agg.live.ended_ns {
-                        0 => f.agg.gone_ns.unwrap_or(now),
-                        e => e,
-                    };
-                    now.saturating_sub(end) >= retain
-                }
+                || f.ended()
+                    && !(f.agg.session != 0 && runs.contains(&f.agg.session))
+                    && ended_long_ago(f)
         };
         let gone = self.reader.follower_mut().forget(stale);
         let mut retired = gone.len();
@@ -377,13 +402,7 @@ impl Collector {
         let pod_stale = |f: &Followed| {
             f.unlinked()
                 || f.ended() && f.agg.compacted && at_cap(f)
-                || f.ended() && {
-                    let end = match f.agg.live.ended_ns {
-                        0 => f.agg.gone_ns.unwrap_or(now),
-                        e => e,
-                    };
-                    now.saturating_sub(end) >= retain
-                }
+                || f.ended() && ended_long_ago(f)
         };
         let gone: Vec<Followed> = self
             .pods
@@ -394,49 +413,54 @@ impl Collector {
         for mut f in gone {
             self.retire(&mut f, true, &mut survey);
         }
-        if retired > 0 {
-            // Labels that no live process uses any more go back to their user's quota.
-            let live: Vec<(u32, Vec<String>)> = self
-                .followed()
-                .map(|f| (f.uid, f.agg.argv.clone()))
-                .collect();
-            let live: Vec<(u32, &[String])> =
-                live.iter().map(|(u, a)| (*u, a.as_slice())).collect();
-            self.labels.release_unused(&live, &mut self.forgotten);
-        }
-        self.trim(retired);
-        self.close_gone_pods();
+        retired
+    }
+
+    /// Labels that no live process uses any more go back to their user's quota.
+    fn release_unused_labels(&mut self) {
+        let live: Vec<(u32, Vec<String>)> = self
+            .followed()
+            .map(|f| (f.uid, f.agg.argv.clone()))
+            .collect();
+        let live: Vec<(u32, &[String])> = live.iter().map(|(u, a)| (*u, a.as_slice())).collect();
+        self.labels.release_unused(&live, &mut self.forgotten);
+    }
+
+    /// Every `HOUSEKEEPING_EVERY` (unless segments are kept), removes ended segments in the
+    /// agent's folder that no one follows, by the reclaim policy.
+    fn reclaim_if_due(&mut self) {
         let reclaim_due = self
             .last_reclaim
             .is_none_or(|t| t.elapsed() >= HOUSEKEEPING_EVERY);
-        if !self.keep_segments && reclaim_due {
-            self.last_reclaim = Some(std::time::Instant::now());
-            let followed: std::collections::HashSet<PathBuf> = self
-                .reader
-                .processes()
-                .iter()
-                .map(|f| f.reader.path().to_path_buf())
-                .collect();
-            // Nor one it has not read yet: a job that began and ended since this step's scan
-            // would otherwise be removed unread whenever the folder is over its cap (another
-            // user's files, which this agent does not reclaim, can keep it there).
-            let grace = Duration::from_nanos(lifecycle::AGENT_GRACE_NS);
-            let recent = |p: &std::path::Path| {
-                std::fs::symlink_metadata(p)
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age < grace)
-            };
-            let skip = |p: &std::path::Path| followed.contains(p) || recent(p);
-            if let Err(e) = lifecycle::reclaim(self.reader.dir(), self.policy, &skip) {
-                let w = format!("cannot reclaim in {}: {e}", self.reader.dir().display());
-                if !self.warnings.contains(&w) {
-                    self.warn(w);
-                }
+        if self.keep_segments || !reclaim_due {
+            return;
+        }
+        self.last_reclaim = Some(std::time::Instant::now());
+        // Never a segment it follows.
+        let followed: std::collections::HashSet<PathBuf> = self
+            .reader
+            .processes()
+            .iter()
+            .map(|f| f.reader.path().to_path_buf())
+            .collect();
+        // Nor one it has not read yet: a job that began and ended since this step's scan
+        // would otherwise be removed unread whenever the folder is over its cap (another
+        // user's files, which this agent does not reclaim, can keep it there).
+        let grace = Duration::from_nanos(lifecycle::AGENT_GRACE_NS);
+        let recent = |p: &std::path::Path| {
+            std::fs::symlink_metadata(p)
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age < grace)
+        };
+        let skip = |p: &std::path::Path| followed.contains(p) || recent(p);
+        if let Err(e) = lifecycle::reclaim(self.reader.dir(), self.policy, &skip) {
+            let w = format!("cannot reclaim in {}: {e}", self.reader.dir().display());
+            if !self.warnings.contains(&w) {
+                self.warn(w);
             }
         }
-        self.log_dropped();
     }
 
     /// Moves a forgotten segment's totals into its program's counters and lets go of its
