@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 /// `buf` is null (with `len` 0) or points at `len` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn syncspy_segment_path(buf: *mut c_char, len: usize) -> isize {
-    let Ok(Some(path)) = std::panic::catch_unwind(crate::runtime::segment_path) else {
+    let Ok(Some(path)) = std::panic::catch_unwind(crate::state::segment_path) else {
         return 0;
     };
     let bytes = path.as_os_str().as_bytes();
@@ -34,5 +34,5 @@ pub unsafe extern "C" fn syncspy_segment_path(buf: *mut c_char, len: usize) -> i
 /// Only grows while the segment is in use; a reader compares two values.
 #[no_mangle]
 pub extern "C" fn syncspy_calls_seen() -> u64 {
-    std::panic::catch_unwind(crate::runtime::calls_seen).unwrap_or(0)
+    std::panic::catch_unwind(crate::state::calls_seen).unwrap_or(0)
 }

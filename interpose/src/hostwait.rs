@@ -49,9 +49,10 @@ use syncspy_abi::{Api, Direction, Kind};
 
 use crate::clock::now_ns;
 use crate::errno::{errno, set_errno};
+use crate::init::active;
 use crate::python::{self, waiter};
 use crate::real::Real;
-use crate::runtime::Runtime;
+use crate::state::Runtime;
 
 /// A host function as the driver calls it (`CUhostFn`).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -191,7 +192,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     let flags = s.flags.load(Relaxed);
     s.state.store(FREE, Release);
     let errno_in = errno();
-    let rt = Runtime::active();
+    let rt = active();
     let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
     if seen.is_some() {
         let _ = catch_unwind(watch::supersede);
@@ -531,7 +532,7 @@ mod watch {
             }
         }
         drop(v);
-        let Some(rt) = Runtime::active() else {
+        let Some(rt) = active() else {
             return;
         };
         for (k, (w, cpu)) in woke.iter().enumerate() {

@@ -9,7 +9,7 @@
 //!         ├─ classify (pinned? direction? bytes)          classify.rs, pinned.rs
 //!         ├─ non-stall: count in the header, call real    (no clock, no record)
 //!         └─ stall: time the real call, capture the stack, stack.rs
-//!                   write one record + exact totals       runtime.rs
+//!                   write one record + exact totals       record.rs
 //! ```
 //! Everything that can fail in the library's own work falls back to calling the real
 //! function: the application sees the same return value, errno and behaviour as without it.
@@ -20,19 +20,24 @@ mod call;
 mod classify;
 mod clock;
 mod config;
+mod device;
 pub mod driver;
+mod entry;
 mod errno;
 pub mod gpu;
 mod guard;
 pub mod hooks;
 mod hostwait;
+mod init;
 pub mod nccl;
 mod pinned;
+mod process;
 mod python;
 mod real;
-mod runtime;
+mod record;
 mod shed;
 mod stack;
+mod state;
 
 pub use call::Call;
 pub use classify::HostSide;
@@ -49,7 +54,7 @@ pub mod testing {
 
     /// Uses `f` as the runtime's `cudaGetDevice` (a benchmark has no runtime to find).
     pub fn use_get_device(f: unsafe extern "C" fn(*mut i32) -> u32) {
-        crate::runtime::GET_DEVICE.preset(f as *mut std::ffi::c_void);
+        crate::device::GET_DEVICE.preset(f as *mut std::ffi::c_void);
     }
 
     /// Makes the library take `python::fake`'s 3.11 interpreter for the process's own (call
@@ -63,19 +68,19 @@ pub mod testing {
     /// The site a recorded event with native site `native` gets (the per-event Python step);
     /// `None` before the runtime is active.
     pub fn python_site(native: u32) -> Option<u32> {
-        let rt = crate::runtime::Runtime::active()?;
+        let rt = crate::init::active()?;
         Some(crate::python::site(rt, native))
     }
 
     /// Interns a native stack in the process's segment.
     pub fn intern_native_site(frames: &[u64]) -> Option<u32> {
-        crate::runtime::Runtime::active()?.seg.intern_site(frames)
+        crate::init::active()?.seg.intern_site(frames)
     }
 
     /// Puts the library in the dormant state (hooks pass through): what `SYNCSPY_DORMANT=1`
     /// gives before an attach and what a detach leaves.
     pub fn go_dormant() {
-        crate::runtime::go_dormant();
+        crate::state::go_dormant();
     }
 
     /// Unwinds the calling thread's stack (no frames skipped); returns the frame count.

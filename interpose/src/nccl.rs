@@ -30,9 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, A
 use std::sync::Mutex;
 
 use crate::clock::now_ns;
+use crate::entry::enter;
 use crate::errno::{errno, set_errno};
 use crate::real::Real;
-use crate::runtime::{enter, Runtime};
+use crate::state::Runtime;
 
 /// `ncclResult_t` as the C ABI carries it.
 pub type NcclResult = c_int;
@@ -278,7 +279,7 @@ fn begin(stream: Stream, comm: NcclComm, weight: u32) -> Option<usize> {
     let record = EVENT_RECORD.get::<EventRecordFn>()?;
     let i = claim()?;
     let s = &SLOTS[i];
-    let ok = events_for(s, crate::runtime::current_device())
+    let ok = events_for(s, crate::device::current_device())
         // SAFETY: the runtime's `cudaEventRecord(cudaEvent_t, cudaStream_t)` with an event
         // this library made on the current device and the stream the program passes to NCCL.
         .is_some_and(|(before, _)| unsafe { record(before as *mut c_void, stream) } == 0);
@@ -447,7 +448,7 @@ extern "C" fn at_exit() {
         let held = READING.lock();
         EXIT.store(true, Release);
         if held.is_ok() {
-            if let Some(rt) = Runtime::active() {
+            if let Some(rt) = crate::init::active() {
                 read_done(rt);
             }
         }

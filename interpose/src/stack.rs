@@ -30,7 +30,7 @@ use syncspy_abi::record::NO_SITE;
 use syncspy_abi::sites::MAX_FRAMES;
 
 use crate::clock::now_ns;
-use crate::runtime::Runtime;
+use crate::state::Runtime;
 
 extern "C" {
     fn _Unwind_Backtrace(

@@ -28,8 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::runtime;
-
 /// The control file of the current attach (None: not attached).
 static CONTROL: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// Whether arming must redirect GOT slots (the library was injected, not preloaded).
@@ -206,8 +204,8 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
         use std::io::Write;
         let _ = f.write_all(report.as_bytes());
     }
-    runtime::arm();
-    runtime::start_now();
+    crate::state::arm();
+    crate::init::start_now();
     start_worker();
     OK
 }
@@ -224,7 +222,7 @@ fn disarm() -> i32 {
     }
     // GPU tracing off and its thread ended while the segment is still the one it writes.
     let _ = std::panic::catch_unwind(crate::gpu::stop_for_detach);
-    runtime::go_dormant();
+    crate::state::go_dormant();
     // The attacher waits for this line: recording is off and the GOT is back.
     use std::io::Write;
     if let Ok(mut f) = safe_file::append_report(&report_path(&control)) {
@@ -293,7 +291,7 @@ fn worker() {
             // Still there, this user's or root's, but not touched: the attacher died. Gone,
             // or replaced by another user's file: detached.
             let stale = safe_file::control_metadata(&control).is_some();
-            let segment = crate::runtime::segment_path();
+            let segment = crate::state::segment_path();
             disarm();
             if stale {
                 // The attacher is gone: a stale file must not arm again, and nobody will

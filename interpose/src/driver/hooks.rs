@@ -20,11 +20,11 @@ use syncspy_abi::{Api, Direction, Kind};
 use super::{slot_fn, Family, INSTANCES, PTDS_BASE};
 use crate::call::Call;
 use crate::classify;
+use crate::entry::{self, hook, hook_query};
 use crate::guard;
 use crate::hooks::memcpy::{per_thread, sync_stream};
 use crate::pinned;
 use crate::real::{Real, DRIVER_MISSING};
-use crate::runtime::{self, hook, hook_query};
 use syncspy_abi::record::FLAG_PER_THREAD;
 
 /// `CUresult` as the C ABI carries it.
@@ -631,7 +631,7 @@ pub unsafe fn launch_host_func(
 ) -> RawResult {
     let flags = if ptds { FLAG_PER_THREAD } else { 0 };
     let func = func.map_or(0, |f| f as usize);
-    runtime::hook_host_func(
+    entry::hook_host_func(
         Api::CuLaunchHostFunc,
         stream as u64,
         flags,

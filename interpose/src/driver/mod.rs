@@ -25,7 +25,7 @@
 //!
 //! No double counting: a runtime call that syncspy records holds the thread's re-entrancy
 //! guard while the runtime runs, so the driver call it makes is forwarded unrecorded
-//! (`runtime::hook`), and the driver wrappers keep no pinned ranges for it either.
+//! (`entry::hook`), and the driver wrappers keep no pinned ranges for it either.
 
 pub mod dlsym;
 pub mod hooks;

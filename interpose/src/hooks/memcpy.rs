@@ -11,7 +11,7 @@ use syncspy_abi::{Api, Direction};
 use super::{export_pair, real, RawError, RawKind, STREAM_PER_THREAD};
 use crate::call::Call;
 use crate::classify::{self, direction};
-use crate::runtime::hook;
+use crate::entry::hook;
 
 type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, RawKind) -> RawError;
 pub type MemcpyAsyncFn =

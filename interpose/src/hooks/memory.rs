@@ -10,8 +10,8 @@ use syncspy_abi::{Api, Direction};
 use super::{real, RawError, STREAM_PER_THREAD};
 use crate::call::Call;
 use crate::classify;
+use crate::entry::hook;
 use crate::pinned;
-use crate::runtime::hook;
 
 type FreeFn = unsafe extern "C" fn(*mut c_void) -> RawError;
 type MallocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> RawError;

@@ -1,5 +1,5 @@
 //! The exported CUDA runtime entry points, by family. Each forwards to the real function
-//! through `runtime::hook`; the body of a family lives in one function shared by the plain
+//! through `entry::hook`; the body of a family lives in one function shared by the plain
 //! and the per-thread-default-stream (`_ptds` / `_ptsz`) symbols.
 //!
 //! Return values and `cudaMemcpyKind` arguments are handled as their raw C integers: a

@@ -6,7 +6,7 @@ use syncspy_abi::{Api, Kind};
 
 use super::{export_pair, real, RawError};
 use crate::call::Call;
-use crate::runtime::{hook, hook_query};
+use crate::entry::{hook, hook_query};
 
 type NoArgs = unsafe extern "C" fn() -> RawError;
 pub type StreamFn = unsafe extern "C" fn(cudaStream_t) -> RawError;
@@ -68,7 +68,7 @@ pub unsafe extern "C" fn cudaEventSynchronize(event: cudaEvent_t) -> RawError {
 }
 
 /// The body of `cudaStreamQuery` and its `_ptsz` variant: a call that does not wait, whose
-/// not-ready runs are `poll_wait`s (`runtime::hook_query`).
+/// not-ready runs are `poll_wait`s (`entry::hook_query`).
 ///
 /// # Safety
 /// `f` is the real `cudaStreamQuery` (or its variant) and `stream` is the caller's, valid

@@ -41,7 +41,7 @@ use syncspy_abi::python::{PyFrameRef, MAX_PY_FRAMES, PY_SUPPORTED, PY_UNSUPPORTE
 use syncspy_abi::record::NO_SITE;
 use syncspy_abi::{SegmentParams, SegmentWriter};
 
-use crate::runtime::Runtime;
+use crate::state::Runtime;
 use layout::{Detected, Python};
 use walk::Walk;
 
