@@ -691,51 +691,47 @@ fn finish(
     Ok(report)
 }
 
-/// `syncspy attach PID`.
-pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
-    let stop =
-        StopFlag::install().map_err(|e| setup(format!("cannot install signal handlers: {e}")))?;
-    let t = target(opts.pid)?;
-    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
-    if let Some(r) = &opts.report {
-        check_output_path("--report", "a JSON file", r)?;
-    }
-    let Found {
-        maps,
-        loaded,
-        preloaded,
-        armed_by_file,
-    } = look(&t)?;
-    let (places, warnings) = t.places(&seg_dir)?;
+/// Where this attach keeps its control file and reads the segment, refused while another
+/// attach holds the process (its control file is fresh). Warnings about the folder are said.
+fn free_places(t: &Target, seg_dir: &Path, lease: Duration) -> Result<Places, RunError> {
+    let (places, warnings) = t.places(seg_dir)?;
     for w in warnings {
         eprintln!("syncspy: warning: {w}");
     }
-    let control = places.control_in.clone();
-    let control_out = places.control_out.clone();
-    let report_out = report_file(&control_out);
-    let lease = Duration::from_millis(opts.lease_ms);
-    if fresh(&control_out, lease) {
+    if fresh(&places.control_out, lease) {
         return Err(setup(format!(
             "process {} is already attached (by another syncspy attach); `syncspy detach {}` \
              ends that",
             t.pid, t.pid
         )));
     }
-    let _ = std::fs::remove_file(&report_out);
-    let session = new_session();
-    // This attach's reader, registered for its session before the library can make a
-    // segment and leasing each one it follows, so that no reclaimer (the library's, an
-    // agent's) removes an ended segment (a child that exited) before it is drained.
-    let mut recording = Recording::new(
+    Ok(places)
+}
+
+/// This attach's reader, registered for its session before the library can make a segment
+/// and leasing each one it follows, so that no reclaimer (the library's, an agent's) removes
+/// an ended segment (a child that exited) before it is drained.
+fn session_recording(seg_out: &Path, session: u64) -> Recording {
+    Recording::new(
         ReaderSession::new(
-            SessionOptions::new(&places.seg_out)
+            SessionOptions::new(seg_out)
                 .session(Some(session))
                 .claiming()
                 .removal(Removal::All),
         ),
         None,
-    );
-    let control_file = write_control(
+    )
+}
+
+/// Writes the control file with this recording's settings; its descriptor renews the lease.
+fn write_settings(
+    opts: &AttachOptions,
+    t: &Target,
+    places: &Places,
+    session: u64,
+    preloaded: bool,
+) -> Result<std::fs::File, RunError> {
+    write_control(
         &places.dir,
         &places.control_name,
         &control_text(
@@ -750,33 +746,172 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     .map_err(|e| {
         setup(format!(
             "cannot write the control file {} (as process {} sees it): {e}",
-            control.display(),
+            places.control_in.display(),
             t.pid
         ))
-    })?;
-    let cleanup = || {
-        let _ = std::fs::remove_file(&control_out);
-        let _ = std::fs::remove_file(&report_out);
-    };
+    })
+}
 
-    let started = Instant::now();
-    if armed_by_file {
+/// Starts the library recording: a dormant one finds the control file by itself, else it is
+/// injected.
+fn start_library(
+    opts: &AttachOptions,
+    t: &Target,
+    found: &Found,
+    control: &Path,
+    report_out: &Path,
+) -> Result<(), RunError> {
+    if found.armed_by_file {
         eprintln!(
             "syncspy: process {} runs {LIB_NAME} dormant: it starts recording at its next CUDA \
              call (no ptrace needed)",
             t.pid
         );
-    } else {
-        inject_library(
-            &t,
-            opts.thread,
-            &maps,
-            loaded.as_deref(),
-            &control,
-            &report_out,
-        )
-        .inspect_err(|_| cleanup())?;
+        return Ok(());
     }
+    inject_library(
+        t,
+        opts.thread,
+        &found.maps,
+        found.loaded.as_deref(),
+        control,
+        report_out,
+    )
+}
+
+/// Says problems as they come, on their own line (not over the status line).
+fn say(status: &mut Option<Status>, problems: Vec<SessionProblem>) {
+    for p in problems {
+        if let Some(s) = status {
+            s.clear_line();
+        }
+        eprintln!("syncspy: warning: {p}");
+    }
+}
+
+/// The coverage lines the library wrote in its report file (its "detached" left out); the
+/// file is removed.
+fn take_coverage(report_out: &Path) -> Vec<String> {
+    let coverage = read_report(report_out)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty() && *l != "detached")
+        .map(str::to_string)
+        .collect();
+    let _ = std::fs::remove_file(report_out);
+    coverage
+}
+
+/// An attach while it records: what the following loop looks at.
+struct Attached<'a> {
+    opts: &'a AttachOptions,
+    t: &'a Target,
+    places: &'a Places,
+    /// The control file, touched to renew the lease.
+    control_file: &'a std::fs::File,
+    started: Instant,
+    armed_by_file: bool,
+}
+
+/// How following an attached process ended.
+struct FollowEnd {
+    /// The process ended.
+    gone: bool,
+    startup: Option<StartUp>,
+}
+
+impl Attached<'_> {
+    /// Reads the recording until the end (Ctrl-C, the monitor quit, the duration over, the
+    /// process ended, `syncspy detach`), renewing the lease, with a live status line on a
+    /// terminal (not under the monitor, which owns the screen).
+    fn follow(
+        &self,
+        stop: &StopFlag,
+        recording: &mut Recording,
+        monitor: &mut Option<std::process::Child>,
+    ) -> FollowEnd {
+        let opts = self.opts;
+        let mut status = (monitor.is_none() && opts.print_summary && stderr_is_terminal())
+            .then(|| Status::new(self.t.pid, opts.duration));
+        let lease = Duration::from_millis(opts.lease_ms);
+        let mut last_touch = Instant::now();
+        let mut gone = false;
+        // The library's own time when its start-up was over: an injected library created its
+        // segment and started CUPTI inside the arming call, which has returned.
+        let mut startup: Option<StartUp> = None;
+        loop {
+            say(&mut status, recording.step());
+            if startup.is_none() && !self.armed_by_file {
+                startup = StartUp::of(recording.processes(), self.t.nspid);
+            }
+            if let Some(s) = &mut status {
+                s.show(recording.processes(), self.started.elapsed());
+            }
+            if stop.is_set() || self.monitor_quit(monitor) {
+                break;
+            }
+            if opts.duration.is_some_and(|d| self.started.elapsed() >= d) {
+                break;
+            }
+            if !alive(self.t.pid) {
+                gone = true;
+                break;
+            }
+            if self.detach_asked() {
+                break;
+            }
+            if last_touch.elapsed() >= (lease / 4).min(Duration::from_secs(1)) {
+                touch(self.control_file);
+                last_touch = Instant::now();
+            }
+            std::thread::sleep(opts.poll_interval);
+        }
+        if let Some(s) = status.take() {
+            s.clear();
+        }
+        FollowEnd { gone, startup }
+    }
+
+    /// The monitor has ended (it is then dropped).
+    fn monitor_quit(&self, monitor: &mut Option<std::process::Child>) -> bool {
+        let quit = monitor
+            .as_mut()
+            .is_some_and(|m| !matches!(m.try_wait(), Ok(None)));
+        if quit {
+            *monitor = None;
+        }
+        quit
+    }
+
+    /// `syncspy detach` (the file gone), or its folder moved or removed under the target,
+    /// whose library then no longer finds it at its path and disarms.
+    fn detach_asked(&self) -> bool {
+        !self.places.control_out.exists() || !self.t.has_path(&self.places.control_in)
+    }
+}
+
+/// `syncspy attach PID`.
+pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
+    let stop =
+        StopFlag::install().map_err(|e| setup(format!("cannot install signal handlers: {e}")))?;
+    let t = target(opts.pid)?;
+    let seg_dir = segment_dir(std::env::var_os(DIR_ENV).as_deref())?;
+    if let Some(r) = &opts.report {
+        check_output_path("--report", "a JSON file", r)?;
+    }
+    let found = look(&t)?;
+    let places = free_places(&t, &seg_dir, Duration::from_millis(opts.lease_ms))?;
+    let report_out = report_file(&places.control_out);
+    let _ = std::fs::remove_file(&report_out);
+    let session = new_session();
+    let mut recording = session_recording(&places.seg_out, session);
+    let control_file = write_settings(opts, &t, &places, session, found.preloaded)?;
+
+    let started = Instant::now();
+    start_library(opts, &t, &found, &places.control_in, &report_out).inspect_err(|_| {
+        let _ = std::fs::remove_file(&places.control_out);
+        let _ = std::fs::remove_file(&report_out);
+    })?;
 
     // The monitor, on the terminal, follows this attach's session; quitting it ends the
     // attach.
@@ -785,67 +920,19 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     } else {
         None
     };
-
-    // Follow until the end, with a live status line on a terminal (not under the monitor,
-    // which owns the screen).
-    let mut status = (monitor.is_none() && opts.print_summary && stderr_is_terminal())
-        .then(|| Status::new(t.pid, opts.duration));
-    // Problems said as they come, on their own line (not over the status line).
-    let say = |status: &mut Option<Status>, problems: Vec<SessionProblem>| {
-        for p in problems {
-            if let Some(s) = status {
-                s.clear_line();
-            }
-            eprintln!("syncspy: warning: {p}");
-        }
+    let attached = Attached {
+        opts,
+        t: &t,
+        places: &places,
+        control_file: &control_file,
+        started,
+        armed_by_file: found.armed_by_file,
     };
-    let mut last_touch = Instant::now();
-    let mut gone = false;
-    // The library's own time when its start-up was over: an injected library created its
-    // segment and started CUPTI inside the arming call, which has returned.
-    let mut startup: Option<StartUp> = None;
-    loop {
-        say(&mut status, recording.step());
-        if startup.is_none() && !armed_by_file {
-            startup = StartUp::of(recording.processes(), t.nspid);
-        }
-        if let Some(s) = &mut status {
-            s.show(recording.processes(), started.elapsed());
-        }
-        if stop.is_set() {
-            break;
-        }
-        if let Some(m) = &mut monitor {
-            if !matches!(m.try_wait(), Ok(None)) {
-                monitor = None;
-                break;
-            }
-        }
-        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        if !alive(t.pid) {
-            gone = true;
-            break;
-        }
-        // `syncspy detach` (the file gone), or its folder moved or removed under the target,
-        // whose library then no longer finds it at its path and disarms.
-        if !control_out.exists() || !t.has_path(&control) {
-            break;
-        }
-        if last_touch.elapsed() >= (lease / 4).min(Duration::from_secs(1)) {
-            touch(&control_file);
-            last_touch = Instant::now();
-        }
-        std::thread::sleep(opts.poll_interval);
-    }
-    if let Some(s) = status.take() {
-        s.clear();
-    }
+    let FollowEnd { gone, mut startup } = attached.follow(&stop, &mut recording, &mut monitor);
     if let Some(s) = &mut startup {
         s.recorded = s.at.elapsed();
     }
-    let _ = std::fs::remove_file(&control_out);
+    let _ = std::fs::remove_file(&places.control_out);
     let detached = !gone
         && confirm_detach(&t, &report_out, opts.lease_ms, || {
             say(&mut None, recording.step())
@@ -854,13 +941,7 @@ pub fn attach(opts: &AttachOptions) -> Result<AttachOutcome, RunError> {
     if let Some(mut m) = monitor {
         let _ = m.wait();
     }
-    let coverage: Vec<String> = read_report(&report_out)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.is_empty() && *l != "detached")
-        .map(str::to_string)
-        .collect();
-    let _ = std::fs::remove_file(&report_out);
+    let coverage = take_coverage(&report_out);
     let report = finish(
         opts,
         &t,
