@@ -780,9 +780,8 @@ fn set_regs(tid: Pid, r: libc::user_regs_struct) -> Result<(), InjectError> {
         .map_err(|e| InjectError(format!("cannot set the registers of thread {tid}: {e}")))
 }
 
-/// Ok(None): the thread was not in an idle system call when stopped; it was let go unchanged.
-fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, InjectError> {
-    let pid = plan.pid;
+/// Seizes thread `tid` of process `pid` (it keeps running) and opens the process's memory.
+fn seize(pid: i32, tid: i32) -> Result<Seized, InjectError> {
     let t = Pid::from_raw(tid);
     if let Err(e) = ptrace::seize(t, ptrace::Options::PTRACE_O_TRACESYSGOOD) {
         return err(match e {
@@ -800,33 +799,46 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         .write(true)
         .open(format!("/proc/{pid}/mem"))
         .map_err(|e| InjectError(format!("cannot open /proc/{pid}/mem: {e}")))?;
-    let s = Seized { tid: t, mem };
-    step("seized");
-    ptrace::interrupt(t).map_err(|e| InjectError(format!("cannot stop thread {tid}: {e}")))?;
-    let started = Instant::now();
+    Ok(Seized { tid: t, mem })
+}
+
+/// Waits for the interrupted thread to stop. Ok(None): a signal came first, handed back
+/// untouched with the thread let go (try again later).
+fn wait_interrupted(s: Seized, pid: i32) -> Result<Option<Seized>, InjectError> {
+    let t = s.tid;
     match wait_stop(t, Duration::from_secs(2))? {
-        Waited::Status(WaitStatus::PtraceEvent(_, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP)) => {}
+        Waited::Status(WaitStatus::PtraceEvent(_, Signal::SIGTRAP, libc::PTRACE_EVENT_STOP)) => {
+            Ok(Some(s))
+        }
         Waited::Status(WaitStatus::PtraceEvent(_, sig, libc::PTRACE_EVENT_STOP)) => {
             // A group stop (SIGSTOP and the like): leave it be.
-            return err(format!(
+            err(format!(
                 "process {pid} is stopped ({sig}); attach to it once it runs"
-            ));
+            ))
         }
         Waited::Status(WaitStatus::Stopped(_, sig)) => {
             // A signal arrived first: hand it back untouched and try again later.
             let _ = ptrace::detach(t, Some(sig));
             std::mem::forget(s);
-            return Ok(None);
+            Ok(None)
         }
         Waited::RtSignal(signo) => {
             // The same for a real-time signal.
             detach_with_raw_signal(t, signo);
             std::mem::forget(s);
-            return Ok(None);
+            Ok(None)
         }
-        other => return err(format!("unexpected state of thread {tid}: {other:?}")),
+        other => err(format!("unexpected state of thread {t}: {other:?}")),
     }
-    step("stopped");
+}
+
+/// The stopped thread's registers and the idle system call it waits in. Ok(None): not idle
+/// in a system call; it is let go (with the EINTR undone, if it got one).
+fn idle_call(
+    s: &Seized,
+    pid: i32,
+) -> Result<Option<(libc::user_regs_struct, &'static str)>, InjectError> {
+    let t = s.tid;
     let mut orig = regs_of(t)?;
     // Some waits (epoll_wait, rt_sigtimedwait, a socket read with a timeout) end with EINTR
     // when the thread is stopped, as they do for a stop signal. No signal is delivered here,
@@ -834,27 +846,79 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
     // unless a signal is pending for the thread, whose handler then explains the EINTR.
     if (orig.orig_rax as i64) >= 0
         && orig.rax as i64 == -libc::EINTR as i64
-        && !signal_pending(pid, tid)
+        && !signal_pending(pid, t.as_raw())
     {
         orig.rax = -513i64 as u64;
     }
     let Some(sys) = syscall_name(orig.orig_rax as i64) else {
-        // Not idle in a system call: let it go (with the EINTR undone, if it got one).
         set_regs(t, orig)?;
         return Ok(None);
     };
-    let xstate = get_xstate(t)?;
-    let mask = sigmask(t, None)?;
-    // The dead stack below the red zone that the frame and the calls will use: saved, and
-    // written back at the end, so that the thread's memory is as it was.
-    let low = check_stack(pid, orig.rsp)?;
-    let scratch_at = low.max(orig.rsp.saturating_sub(SCRATCH));
-    let mut scratch = vec![0u8; (orig.rsp - RED_ZONE - scratch_at) as usize];
-    s.mem
-        .read_exact_at(&mut scratch, scratch_at)
-        .map_err(|e| InjectError(format!("cannot read the thread's stack: {e}")))?;
+    Ok(Some((orig, sys)))
+}
 
-    // Lay out below the red zone: strings, the XSAVE copy (64-aligned) and the signal frame.
+/// What the injection changes in the stopped thread, kept to put it back: its registers,
+/// signal mask, vector state and the dead stack below the red zone that the frame and the
+/// calls use.
+struct Saved {
+    regs: libc::user_regs_struct,
+    xstate: Vec<u8>,
+    mask: u64,
+    scratch: Vec<u8>,
+    scratch_at: u64,
+}
+
+impl Saved {
+    fn take(s: &Seized, pid: i32, regs: libc::user_regs_struct) -> Result<Saved, InjectError> {
+        let xstate = get_xstate(s.tid)?;
+        let mask = sigmask(s.tid, None)?;
+        let low = check_stack(pid, regs.rsp)?;
+        let scratch_at = low.max(regs.rsp.saturating_sub(SCRATCH));
+        let mut scratch = vec![0u8; (regs.rsp - RED_ZONE - scratch_at) as usize];
+        s.mem
+            .read_exact_at(&mut scratch, scratch_at)
+            .map_err(|e| InjectError(format!("cannot read the thread's stack: {e}")))?;
+        Ok(Saved {
+            regs,
+            xstate,
+            mask,
+            scratch,
+            scratch_at,
+        })
+    }
+
+    /// Puts the thread back (registers, mask, vector state, dead stack).
+    fn restore(&self, s: &Seized) -> Result<(), InjectError> {
+        restore(s, &self.regs, &self.xstate, self.mask)?;
+        s.mem
+            .write_all_at(&self.scratch, self.scratch_at)
+            .map_err(|e| InjectError(format!("cannot restore the thread's stack: {e}")))
+    }
+
+    /// Puts the thread back after a refusal found between calls, with the thread stopped at
+    /// the trampoline, and returns the refusal.
+    fn put_back(&self, s: &Seized, e: InjectError) -> InjectError {
+        let _ = restore(s, &self.regs, &self.xstate, self.mask);
+        let _ = s.mem.write_all_at(&self.scratch, self.scratch_at);
+        e
+    }
+}
+
+/// Where the injection's data lies on the thread's stack.
+struct Stack {
+    /// The path dlopen takes: the library's, or room for `/proc/self/fd/N`.
+    lib: u64,
+    /// The memory file's name.
+    memfd_name: u64,
+    /// The control file's path, the arming call's argument.
+    control: u64,
+    /// The signal frame that returns the thread to where it was.
+    frame_at: u64,
+}
+
+/// Lays out below the red zone: strings, the XSAVE copy (64-aligned) and the signal frame.
+fn write_stack(s: &Seized, plan: &Plan, lc: &Libc, saved: &Saved) -> Result<Stack, InjectError> {
+    let orig = &saved.regs;
     let mut top = (orig.rsp - RED_ZONE - 256) & !15;
     let mut put = |bytes: &[u8], align: u64| -> Result<u64, InjectError> {
         top = (top - bytes.len() as u64) & !(align - 1);
@@ -869,49 +933,59 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
         b
     };
     // The path dlopen takes: the library's, or room for `/proc/self/fd/N` once N is known.
-    let lib_c = match &plan.load {
+    let lib = match &plan.load {
         Load::Memfd(_) => put(&[0u8; 64], 16)?,
         _ => put(&cstr(&plan.lib), 16)?,
     };
-    let name_c = put(&cstr(Path::new(MEMFD_NAME)), 16)?;
-    let ctl_c = put(&cstr(&plan.control), 16)?;
-    let fp = put(&sigframe_xstate(&xstate), 64)?;
-    let frame = signal_frame(&orig, mask, fp, lc.restore_rt);
+    let memfd_name = put(&cstr(Path::new(MEMFD_NAME)), 16)?;
+    let control = put(&cstr(&plan.control), 16)?;
+    let fp = put(&sigframe_xstate(&saved.xstate), 64)?;
+    let frame = signal_frame(orig, saved.mask, fp, lc.restore_rt);
     // The frame's start is the callee's return-address slot: 8 mod 16 at function entry.
     let mut frame_at = (top - frame.len() as u64) & !15;
     frame_at -= 8;
     s.mem
         .write_all_at(&frame, frame_at)
         .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
-    step("frame-written");
+    Ok(Stack {
+        lib,
+        memfd_name,
+        control,
+        frame_at,
+    })
+}
 
-    let call_at = |func: u64, args: [u64; 2], watch: Option<i64>| {
-        call(&s, &orig, frame_at, lc.restore_rt, func, args, watch)
-    };
-    // Puts the thread back (registers, mask, vector state, dead stack) after a refusal
-    // found between calls, with the thread stopped at the trampoline.
-    let put_back = |e: InjectError| -> InjectError {
-        let _ = restore(&s, &orig, &xstate, mask);
-        let _ = s.mem.write_all_at(&scratch, scratch_at);
-        e
-    };
-    let mapped = match &plan.load {
-        Load::Loaded(m) => m.clone(),
+/// A call in the stopped thread: function, two arguments, the value it must not return.
+type CallAt<'a> = &'a dyn Fn(u64, [u64; 2], Option<i64>) -> Result<Option<i64>, InjectError>;
+
+/// Has the process load the library as the plan says; returns the name it is mapped under.
+fn load_library(
+    s: &Seized,
+    plan: &Plan,
+    lc: &Libc,
+    saved: &Saved,
+    stack: &Stack,
+    call_at: CallAt,
+) -> Result<String, InjectError> {
+    let pid = plan.pid;
+    match &plan.load {
+        Load::Loaded(m) => Ok(m.clone()),
         Load::Path(d) => {
-            call_at(d.func, [lib_c, dlopen_flags(d)], None)?;
-            plan.lib.to_string_lossy().into_owned()
+            call_at(d.func, [stack.lib, dlopen_flags(d)], None)?;
+            Ok(plan.lib.to_string_lossy().into_owned())
         }
         Load::Memfd(d) => {
             // A call that failed has left the thread to restore itself (no put_back: it may
             // be running the call on that stack); a refusal has it stopped here.
-            let fd = memfd_in(pid, lc, &call_at, name_c)?.map_err(put_back)?;
+            let put_back = |e| saved.put_back(s, e);
+            let fd = memfd_in(pid, lc, call_at, stack.memfd_name)?.map_err(put_back)?;
             let filled = fill_memfd(pid, fd, &plan.lib);
             if filled.is_ok() {
                 let path = format!("/proc/self/fd/{fd}\0");
                 s.mem
-                    .write_all_at(path.as_bytes(), lib_c)
+                    .write_all_at(path.as_bytes(), stack.lib)
                     .map_err(|e| InjectError(format!("cannot write to the thread's stack: {e}")))?;
-                call_at(d.func, [lib_c, dlopen_flags(d)], None)?;
+                call_at(d.func, [stack.lib, dlopen_flags(d)], None)?;
             }
             // The mapping keeps the file; the descriptor is the program's no longer.
             if let Some(close) = lc.close {
@@ -927,16 +1001,44 @@ fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, Inje
                      executable memory files); {NOT_IN_ROOT}"
                 ))));
             }
-            name
+            Ok(name)
         }
+    }
+}
+
+/// Ok(None): the thread was not in an idle system call when stopped; it was let go unchanged.
+fn try_thread(plan: &Plan, lc: &Libc, tid: i32) -> Result<Option<Injected>, InjectError> {
+    let pid = plan.pid;
+    let s = seize(pid, tid)?;
+    step("seized");
+    ptrace::interrupt(s.tid).map_err(|e| InjectError(format!("cannot stop thread {tid}: {e}")))?;
+    let started = Instant::now();
+    let Some(s) = wait_interrupted(s, pid)? else {
+        return Ok(None);
     };
-    let arm = arm_address(pid, &mapped, &plan.lib).map_err(put_back)?;
-    call_at(arm, [ctl_c, 0], None)?;
+    step("stopped");
+    let Some((orig, sys)) = idle_call(&s, pid)? else {
+        return Ok(None);
+    };
+    let saved = Saved::take(&s, pid, orig)?;
+    let stack = write_stack(&s, plan, lc, &saved)?;
+    step("frame-written");
+    let call_at = |func: u64, args: [u64; 2], watch: Option<i64>| {
+        call(
+            &s,
+            &saved.regs,
+            stack.frame_at,
+            lc.restore_rt,
+            func,
+            args,
+            watch,
+        )
+    };
+    let mapped = load_library(&s, plan, lc, &saved, &stack, &call_at)?;
+    let arm = arm_address(pid, &mapped, &plan.lib).map_err(|e| saved.put_back(&s, e))?;
+    call_at(arm, [stack.control, 0], None)?;
     step("restoring");
-    restore(&s, &orig, &xstate, mask)?;
-    s.mem
-        .write_all_at(&scratch, scratch_at)
-        .map_err(|e| InjectError(format!("cannot restore the thread's stack: {e}")))?;
+    saved.restore(&s)?;
     let stopped_for = started.elapsed();
     drop(s);
     Ok(Some(Injected {
