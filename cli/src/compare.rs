@@ -243,6 +243,19 @@ fn loss_notes(c: &Comparison) -> Vec<String> {
 /// The comparison as plain text.
 pub fn render_text(c: &Comparison) -> String {
     let mut o = String::new();
+    text_totals(&mut o, c);
+    text_kinds(&mut o, c);
+    text_sites(&mut o, c);
+    text_rules(&mut o, c);
+    for n in loss_notes(c) {
+        let _ = writeln!(o, "note: {n}");
+    }
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&o).into_owned()
+}
+
+/// The two files and commands, then wall time, host stalls and processes, before and after.
+fn text_totals(o: &mut String, c: &Comparison) {
     let _ = writeln!(
         o,
         "before: {}  `{}`",
@@ -277,6 +290,10 @@ pub fn render_text(c: &Comparison) -> String {
         "  {:<16} {:>14} {:>14}",
         "processes", c.before.processes, c.after.processes
     );
+}
+
+/// Count and total time of each kind, before and after.
+fn text_kinds(o: &mut String, c: &Comparison) {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -296,6 +313,10 @@ pub fn render_text(c: &Comparison) -> String {
             change(k.before.total_ns, k.after.total_ns, fmt_ns)
         );
     }
+}
+
+/// The call sites that changed most, with their stacks, and how many more there are.
+fn text_sites(o: &mut String, c: &Comparison) {
     if !c.sites.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "  call sites, largest change first:");
@@ -328,6 +349,10 @@ pub fn render_text(c: &Comparison) -> String {
             plural::word(n, "site", "sites")
         );
     }
+}
+
+/// Each budget rule's verdict, before and after.
+fn text_rules(o: &mut String, c: &Comparison) {
     if !c.rules.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "  budget rules:");
@@ -341,16 +366,28 @@ pub fn render_text(c: &Comparison) -> String {
             );
         }
     }
-    for n in loss_notes(c) {
-        let _ = writeln!(o, "note: {n}");
-    }
-    // Text from segments and reports (command lines, frames) may hold escape sequences.
-    syncspy_read::text::terminal(&o).into_owned()
 }
 
 /// The comparison as GitHub-flavoured markdown, for a pull request comment.
 pub fn render_markdown(c: &Comparison) -> String {
     let mut o = String::new();
+    md_totals(&mut o, c);
+    md_kinds(&mut o, c);
+    md_sites(&mut o, c);
+    md_rules(&mut o, c);
+    let notes = loss_notes(c);
+    if !notes.is_empty() {
+        let _ = writeln!(o);
+        for n in notes {
+            let _ = writeln!(o, "> {}", md_cell(&n));
+        }
+    }
+    // Text from segments and reports (command lines, frames) may hold escape sequences.
+    syncspy_read::text::terminal(&o).into_owned()
+}
+
+/// The heading and the table of wall time, host stalls and processes.
+fn md_totals(o: &mut String, c: &Comparison) {
     let _ = writeln!(o, "### syncspy: host stalls, before → after");
     let _ = writeln!(o);
     let _ = writeln!(o, "| | before | after | change |");
@@ -374,6 +411,10 @@ pub fn render_markdown(c: &Comparison) -> String {
         "| processes | {} | {} | |",
         c.before.processes, c.after.processes
     );
+}
+
+/// The table of kinds: counts and totals before and after, bytes after.
+fn md_kinds(o: &mut String, c: &Comparison) {
     let _ = writeln!(o);
     let _ = writeln!(o, "#### By kind");
     let _ = writeln!(o);
@@ -400,6 +441,10 @@ pub fn render_markdown(c: &Comparison) -> String {
             }
         );
     }
+}
+
+/// The table of the call sites that changed most, and how many more there are.
+fn md_sites(o: &mut String, c: &Comparison) {
     if !c.sites.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "#### Call sites, largest change first");
@@ -442,6 +487,10 @@ pub fn render_markdown(c: &Comparison) -> String {
             );
         }
     }
+}
+
+/// The table of budget rules' verdicts, before and after.
+fn md_rules(o: &mut String, c: &Comparison) {
     if !c.rules.is_empty() {
         let _ = writeln!(o);
         let _ = writeln!(o, "#### Budget");
@@ -458,15 +507,6 @@ pub fn render_markdown(c: &Comparison) -> String {
             );
         }
     }
-    let notes = loss_notes(c);
-    if !notes.is_empty() {
-        let _ = writeln!(o);
-        for n in notes {
-            let _ = writeln!(o, "> {}", md_cell(&n));
-        }
-    }
-    // Text from segments and reports (command lines, frames) may hold escape sequences.
-    syncspy_read::text::terminal(&o).into_owned()
 }
 
 #[cfg(test)]
