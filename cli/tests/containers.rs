@@ -293,15 +293,22 @@ fn eight_ranks_in_a_64_mib_shm_leave_a_40_mib_program_its_room() {
         let r = SegmentReader::open(p).unwrap();
         assert!(events(&r) > 0, "{} recorded nothing", p.display());
     }
-    // The job takes 10 MiB more: a ninth process finds no room above the floor of free space
-    // (16 MiB): it runs unrecorded, unharmed, and says why.
+    // The job takes all but 4 MiB of what is left: a ninth process finds no room above the
+    // floor of free space (16 MiB): it runs unrecorded, unharmed, and says why. (What is left
+    // depends on the segments' size, up to 2 MiB each in a folder this small.)
     let more = shm.0.join("more-buffers");
+    let free = free_bytes(&shm.0);
+    assert!(
+        free > 4 << 20,
+        "only {free} bytes left after the program's 40 MiB"
+    );
     assert!(Command::new("fallocate")
-        .args(["-l", "10M"])
+        .args(["-l", &(free - (4 << 20)).to_string()])
         .arg(&more)
         .status()
         .unwrap()
         .success());
+    assert!(free_bytes(&shm.0) < 16 << 20);
     let out = Command::new(cudacalls())
         .args(["--iters", "1", "sync=s1"])
         .env("LD_PRELOAD", artifact("libsyncspy.so"))
@@ -316,6 +323,16 @@ fn eight_ranks_in_a_64_mib_shm_leave_a_40_mib_program_its_room() {
     assert!(err.contains("not recording this process: no room"), "{err}");
     std::fs::remove_file(&program).unwrap();
     std::fs::remove_file(&more).unwrap();
+}
+
+/// Bytes free for an unprivileged writer in the file system of `dir`.
+fn free_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: zeroed statvfs is a valid out-value; `c` is a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail as u64 * st.f_frsize as u64
 }
 
 #[test]
