@@ -329,8 +329,9 @@ fn eight_ranks_in_a_64_mib_shm_leave_a_40_mib_program_its_room() {
 fn free_bytes(dir: &std::path::Path) -> u64 {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: zeroed statvfs is a valid out-value; `c` is a NUL-terminated path.
+    // SAFETY: statvfs is plain data: zeroed is a valid out-value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statvfs for the call.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     st.f_bavail as u64 * st.f_frsize as u64
 }
