@@ -37,7 +37,10 @@ usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
 /// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function) for a host function that
 /// wakes it itself; line 33 (3 times) for one that wakes another thread, which then wakes it
 /// (as XLA's host functions hand their work to a thread of XLA's); line 38 sleeps while a host
-/// function runs (2 times): not a wait for it.
+/// function runs (2 times): not a wait for it. The sleep (300 ms) is long against the host
+/// function's 10 ms: only a wake within 2 ms after a host function could be taken for its
+/// wake, and a loaded machine delayed the simulated stream's 10 ms by 40 ms once when the
+/// sleep was 50 ms.
 const SCRIPT: &str = concat!(
     preamble!(),
     "\
@@ -65,7 +68,7 @@ t.join()
 for _ in range(2):
     assert cu.cuLaunchHostFunc(s, usleep, 10000) == 0
     assert cu.cuLaunchHostFunc(s, noop, None) == 0
-    time.sleep(0.05)
+    time.sleep(0.3)
 "
 );
 
