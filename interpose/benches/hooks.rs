@@ -54,7 +54,7 @@ unsafe extern "C" fn fake_query_run_of_8(_: cudaStream_t) -> u32 {
 
 unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
     // SAFETY: cudaGetDevice's contract is a valid `int` out-pointer, and the library's only
-    // caller (`runtime::current_device`) passes one to a local.
+    // caller (`device::current_device`) passes one to a local.
     unsafe { *d = 0 };
     0
 }

@@ -311,7 +311,7 @@ fn polling_until_ready_is_one_poll_wait_per_spin() {
     assert_eq!(count(kind(p, "stream_sync")), 4);
 }
 
-/// The rules that end a polling run (runtime::poll_step): a stall on the thread ends it at
+/// The rules that end a polling run (record::poll_step): a stall on the thread ends it at
 /// the stall's start, as a wait that never saw the work done; queries of another object
 /// neither join nor end it; only the query of its own object that finds the work done does.
 #[test]
