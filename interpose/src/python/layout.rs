@@ -92,68 +92,77 @@ pub enum GilAt {
 /// user code.
 pub const OWNED_BY_CSTACK: u8 = 3;
 
+/// What every built-in layout shares (the object header, `str` and `bytes` offsets); the
+/// version's own fields are zero here.
+const fn base(minor: u8) -> Layout {
+    Layout {
+        minor,
+        tstate_frame: 0,
+        cframe_current: None,
+        frame_previous: 0,
+        frame_code: 0,
+        frame_instr: 0,
+        frame_owner: None,
+        ob_type: 8,
+        ob_size: 16,
+        code_firstlineno: 0,
+        code_filename: 0,
+        code_name: 0,
+        code_linetable: 0,
+        code_adaptive: None,
+        bytes_data: 32,
+        unicode_length: 16,
+        unicode_state: 32,
+        unicode_ascii_size: 40,
+        unicode_compact_size: 56,
+        runtime_finalizing: 24,
+        threads: Threads {
+            runtime_interp_main: 0,
+            runtime_main_thread: 0,
+            interp_threads_head: 0,
+            tstate_next: 8,
+            tstate_thread_id: 0,
+            gil: GilAt::Runtime {
+                locked: 0,
+                holder: 0,
+            },
+        },
+    }
+}
+
+/// The thread offsets of a built-in layout, checked with `offsetof` against each release's
+/// internal headers (Py_BUILD_CORE): 3.10.13, 3.11.7, 3.12.1, 3.13.0.
+const fn threads(
+    interp_main: usize,
+    main_thread: usize,
+    head: usize,
+    thread_id: usize,
+    gil: GilAt,
+) -> Threads {
+    Threads {
+        runtime_interp_main: interp_main,
+        runtime_main_thread: main_thread,
+        interp_threads_head: head,
+        tstate_next: 8,
+        tstate_thread_id: thread_id,
+        gil,
+    }
+}
+
+/// The GIL of a 3.12+ interpreter, behind its pointer at `ptr` in the interpreter state.
+const fn gil_ptr(ptr: usize) -> GilAt {
+    GilAt::Interp {
+        ptr,
+        locked: 16,
+        holder: 8,
+    }
+}
+
 impl Layout {
     /// The built-in layout of CPython 3.`minor` (x86_64 and other LP64 targets, default
     /// build: not free-threaded, not debug).
     pub const fn known(minor: u8) -> Option<Layout> {
-        let base = Layout {
-            minor,
-            tstate_frame: 0,
-            cframe_current: None,
-            frame_previous: 0,
-            frame_code: 0,
-            frame_instr: 0,
-            frame_owner: None,
-            ob_type: 8,
-            ob_size: 16,
-            code_firstlineno: 0,
-            code_filename: 0,
-            code_name: 0,
-            code_linetable: 0,
-            code_adaptive: None,
-            bytes_data: 32,
-            unicode_length: 16,
-            unicode_state: 32,
-            unicode_ascii_size: 40,
-            unicode_compact_size: 56,
-            runtime_finalizing: 24,
-            threads: Threads {
-                runtime_interp_main: 0,
-                runtime_main_thread: 0,
-                interp_threads_head: 0,
-                tstate_next: 8,
-                tstate_thread_id: 0,
-                gil: GilAt::Runtime {
-                    locked: 0,
-                    holder: 0,
-                },
-            },
-        };
-        // Thread offsets checked with `offsetof` against each release's internal headers
-        // (Py_BUILD_CORE): 3.10.13, 3.11.7, 3.12.1, 3.13.0.
-        const fn threads(
-            interp_main: usize,
-            main_thread: usize,
-            head: usize,
-            thread_id: usize,
-            gil: GilAt,
-        ) -> Threads {
-            Threads {
-                runtime_interp_main: interp_main,
-                runtime_main_thread: main_thread,
-                interp_threads_head: head,
-                tstate_next: 8,
-                tstate_thread_id: thread_id,
-                gil,
-            }
-        }
-        const fn gil_ptr(ptr: usize) -> GilAt {
-            GilAt::Interp {
-                ptr,
-                locked: 16,
-                holder: 8,
-            }
-        }
+        let base = base(minor);
         Some(match minor {
             10 => Layout {
                 tstate_frame: 24,
