@@ -300,22 +300,29 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
             }
         }
         if tracing {
-            flush(api);
-            if !on_host_clock {
-                if let Some(off) = cupti::measure_offset(api.get_timestamp) {
-                    if let Ok(mut t) = TRACKER.lock() {
-                        if let Some(t) = t.as_mut() {
-                            t.set_offset(off);
-                        }
-                    }
-                }
-            }
-            advance(now.saturating_sub(HOLD_NS));
+            traced_pass(api, on_host_clock, now);
             g.traced_ns
                 .fetch_add(now.saturating_sub(traced_since), Ordering::Relaxed);
             traced_since = now;
         }
     }
+}
+
+/// One pass of the GPU thread while tracing: CUPTI's buffers flushed, the offset of its clock
+/// measured again (where its timestamps are not the host's clock), and what is older than
+/// `HOLD_NS` published.
+fn traced_pass(api: &'static cupti::Api, on_host_clock: bool, now: u64) {
+    flush(api);
+    if !on_host_clock {
+        if let Some(off) = cupti::measure_offset(api.get_timestamp) {
+            if let Ok(mut t) = TRACKER.lock() {
+                if let Some(t) = t.as_mut() {
+                    t.set_offset(off);
+                }
+            }
+        }
+    }
+    advance(now.saturating_sub(HOLD_NS));
 }
 
 /// What a successful start of CUPTI hands the tracing loop.

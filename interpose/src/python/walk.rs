@@ -234,11 +234,18 @@ pub unsafe fn walk_with<M: Mem>(py: &Python, m: &mut M, tstate: usize, w: &mut W
         f = previous;
     }
     w.hash = h | 1;
+    keep_ends(w, seen);
+}
+
+/// Sets `w.n` after a walk that kept `seen` frames. Of a stack deeper than the entry: the
+/// innermost, the skipped-frames mark, then the last `OUTER` seen, in order (they sit in the
+/// ring of `frames[INNER..]`).
+#[inline(always)]
+fn keep_ends(w: &mut Walk, seen: usize) {
     if seen <= MAX_PY_FRAMES {
         w.n = seen;
         return;
     }
-    // Deeper than the entry: the innermost, the mark, the last `OUTER` seen in order.
     let mut outer = [(0usize, 0u32); OUTER];
     for (i, o) in outer.iter_mut().enumerate() {
         let k = seen - OUTER + i;
