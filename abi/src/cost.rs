@@ -75,13 +75,14 @@ impl CostStatus {
         self.raised > 0 || self.level > SHED_NONE || self.looks_skipped > 0
     }
 
-    /// What level `level` sheds, in words.
-    pub fn level_name(level: u32) -> &'static str {
+    /// The name of what level `level` sheds (each level sheds the ones before it too): the
+    /// report's `shedding` and every view's word for it.
+    pub fn level_key(level: u32) -> &'static str {
         match level {
-            SHED_NONE => "nothing",
-            SHED_STACKS => "call-site stacks",
-            SHED_GAPS => "call-site stacks and GPU gap records",
-            _ => "call-site stacks, GPU gap records and per-event records",
+            SHED_NONE => "none",
+            SHED_STACKS => "stacks",
+            SHED_GAPS => "gap_records",
+            _ => "records",
         }
     }
 }

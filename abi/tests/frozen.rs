@@ -76,8 +76,7 @@ const V1_7: &str = "segment-v1.7.bin";
 /// twelve collective calls.
 const V1_8: &str = "segment-v1.8.bin";
 /// The frozen ABI 1.9 segment: the v1.8 contents and the cost part of a process that went over
-/// its 1% budget twice and sheds stacks now. (Written before the records: a level of 2 or more
-/// would keep the file's GPU gaps out of its ring.)
+/// its 1% budget twice and sheds stacks now.
 const V1_9: &str = "segment-v1.9.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead

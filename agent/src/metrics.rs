@@ -515,7 +515,7 @@ impl Series {
         if let Some(c) = &r.cost {
             self.programs
                 .add_shed(&p.program, &syncspy_read::snapshot::shed_amounts(c));
-            if c.shedding != "none" {
+            if c.shedding_now().is_some() {
                 self.programs
                     .shedding
                     .get_or_create(&program_labels(&p.program))

@@ -631,7 +631,7 @@ fn render_cost(out: &mut String, c: &syncspy_read::report::CostReport) {
              kept (SYNCSPY_BUDGET sets the budget)",
             c.budget_pct,
             if shed.is_empty() { "none yet".to_string() } else { shed.join(", ") },
-            c.shedding.replace('_', " ")
+            c.shedding_now().unwrap_or_else(|| "nothing".into())
         );
     }
     if c.looks_skipped > 0 {

@@ -280,8 +280,7 @@ fn proc_of(r: &ProcessReport, base: Option<&Baseline>) -> Proc {
         shedding: r
             .cost
             .as_ref()
-            .filter(|c| c.shedding != "none")
-            .map(|c| c.shedding.replace('_', " ")),
+            .and_then(syncspy_read::report::CostReport::shedding_now),
         wall_ns: r.wall_ns,
         all: Scope::of(kinds, sites),
         recent: None,

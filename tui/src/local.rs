@@ -441,8 +441,7 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         shedding: a
             .live
             .cost
-            .filter(|c| c.level > syncspy_abi::cost::SHED_NONE)
-            .map(|c| syncspy_abi::cost::CostStatus::level_name(c.level).to_string()),
+            .and_then(|c| syncspy_read::report::CostReport::of(&c).shedding_now()),
         wall_ns,
         all,
         recent: Some(recent),

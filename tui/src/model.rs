@@ -101,8 +101,9 @@ pub struct Proc {
     pub dropped: u64,
     /// Records this reader never received (percentiles and sites miss them, totals do not).
     pub lost: u64,
-    /// What its library sheds now to keep within its budget (`stacks`, `gap records`,
-    /// `records`: each level with the ones before it); `None` when nothing is shed.
+    /// What its library sheds now to keep within its budget (`CostReport::shedding_now`:
+    /// `stacks`, `gap records`, `records`, each level with the ones before it); `None` when
+    /// nothing is shed.
     pub shedding: Option<String>,
     pub wall_ns: u64,
     /// Since start (or since the last reset).

@@ -221,7 +221,7 @@ fn a_process_over_its_budget_is_an_alarm_in_the_header() {
     let app = app_with(snapshot());
     assert!(!screen(&app, 120, 30).contains("OVER BUDGET"));
     let mut t = trainer();
-    t.shedding = Some("call-site stacks".into());
+    t.shedding = Some("stacks".into());
     let app = app_with(Snapshot {
         processes: vec![loader(), t],
         ..snapshot()

@@ -40,16 +40,6 @@ impl SegmentWriter {
 
     /// Writes one idle gap of `device` to the ring and the `gpu_idle` totals.
     pub fn record_gpu_idle(&self, device: i32, start_ns: u64, len_ns: u64) {
-        // A library shedding detail (`cost`, level 2 and up) keeps the gap in the totals only.
-        let shed =
-            self.cost().level.load(std::sync::atomic::Ordering::Relaxed) >= crate::cost::SHED_GAPS;
-        if shed {
-            self.live().kinds[Kind::GpuIdle as usize].add(len_ns, 0);
-            self.cost()
-                .gaps_shed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
         let rec = Record {
             kind: Kind::GpuIdle,
             api: Api::GpuActivity,
@@ -65,9 +55,14 @@ impl SegmentWriter {
             result: 0,
             polls: 0,
         };
-        let live = self.live();
-        live.kinds[Kind::GpuIdle as usize].add(len_ns, 0);
-        crate::ring::push(live, self.v.slots(), &rec);
+        self.count_gpu_idle(len_ns);
+        crate::ring::push(self.live(), self.v.slots(), &rec);
+    }
+
+    /// Adds one idle gap to the `gpu_idle` totals without writing its record (a library
+    /// shedding gap records to keep within its budget: `cost`).
+    pub fn count_gpu_idle(&self, len_ns: u64) {
+        self.live().kinds[Kind::GpuIdle as usize].add(len_ns, 0);
     }
 }
 

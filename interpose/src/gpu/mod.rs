@@ -616,7 +616,12 @@ fn publish(f: impl FnOnce(&mut Tracker, &mut dyn FnMut(Event))) {
     g.records.store(cupti::RECORDS.load(Ordering::Relaxed), r);
     drop(guard);
     for (device, start, len) in gaps {
-        seg.record_gpu_idle(device as i32, start, len);
+        if crate::shed::level(seg) >= syncspy_abi::cost::SHED_GAPS {
+            seg.count_gpu_idle(len);
+            seg.cost().gaps_shed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            seg.record_gpu_idle(device as i32, start, len);
+        }
     }
 }
 

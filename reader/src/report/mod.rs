@@ -621,19 +621,18 @@ impl CostReport {
     pub fn of(c: &syncspy_abi::cost::CostStatus) -> CostReport {
         CostReport {
             budget_pct: f64::from(c.budget_ppm) / 10_000.0,
-            shedding: match c.level {
-                syncspy_abi::cost::SHED_NONE => "none",
-                syncspy_abi::cost::SHED_STACKS => "stacks",
-                syncspy_abi::cost::SHED_GAPS => "gap_records",
-                _ => "records",
-            }
-            .to_string(),
+            shedding: syncspy_abi::cost::CostStatus::level_key(c.level).to_string(),
             raised: c.raised,
             stacks_shed: c.stacks_shed,
             gap_records_shed: c.gaps_shed,
             records_shed: c.records_shed,
             looks_skipped: c.looks_skipped,
         }
+    }
+
+    /// What is shed now, in words (`gap records`); `None` when nothing is.
+    pub fn shedding_now(&self) -> Option<String> {
+        (self.shedding != "none").then(|| self.shedding.replace('_', " "))
     }
 
     /// Whether detail was shed (not only looks skipped).
