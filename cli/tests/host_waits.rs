@@ -90,6 +90,37 @@ fn run(d: &TempDir, text: &str, env: &[(&str, &str)]) -> (String, Value, String)
     (script.to_string(), r["processes"][0].clone(), stderr)
 }
 
+/// A folder with `waitlib.py`, one function that waits on a semaphore: the library function
+/// two lines wait through.
+fn waitlib(d: &TempDir) -> std::path::PathBuf {
+    let lib = d.path().join("site-packages");
+    std::fs::create_dir(&lib).unwrap();
+    std::fs::write(
+        lib.join("waitlib.py"),
+        "def wait(libc, sem):\n    libc.sem_wait(sem)\n",
+    )
+    .unwrap();
+    lib
+}
+
+/// The report process's `host_wait` sites: (location, count), sorted.
+fn host_waits_by_line(p: &Value) -> Vec<(String, u64)> {
+    let mut got: Vec<(String, u64)> = p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "host_wait")
+        .map(|s| {
+            (
+                s["location"].as_str().unwrap_or("").to_string(),
+                s["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    got
+}
+
 #[test]
 fn a_wait_that_a_host_function_ends_is_recorded_at_its_line() {
     let d = TempDir::new("host-wait");
@@ -188,13 +219,7 @@ fn a_thread_in_a_waiting_cuda_call_is_not_also_a_host_wait() {
 #[test]
 fn waits_through_one_library_function_are_named_at_each_calling_line() {
     let d = TempDir::new("host-wait-lib");
-    let lib = d.path().join("site-packages");
-    std::fs::create_dir(&lib).unwrap();
-    std::fs::write(
-        lib.join("waitlib.py"),
-        "def wait(libc, sem):\n    libc.sem_wait(sem)\n",
-    )
-    .unwrap();
+    let lib = waitlib(&d);
     let text = format!(
         "{}{}",
         preamble!(),
@@ -217,19 +242,7 @@ for _ in range(3):
         )
     );
     let (script, p, stderr) = run(&d, &text, &[]);
-    let mut got: Vec<(String, u64)> = p["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "host_wait")
-        .map(|s| {
-            (
-                s["location"].as_str().unwrap_or("").to_string(),
-                s["count"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    got.sort();
+    let got = host_waits_by_line(&p);
     assert_eq!(
         got,
         [
@@ -248,13 +261,7 @@ for _ in range(3):
 #[test]
 fn a_long_loop_of_waits_at_two_lines_counts_each_at_its_line() {
     let d = TempDir::new("host-wait-loop");
-    let lib = d.path().join("site-packages");
-    std::fs::create_dir(&lib).unwrap();
-    std::fs::write(
-        lib.join("waitlib.py"),
-        "def wait(libc, sem):\n    libc.sem_wait(sem)\n",
-    )
-    .unwrap();
+    let lib = waitlib(&d);
     let text = format!(
         "{}{}",
         preamble!(),
@@ -277,19 +284,7 @@ for _ in range(150):
         )
     );
     let (script, p, stderr) = run(&d, &text, &[]);
-    let mut got: Vec<(String, u64)> = p["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "host_wait")
-        .map(|s| {
-            (
-                s["location"].as_str().unwrap_or("").to_string(),
-                s["count"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    got.sort();
+    let got = host_waits_by_line(&p);
     assert_eq!(
         got,
         [

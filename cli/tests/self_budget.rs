@@ -35,6 +35,17 @@ fn hostile(d: &TempDir, calls: u64, env: &[(&str, &str)]) -> (Value, Value, Stri
     (r["processes"][0].clone(), truth, stderr)
 }
 
+/// The stream syncs of the report's process that sit in a call site with a location.
+fn syncs_at_a_site(p: &Value) -> u64 {
+    p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "stream_sync" && s["location"].is_string())
+        .map(|s| n(&s["count"]))
+        .sum()
+}
+
 fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
@@ -70,13 +81,7 @@ fn a_hostile_rate_sheds_detail_in_order_and_keeps_every_count() {
         "{p}"
     );
     // Events without a stack sit in no call site; the sites hold the rest.
-    let in_sites: u64 = p["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "stream_sync" && s["location"].is_string())
-        .map(|s| n(&s["count"]))
-        .sum();
+    let in_sites = syncs_at_a_site(&p);
     assert!(in_sites > 0 && in_sites < syncs, "{in_sites}");
     assert!(
         stderr.contains("!! syncspy went over its budget (1% of wall) and shed detail:"),
@@ -95,12 +100,5 @@ fn with_the_budget_off_nothing_is_shed() {
     assert!(p.get("cost").is_none(), "{p}");
     assert!(!stderr.contains("went over its budget"), "{stderr}");
     // Every event is a record with its call site.
-    let in_sites: u64 = p["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "stream_sync" && s["location"].is_string())
-        .map(|s| n(&s["count"]))
-        .sum();
-    assert_eq!(in_sites, syncs);
+    assert_eq!(syncs_at_a_site(&p), syncs);
 }
