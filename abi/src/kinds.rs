@@ -114,6 +114,11 @@ named_enum! {
         CudaStreamQuery = 35 => "cudaStreamQuery",
         CudaStreamQueryPtsz = 36 => "cudaStreamQuery_ptsz",
         CudaEventQuery = 37 => "cudaEventQuery",
+        // Not a runtime entry point (ABI 1.10): the API of `gpu_idle` records that the library
+        // measured at a stall with two CUDA events, the GPU's idle time from finishing the
+        // work the stall waited for to starting the next work the thread queued. The record
+        // carries the stall's site, and its kind and API in `result` (`record::stall_of`).
+        StallEvents = 38 => "stall_events",
         // The driver API (libcuda.so.1), from 40: one value per function, whatever its
         // version suffix (`_v2`) or per-thread form (`_ptds`/`_ptsz`, see FLAG_PER_THREAD).
         CuCtxSynchronize = 40 => "cuCtxSynchronize",

@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 9;
+pub const ABI_MINOR: u16 = 10;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).

@@ -43,6 +43,24 @@ pub const FLAG_HOST_PINNED: u8 = 2;
 /// The stack was cut at the depth limit.
 pub const FLAG_STACK_TRUNCATED: u8 = 4;
 
+/// `result` of a `stall_events` record (ABI 1.10): the stall it measured, its kind in bits 8-15
+/// and its API in bits 0-7.
+pub const fn stall_result(kind: Kind, api: Api) -> u32 {
+    ((kind as u32) << 8) | api as u32
+}
+
+/// The stall a `stall_events` record measured (`stall_result`); `None` for any other record,
+/// or a kind or API this version does not know.
+pub fn stall_of(r: &Record) -> Option<(Kind, Api)> {
+    if r.api != Api::StallEvents {
+        return None;
+    }
+    Some((
+        Kind::from_u8((r.result >> 8) as u8)?,
+        Api::from_u8(r.result as u8)?,
+    ))
+}
+
 /// Why a slot's payload did not decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordError {

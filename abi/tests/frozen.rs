@@ -11,7 +11,8 @@
 //! `tests/data/segment-v1.7.bin` one written by ABI 1.7's, with a `host_wait`,
 //! `tests/data/segment-v1.8.bin` one written by ABI 1.8's, with measured collectives,
 //! `tests/data/segment-v1.9.bin` one written by ABI 1.9's, with the library's budget and what
-//! it shed; all
+//! it shed, `tests/data/segment-v1.10.bin` one written by ABI 1.10's, with the GPU idle
+//! measured behind a stall; all
 //! are checked in (tests/data/README.md says how, and when another file may be added). Reading them with
 //! today's reader, and rewriting them with today's writer, turns the versioning rules of
 //! docs/contracts.md into tests: the header fields sit at the documented offsets, a reader
@@ -44,7 +45,8 @@ use syncspy_abi::python::{
     PyVersion, PyWaiter, PythonState, PythonStatus, PY_SUPPORTED,
 };
 use syncspy_abi::record::{
-    Record, RecordError, FLAG_HOST_PINNED, FLAG_PER_THREAD, FLAG_STACK_TRUNCATED, NO_SITE,
+    stall_of, stall_result, Record, RecordError, FLAG_HOST_PINNED, FLAG_PER_THREAD,
+    FLAG_STACK_TRUNCATED, NO_SITE,
 };
 use syncspy_abi::ring::{Cursor, PollStats, Slot};
 use syncspy_abi::segment::{OpenError, ProcState, SegmentParams, SegmentReader, SegmentWriter};
@@ -78,6 +80,9 @@ const V1_8: &str = "segment-v1.8.bin";
 /// The frozen ABI 1.9 segment: the v1.8 contents and the cost part of a process that went over
 /// its 1% budget twice and sheds stacks now.
 const V1_9: &str = "segment-v1.9.bin";
+/// The frozen ABI 1.10 segment: the v1.9 contents and the GPU idle measured behind one stream
+/// sync (a `gpu_idle` record of API `stall_events`), and one back-to-back sync counted.
+const V1_10: &str = "segment-v1.10.bin";
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -561,6 +566,11 @@ fn cost_v1_9() -> CostStatus {
 /// Writes the v1.9 segment's contents with the current writer: the v1.8 contents and the cost
 /// part of `cost_v1_9`.
 fn write_v1_9(dir: &Path) -> PathBuf {
+    write_v1_9_with(dir, |_| {})
+}
+
+/// The v1.9 contents, and whatever `more` writes after its cost part.
+fn write_v1_9_with(dir: &Path, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     write_v1_8_with(dir, |w| {
         let c = w.cost();
         let want = cost_v1_9();
@@ -572,6 +582,36 @@ fn write_v1_9(dir: &Path) -> PathBuf {
         c.gaps_shed.store(want.gaps_shed, Relaxed);
         c.records_shed.store(want.records_shed, Relaxed);
         c.looks_skipped.store(want.looks_skipped, Relaxed);
+        more(w);
+    })
+}
+
+/// The measurement of the v1.10 file: 2.5 ms of GPU idle behind a `cudaStreamSynchronize` at
+/// site A on stream 0x77, thread 101.
+fn stall_idle_v1_10() -> Record {
+    Record {
+        kind: Kind::GpuIdle,
+        api: Api::StallEvents,
+        direction: Direction::None,
+        flags: 0,
+        device: 0,
+        start_ns: 1_050_000_000,
+        duration_ns: 2_500_000,
+        bytes: 0,
+        stream: 0x77,
+        tid: 101,
+        site: SITE_A,
+        result: stall_result(Kind::StreamSync, Api::CudaStreamSynchronize),
+        polls: 0,
+    }
+}
+
+/// Writes the v1.10 segment's contents with the current writer: the v1.9 contents, the
+/// measurement of `stall_idle_v1_10` and a back-to-back sync's 0 ns (totals only).
+fn write_v1_10(dir: &Path) -> PathBuf {
+    write_v1_9_with(dir, |w| {
+        w.record_stall_idle(&stall_idle_v1_10(), true);
+        w.live().apis[Api::StallEvents as usize].add(0, 0);
     })
 }
 
@@ -1415,18 +1455,69 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_9_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_10_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_9(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_9, &fresh);
+    let fresh = std::fs::read(write_v1_10(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_10, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.9 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.10 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+#[test]
+fn without_a_stall_measurement_the_current_writer_changes_only_the_version_of_v1_9() {
+    let dir = TempDir::new("rewrite-1-9");
+    let fresh = std::fs::read(write_v1_9(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_9, &fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let differ: Vec<usize> = differing(&fresh, &frozen)
+        .into_iter()
+        .filter(|i| !(minor..minor + 2).contains(i))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the writer changed bytes of the v1.9 layout: {differ:?}"
+    );
+    assert_eq!((get_u16(&frozen, minor), get_u16(&fresh, minor)), (9, 10));
+}
+
+#[test]
+fn the_v1_10_file_reads_back_exactly() {
+    let path = data(V1_10);
+    let r = SegmentReader::open(&path).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 10));
+    let (records, stats) = drain(&r);
+    assert_eq!(stats.corrupt, 0);
+    let measured: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.api == Api::StallEvents)
+        .collect();
+    assert_eq!(measured, vec![&stall_idle_v1_10()]);
+    assert_eq!(
+        stall_of(measured[0]),
+        Some((Kind::StreamSync, Api::CudaStreamSynchronize))
+    );
+    // The API's totals count the back-to-back sync too; the kind's are the traced gaps'.
+    let live = r.live();
+    let t = live.apis[Api::StallEvents as usize].snapshot();
+    assert_eq!((t.count, t.total_ns), (2, 2_500_000));
+    let old = SegmentReader::open(&data(V1_9)).unwrap();
+    assert_eq!(
+        live.kinds[Kind::GpuIdle as usize].snapshot(),
+        old.live().kinds[Kind::GpuIdle as usize].snapshot()
+    );
+    // Every other record reads as in v1.9.
+    let (before, _) = drain(&old);
+    let rest: Vec<Record> = records
+        .into_iter()
+        .filter(|r| r.api != Api::StallEvents)
+        .collect();
+    assert_eq!(rest, before);
 }
 
 #[test]
@@ -1891,8 +1982,8 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_9_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 9));
+fn this_build_writes_abi_1_10_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 10));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
     assert_eq!(size_of::<Header>(), 7344);
@@ -1933,7 +2024,8 @@ fn this_build_writes_abi_1_9_and_its_file_is_the_newest() {
             (1, 6),
             (1, 7),
             (1, 8),
-            (1, 9)
+            (1, 9),
+            (1, 10)
         ]
     );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));

@@ -113,6 +113,16 @@ pub fn gap_cause(c: &syncspy_read::report::GapCauseReport) -> String {
 /// The GPU line and the gap-cause table (nothing for a segment older than ABI 1.2).
 fn render_gpu(out: &mut String, p: &ProcessReport) {
     let g = &p.gpu;
+    if let Some(b) = &g.behind_stalls {
+        let _ = writeln!(
+            out,
+            "  GPU idle behind syncs: {} at {} of {} stream and device {} (measured at each)",
+            fmt_ns(b.total_ns),
+            b.measured,
+            b.syncs,
+            plural::word(b.syncs, "sync", "syncs")
+        );
+    }
     let Some(state) = g.state.as_ref() else {
         return;
     };
@@ -433,6 +443,14 @@ fn render_sites(out: &mut String, p: &ProcessReport) {
             fmt_ns(s.total_ns),
             fmt_ns(s.p99_ns)
         );
+        if let Some(a) = &s.gpu_idle_after {
+            let _ = writeln!(
+                out,
+                "        GPU idle after: {} over {} measured",
+                fmt_ns(a.total_ns),
+                a.count
+            );
+        }
         if s.capture_failures > 0 {
             let _ = writeln!(
                 out,

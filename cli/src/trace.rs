@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
 
-use syncspy_abi::{Direction, Kind, Record};
+use syncspy_abi::{Api, Direction, Kind, Record};
 
 use syncspy_read::follow::{Followed, SegmentKey, SiteRef};
 use syncspy_read::report::{site_location, write_atomic_with};
@@ -169,6 +169,10 @@ pub fn write_to(
             continue;
         };
         let r = &e.record;
+        if r.api == Api::StallEvents {
+            // The GPU idle behind a stall (ABI 1.10): a length, not a placed gap.
+            continue;
+        }
         if r.kind == Kind::GpuIdle {
             write_gpu_gap(list.next()?, f.agg.pid, r)?;
             continue;
@@ -201,7 +205,7 @@ fn write_gpu_tracks(
     let gpu_tracks: std::collections::BTreeSet<(u32, i32)> = sink
         .events()
         .iter()
-        .filter(|e| e.record.kind == Kind::GpuIdle)
+        .filter(|e| e.record.kind == Kind::GpuIdle && e.record.api != Api::StallEvents)
         .filter_map(|e| {
             let key = sink.segments.get(e.segment as usize)?;
             Some((by_key.get(key)?.agg.pid, e.record.device))

@@ -5,7 +5,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use syncspy_abi::Api;
+use syncspy_abi::record::FLAG_PER_THREAD;
+use syncspy_abi::{Api, Direction};
 
 use crate::call::{Call, NOT_READY};
 use crate::clock::now_ns;
@@ -48,12 +49,16 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         disable();
         return real();
     };
+    if queues_work(&call) {
+        crate::behind::work_queued(call.stream, call.flags & FLAG_PER_THREAD != 0);
+    }
     let Some(kind) = call.kind else {
         rt.count(&call);
         let result = real();
         first_return();
         return result;
     };
+    let open = crate::behind::before_wait(rt, kind, call.stream, call.flags);
     let t0 = now_ns();
     // With a polling run open, the thread's counters as the stall starts (`end_poll_run`).
     let before = poll::open().then(poll::Counters::now);
@@ -69,13 +74,31 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         if let Some(c) = before {
             record::end_poll_run(rt, t0, c);
         }
-        record::emit(rt, kind, &call, t0, t1, result, 0)
+        let site = record::emit(rt, kind, &call, t0, t1, result, 0);
+        crate::behind::after_wait(
+            rt,
+            open,
+            kind,
+            call.api,
+            call.stream,
+            call.flags,
+            t0,
+            site,
+            result,
+        );
     }));
     if recorded.is_err() {
         disable();
     }
     set_errno(errno_out);
     result
+}
+
+/// Whether a call queues work on the GPU (a copy of any kind, a memset): it ends the thread's
+/// measurement of the GPU idle behind its last stall (`behind`).
+#[inline(always)]
+fn queues_work(call: &Call) -> bool {
+    call.direction != Direction::None || matches!(call.api, Api::CudaMemset | Api::CudaMemsetPtds)
 }
 
 /// The path of the query hooks (`cudaStreamQuery`, `cudaEventQuery` and their driver forms).

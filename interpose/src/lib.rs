@@ -16,6 +16,7 @@
 
 mod api;
 mod attach;
+mod behind;
 mod call;
 mod classify;
 mod clock;

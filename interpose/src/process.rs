@@ -48,6 +48,7 @@ extern "C" fn after_fork_in_child() {
     state::forget_parent();
     crate::gpu::after_fork_in_child();
     crate::nccl::after_fork_in_child();
+    crate::behind::after_fork_in_child();
     state::restart_in_child();
     crate::attach::after_fork_in_child();
     crate::shed::reset();

@@ -24,7 +24,7 @@ pub(crate) fn emit(
     t1: u64,
     result: u32,
     polls: u32,
-) {
+) -> u32 {
     let duration = t1.saturating_sub(t0);
     let weight = crate::guard::overhead_weight();
     let shed = crate::shed::level(&rt.seg);
@@ -74,6 +74,7 @@ pub(crate) fn emit(
         }
     }
     crate::shed::check(&rt.seg, t1);
+    site
 }
 
 /// This thread's polling run (`hook_query`): at most one open at a time.

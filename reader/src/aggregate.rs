@@ -545,6 +545,9 @@ pub struct ProcessAgg {
     /// Per call site, its calls that failed because their stream was capturing a CUDA graph
     /// (`cudaErrorStreamCaptureUnsupported`, 900): each broke the capture.
     capture_failures: SiteMap<u64>,
+    /// Per call site, the GPU idle measured behind its stalls (ABI 1.10 `stall_events`
+    /// records): (stalls measured, total ns). At most `MAX_SITE_KEYS` sites.
+    idle_after: SiteMap<(u64, u64)>,
     /// Where the process lives seen from this reader (host pid, container); set by whoever
     /// opened the segment (`place::place`), the default by `new`.
     pub placement: crate::place::Placement,
@@ -584,6 +587,7 @@ impl ProcessAgg {
             gap_causes: GapCauses::default(),
             job: None,
             capture_failures: SiteMap::default(),
+            idle_after: SiteMap::default(),
             placement: crate::place::Placement::default(),
             account: None,
             compacted: false,
@@ -641,6 +645,11 @@ impl ProcessAgg {
 
     /// Adds one record from the ring.
     pub fn add_record(&mut self, r: &Record) {
+        if r.api == Api::StallEvents {
+            // The GPU idle measured behind one stall: its stall's site, not a traced gap.
+            self.add_idle_after(r);
+            return;
+        }
         if r.kind == Kind::GpuIdle {
             // Not a call: no API, no call site; its cause comes from the host stalls.
             if let Some(slot) = self.kinds.get_mut(r.kind as usize) {
@@ -742,6 +751,7 @@ impl ProcessAgg {
         Api::ALL
             .iter()
             .copied()
+            .filter(|a| *a != Api::StallEvents)
             .filter(|a| self.live.api(*a).count > 0 || self.api_dist(*a).is_some())
             .collect()
     }
@@ -760,6 +770,30 @@ impl ProcessAgg {
     /// stream was capturing: `cudaErrorStreamCaptureUnsupported`).
     pub fn capture_failures(&self, key: &SiteKey) -> u64 {
         self.capture_failures.get(key).copied().unwrap_or(0)
+    }
+
+    fn add_idle_after(&mut self, r: &Record) {
+        let Some((kind, api)) = syncspy_abi::record::stall_of(r) else {
+            return;
+        };
+        let site = if r.site > self.site_capacity {
+            0
+        } else {
+            r.site
+        };
+        let key = SiteKey { site, kind, api };
+        if !self.idle_after.contains_key(&key) && self.idle_after.len() >= MAX_SITE_KEYS {
+            return;
+        }
+        let e = self.idle_after.entry(key).or_default();
+        e.0 = e.0.saturating_add(1);
+        e.1 = e.1.saturating_add(r.duration_ns);
+    }
+
+    /// The GPU idle measured behind the stalls of call site `key` that were received:
+    /// (stalls measured, total ns).
+    pub fn idle_after(&self, key: &SiteKey) -> (u64, u64) {
+        self.idle_after.get(key).copied().unwrap_or_default()
     }
 
     pub fn sites_by_total(&self) -> Vec<(SiteKey, &Dist)> {

@@ -471,6 +471,15 @@ impl GpuSpans {
         self.spans.iter().map(|(a, b)| Self::elapsed(*a, *b)).sum()
     }
 
+    /// The GPU time between consecutive spans, summed: from each span's end to the next one's
+    /// start (the GPU's idle there, and any work outside the spans), in ms.
+    pub fn between_ms(&self) -> f64 {
+        self.spans
+            .windows(2)
+            .map(|w| Self::elapsed(w[0].1, w[1].0))
+            .sum()
+    }
+
     /// From the first span's start to the last span's end, in ms.
     pub fn envelope_ms(&self) -> f64 {
         match (self.spans.first(), self.spans.last()) {

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use syncspy_abi::modules::Module;
-use syncspy_abi::{Kind, ProcState, Record};
+use syncspy_abi::{Api, Kind, ProcState, Record};
 use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
 use syncspy_read::alike::SiteLook;
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
@@ -144,6 +144,10 @@ impl Extra {
     }
 
     fn add(&mut self, r: &Record, now_s: u64) {
+        if r.api == Api::StallEvents {
+            // The GPU idle behind a stall (ABI 1.10), not a traced gap: in the report.
+            return;
+        }
         self.window.add(r, self.window_now(now_s));
         if let Some(i) = kind_index(r.kind) {
             self.cum[i].record(r.duration_ns);

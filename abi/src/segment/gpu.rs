@@ -59,6 +59,16 @@ impl SegmentWriter {
         crate::ring::push(self.live(), self.v.slots(), &rec);
     }
 
+    /// Writes the GPU idle measured behind one stall (a `gpu_idle` record of API
+    /// `stall_events`, ABI 1.10) to the ring and to that API's totals; the `gpu_idle` kind's
+    /// totals stay the traced gaps'. With `ring` false (records shed), the totals alone.
+    pub fn record_stall_idle(&self, rec: &Record, ring: bool) {
+        self.live().apis[Api::StallEvents as usize].add(rec.duration_ns, 0);
+        if ring {
+            crate::ring::push(self.live(), self.v.slots(), rec);
+        }
+    }
+
     /// Adds one idle gap to the `gpu_idle` totals without writing its record (a library
     /// shedding gap records to keep within its budget: `cost`).
     pub fn count_gpu_idle(&self, len_ns: u64) {

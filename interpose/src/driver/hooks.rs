@@ -12,8 +12,8 @@
 use std::ffi::{c_char, c_uint, c_void};
 
 use cudarc::driver::sys::{
-    CUcontext, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUmemorytype, CUstream,
-    CUDA_MEMCPY2D, CUDA_MEMCPY3D,
+    CUcontext, CUdeviceptr, CUdriverProcAddressQueryResult, CUevent, CUfunction, CUgraphExec,
+    CUlaunchConfig, CUmemorytype, CUstream, CUDA_MEMCPY2D, CUDA_MEMCPY3D,
 };
 use syncspy_abi::{Api, Direction, Kind};
 
@@ -51,6 +51,38 @@ type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> RawR
 type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> RawResult;
 pub type LaunchHostFuncFn =
     unsafe extern "C" fn(CUstream, Option<crate::hostwait::HostFn>, *mut c_void) -> RawResult;
+type LaunchKernelFn = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> RawResult;
+type LaunchCooperativeFn = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+) -> RawResult;
+type LaunchKernelExFn = unsafe extern "C" fn(
+    *const CUlaunchConfig,
+    CUfunction,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> RawResult;
+type GraphLaunchFn = unsafe extern "C" fn(CUgraphExec, CUstream) -> RawResult;
 type GetProcFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, i32, u64) -> RawResult;
 type GetProcV2Fn = unsafe extern "C" fn(
     *const c_char,
@@ -653,6 +685,100 @@ pub unsafe fn launch_host_func(
 
 /// Declares a family: its wrapper instances (`$inst::<N>`, forwarding to slot N) and its
 /// exported symbols, each with whether it is a per-thread-default-stream form.
+/// Families whose wrappers run their body even inside a recorded call: lookups are always
+/// answered with wrappers, and a launch always ends a stall's measurement (`behind`).
+const fn always_answered(f: Family) -> bool {
+    matches!(
+        f,
+        Family::GetProc
+            | Family::GetProcV2
+            | Family::LaunchKernel
+            | Family::LaunchKernelEx
+            | Family::LaunchCooperative
+            | Family::GraphLaunch
+    )
+}
+
+/// # Safety
+/// `f` is the real `cuLaunchKernel` (or `_ptsz`); the arguments are the caller's.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_kernel(
+    f: LaunchKernelFn,
+    func: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    ptds: bool,
+) -> RawResult {
+    crate::behind::launch_queued(stream as u64, ptds);
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { f(func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra) }
+}
+
+/// # Safety
+/// `f` is the real `cuLaunchCooperativeKernel` (or `_ptsz`); the arguments are the caller's.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_cooperative(
+    f: LaunchCooperativeFn,
+    func: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    ptds: bool,
+) -> RawResult {
+    crate::behind::launch_queued(stream as u64, ptds);
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { f(func, gx, gy, gz, bx, by, bz, shmem, stream, params) }
+}
+
+/// # Safety
+/// `f` is the real `cuLaunchKernelEx` (or `_ptsz`); the arguments are the caller's.
+unsafe fn launch_kernel_ex(
+    f: LaunchKernelExFn,
+    config: *const CUlaunchConfig,
+    func: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    ptds: bool,
+) -> RawResult {
+    let stream = if config.is_null() {
+        0
+    } else {
+        // SAFETY: a non-null configuration the caller passes to the driver, which reads it
+        // too.
+        unsafe { (*config).hStream as u64 }
+    };
+    crate::behind::launch_queued(stream, ptds);
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { f(config, func, params, extra) }
+}
+
+/// # Safety
+/// `f` is the real `cuGraphLaunch` (or `_ptsz`); the arguments are the caller's.
+unsafe fn graph_launch(
+    f: GraphLaunchFn,
+    graph: CUgraphExec,
+    stream: CUstream,
+    ptds: bool,
+) -> RawResult {
+    crate::behind::launch_queued(stream as u64, ptds);
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { f(graph, stream) }
+}
+
 macro_rules! family {
     ($fam:ident, $inst:ident, $body:ident: $ty:ty; $params:tt; $($name:ident = $ptds:literal),*) => {
         family!(@inst $fam, $inst, $body, $ty, $params);
@@ -669,7 +795,7 @@ macro_rules! family {
                 return DRIVER_MISSING;
             };
             // Lookups are always answered with wrappers, nested or not.
-            if nested() && !matches!(Family::$fam, Family::GetProc | Family::GetProcV2) {
+            if !always_answered(Family::$fam) && nested() {
                 // SAFETY: the real function with the caller's arguments.
                 return unsafe { f($($arg),*) };
             }
@@ -696,7 +822,7 @@ macro_rules! family {
             let Some(f) = REAL.get::<$ty>() else {
                 return DRIVER_MISSING;
             };
-            if nested() && !matches!(Family::$fam, Family::GetProc | Family::GetProcV2) {
+            if !always_answered(Family::$fam) && nested() {
                 // SAFETY: the real function with the caller's arguments.
                 return unsafe { f($($arg),*) };
             }
@@ -760,6 +886,20 @@ family!(MemHostUnregister, host_unregister_w, host_unregister: HostPtrFn; (ptr: 
 family!(LaunchHostFunc, launch_host_func_w, launch_host_func: LaunchHostFuncFn;
     (stream: CUstream, func: Option<crate::hostwait::HostFn>, data: *mut c_void);
     cuLaunchHostFunc = false, cuLaunchHostFunc_ptsz = true);
+family!(LaunchKernel, launch_kernel_w, launch_kernel: LaunchKernelFn;
+    (func: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+     shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernel = false, cuLaunchKernel_ptsz = true);
+family!(LaunchKernelEx, launch_kernel_ex_w, launch_kernel_ex: LaunchKernelExFn;
+    (config: *const CUlaunchConfig, func: CUfunction, params: *mut *mut c_void,
+     extra: *mut *mut c_void);
+    cuLaunchKernelEx = false, cuLaunchKernelEx_ptsz = true);
+family!(LaunchCooperative, launch_cooperative_w, launch_cooperative: LaunchCooperativeFn;
+    (func: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+     shmem: c_uint, stream: CUstream, params: *mut *mut c_void);
+    cuLaunchCooperativeKernel = false, cuLaunchCooperativeKernel_ptsz = true);
+family!(GraphLaunch, graph_launch_w, graph_launch: GraphLaunchFn;
+    (graph: CUgraphExec, stream: CUstream); cuGraphLaunch = false, cuGraphLaunch_ptsz = true);
 family!(GetProc, get_proc_w, get_proc: GetProcFn;
     (symbol: *const c_char, pfn: *mut *mut c_void, version: i32, flags: u64);
     cuGetProcAddress = false, cuGetProcAddress_ptsz = true);
@@ -831,6 +971,10 @@ pub fn instance(family: Family, i: usize) -> *mut c_void {
         Family::MemHostRegister => instances!(host_register_w),
         Family::MemHostUnregister => instances!(host_unregister_w),
         Family::LaunchHostFunc => instances!(launch_host_func_w),
+        Family::LaunchKernel => instances!(launch_kernel_w),
+        Family::LaunchKernelEx => instances!(launch_kernel_ex_w),
+        Family::LaunchCooperative => instances!(launch_cooperative_w),
+        Family::GraphLaunch => instances!(graph_launch_w),
         Family::GetProc => instances!(get_proc_w),
         Family::GetProcV2 => instances!(get_proc_v2_w),
     };

@@ -64,6 +64,13 @@ pub enum Family {
     /// `cuLaunchHostFunc`: a call that does not wait, whose host function may end a
     /// `host_wait` (`hostwait`).
     LaunchHostFunc,
+    /// `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, `cuGraphLaunch`:
+    /// calls that queue work and are not counted; the first after a stall ends the
+    /// measurement of the GPU idle behind it (`behind`).
+    LaunchKernel,
+    LaunchKernelEx,
+    LaunchCooperative,
+    GraphLaunch,
     /// `cuGetProcAddress` (CUDA 11.3 to 11.8 signature).
     GetProc,
     /// `cuGetProcAddress_v2` (CUDA 12 and later).
@@ -127,6 +134,14 @@ const BY_SYMBOL: &[(&[u8], Family, bool)] = &[
     (b"cuMemHostUnregister", MemHostUnregister, false),
     (b"cuLaunchHostFunc", LaunchHostFunc, false),
     (b"cuLaunchHostFunc_ptsz", LaunchHostFunc, true),
+    (b"cuLaunchKernel", LaunchKernel, false),
+    (b"cuLaunchKernel_ptsz", LaunchKernel, true),
+    (b"cuLaunchKernelEx", LaunchKernelEx, false),
+    (b"cuLaunchKernelEx_ptsz", LaunchKernelEx, true),
+    (b"cuLaunchCooperativeKernel", LaunchCooperative, false),
+    (b"cuLaunchCooperativeKernel_ptsz", LaunchCooperative, true),
+    (b"cuGraphLaunch", GraphLaunch, false),
+    (b"cuGraphLaunch_ptsz", GraphLaunch, true),
     (b"cuGetProcAddress", GetProc, false),
     (b"cuGetProcAddress_ptsz", GetProc, true),
     (b"cuGetProcAddress_v2", GetProcV2, false),
@@ -163,6 +178,10 @@ const BY_PROC: &[(&[u8], Family, i32)] = &[
     (b"cuMemHostRegister", MemHostRegister, 0),
     (b"cuMemHostUnregister", MemHostUnregister, 0),
     (b"cuLaunchHostFunc", LaunchHostFunc, 10000),
+    (b"cuLaunchKernel", LaunchKernel, 4000),
+    (b"cuLaunchKernelEx", LaunchKernelEx, 11060),
+    (b"cuLaunchCooperativeKernel", LaunchCooperative, 9000),
+    (b"cuGraphLaunch", GraphLaunch, 10000),
     (b"cuGetProcAddress", GetProcV2, 12000),
     (b"cuGetProcAddress", GetProc, 0),
 ];
@@ -297,14 +316,19 @@ mod tests {
         // The 32-bit first versions, other driver functions, runtime names.
         assert!(!wants(b"cuMemcpyDtoH"));
         assert!(!wants(b"cuMemFree"));
-        assert!(!wants(b"cuLaunchKernel"));
+        assert!(!wants(b"cuLaunchHostFunc_v2"));
+        assert!(!wants(b"cuModuleLaunch"));
         assert!(!wants(b"cudaStreamSynchronize"));
+        // Launches are wrapped: the first after a stall ends its GPU idle measurement.
+        assert!(wants(b"cuLaunchKernel"));
+        assert!(wants(b"cuGraphLaunch_ptsz"));
         assert!(!wants(b"cu"));
         // cuGetProcAddress: old versions get no wrapper, cuGetProcAddress itself the
         // signature of the version asked for.
         let fake = 0x1000 as *mut c_void;
         assert_eq!(wrap_proc(b"cuMemcpyDtoH", 3010, false, fake), None);
-        assert_eq!(wrap_proc(b"cuLaunchKernel", 13000, false, fake), None);
+        assert_eq!(wrap_proc(b"cuLaunchKernelEx", 11050, false, fake), None);
+        assert_eq!(wrap_proc(b"cuModuleLoad", 13000, false, fake), None);
         let w = wrap_proc(b"cuMemcpyDtoH", 13000, false, fake).expect("wrapped");
         assert_eq!(w, hooks::instance(DtoH, 0));
         // The same real function keeps its wrapper; a per-thread form gets another half.

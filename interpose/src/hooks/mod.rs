@@ -11,6 +11,7 @@
 #![allow(non_snake_case)]
 
 pub mod exports;
+pub mod launch;
 pub mod memcpy;
 pub mod memory;
 pub mod sync;

@@ -141,6 +141,20 @@ pub struct Site {
     /// `location`, which stay the stalling thread's. Left out when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_by: Option<python::Waiter>,
+    /// The GPU idle measured behind these stalls (ABI 1.10: the library's events at each
+    /// stream and device sync): from when the GPU finished the work waited for to when the
+    /// next work reached it. Left out when none of them was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_idle_after: Option<IdleAfter>,
+}
+
+/// The GPU idle measured behind stalls (ABI 1.10).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct IdleAfter {
+    /// Stalls measured.
+    pub count: u64,
+    /// Their GPU idle, summed.
+    pub total_ns: u64,
 }
 
 /// GPU-side figures, from the GPU part of the segment (ABI 1.2) and its `gpu_idle` records.
@@ -200,6 +214,21 @@ pub struct Gpu {
     /// How many collective kernels that was.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub collectives: u64,
+    /// The GPU idle measured behind host stalls (ABI 1.10), exact totals from the header:
+    /// left out when nothing was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_stalls: Option<BehindStalls>,
+}
+
+/// The GPU idle each stream and device sync caused, measured by the library's events.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct BehindStalls {
+    /// Stalls measured.
+    pub measured: u64,
+    /// The stream and device syncs of the process: what could have been measured.
+    pub syncs: u64,
+    /// GPU idle behind the measured stalls, summed.
+    pub total_ns: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -756,7 +785,18 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         records: g.map_or(0, |g| g.records),
         collective_ns: collectives_of(&a.live).map(|c| c.0),
         collectives: collectives_of(&a.live).map_or(0, |c| c.1),
+        behind_stalls: behind_stalls_of(&a.live),
     }
+}
+
+/// The header's exact totals of the GPU idle measured behind stalls.
+fn behind_stalls_of(live: &crate::aggregate::LiveSnapshot) -> Option<BehindStalls> {
+    let m = live.api(Api::StallEvents);
+    (m.count > 0).then(|| BehindStalls {
+        measured: m.count,
+        syncs: live.kind(Kind::StreamSync).count + live.kind(Kind::DeviceSync).count,
+        total_ns: m.total_ns,
+    })
 }
 
 /// The call sites of a followed process, largest recorded total first. Sites with Python
@@ -771,6 +811,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
         dist: Dist,
         capture_failures: u64,
         waited_by: Option<python::Waiter>,
+        idle_after: (u64, u64),
     }
     let mut order = Vec::new();
     for (key, d) in f.agg.sites_by_total() {
@@ -797,6 +838,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             python,
             dist,
             capture_failures: f.agg.capture_failures(&key),
+            idle_after: f.agg.idle_after(&key),
         };
         let alike = crate::alike::SiteKey::new(key.kind.name(), key.api.name(), look)
             .waited_by(acc.waited_by.as_ref());
@@ -806,6 +848,8 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
     let alike = crate::alike::sites(order, |(a, _), (b, _)| {
         a.dist.merge(&b.dist);
         a.capture_failures += b.capture_failures;
+        a.idle_after.0 += b.idle_after.0;
+        a.idle_after.1 += b.idle_after.1;
     });
     let mut sites: Vec<Site> = alike
         .into_iter()
@@ -842,6 +886,10 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
                 advice,
                 capture_failures: acc.capture_failures,
                 waited_by: acc.waited_by,
+                gpu_idle_after: (acc.idle_after.0 > 0).then_some(IdleAfter {
+                    count: acc.idle_after.0,
+                    total_ns: acc.idle_after.1,
+                }),
             }
         })
         .collect();

@@ -314,6 +314,44 @@ pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CuResult {
     face(|| cudaEventRecord(e.cast(), s.cast()))
 }
 
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CuResult {
+    face(|| cudaEventDestroy(e.cast()))
+}
+
+/// # Safety
+/// `ms` is null or valid for writing a `float`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: CUevent,
+    end: CUevent,
+) -> CuResult {
+    // SAFETY: the caller's contract.
+    face(|| unsafe { cudaEventElapsedTime(ms, start.cast(), end.cast()) })
+}
+
+/// The current context: the calling thread's current device's primary context, as
+/// `cuDevicePrimaryCtxRetain` names it (device + 1).
+///
+/// # Safety
+/// `ctx` is null or valid for writing a `CUcontext`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CuResult {
+    if ctx.is_null() {
+        return cudaError_t::cudaErrorInvalidValue as u32;
+    }
+    let mut dev: c_int = 0;
+    // SAFETY: a local out-value.
+    let rc = unsafe { cudaGetDevice(&mut dev) };
+    if rc != cudaError_t::cudaSuccess {
+        return rc as u32;
+    }
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { ctx.write((dev as usize + 1) as CUcontext) };
+    0
+}
+
 /// # Safety
 /// As `cudaLaunchHostFunc`.
 #[no_mangle]

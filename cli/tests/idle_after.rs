@@ -1,0 +1,109 @@
+//! The GPU idle each stall causes, measured always on (issue 36, ABI 1.10): at every stream
+//! and device sync the library records an event before the wait and another before the
+//! thread's next launch, so each sync's GPU cost is exact with GPU tracing in its default
+//! mode or off. `scn-item-in-loop` syncs every step, then works on the host (`--host-us`)
+//! before the next step's work; it measures the GPU time between its steps' work with its
+//! own events (`gpu_ms.between`), which the report's figure must match.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+
+mod common;
+use common::{artifact, run_sim_env, TempDir};
+
+const ITERS: u64 = 30;
+
+/// Runs the loop with `env`: the report's process and the program's own account.
+fn run(d: &TempDir, env: &[(&str, &str)]) -> (Value, Value) {
+    let report = d.path().join("r.json");
+    let program = artifact("scn-item-in-loop");
+    let o = run_sim_env(
+        d,
+        &["--report", report.to_str().unwrap()],
+        &[
+            program.to_str().unwrap(),
+            "--iters",
+            &ITERS.to_string(),
+            "--host-us",
+            "3000",
+            "--work-us",
+            "1000",
+        ],
+        env,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let truth: Value =
+        serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    (r["processes"][0].clone(), truth)
+}
+
+fn site<'a>(p: &'a Value, kind: &str) -> &'a Value {
+    p["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} site: {p}"))
+}
+
+fn check_each_sync_is_measured(p: &Value, truth: &Value) {
+    let syncs = site(p, "stream_sync");
+    assert_eq!(syncs["count"], ITERS);
+    // Every sync but the last, which no launch follows (the device sync comes next).
+    let after = &syncs["gpu_idle_after"];
+    assert_eq!(after["count"], ITERS - 1, "{syncs}");
+    let measured_ms = after["total_ns"].as_u64().unwrap() as f64 / 1e6;
+    let between_ms = truth["gpu_ms"]["between"].as_f64().unwrap();
+    // The program's figure includes each step's 4-byte copy after its work, the library's
+    // starts after it: the two differ by those copies and the event records' placement.
+    assert!(
+        (measured_ms - between_ms).abs() <= 0.05 * between_ms,
+        "measured {measured_ms:.3} ms behind the syncs, the program's events {between_ms:.3} ms"
+    );
+    // At least the host's 3 ms a step.
+    assert!(measured_ms >= 3.0 * (ITERS - 1) as f64, "{measured_ms}");
+    // The final device sync follows the last stream sync with no work between: measured,
+    // with no idle of its own (in the totals, not as a record).
+    let b = &p["gpu"]["behind_stalls"];
+    assert_eq!(b["syncs"], ITERS + 1, "{b}");
+    assert_eq!(b["measured"], ITERS, "{b}");
+    assert_eq!(b["total_ns"], after["total_ns"], "{b}");
+    assert!(
+        !p["apis"].as_object().unwrap().contains_key("stall_events"),
+        "{}",
+        p["apis"]
+    );
+}
+
+#[test]
+fn each_syncs_gpu_idle_is_measured_in_the_default_mode() {
+    let d = TempDir::new("idle-after");
+    let (p, truth) = run(&d, &[]);
+    assert_eq!(p["gpu"]["mode"], "duty", "{}", p["gpu"]);
+    check_each_sync_is_measured(&p, &truth);
+}
+
+#[test]
+fn each_syncs_gpu_idle_is_measured_with_gpu_tracing_off() {
+    let d = TempDir::new("idle-after-off");
+    let (p, truth) = run(&d, &[("SYNCSPY_GPU_IDLE", "off")]);
+    assert_eq!(p["gpu"]["measured"], false, "{}", p["gpu"]);
+    check_each_sync_is_measured(&p, &truth);
+}
+
+#[test]
+fn traced_gaps_keep_their_own_count() {
+    // With tracing on all the time, the traced gaps are their own records: one behind each
+    // step's sync, none of them the library's event measurements.
+    let d = TempDir::new("idle-after-on");
+    let (p, truth) = run(&d, &[("SYNCSPY_GPU_IDLE", "on")]);
+    check_each_sync_is_measured(&p, &truth);
+    let gaps = p["kinds"]["gpu_idle"]["count"].as_u64().unwrap();
+    assert!(
+        (ITERS - 1..=ITERS + 2).contains(&gaps),
+        "{gaps} traced gaps"
+    );
+}
