@@ -26,8 +26,8 @@
 //! `cuLaunchKernel`, which syncspy wraps), where calling into the runtime could re-enter it.
 //! Each slot keeps its two events for reuse, remade when the context differs.
 //!
-//! Cost: at a stall, a capture query and one event record before the wait, and one query and
-//! one elapsed-time read of the previous stall's pair; at the next work, one event record.
+//! Cost: at a stall, a capture query and one event record before the wait, and one elapsed-time
+//! read of the previous stall's pair; at the next work, one event record.
 //! Every launch pays two relaxed loads while no thread is armed.
 
 use std::cell::Cell;
@@ -113,7 +113,6 @@ type ElapsedFn = unsafe extern "C" fn(*mut f32, usize, usize) -> u32;
 static CTX_GET: Real = Real::driver(c"cuCtxGetCurrent");
 static EVENT_CREATE: Real = Real::driver(c"cuEventCreate");
 static EVENT_RECORD: Real = Real::driver(c"cuEventRecord");
-static EVENT_QUERY: Real = Real::driver(c"cuEventQuery");
 static EVENT_ELAPSED: Real = Real::driver(c"cuEventElapsedTime");
 static EVENT_ELAPSED_V2: Real = Real::driver(c"cuEventElapsedTime_v2");
 static EVENT_DESTROY: Real = Real::driver(c"cuEventDestroy_v2");
@@ -148,7 +147,7 @@ fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
 /// Before the real sync of a stall: reads this thread's finished pairs, then records the
 /// drain event. Never fails the call: any problem leaves the stall unmeasured.
 pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: u8) -> Open {
-    if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) {
+    if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
         return Open::No;
     }
     let t = now_ns();
@@ -323,39 +322,24 @@ fn read_pairs(rt: &'static Runtime) {
 }
 
 /// Reads slot `i` (RESUMED) and frees it; `false` while the GPU has not reached its resume
-/// (or another reader took it).
+/// (or another reader took it). One driver call when it has: the elapsed time, which says
+/// not-ready while an event is pending.
 fn read(rt: &'static Runtime, i: usize) -> bool {
     let s = &SLOTS[i];
-    let (Some(query), Some(elapsed)) = (
-        EVENT_QUERY.get::<EventFn>(),
-        EVENT_ELAPSED
-            .get::<ElapsedFn>()
-            .or_else(|| EVENT_ELAPSED_V2.get::<ElapsedFn>()),
-    ) else {
+    let Some(elapsed) = EVENT_ELAPSED
+        .get::<ElapsedFn>()
+        .or_else(|| EVENT_ELAPSED_V2.get::<ElapsedFn>())
+    else {
         return false;
     };
-    let resume = s.resume.load(Relaxed);
-    // SAFETY: `cuEventQuery(CUevent)` on an event this library made and recorded.
-    match unsafe { query(resume) } {
-        0 => {}
-        crate::call::NOT_READY => return false,
-        _ => {
-            let _ = s.state.compare_exchange(RESUMED, FREE, AcqRel, Relaxed);
-            return true;
-        }
-    }
-    if s.state
-        .compare_exchange(RESUMED, CLAIMED, AcqRel, Relaxed)
-        .is_err()
-    {
+    if s.state.compare_exchange(RESUMED, CLAIMED, AcqRel, Relaxed).is_err() {
         return true;
     }
     let mut ms = 0f32;
     // SAFETY: `cuEventElapsedTime(float*, CUevent, CUevent)` with a local out-value and the
-    // slot's two events, both recorded and passed by the GPU.
-    if unsafe { elapsed(&mut ms, s.drain.load(Relaxed), resume) } == 0 {
-        let ns = (f64::from(ms.max(0.0)) * 1e6) as u64;
-        write(
+    // slot's two events, both recorded by this library.
+    match unsafe { elapsed(&mut ms, s.drain.load(Relaxed), s.resume.load(Relaxed)) } {
+        0 => write(
             rt,
             s.start_ns.load(Relaxed),
             s.stream.load(Relaxed),
@@ -363,8 +347,13 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
             s.tid.load(Relaxed),
             s.site.load(Relaxed),
             s.what.load(Relaxed),
-            ns,
-        );
+            (f64::from(ms.max(0.0)) * 1e6) as u64,
+        ),
+        crate::call::NOT_READY => {
+            s.state.store(RESUMED, Release);
+            return false;
+        }
+        _ => {}
     }
     s.state.store(FREE, Release);
     true

@@ -26,6 +26,9 @@ pub struct Config {
     pub python: bool,
     /// GPU idle tracing (`SYNCSPY_GPU_IDLE`, `SYNCSPY_GPU_IDLE_MIN_US`).
     pub gpu: GpuConfig,
+    /// Measure the GPU idle behind each stream and device sync with events
+    /// (`SYNCSPY_IDLE_AFTER=0` off; `behind`).
+    pub idle_after: bool,
     /// The budget for the library's own time, ppm of the wall time (`SYNCSPY_BUDGET`, a
     /// percentage, default 1; 0 none): past it, detail is shed (`shed`).
     pub budget_ppm: u32,
@@ -154,6 +157,7 @@ impl Config {
             stack_min_ns: env.num("SYNCSPY_STACK_MIN_NS", 0, u64::MAX),
             stack_cache: env.bool("SYNCSPY_STACK_CACHE", true, true),
             python: env.bool("SYNCSPY_PYTHON", true, true),
+            idle_after: env.bool("SYNCSPY_IDLE_AFTER", true, true),
             budget_ppm: env.budget(),
             gpu: {
                 let (mode, min_us) = (
