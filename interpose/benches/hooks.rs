@@ -9,6 +9,8 @@
 //!   open on the thread (the usual query): count, forward, one branch on the result;
 //! - `stream_query_poll_run_of_8`: a query in a polling run of 7 not-ready answers and the
 //!   ready one, which records the run's `poll_wait` (per query, the record shared by 8);
+//! - `launch_kernel_unarmed`: the body of the `cuLaunchKernel` wrapper with no thread waiting
+//!   for its next launch (the GPU idle behind a stall, `behind`): what every launch pays;
 //! - `unwind_*`: the stack capture itself, per depth;
 //! - `dormant_stream_sync`: a stall-kind call while the library is dormant (a preload with
 //!   `SYNCSPY_DORMANT=1` waiting for an attach, or a process after detach): state check, the
@@ -50,6 +52,23 @@ unsafe extern "C" fn fake_query_run_of_8(_: cudaStream_t) -> u32 {
     } else {
         600
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn fake_launch(
+    _: cudarc::driver::sys::CUfunction,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: cudarc::driver::sys::CUstream,
+    _: *mut *mut c_void,
+    _: *mut *mut c_void,
+) -> u32 {
+    0
 }
 
 unsafe extern "C" fn fake_get_device(d: *mut i32) -> u32 {
@@ -121,6 +140,27 @@ fn bench(c: &mut Criterion) {
         // SAFETY: as above.
         b.iter(|| unsafe {
             testing::stream_query(Api::CudaStreamQuery, fake_query_run_of_8, stream, false)
+        })
+    });
+    c.bench_function("launch_kernel_unarmed", |b| {
+        let null: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `fake_launch` stands in for the real function and ignores its arguments.
+        b.iter(|| unsafe {
+            testing::launch_kernel(
+                fake_launch,
+                null.cast(),
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                std::hint::black_box(stream.cast()),
+                null.cast(),
+                null.cast(),
+                false,
+            )
         })
     });
     for depth in [16usize, 32, 62] {

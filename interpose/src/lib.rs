@@ -47,7 +47,9 @@ pub use classify::HostSide;
 /// real function supplied by the caller. Not a stable API.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::driver::hooks::{launch_host_func, LaunchHostFuncFn};
+    pub use crate::driver::hooks::{
+        launch_host_func, launch_kernel, LaunchHostFuncFn, LaunchKernelFn,
+    };
     pub use crate::hooks::memcpy::memcpy_async;
     pub use crate::hooks::sync::{stream_query, stream_sync};
     pub use crate::hostwait::HostFn;

@@ -51,7 +51,7 @@ type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> RawR
 type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> RawResult;
 pub type LaunchHostFuncFn =
     unsafe extern "C" fn(CUstream, Option<crate::hostwait::HostFn>, *mut c_void) -> RawResult;
-type LaunchKernelFn = unsafe extern "C" fn(
+pub type LaunchKernelFn = unsafe extern "C" fn(
     CUfunction,
     c_uint,
     c_uint,
@@ -702,7 +702,7 @@ const fn always_answered(f: Family) -> bool {
 /// # Safety
 /// `f` is the real `cuLaunchKernel` (or `_ptsz`); the arguments are the caller's.
 #[allow(clippy::too_many_arguments)]
-unsafe fn launch_kernel(
+pub unsafe fn launch_kernel(
     f: LaunchKernelFn,
     func: CUfunction,
     gx: c_uint,
