@@ -18,7 +18,8 @@
 //! only (no record). Not measured: event syncs and
 //! the other kinds of stall; a stall whose event could not be recorded (a capturing stream,
 //! another context's stream, no free slot); stalls while the library sheds gap records or
-//! more (`shed`); and a thread that queues no more work. The report says how many of the
+//! more (`shed`); a thread that queues no more work; and a process attached to (`syncspy
+//! attach`), whose launches the library sees only in part. The report says how many of the
 //! stream and device syncs were measured.
 //!
 //! The events are the driver API's (`cuEventRecord` ...): the resume is recorded inside
@@ -148,6 +149,12 @@ fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
 /// drain event. Never fails the call: any problem leaves the stall unmeasured.
 pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: u8) -> Open {
     if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
+        return Open::No;
+    }
+    // Attached (injected, or a dormant preload armed): the runtime and cuBLAS took their
+    // driver functions unwrapped at start, so some launches pass unseen, and a measurement
+    // would run to a later launch. Not measured.
+    if crate::attach::attached() {
         return Open::No;
     }
     let t = now_ns();
@@ -332,7 +339,10 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     else {
         return false;
     };
-    if s.state.compare_exchange(RESUMED, CLAIMED, AcqRel, Relaxed).is_err() {
+    if s.state
+        .compare_exchange(RESUMED, CLAIMED, AcqRel, Relaxed)
+        .is_err()
+    {
         return true;
     }
     let mut ms = 0f32;
