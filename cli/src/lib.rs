@@ -13,7 +13,13 @@
 //! - [`trace`]: `--trace FILE`, the recorded events as Chrome trace / Perfetto JSON.
 //! - [`check`]: `syncspy check`, a run followed by a budget's verdict.
 //! - [`markdown`]: a saved report as markdown; [`compare`]: two reports side by side;
-//!   [`present`]: `syncspy report`, which shows either.
+//!   [`report`]: `syncspy report`, which shows either.
+//! - [`snapshot`]: `syncspy snapshot` (hidden), one process's stalls in a time window as
+//!   JSON, for the Python package.
+//!
+//! Each command's file is named after it: `run.rs`, `check.rs`, `report.rs`, `snapshot.rs`,
+//! `demo.rs`, `attach/` (`attach` and `detach`); `syncspy agent` is the crate
+//! [`syncspy_agent`] and `syncspy top` execs `syncspy-top` (`main.rs`).
 
 pub mod attach;
 pub mod budget;
@@ -22,10 +28,10 @@ pub mod compare;
 pub mod demo;
 pub mod junit;
 pub mod markdown;
-pub mod present;
 pub mod recording;
+pub mod report;
 pub mod run;
 pub mod signals;
+pub mod snapshot;
 pub mod summary;
 pub mod trace;
-pub mod window;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use syncspy_cli::check::{self, CheckOptions, EXIT_NOT_CHECKED};
-use syncspy_cli::present::{self, Format};
+use syncspy_cli::report::{self, Format};
 use syncspy_cli::run::{self, RunOptions, EXIT_SETUP};
 
 const RUN_AFTER_HELP: &str = "\
@@ -317,7 +317,7 @@ fn main() -> ExitCode {
             since_ns,
             until_ns,
             tid,
-        } => snapshot_command(&syncspy_cli::window::WindowOptions {
+        } => snapshot_command(&syncspy_cli::snapshot::WindowOptions {
             segment,
             since_ns,
             until_ns,
@@ -404,8 +404,8 @@ fn attach_command(mut opts: syncspy_cli::attach::AttachOptions) -> i32 {
 }
 
 /// `syncspy snapshot`: the window as JSON on stdout.
-fn snapshot_command(opts: &syncspy_cli::window::WindowOptions) -> i32 {
-    match syncspy_cli::window::read(opts)
+fn snapshot_command(opts: &syncspy_cli::snapshot::WindowOptions) -> i32 {
+    match syncspy_cli::snapshot::read(opts)
         .and_then(|w| serde_json::to_string(&w).map_err(|e| format!("cannot write JSON: {e}")))
     {
         Ok(json) => {
@@ -422,7 +422,7 @@ fn snapshot_command(opts: &syncspy_cli::window::WindowOptions) -> i32 {
 /// `syncspy report`: the reports rendered in `format`.
 fn report_command(files: &[PathBuf], format: Format) -> i32 {
     let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    match present::render(&files, format) {
+    match report::render(&files, format) {
         Ok(out) => {
             print!("{out}");
             0

@@ -20,7 +20,7 @@ pub enum Format {
 
 /// Why `syncspy report` could not show its input.
 #[derive(Debug)]
-pub enum PresentError {
+pub enum ReportError {
     /// A report file could not be read (missing, not JSON, another version).
     Read {
         path: PathBuf,
@@ -32,40 +32,40 @@ pub enum PresentError {
     Json(serde_json::Error),
 }
 
-impl std::fmt::Display for PresentError {
+impl std::fmt::Display for ReportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PresentError::Read { path, source } => {
+            ReportError::Read { path, source } => {
                 write!(f, "cannot read {}: {source}", path.display())
             }
-            PresentError::FileCount(n) => write!(
+            ReportError::FileCount(n) => write!(
                 f,
                 "give one report, or two to compare (before, after); got {n}"
             ),
-            PresentError::Json(e) => write!(f, "cannot write JSON: {e}"),
+            ReportError::Json(e) => write!(f, "cannot write JSON: {e}"),
         }
     }
 }
 
-impl std::error::Error for PresentError {
+impl std::error::Error for ReportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PresentError::Read { source, .. } => Some(source),
-            PresentError::Json(e) => Some(e),
-            PresentError::FileCount(_) => None,
+            ReportError::Read { source, .. } => Some(source),
+            ReportError::Json(e) => Some(e),
+            ReportError::FileCount(_) => None,
         }
     }
 }
 
-fn load(path: &Path) -> Result<Report, PresentError> {
-    report::read(path).map_err(|source| PresentError::Read {
+fn load(path: &Path) -> Result<Report, ReportError> {
+    report::read(path).map_err(|source| ReportError::Read {
         path: path.to_path_buf(),
         source,
     })
 }
 
 /// Renders one report, or the change from the first to the second.
-pub fn render(files: &[&Path], format: Format) -> Result<String, PresentError> {
+pub fn render(files: &[&Path], format: Format) -> Result<String, ReportError> {
     match files {
         [one] => {
             let r = load(one)?;
@@ -89,12 +89,12 @@ pub fn render(files: &[&Path], format: Format) -> Result<String, PresentError> {
                 Format::Json => json(&c)?,
             })
         }
-        _ => Err(PresentError::FileCount(files.len())),
+        _ => Err(ReportError::FileCount(files.len())),
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Result<String, PresentError> {
-    let mut s = serde_json::to_string_pretty(v).map_err(PresentError::Json)?;
+fn json<T: serde::Serialize>(v: &T) -> Result<String, ReportError> {
+    let mut s = serde_json::to_string_pretty(v).map_err(ReportError::Json)?;
     s.push('\n');
     Ok(syncspy_read::text::json(&s).into_owned())
 }

@@ -8,6 +8,11 @@
 //! dependency for the Python side.
 //!
 //! Stalls are grouped by (kind, API, location): what a Python user calls a site, one line.
+//!
+//! In the code its output is the *window* ([`Window`]): the command is named `snapshot`, but
+//! its JSON is not the agent's `/api/v1/snapshot` ([`syncspy_read::snapshot`]); the two
+//! formats share only the name of their version field, `syncspy_snapshot`
+//! (docs/contracts.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +25,9 @@ use syncspy_read::python::{self, PyFrame, PythonReport};
 use syncspy_read::report;
 use syncspy_read::symbolize::Symbolizer;
 
-/// The JSON format's version (`syncspy_snapshot`).
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// The window format's version (its field `syncspy_snapshot`; the agent's snapshot counts its
+/// own, `syncspy_read::snapshot::SNAPSHOT_VERSION`).
+pub const WINDOW_VERSION: u32 = 1;
 
 /// What to read.
 #[derive(Debug, Default)]
@@ -138,7 +144,7 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
     let mut stalls: Vec<WindowStall> = rows.into_values().chain(unnamed).collect();
     stalls.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
     Ok(Window {
-        syncspy_snapshot: SNAPSHOT_VERSION,
+        syncspy_snapshot: WINDOW_VERSION,
         pid,
         segment: seg.display().to_string(),
         python: PythonReport::of(&p.reader.python_status()),
