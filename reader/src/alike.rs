@@ -87,7 +87,7 @@ impl SiteLook {
 /// What makes two call sites one row: one kind, one API (by name), and stacks that read
 /// alike (shared: a monitor keys every site at every refresh without copying its frames).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SiteKey {
+pub struct RowKey {
     pub kind: String,
     pub api: String,
     pub look: Arc<SiteLook>,
@@ -96,9 +96,9 @@ pub struct SiteKey {
     pub waiter: Option<String>,
 }
 
-impl SiteKey {
-    pub fn new(kind: &str, api: &str, look: impl Into<Arc<SiteLook>>) -> SiteKey {
-        SiteKey {
+impl RowKey {
+    pub fn new(kind: &str, api: &str, look: impl Into<Arc<SiteLook>>) -> RowKey {
+        RowKey {
             kind: kind.to_string(),
             api: api.to_string(),
             look: look.into(),
@@ -108,7 +108,7 @@ impl SiteKey {
 
     /// The same key, for the stalls `waiter` waited for (`report::Site::waited_by`; every
     /// view keys its waiter so): whether it was the main thread, and its Python frames.
-    pub fn waited_by(mut self, waiter: Option<&python::Waiter>) -> SiteKey {
+    pub fn waited_by(mut self, waiter: Option<&python::Waiter>) -> RowKey {
         self.waiter = waiter.map(|w| {
             let frames: Vec<String> = w.python.iter().map(PyFrame::text).collect();
             format!("{}|{}", w.main_thread, frames.join("\n"))
@@ -162,7 +162,7 @@ impl Hash for Printed {
 /// same; as in [`group`], the first of each stays where it is and the others are `merge`d
 /// into it. A site whose key is `None` (not symbolized yet) is never merged.
 pub fn sites<T>(
-    items: impl IntoIterator<Item = (Option<SiteKey>, T)>,
+    items: impl IntoIterator<Item = (Option<RowKey>, T)>,
     mut merge: impl FnMut(&mut T, T),
 ) -> Vec<T> {
     let by_python = group(
@@ -224,11 +224,7 @@ mod tests {
     fn sites_that_read_alike_are_one_and_unknown_ones_stay_apart() {
         let key = |kind: &str, frames: &[&str]| {
             let native = frames.iter().map(|f| frame(f)).collect();
-            Some(SiteKey::new(
-                kind,
-                "cudaMemcpy",
-                SiteLook::of(native, &[]).0,
-            ))
+            Some(RowKey::new(kind, "cudaMemcpy", SiteLook::of(native, &[]).0))
         };
         let v = sites(
             [
@@ -251,11 +247,7 @@ mod tests {
         }];
         let k = |path: &str| {
             let native = vec![frame("op (t.cpp:1)"), frame(path)];
-            Some(SiteKey::new(
-                "stream_sync",
-                "x",
-                SiteLook::of(native, &py).0,
-            ))
+            Some(RowKey::new("stream_sync", "x", SiteLook::of(native, &py).0))
         };
         assert_eq!(
             sites([(k("p (a:1)"), 1), (k("q (b:2)"), 2)], |a, b| *a += b),
@@ -273,7 +265,7 @@ mod tests {
                 }],
             };
             let native = vec![frame("op (t.cpp:1)")];
-            let key = SiteKey::new("stream_sync", "x", SiteLook::of(native, &[]).0);
+            let key = RowKey::new("stream_sync", "x", SiteLook::of(native, &[]).0);
             Some(key.waited_by(Some(&w)))
         };
         let v = sites([(waited(4), 1), (waited(9), 2), (waited(4), 4)], |a, b| {

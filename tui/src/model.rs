@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use syncspy_abi::Kind;
 
-use syncspy_read::alike::{SiteKey, SiteLook};
+use syncspy_read::alike::{RowKey, SiteLook};
 pub use syncspy_read::follow::ProcessKey;
 use syncspy_read::names::ApiName;
 use syncspy_read::python::Waiter;
@@ -319,7 +319,7 @@ pub fn site_rows(sites: Vec<(SiteRow, Option<Arc<SiteLook>>)>) -> Vec<SiteRow> {
     sites.sort_by(|(a, _), (b, _)| by_total(a, b));
     let keyed = sites.into_iter().map(|(row, look)| {
         let key = look.as_ref().map(|l| {
-            SiteKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l))
+            RowKey::new(row.kind.name(), row.api.as_str(), Arc::clone(l))
                 .waited_by(row.waited_by.as_ref())
         });
         (key, (row, look))

@@ -840,7 +840,7 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             capture_failures: f.agg.capture_failures(&key),
             idle_after: f.agg.idle_after(&key),
         };
-        let alike = crate::alike::SiteKey::new(key.kind.name(), key.api.name(), look)
+        let alike = crate::alike::RowKey::new(key.kind.name(), key.api.name(), look)
             .waited_by(acc.waited_by.as_ref());
         order.push((Some(alike), (acc, frames)));
     }
