@@ -177,9 +177,10 @@ impl Dist {
     }
 }
 
-/// A plain copy of a segment's live counters, taken after a poll.
+/// A plain copy of a segment's live counters (the `Live` section's atomics, its header's
+/// state and parts), taken after a poll.
 #[derive(Clone, Debug)]
-pub struct LiveSnapshot {
+pub struct LiveCounters {
     pub state: ProcState,
     /// CLOCK_MONOTONIC ns of the process's exit handler, 0 while running.
     pub ended_ns: u64,
@@ -213,9 +214,9 @@ pub struct LiveSnapshot {
     pub cost: Option<syncspy_abi::cost::CostStatus>,
 }
 
-impl Default for LiveSnapshot {
+impl Default for LiveCounters {
     fn default() -> Self {
-        LiveSnapshot {
+        LiveCounters {
             state: ProcState::Running,
             ended_ns: 0,
             write_seq: 0,
@@ -240,7 +241,7 @@ impl Default for LiveSnapshot {
     }
 }
 
-impl LiveSnapshot {
+impl LiveCounters {
     /// Host stalls counted (every kind but `gpu_idle`, which is the GPU's, not the host's).
     pub fn stall_events(&self) -> u64 {
         Kind::ALL
@@ -250,10 +251,10 @@ impl LiveSnapshot {
             .fold(0u64, u64::saturating_add)
     }
 
-    pub fn read(r: &SegmentReader) -> LiveSnapshot {
+    pub fn read(r: &SegmentReader) -> LiveCounters {
         use std::sync::atomic::Ordering::Relaxed;
         let live = r.live();
-        LiveSnapshot {
+        LiveCounters {
             state: r.state(),
             ended_ns: live.ended_ns.load(Relaxed),
             write_seq: r.head(),
@@ -513,7 +514,7 @@ pub struct ProcessAgg {
     pub created_ns: u64,
     pub created_unix_ns: u64,
     /// Header counters as of the last poll.
-    pub live: LiveSnapshot,
+    pub live: LiveCounters,
     /// CLOCK_MONOTONIC ns when this reader first found the process gone without an exit
     /// handler; the end of its wall time.
     pub gone_ns: Option<u64>,
@@ -572,7 +573,7 @@ impl ProcessAgg {
             argv: ident.argv(),
             created_ns: ident.created_ns,
             created_unix_ns: ident.created_unix_ns,
-            live: LiveSnapshot::default(),
+            live: LiveCounters::default(),
             gone_ns: None,
             delivered: 0,
             lost: 0,

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use syncspy_abi::lifecycle::{self, OwnedFile, Owner, Readers};
 use syncspy_abi::{parse_segment_name, Cursor, Ident, OpenError, ProcState, Record, SegmentReader};
 
-use crate::aggregate::{LiveSnapshot, ProcessAgg};
+use crate::aggregate::{LiveCounters, ProcessAgg};
 use crate::limits::{Budget, Dropped, Limits, Pool};
 use crate::monotonic_ns;
 
@@ -179,7 +179,7 @@ impl<S> Followed<S> {
                 break;
             }
         }
-        self.agg.live = LiveSnapshot::read(&self.reader);
+        self.agg.live = LiveCounters::read(&self.reader);
         if self.agg.gone_ns.is_none()
             && matches!(self.agg.live.state, ProcState::Running)
             && !self.reader.writer_alive()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use syncspy_abi::modules::Module;
 use syncspy_abi::{Api, Kind, ProcState, Record};
-use syncspy_read::aggregate::{GapCause, LiveSnapshot, ProcessAgg, SiteKey};
+use syncspy_read::aggregate::{GapCause, LiveCounters, ProcessAgg, SiteKey};
 use syncspy_read::alike::SiteLook;
 use syncspy_read::follow::{Followed, ProcessKey, SegmentKey, SiteRef};
 use syncspy_read::monotonic_ns;
@@ -113,7 +113,7 @@ struct Extra {
     /// Cumulative latency cells per kind, since start or reset (the bars of "all").
     cum: [LogHist; STALL_KINDS.len()],
     /// Header totals at the last reset.
-    baseline: Option<LiveSnapshot>,
+    baseline: Option<LiveCounters>,
     /// Stall events and stall time per second (`syncspy_read::rates`).
     rates: Rates,
     /// (time, GPU span ns, GPU busy ns) samples over the same period, for the idle share.

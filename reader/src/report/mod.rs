@@ -677,7 +677,7 @@ pub fn fraction(part: u64, whole: u64) -> Option<f64> {
 
 /// Time in collective (NCCL) kernels and how many ran, all devices (ABI 1.4); `None` for
 /// older segments.
-pub fn collectives_of(live: &crate::aggregate::LiveSnapshot) -> Option<(u64, u64)> {
+pub fn collectives_of(live: &crate::aggregate::LiveCounters) -> Option<(u64, u64)> {
     live.control.as_ref().map(|c| {
         c.collectives.iter().fold((0u64, 0u64), |(ns, n), d| {
             (ns.saturating_add(d.busy_ns), n.saturating_add(d.count))
@@ -687,7 +687,7 @@ pub fn collectives_of(live: &crate::aggregate::LiveSnapshot) -> Option<(u64, u64
 
 /// Whether a process's GPU activity was measured (the `gpu.measured` field): some device has
 /// accounted time, or an idle gap arrived.
-pub fn gpu_measured(live: &crate::aggregate::LiveSnapshot) -> bool {
+pub fn gpu_measured(live: &crate::aggregate::LiveCounters) -> bool {
     live.gpu_busy().0 > 0 || live.kind(Kind::GpuIdle).count > 0
 }
 
@@ -790,7 +790,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
 }
 
 /// The header's exact totals of the GPU idle measured behind stalls.
-fn behind_stalls_of(live: &crate::aggregate::LiveSnapshot) -> Option<BehindStalls> {
+fn behind_stalls_of(live: &crate::aggregate::LiveCounters) -> Option<BehindStalls> {
     let m = live.api(Api::StallEvents);
     (m.count > 0).then(|| BehindStalls {
         measured: m.count,
