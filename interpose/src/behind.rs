@@ -146,16 +146,17 @@ fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
 }
 
 /// Before the real sync of a stall: reads this thread's finished pairs, then records the
-/// drain event. Never fails the call: any problem leaves the stall unmeasured.
-pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: u8) -> Open {
+/// drain event; and the time that took (in the library's own time already). Never fails the
+/// call: any problem leaves the stall unmeasured.
+pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: u8) -> (Open, u64) {
     if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
-        return Open::No;
+        return (Open::No, 0);
     }
     // Attached (injected, or a dormant preload armed): the runtime and cuBLAS took their
     // driver functions unwrapped at start, so some launches pass unseen, and a measurement
     // would run to a later launch. Not measured.
     if crate::attach::attached() {
-        return Open::No;
+        return (Open::No, 0);
     }
     let t = now_ns();
     let open = catch_unwind(AssertUnwindSafe(|| {
@@ -169,8 +170,7 @@ pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: 
         drain(waited_stream(kind, stream, flags)).map_or(Open::No, Open::Slot)
     }))
     .unwrap_or(Open::No);
-    spent(rt, t);
-    open
+    (open, spent(rt, t))
 }
 
 /// Claims a slot and records its drain event on `stream`.
@@ -307,7 +307,7 @@ fn resume(stream: u64, per_thread: bool) {
         let _ = kept;
     });
     if let Some(rt) = crate::init::active() {
-        spent(rt, t);
+        let _ = spent(rt, t);
     }
 }
 
@@ -403,10 +403,11 @@ fn write(
         .record_stall_idle(&rec, crate::shed::level(&rt.seg) < SHED_RECORDS);
 }
 
-/// The library's own time since `t`, in its overhead.
-fn spent(rt: &Runtime, t: u64) {
+/// The library's own time since `t`, added to its overhead; returned.
+fn spent(rt: &Runtime, t: u64) -> u64 {
     let ns = now_ns().saturating_sub(t);
     rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
+    ns
 }
 
 fn claim() -> Option<usize> {

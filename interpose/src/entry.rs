@@ -58,7 +58,7 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         first_return();
         return result;
     };
-    let open = crate::behind::before_wait(rt, kind, call.stream, call.flags);
+    let (open, before_ns) = crate::behind::before_wait(rt, kind, call.stream, call.flags);
     let t0 = now_ns();
     // With a polling run open, the thread's counters as the stall starts (`end_poll_run`).
     let before = poll::open().then(poll::Counters::now);
@@ -67,6 +67,10 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     drop(mark);
     let t1 = now_ns();
     first_return();
+    if before_ns > 0 && t1.saturating_sub(t0) > before_ns {
+        // The GPU was still busy: the host would have waited through the measurement's work.
+        crate::shed::one_time(before_ns);
+    }
     let errno_out = errno();
     let recorded = catch_unwind(AssertUnwindSafe(|| {
         // A wait of its own ends this thread's polling run, if one is open: its time is
