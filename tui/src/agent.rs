@@ -20,8 +20,8 @@ use syncspy_read::snapshot::Snapshot as AgentSnapshot;
 
 use crate::busy::BusyHistory;
 use crate::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, ProcessKey, RankOf, Scope,
-    SiteRow, Snapshot, State, STALL_KINDS,
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, ProcessKey, RankOf, Refresh,
+    Scope, SiteRow, State, STALL_KINDS,
 };
 use crate::Source;
 use syncspy_read::rates::Rates;
@@ -383,7 +383,7 @@ fn gap_causes(g: &syncspy_read::report::Gpu, base: Option<&GpuBaseline>) -> Vec<
 }
 
 impl Source for AgentSource {
-    fn step(&mut self) -> Snapshot {
+    fn step(&mut self) -> Refresh {
         let mut problems = Vec::new();
         match self.fetch() {
             Ok(snap) => {
@@ -449,12 +449,12 @@ impl Source for AgentSource {
                 problems.push(m);
             }
         }
-        Snapshot {
+        Refresh {
             source: self.url.clone(),
             processes: self.last.clone(),
             problems,
             window_secs: self.window_secs,
-            ..Snapshot::default()
+            ..Refresh::default()
         }
     }
 

@@ -10,7 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
 use syncspy_abi::Kind;
 
-use crate::model::{Proc, ProcessKey, SiteRow, Snapshot, STALL_KINDS};
+use crate::model::{Proc, ProcessKey, Refresh, SiteRow, STALL_KINDS};
 
 /// The focused pane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +199,7 @@ pub enum Action {
     /// `g`: open the GPU pane of the selected process, which keeps its GPU activity traced
     /// while open (again: close).
     GpuPane,
-    Data(Box<Snapshot>),
+    Data(Box<Refresh>),
     /// The screen is now this many columns and rows. The event loop sends it before the first
     /// drawing and on every resize: the stack popup's page, which the scroll keys move by,
     /// depends on it.
@@ -218,7 +218,7 @@ pub enum Command {
 /// The monitor's state.
 #[derive(Debug)]
 pub struct App {
-    pub snapshot: Snapshot,
+    pub refresh: Refresh,
     pub focus: Pane,
     /// Selected process (pid, start ticks); follows the process when the order changes.
     pub selected: Option<ProcessKey>,
@@ -263,7 +263,7 @@ pub struct App {
 impl App {
     pub fn new(ascii: bool) -> App {
         App {
-            snapshot: Snapshot::default(),
+            refresh: Refresh::default(),
             focus: Pane::Processes,
             selected: None,
             gpu_pane: false,
@@ -339,7 +339,7 @@ impl App {
     /// Processes as listed: dismissed ones left out, in the chosen order.
     pub fn processes(&self) -> Vec<&Proc> {
         let mut v: Vec<&Proc> = self
-            .snapshot
+            .refresh
             .processes
             .iter()
             .filter(|p| !self.dismissed.contains(&p.key()))
@@ -502,7 +502,7 @@ impl App {
     pub fn update(&mut self, action: Action) {
         match action {
             Action::Quit => self.quit = true,
-            Action::Data(s) => self.take_snapshot(*s),
+            Action::Data(s) => self.take_refresh(*s),
             Action::Resize(w, h) => self.screen = Rect::new(0, 0, w, h),
             Action::Up => self.move_by(-1),
             Action::Down => self.move_by(1),
@@ -557,7 +557,7 @@ impl App {
 
     /// New data, unless paused. The selected site keeps its selection (and its open stack)
     /// while the ranking changes; an open stack whose site left the view closes.
-    fn take_snapshot(&mut self, s: Snapshot) {
+    fn take_refresh(&mut self, s: Refresh) {
         self.refreshes += 1;
         if self.paused {
             return;
@@ -565,7 +565,7 @@ impl App {
         let key = self
             .selected_site()
             .map(|r| (r.site_id, r.kind, r.api.to_string()));
-        self.snapshot = s;
+        self.refresh = s;
         if let Some((id, kind, api)) = key {
             let at = self
                 .sites()

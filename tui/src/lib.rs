@@ -1,7 +1,8 @@
 //! `syncspy-top`, the live monitor: which processes stall, how long, how often, and which
 //! code is to blame.
 //!
-//! - [`model`]: what the screen shows, as plain data (a [`model::Snapshot`] per refresh).
+//! - [`model`]: what the screen shows, as plain data (a [`model::Refresh`] each time the
+//!   data is read).
 //! - [`local`]: that data from the segments in `SYNCSPY_DIR`; [`agent`]: from a
 //!   `syncspy agent`'s `/api/v1/snapshot`.
 //! - [`window`] + [`loghist`]: the "last N seconds" view, per-second bins in bounded memory;
@@ -22,12 +23,12 @@ pub mod term;
 pub mod ui;
 pub mod window;
 
-use model::{ProcessKey, Snapshot};
+use model::{ProcessKey, Refresh};
 
 /// Where refreshes come from.
 pub trait Source: Send {
     /// Reads what is new and returns the current view.
-    fn step(&mut self) -> Snapshot;
+    fn step(&mut self) -> Refresh;
     /// Counts from now on (the `r` key).
     fn reset(&mut self);
     /// Stops following a (dismissed, ended) process.

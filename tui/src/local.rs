@@ -25,7 +25,7 @@ use syncspy_read::symbolize::Symbolizer;
 use crate::busy::BusyHistory;
 use crate::loghist::LogHist;
 use crate::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, RankOf, Scope, SiteRow, Snapshot,
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, RankOf, Refresh, Scope, SiteRow,
     State, STALL_KINDS,
 };
 use crate::window::{kind_index, Merged, Window};
@@ -738,7 +738,7 @@ fn site_row(
 }
 
 impl Source for LocalSource {
-    fn step(&mut self) -> Snapshot {
+    fn step(&mut self) -> Refresh {
         self.sym.collect();
         let now = self.read();
         self.drop_oldest_ended();
@@ -752,7 +752,7 @@ impl Source for LocalSource {
             .collect();
         processes.extend(self.retired.iter().cloned());
         let dir = self.reader.dir().display().to_string();
-        Snapshot {
+        Refresh {
             source: if self.filters.is_empty() {
                 dir
             } else {
@@ -761,7 +761,7 @@ impl Source for LocalSource {
             processes,
             problems: self.problems.clone(),
             window_secs: self.window_secs,
-            ..Snapshot::default()
+            ..Refresh::default()
         }
     }
 

@@ -1,5 +1,5 @@
 //! What the monitor shows, independent of where it came from (local segments or an agent):
-//! plain data, so screens can be rendered and tested from fixed snapshots.
+//! plain data, so screens can be rendered and tested from fixed data.
 
 use std::sync::Arc;
 use syncspy_abi::Kind;
@@ -25,7 +25,7 @@ pub const STALL_KINDS: [Kind; 8] = [
 
 /// One refresh of everything the monitor knows.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct Refresh {
     /// Where the data comes from (`/dev/shm`, `http://host:9599`).
     pub source: String,
     pub processes: Vec<Proc>,

@@ -28,7 +28,7 @@ const GPU_REQUEST_SECS: u64 = 3;
 pub enum Event {
     Key(crossterm::event::KeyEvent),
     Resize,
-    Data(Box<crate::model::Snapshot>),
+    Data(Box<crate::model::Refresh>),
     /// The data thread stopped (it panicked): say so instead of freezing.
     SourceDied(String),
 }
@@ -156,7 +156,7 @@ pub fn run(mut source: Box<dyn Source>, mut app: App, interval: Duration) -> any
             }
             Event::Data(s) => app.update(Action::Data(s)),
             Event::SourceDied(msg) => {
-                app.snapshot
+                app.refresh
                     .problems
                     .push(format!("data source stopped: {msg}; press q"));
             }

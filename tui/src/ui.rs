@@ -126,7 +126,7 @@ impl App {
 
     fn scope_label(&self) -> String {
         if self.showing_recent() {
-            format!("last {}s", self.snapshot.window_secs)
+            format!("last {}s", self.refresh.window_secs)
         } else if self.was_reset {
             "since reset".into()
         } else {
@@ -139,7 +139,7 @@ impl App {
     fn proc_scope_label(&self) -> String {
         match self.current() {
             Some(p) if p.state.ended() && self.showing_recent() => {
-                format!("its last {}s", self.snapshot.window_secs)
+                format!("its last {}s", self.refresh.window_secs)
             }
             _ => self.scope_label(),
         }
@@ -236,7 +236,7 @@ impl App {
             " Processes ({}, by {}) {} ",
             procs.len(),
             self.proc_sort.label(),
-            self.snapshot.source
+            self.refresh.source
         ));
         let widths = [
             Constraint::Length(7),
@@ -252,7 +252,7 @@ impl App {
             Paragraph::new(vec![Line::from(format!(
                 "No instrumented process yet in {}. Start one with `syncspy run -- CMD` or \
                  LD_PRELOAD=libsyncspy.so CMD.",
-                self.snapshot.source
+                self.refresh.source
             ))])
             .wrap(Wrap { trim: true })
             .block(block)
@@ -477,7 +477,7 @@ impl App {
     fn gpu_request_status(&self) -> Option<String> {
         let shown = self.current().map(|p| p.key());
         let k = self.gpu_trace.filter(|k| Some(*k) == shown)?;
-        Some(match &self.snapshot.gpu_request {
+        Some(match &self.refresh.gpu_request {
             Some((rk, Ok(state))) if *rk == k => {
                 format!("[traced on request, was {state}; g: close]")
             }
@@ -557,7 +557,7 @@ impl App {
 
     /// A device's busy share since start and, second by second, over the window.
     fn device_line(&self, d: &GpuDeviceView) -> Line<'static> {
-        let secs = self.snapshot.window_secs;
+        let secs = self.refresh.window_secs;
         let mut spans = vec![
             Span::styled(format!("device {:<2}", d.device), bold()),
             Span::raw(format!(
@@ -1140,7 +1140,7 @@ impl Widget for &App {
             Some(p) => self.kind_rows(p, all_kinds).len().max(1) as u16,
             None => 1,
         };
-        let problem = self.snapshot.problems.last();
+        let problem = self.refresh.problems.last();
         let notice = self.ended_notice();
         let notes = u16::from(problem.is_some()) + u16::from(notice.is_some());
         let proc_h = (nprocs.max(1) + 3).min(if area.height >= 30 { 10 } else { 6 });
@@ -1182,7 +1182,7 @@ impl Widget for &App {
             Paragraph::new(n).render(notice_row, buf);
         }
         if let Some(p) = problem {
-            let more = self.snapshot.problems.len() - 1;
+            let more = self.refresh.problems.len() - 1;
             let text = if more > 0 {
                 format!("! {p} (+{more} more)")
             } else {

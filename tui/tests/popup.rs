@@ -7,7 +7,7 @@ use common::screen;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use syncspy_abi::Kind;
 use syncspy_tui::app::{Action, App, Mode, Pane, Scroll};
-use syncspy_tui::model::{KindRow, Proc, Scope, SiteRow, Snapshot, State};
+use syncspy_tui::model::{KindRow, Proc, Refresh, Scope, SiteRow, State};
 
 /// `sym00` (innermost) .. `sym{n-1}`: no name is part of another.
 fn frames(n: usize) -> Vec<String> {
@@ -16,7 +16,7 @@ fn frames(n: usize) -> Vec<String> {
         .collect()
 }
 
-fn snapshot(frames: Vec<String>) -> Snapshot {
+fn refresh(frames: Vec<String>) -> Refresh {
     let site = SiteRow {
         site_id: 9,
         kind: Kind::StreamSync,
@@ -42,7 +42,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
         sites: vec![site],
         stall_ns: 4_000_000,
     };
-    Snapshot {
+    Refresh {
         source: "/dev/shm".into(),
         processes: vec![Proc {
             pid: 614,
@@ -64,7 +64,7 @@ fn snapshot(frames: Vec<String>) -> Snapshot {
         }],
         problems: vec![],
         window_secs: 10,
-        ..Snapshot::default()
+        ..Refresh::default()
     }
 }
 
@@ -84,7 +84,7 @@ fn press(app: &mut App, c: KeyCode) {
 fn open(frames: Vec<String>) -> App {
     let mut app = App::new(false);
     app.update(Action::Resize(100, 30));
-    app.update(Action::Data(Box::new(snapshot(frames))));
+    app.update(Action::Data(Box::new(refresh(frames))));
     app.focus = Pane::Sites;
     press(&mut app, KeyCode::Enter);
     assert!(app.stack_scroll().is_some());
@@ -215,7 +215,7 @@ fn the_scroll_keys_only_scroll_while_the_stack_is_open() {
 #[test]
 fn esc_closes_help_then_the_stack_then_the_kind_filter_then_the_text() {
     let mut app = App::new(false);
-    app.update(Action::Data(Box::new(snapshot(frames(60)))));
+    app.update(Action::Data(Box::new(refresh(frames(60)))));
     // Sites pane: filter "loss"; histogram pane: only stream_sync (the first kind); back
     // to the sites: the stack, scrolled; help over it.
     app.focus = Pane::Sites;
@@ -371,9 +371,9 @@ fn tiny_terminals_and_empty_stacks_do_not_panic() {
     assert!(!s.contains("frames"), "{s}");
 }
 
-/// The snapshot with a second site, `other`, ranked first or second.
-fn two_sites(other_first: bool) -> Snapshot {
-    let mut s = snapshot(frames(3));
+/// The refresh with a second site, `other`, ranked first or second.
+fn two_sites(other_first: bool) -> Refresh {
+    let mut s = refresh(frames(3));
     let p = &mut s.processes[0];
     let mut other = p.all.sites[0].clone();
     other.site_id = 10;

@@ -1,4 +1,4 @@
-//! Whole screens rendered into ratatui's TestBackend from fixed snapshots, and the App state
+//! Whole screens rendered into ratatui's TestBackend from fixed data, and the App state
 //! machine driven by Actions: the text a user reads (names, numbers, order).
 
 mod common;
@@ -13,7 +13,7 @@ use syncspy_abi::Kind;
 use syncspy_read::report::IdleCause;
 use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
 use syncspy_tui::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Scope, SiteRow, Snapshot, State,
+    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Refresh, Scope, SiteRow, State,
 };
 
 fn bars(cells: &[(usize, u64)]) -> Option<[u64; 15]> {
@@ -165,17 +165,17 @@ fn loader() -> Proc {
     }
 }
 
-fn snapshot() -> Snapshot {
-    Snapshot {
+fn refresh() -> Refresh {
+    Refresh {
         source: "/dev/shm".into(),
         processes: vec![loader(), trainer()],
         problems: vec![],
         window_secs: 10,
-        ..Snapshot::default()
+        ..Refresh::default()
     }
 }
 
-fn app_with(s: Snapshot) -> App {
+fn app_with(s: Refresh) -> App {
     let mut app = App::new(false);
     app.update(Action::Data(Box::new(s)));
     app
@@ -184,11 +184,11 @@ fn app_with(s: Snapshot) -> App {
 #[test]
 fn a_printed_screen_details_the_top_row_not_the_first_process_seen() {
     // The monitor saw the exited loader first; the running trainer now sorts above it.
-    let mut app = app_with(Snapshot {
+    let mut app = app_with(Refresh {
         processes: vec![loader()],
-        ..snapshot()
+        ..refresh()
     });
-    app.update(Action::Data(Box::new(snapshot())));
+    app.update(Action::Data(Box::new(refresh())));
     assert_eq!(app.processes()[0].pid, 614);
     // Interactively the selection stays where it was while the list re-sorts...
     assert_eq!(app.current().unwrap().pid, 700);
@@ -199,7 +199,7 @@ fn a_printed_screen_details_the_top_row_not_the_first_process_seen() {
 
 #[test]
 fn print_text_is_the_screen_without_trailing_spaces() {
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     let text = syncspy_tui::ui::screen_text(&app, 100, 30);
     let drawn = screen(&app, 100, 30);
     assert_eq!(text.lines().count(), 30);
@@ -218,13 +218,13 @@ fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
 
 #[test]
 fn a_process_over_its_budget_is_an_alarm_in_the_header() {
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     assert!(!screen(&app, 120, 30).contains("OVER BUDGET"));
     let mut t = trainer();
     t.shedding = Some("stacks".into());
-    let app = app_with(Snapshot {
+    let app = app_with(Refresh {
         processes: vec![loader(), t],
-        ..snapshot()
+        ..refresh()
     });
     let s = screen(&app, 120, 30);
     assert!(
@@ -237,9 +237,9 @@ fn a_process_over_its_budget_is_an_alarm_in_the_header() {
 fn one_dropped_event_is_one_event() {
     let mut one = loader();
     one.dropped = 1;
-    let app = app_with(Snapshot {
+    let app = app_with(Refresh {
         processes: vec![one, trainer()],
-        ..snapshot()
+        ..refresh()
     });
     let s = screen(&app, 100, 30);
     assert!(s.contains("  1 EVENT DROPPED"), "{s}");
@@ -248,7 +248,7 @@ fn one_dropped_event_is_one_event() {
 
 #[test]
 fn the_80x24_screen_shows_processes_kinds_and_sites() {
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     let s = screen(&app, 80, 24);
     // The stalling process first (by stall/s), with its rate figures.
     let first = s.find("614").unwrap();
@@ -278,7 +278,7 @@ fn the_80x24_screen_shows_processes_kinds_and_sites() {
 
 #[test]
 fn since_start_shows_exact_totals_and_every_site_by_total() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.update(Action::ToggleWindow);
     let s = screen(&app, 80, 24);
     assert!(s.contains("[since start]"), "{s}");
@@ -297,7 +297,7 @@ fn since_start_shows_exact_totals_and_every_site_by_total() {
 
 #[test]
 fn wide_screen_shows_all_kinds_and_apis() {
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     let s = screen(&app, 160, 40);
     for k in [
         "stream_sync",
@@ -317,7 +317,7 @@ fn wide_screen_shows_all_kinds_and_apis() {
 
 #[test]
 fn ascii_mode_uses_only_ascii() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.ascii = true;
     app.update(Action::ToggleWindow);
     let s = screen(&app, 80, 24);
@@ -340,18 +340,18 @@ fn tiny_and_empty_screens_do_not_panic() {
         "{s}"
     );
     assert!(!s.contains("-0"), "{s}");
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     for (w, h) in [(1, 1), (10, 5), (40, 10), (80, 8), (300, 100)] {
         screen(&app, w, h);
     }
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.update(Action::Help);
     screen(&app, 20, 6);
 }
 
 #[test]
 fn enter_opens_the_full_stack_and_esc_closes_it() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.update(Action::NextPane);
     app.update(Action::NextPane);
     assert_eq!(app.focus, Pane::Sites);
@@ -367,7 +367,7 @@ fn enter_opens_the_full_stack_and_esc_closes_it() {
 
 #[test]
 fn help_lists_the_keys() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.update(app.action_for(key(KeyCode::Char('?'))).unwrap());
     let s = screen(&app, 100, 30);
     for k in ["Tab", "sort", "window", "pause", "reset", "filter", "quit"] {
@@ -381,7 +381,7 @@ fn key(c: KeyCode) -> KeyEvent {
 
 #[test]
 fn keys_map_to_actions_and_filter_mode_takes_text() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     assert!(matches!(
         app.action_for(key(KeyCode::Char('q'))),
         Some(Action::Quit)
@@ -422,7 +422,7 @@ fn keys_map_to_actions_and_filter_mode_takes_text() {
 
 #[test]
 fn selection_sort_pause_reset_and_dismiss() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     assert_eq!(app.current().unwrap().pid, 614);
     app.update(Action::Down);
     assert_eq!(app.current().unwrap().pid, 700);
@@ -443,13 +443,13 @@ fn selection_sort_pause_reset_and_dismiss() {
     assert_eq!(app.sites()[0].location, "pin_buffer (/src/data.cc:7)");
     // Pause keeps the screen; data keeps arriving.
     app.update(Action::TogglePause);
-    let mut empty = snapshot();
+    let mut empty = refresh();
     empty.processes.clear();
     app.update(Action::Data(Box::new(empty.clone())));
     assert_eq!(app.processes().len(), 2);
     assert!(screen(&app, 80, 24).contains("PAUSED"));
     app.update(Action::TogglePause);
-    app.update(Action::Data(Box::new(snapshot())));
+    app.update(Action::Data(Box::new(refresh())));
     // Reset asks the source.
     app.update(Action::Reset);
     assert_eq!(app.commands, vec![Command::Reset]);
@@ -471,7 +471,7 @@ fn selection_sort_pause_reset_and_dismiss() {
 
 #[test]
 fn histogram_pane_enter_filters_sites_by_kind() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.update(Action::ToggleWindow);
     app.update(Action::NextPane);
     assert_eq!(app.focus, Pane::Histograms);
@@ -488,7 +488,7 @@ fn histogram_pane_enter_filters_sites_by_kind() {
 
 #[test]
 fn problems_are_shown_not_fatal() {
-    let mut s = snapshot();
+    let mut s = refresh();
     s.problems
         .push("skipped /dev/shm/syncspy-13-14: not a syncspy segment".into());
     let app = app_with(s);
@@ -520,12 +520,12 @@ fn cells_of<'a>(buf: &'a Buffer, needle: &str) -> Vec<&'a ratatui::buffer::Cell>
 #[test]
 fn no_color_draws_no_color_but_keeps_emphasis() {
     // Colored, the screen has colors: the check below can fail.
-    let colored = buffer(&app_with(snapshot()), 80, 24);
+    let colored = buffer(&app_with(refresh()), 80, 24);
     assert!(
         colored.content().iter().any(|c| c.fg != Color::Reset),
         "the colored screen has no color"
     );
-    let mut app = app_with(snapshot()).with_color(false);
+    let mut app = app_with(refresh()).with_color(false);
     assert!(!app.color);
     let mut screens = vec![buffer(&app, 80, 24), buffer(&app, 160, 40)];
     app.update(Action::NextPane);
@@ -534,7 +534,7 @@ fn no_color_draws_no_color_but_keeps_emphasis() {
     screens.push(buffer(&app, 100, 30));
     app.update(Action::Help);
     screens.push(buffer(&app, 100, 30));
-    let mut problem = snapshot();
+    let mut problem = refresh();
     problem.problems.push("skipped a segment".into());
     screens.push(buffer(&app_with(problem).with_color(false), 80, 24));
     for buf in &screens {
@@ -643,7 +643,7 @@ fn compact_symbols_keep_templates_and_operators_whole() {
 
 #[test]
 fn print_text_counts_wide_characters_once() {
-    let mut s = snapshot();
+    let mut s = refresh();
     s.processes[0].command = "python3 训练.py".into();
     let app = app_with(s);
     let text = syncspy_tui::ui::screen_text(&app, 80, 24);
@@ -684,7 +684,7 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
     };
     let mut outsider = loader();
     outsider.all.stall_ns = 10_000_000_000;
-    let s = Snapshot {
+    let s = Refresh {
         processes: vec![
             outsider,
             rank(10, "even", 0, 50),
@@ -693,7 +693,7 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
             rank(23, "exp-7", 3, 400),
             rank(21, "exp-7", 1, 22),
         ],
-        ..snapshot()
+        ..refresh()
     };
     let mut app = app_with(s);
     for _ in 0..3 {
@@ -734,7 +734,7 @@ fn job_sort_groups_ranks_and_puts_the_straggling_job_and_rank_first() {
 
 #[test]
 fn g_opens_the_gpu_pane_which_keeps_the_shown_processs_gpu_traced_while_open() {
-    let mut app = app_with(snapshot());
+    let mut app = app_with(refresh());
     app.focus = Pane::Processes;
     let running = app.current().unwrap().key();
     assert!(matches!(
@@ -755,7 +755,7 @@ fn g_opens_the_gpu_pane_which_keeps_the_shown_processs_gpu_traced_while_open() {
         "{text}"
     );
     // The data thread's answer, for this process.
-    let mut s = snapshot();
+    let mut s = refresh();
     s.gpu_request = Some((running, Ok("paused".into())));
     app.update(Action::Data(Box::new(s.clone())));
     let text = screen(&app, 120, 40);
@@ -864,7 +864,7 @@ fn gpu_view() -> GpuView {
 
 #[test]
 fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
-    let mut s = snapshot();
+    let mut s = refresh();
     s.processes[1].gpu = Some(gpu_view());
     s.processes[1].gpu_idle_share = Some(0.288);
     let mut app = app_with(s).with_gpu_pane(true);
@@ -920,7 +920,7 @@ fn after_a_reset_an_agents_gap_percentiles_are_labelled_since_start() {
     // From an agent: percentiles without a distribution (no bars).
     let mut g = gpu_view();
     g.gaps.bars = None;
-    let mut s = snapshot();
+    let mut s = refresh();
     s.processes[1].gpu = Some(g.clone());
     let mut app = app_with(s).with_gpu_pane(true);
     app.selected = Some(proc_key(614, 100));
@@ -936,7 +936,7 @@ fn after_a_reset_an_agents_gap_percentiles_are_labelled_since_start() {
         "{gaps}"
     );
     // The monitor's own figures (a distribution, since the reset) need no label.
-    let mut s = snapshot();
+    let mut s = refresh();
     s.processes[1].gpu = Some(gpu_view());
     app.update(Action::Data(Box::new(s)));
     let text = screen(&app, 120, 40);
@@ -966,9 +966,9 @@ fn with_collective_kernels_the_job_row_names_the_rank_the_others_waited_for() {
         });
         p
     };
-    let s = Snapshot {
+    let s = Refresh {
         processes: vec![rank(30, 0, 564, 605), rank(31, 1, 563, 28)],
-        ..snapshot()
+        ..refresh()
     };
     let mut app = app_with(s);
     while app.proc_sort != ProcSort::Job {
@@ -994,9 +994,9 @@ fn processes_of_other_pid_namespaces_show_their_pid_on_the_node() {
     let mut b = loader();
     b.pid = 1;
     b.host_pid = Some(1297);
-    let app = app_with(Snapshot {
+    let app = app_with(Refresh {
         processes: vec![a, b],
-        ..snapshot()
+        ..refresh()
     });
     let text = screen(&app, 160, 60);
     assert!(line_with(&text, "train.py").contains("1276"), "{text}");
@@ -1011,7 +1011,7 @@ fn an_ended_process_says_its_figures_are_final_and_stay() {
     done.events_per_s = None;
     done.stall_per_s = None;
     done.gpu_idle_share = Some(0.394);
-    let mut s = snapshot();
+    let mut s = refresh();
     s.processes = vec![done];
     s.problems.push("a problem still shows".into());
     let app = app_with(s);
@@ -1038,7 +1038,7 @@ fn an_ended_process_says_its_figures_are_final_and_stay() {
     assert!(line_with(&out, "train.cc:42").contains("stream"), "{out}");
 
     // A running process has none of it.
-    let app = app_with(snapshot());
+    let app = app_with(refresh());
     let out = screen(&app, 100, 30);
     assert!(!out.contains("final figures"), "{out}");
     assert!(

@@ -19,7 +19,7 @@ use syncspy_test_support::{rec, TempDir};
 use syncspy_tui::agent::AgentSource;
 use syncspy_tui::app::{Action, App, Pane};
 use syncspy_tui::local::LocalSource;
-use syncspy_tui::model::{Proc, SiteRow, Snapshot};
+use syncspy_tui::model::{Proc, Refresh, SiteRow};
 use syncspy_tui::Source;
 
 mod common;
@@ -284,9 +284,9 @@ fn sites_two_lines_waited_for_are_two_rows_with_their_waiter_in_both_sources() {
     assert_eq!(waited(&s.processes[0].all.sites), want, "agent");
 
     // On screen: each row says its waiter, a narrow table too, and so does the stack popup.
-    let shown = Snapshot {
+    let shown = Refresh {
         processes: vec![p],
-        ..Snapshot::default()
+        ..Refresh::default()
     };
     let mut app = App::new(false);
     app.update(Action::Data(Box::new(shown)));
