@@ -1,5 +1,10 @@
 //! The agent's view of the host, as `syncspy agent` serves it at `/api/v1/snapshot` and as
 //! `syncspy-top --agent` reads it: the wire model, shared by both sides.
+//!
+//! "Snapshot" in the reader, the agent and the monitor means this JSON. The hidden `syncspy
+//! snapshot` command prints another format, the window (`cli/src/snapshot.rs`), which has a
+//! version field of the same name and nothing else in common (docs/contracts.md, "Related
+//! formats").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +32,8 @@ impl Amounts {
     }
 }
 
-/// `syncspy_snapshot` of the snapshots this code serves.
+/// `syncspy_snapshot` of the snapshots this code serves (the window's field of that name counts
+/// its own versions).
 pub const SNAPSHOT_VERSION: u32 = 1;
 
 /// Upper bounds (ns) of the latency buckets served at `/metrics`: half decades from 10 µs to
