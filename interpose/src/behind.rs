@@ -18,7 +18,9 @@
 //! only (no record). Not measured: event syncs and
 //! the other kinds of stall; a stall whose event could not be recorded (a capturing stream,
 //! another context's stream, no free slot); stalls while the library sheds gap records or
-//! more (`shed`); a thread that queues no more work; and a process attached to (`syncspy
+//! more, or while its own time in the current second is past three quarters of its budget
+//! (`shed::room`: the measurement takes what the budget leaves, so that call sites are not
+//! shed for it); a thread that queues no more work; and a process attached to (`syncspy
 //! attach`), whose launches the library sees only in part. The report says how many of the
 //! stream and device syncs were measured.
 //!
@@ -90,7 +92,6 @@ const EMPTY: Slot = Slot {
 };
 
 static SLOTS: [Slot; SLOT_COUNT] = [EMPTY; SLOT_COUNT];
-static HINT: AtomicUsize = AtomicUsize::new(0);
 /// Threads armed now: while 0, the work hooks do nothing else.
 static ARMED_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// A launch hook has run in this process: without one (a process attached to, whose launches
@@ -164,7 +165,9 @@ pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: 
         if ARMED_SLOT.try_with(Cell::get).unwrap_or(NONE) != NONE {
             return Open::BackToBack;
         }
-        if crate::shed::level(&rt.seg) >= SHED_GAPS {
+        // Optional detail: it takes only what the budget leaves, so that the call sites are
+        // never shed for it.
+        if crate::shed::level(&rt.seg) >= SHED_GAPS || !crate::shed::room(&rt.seg) {
             return Open::No;
         }
         drain(waited_stream(kind, stream, flags)).map_or(Open::No, Open::Slot)
@@ -410,9 +413,10 @@ fn spent(rt: &Runtime, t: u64) -> u64 {
     ns
 }
 
+/// The first free slot: the same few slots serve a program's syncs, so their events are made
+/// once (a slot's first use makes two events, tens of microseconds).
 fn claim() -> Option<usize> {
-    let start = HINT.fetch_add(1, Relaxed);
-    (0..SLOT_COUNT).map(|k| (start + k) % SLOT_COUNT).find(|i| {
+    (0..SLOT_COUNT).find(|i| {
         SLOTS[*i]
             .state
             .compare_exchange(FREE, CLAIMED, Acquire, Relaxed)
@@ -443,9 +447,13 @@ fn events_for(s: &Slot) -> Option<(usize, usize)> {
         }
     }
     let (mut a, mut b) = (0usize, 0usize);
+    let t = now_ns();
     // SAFETY: `cuEventCreate(CUevent*, unsigned)` with local out-values and flags 0
     // (CU_EVENT_DEFAULT: timed).
-    if unsafe { create(&mut a, 0) } != 0 || unsafe { create(&mut b, 0) } != 0 {
+    let made = unsafe { create(&mut a, 0) } == 0 && unsafe { create(&mut b, 0) } == 0;
+    // Once per slot and context: outside the budget, like the library's start-up.
+    crate::shed::one_time(now_ns().saturating_sub(t));
+    if !made {
         return None;
     }
     s.drain.store(a, Relaxed);

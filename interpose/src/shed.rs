@@ -126,6 +126,33 @@ fn decide(cost: &CostLive, now_ns: u64, spent: u128, allowed: u128) {
     }
 }
 
+/// Whether the current window leaves room for optional detail (the GPU idle behind each
+/// sync, `behind`): the library's own time in it so far, one-time costs apart, is under three
+/// quarters of a whole window's budget. Always with no budget or before the first window.
+pub fn room(seg: &SegmentWriter) -> bool {
+    let ppm = seg.cost().budget_ppm.load(Relaxed);
+    if ppm == 0 || START_NS.load(Relaxed) == 0 {
+        return true;
+    }
+    let spent = seg
+        .live()
+        .overhead_ns
+        .load(Relaxed)
+        .saturating_sub(START_OVERHEAD.load(Relaxed))
+        .saturating_sub(
+            ONE_TIME_NS
+                .load(Relaxed)
+                .saturating_sub(START_ONE_TIME.load(Relaxed)),
+        );
+    within(spent, ppm)
+}
+
+/// `room`'s rule: `spent` ns under three quarters of a window's share at `ppm`.
+fn within(spent: u64, ppm: u32) -> bool {
+    let window_budget = u128::from(WINDOW_NS) * u128::from(ppm) / 1_000_000;
+    u128::from(spent) * 4 < window_budget * 3
+}
+
 /// A fork child starts its own windows (its segment is new).
 pub fn reset() {
     DUE_NS.store(0, Relaxed);
@@ -151,6 +178,17 @@ mod tests {
         assert_eq!(parse_ppm("-1"), None);
         assert_eq!(parse_ppm("200"), None);
         assert_eq!(parse_ppm("lots"), None);
+    }
+
+    #[test]
+    fn optional_detail_has_room_under_three_quarters_of_a_windows_budget() {
+        // 1% of a 1 s window: 10 ms; room below 7.5 ms.
+        assert!(within(0, 10_000));
+        assert!(within(7_499_999, 10_000));
+        assert!(!within(7_500_000, 10_000));
+        assert!(!within(50_000_000, 10_000));
+        // A larger budget leaves more.
+        assert!(within(7_500_000, 20_000));
     }
 
     #[test]
