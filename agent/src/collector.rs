@@ -493,6 +493,9 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
+        let after = a.live.api(syncspy_abi::Api::StallEvents);
+        entry.idle_after_syncs = entry.idle_after_syncs.saturating_add(after.count);
+        entry.idle_after_ns = entry.idle_after_ns.saturating_add(after.total_ns);
         if let Some(c) = a
             .live
             .cost

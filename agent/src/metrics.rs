@@ -319,6 +319,9 @@ impl AgentSeries {
 
 /// The GPU's own time: idle gaps and busy fractions. Not host stalls.
 struct GpuSeries {
+    /// The GPU idle measured behind stream and device syncs (ABI 1.10), and the syncs measured.
+    idle_after: Family<ProgramLabels, FloatCounter>,
+    idle_after_syncs: Family<ProgramLabels, Counter>,
     idle: Family<ProgramLabels, FloatCounter>,
     gaps: Family<ProgramLabels, Counter>,
     gap_durations: Family<ProgramLabels, BucketedHistogram>,
@@ -328,6 +331,8 @@ struct GpuSeries {
 impl GpuSeries {
     fn register(reg: &mut Registry) -> GpuSeries {
         let s = GpuSeries {
+            idle_after: Family::default(),
+            idle_after_syncs: Family::default(),
             idle: Family::default(),
             gaps: Family::default(),
             gap_durations: Family::default(),
@@ -352,6 +357,21 @@ impl GpuSeries {
             "Durations of the GPU idle gaps the agent received",
             Unit::Seconds,
             s.gap_durations.clone(),
+        );
+        reg.register_with_unit(
+            "gpu_idle_after_syncs",
+            "GPU idle behind the stream and device syncs the library measured (two CUDA events \
+             at each sync, whatever the GPU tracing: from the end of the work waited for to the \
+             arrival of the next work); how many were measured is \
+             syncspy_gpu_idle_measured_syncs_total",
+            Unit::Seconds,
+            s.idle_after.clone(),
+        );
+        reg.register(
+            "gpu_idle_measured_syncs",
+            "Stream and device syncs whose GPU idle the library measured (a sync with no work \
+             since the thread's previous one counts, with none of its own)",
+            s.idle_after_syncs.clone(),
         );
         reg.register(
             "gpu_busy_ratio",
@@ -446,6 +466,16 @@ impl Series {
         }
     }
 
+    /// The GPU idle measured behind a program's syncs.
+    fn add_idle_after(&self, program: &str, syncs: u64, ns: u64) {
+        let pl = program_labels(program);
+        add_sat(&self.gpu.idle_after_syncs.get_or_create(&pl), syncs);
+        self.gpu
+            .idle_after
+            .get_or_create(&pl)
+            .inc_by(ns as f64 / 1e9);
+    }
+
     fn add_program(&self, program: &str, dropped: u64, lost: u64, overhead_ns: u64) {
         let pl = program_labels(program);
         add_sat(&self.programs.dropped.get_or_create(&pl), dropped);
@@ -506,6 +536,9 @@ impl Series {
             self.add_kind(&p.program, kind, st.count, st.total_ns, st.bytes);
         }
         self.add_latency(&p.program, &p.latency);
+        if let Some(b) = &r.gpu.behind_stalls {
+            self.add_idle_after(&p.program, b.measured, b.total_ns);
+        }
         self.add_program(
             &p.program,
             r.dropped_events,
@@ -538,6 +571,9 @@ impl Series {
         }
         self.add_latency(program, &f.latency);
         self.add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
+        if f.idle_after_syncs > 0 {
+            self.add_idle_after(program, f.idle_after_syncs, f.idle_after_ns);
+        }
         self.programs.add_shed(program, &f.shed);
         add_sat(
             &self
@@ -951,6 +987,56 @@ mod tests {
         // No job: no job series at all.
         let m = render(&Snapshot::default()).unwrap();
         assert!(!m.contains("syncspy_job_rank_stall_seconds_total{"), "{m}");
+    }
+
+    #[test]
+    fn the_gpu_idle_behind_syncs_adds_live_and_forgotten_processes() {
+        let live = |pid: u32, b: Option<syncspy_read::report::BehindStalls>| SnapshotProcess {
+            program: "train.py".into(),
+            report: ProcessReport {
+                pid,
+                state: "running".into(),
+                gpu: syncspy_read::report::Gpu {
+                    behind_stalls: b,
+                    ..Default::default()
+                },
+                ..ProcessReport::default()
+            },
+            latency: BTreeMap::new(),
+        };
+        let measured = syncspy_read::report::BehindStalls {
+            measured: 5,
+            syncs: 6,
+            total_ns: 2_500_000,
+        };
+        let f = ForgottenProgram {
+            processes: 1,
+            idle_after_syncs: 3,
+            idle_after_ns: 1_000_000,
+            ..ForgottenProgram::default()
+        };
+        let m = render(&Snapshot {
+            processes: vec![live(1, Some(measured)), live(2, None)],
+            forgotten: [("train.py".to_string(), f)].into_iter().collect(),
+            ..Snapshot::default()
+        })
+        .unwrap();
+        for line in [
+            r#"syncspy_gpu_idle_after_syncs_seconds_total{program="train.py"} 0.0035"#,
+            r#"syncspy_gpu_idle_measured_syncs_total{program="train.py"} 8"#,
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} not in\n{m}");
+        }
+        // A program with nothing measured has no such series.
+        let m = render(&Snapshot {
+            processes: vec![live(2, None)],
+            ..Snapshot::default()
+        })
+        .unwrap();
+        assert!(
+            !m.contains("syncspy_gpu_idle_after_syncs_seconds_total{"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -151,6 +151,17 @@ fn one_process_reads_the_same_in_every_view() {
         .find_map(|l| l.strip_prefix(r#"syncspy_gpu_idle_gaps_total{program="scn-item-in-loop"} "#))
         .map(|v| v.trim().parse::<u64>().unwrap());
     assert_eq!(gaps, Some(truth["gpu_idle"]), "{m}");
+    // The GPU idle measured behind the syncs: the report's exact totals, in the metrics.
+    let behind = &p["gpu"]["behind_stalls"];
+    assert!(behind["measured"].as_u64().unwrap() >= 19, "{behind}");
+    let measured = m.lines().find_map(|l| {
+        l.strip_prefix(r#"syncspy_gpu_idle_measured_syncs_total{program="scn-item-in-loop"} "#)
+    });
+    assert_eq!(
+        measured.map(|v| v.trim().parse::<u64>().unwrap()),
+        behind["measured"].as_u64(),
+        "{m}"
+    );
     let snap: serde_json::Value =
         serde_json::from_str(&get(&addr, "/api/v1/snapshot", token.trim())).unwrap();
     let sp = snap["processes"]

@@ -105,6 +105,16 @@ pub struct ForgottenProgram {
     /// What their libraries shed to keep within budget, by what (`shed_amounts`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub shed: BTreeMap<String, u64>,
+    /// The GPU idle their libraries measured behind stream and device syncs (ABI 1.10):
+    /// syncs measured and the idle behind them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_after_syncs: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_after_ns: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// What one process's library shed, by what (`stacks`, `gap_records`, `records`, `looks`):
@@ -141,6 +151,8 @@ impl ForgottenProgram {
             let e = self.shed.entry(w.clone()).or_default();
             *e = e.saturating_add(*n);
         }
+        self.idle_after_syncs = self.idle_after_syncs.saturating_add(o.idle_after_syncs);
+        self.idle_after_ns = self.idle_after_ns.saturating_add(o.idle_after_ns);
     }
 }
 
