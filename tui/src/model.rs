@@ -132,6 +132,17 @@ pub struct GpuView {
     pub min_gap_ns: u64,
     /// Most idle time first.
     pub causes: Vec<GapCauseRow>,
+    /// The GPU idle the library measured behind stream and device syncs, since start
+    /// (ABI 1.10; `None` when nothing was measured).
+    pub behind: Option<Behind>,
+}
+
+/// The GPU idle measured behind syncs: syncs measured, stream and device syncs, idle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Behind {
+    pub measured: u64,
+    pub syncs: u64,
+    pub total_ns: u64,
 }
 
 /// Gap causes the GPU pane lists.

@@ -488,13 +488,20 @@ impl App {
 
     /// Rows the GPU pane wants, exactly the rows `render_gpu` draws: the borders (the tracing
     /// state is in the top one's title), a line per device (or the one saying none is traced
-    /// yet), the gaps, the causes' header and a line per cause (or the one saying none came
-    /// yet); only the message where the process has no GPU part, nothing without a process.
+    /// yet), the gaps, the idle measured behind syncs (when some was), the causes' header and a
+    /// line per cause (or the one saying none came yet); only the message where the process
+    /// has no GPU part, nothing without a process.
     fn gpu_pane_height(&self) -> u16 {
         let rows = match self.current().map(|p| p.gpu.as_ref()) {
             None => 0,
             Some(None) => 1,
-            Some(Some(g)) => g.devices.len().max(1) + 1 + 1 + g.causes.len().max(1),
+            Some(Some(g)) => {
+                g.devices.len().max(1)
+                    + 1
+                    + usize::from(g.behind.is_some())
+                    + 1
+                    + g.causes.len().max(1)
+            }
         };
         u16::try_from(2 + rows).unwrap_or(u16::MAX)
     }
@@ -525,6 +532,9 @@ impl App {
         }
         lines.extend(g.devices.iter().map(|d| self.device_line(d)));
         lines.push(self.gaps_line(g));
+        if let Some(b) = &g.behind {
+            lines.push(self.behind_line(b));
+        }
         lines.push(Line::styled(
             format!(
                 "{:>6}  {:<40} {:>6} {:>9}  WHERE",
@@ -573,6 +583,21 @@ impl App {
             spans.push(Span::styled(" one cell a second, blank: not traced", dim()));
         }
         Line::from(spans)
+    }
+
+    /// The GPU idle measured behind the stream and device syncs (since start, whatever the
+    /// tracing).
+    fn behind_line(&self, b: &crate::model::Behind) -> Line<'static> {
+        Line::from(vec![
+            Span::styled("idle behind syncs", bold()),
+            Span::raw(format!(
+                ": {} at {} of {} stream and device syncs",
+                dur(b.total_ns, self.ascii),
+                count(b.measured),
+                count(b.syncs)
+            )),
+            Span::styled("  measured at each, since start", dim()),
+        ])
     }
 
     /// The idle gaps: count, total, percentiles and bars, and the shorter gaps apart.

@@ -13,7 +13,8 @@ use syncspy_abi::Kind;
 use syncspy_read::report::IdleCause;
 use syncspy_tui::app::{Action, App, Command, Pane, SiteSort};
 use syncspy_tui::model::{
-    GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Refresh, Scope, SiteRow, State,
+    Behind, GapCauseRow, GapStats, GpuDeviceView, GpuView, KindRow, Proc, Refresh, Scope, SiteRow,
+    State,
 };
 
 fn bars(cells: &[(usize, u64)]) -> Option<[u64; 15]> {
@@ -859,6 +860,11 @@ fn gpu_view() -> GpuView {
                 share: 0.18,
             },
         ],
+        behind: Some(Behind {
+            measured: 49,
+            syncs: 50,
+            total_ns: 63_060_000,
+        }),
     }
 }
 
@@ -889,6 +895,15 @@ fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
         "{gaps}"
     );
     assert!(gaps.contains("shorter: 4500, 12.0 ms"), "{gaps}");
+    // The idle measured behind the syncs, under the gaps.
+    let behind = line_with(&text, "idle behind syncs");
+    assert!(
+        behind.contains(": 63.1 ms at 49 of 50 stream and device syncs"),
+        "{behind}"
+    );
+    let rows: Vec<&str> = text.lines().collect();
+    let row = |needle: &str| rows.iter().position(|l| l.contains(needle)).unwrap();
+    assert_eq!(row("idle behind syncs"), row("idle gaps >=") + 1, "{text}");
     let top = line_with(&text, "cudaStreamSynchronize");
     assert!(top.contains("82.0%"), "{top}");
     assert!(top.contains("train.py:142 in train_step"), "{top}");
