@@ -7,6 +7,16 @@
 //! that by walking the loaded objects for a path that names libcudart (`libcuda.so` for the
 //! driver's). Each symbol is resolved once and cached. Lookups call the real `dlsym`
 //! (`dlsym`), never the library's own interposed one.
+//!
+//! These calls stay hand-written, not libloading (which loads CUPTI, `gpu/cupti.rs`):
+//! libloading's `Library::get` calls the symbol `dlsym`, which in this library binds to its
+//! own exported `dlsym` when preloaded (`driver/dlsym.rs`). That one answers a `cuda*` name
+//! looked up by handle with `intercepted_runtime`, which calls back here (`lookup_runtime`),
+//! so `sym_in` through libloading would recurse; and a wrapped `cu*` name with `intercepted`,
+//! which hands out syncspy's wrapper where the real function is wanted. `RTLD_NEXT` has no
+//! libloading form, and the real `dlsym` is itself found with `dlvsym`. They also run inside
+//! hooks (the first call of each function), where libloading's failed `RTLD_NOLOAD` opens (a
+//! soname not loaded: common) would allocate a copy of the error message.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ops::ControlFlow;

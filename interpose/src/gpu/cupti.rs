@@ -1,6 +1,7 @@
 //! The CUPTI activity source: finds the process's libcupti (or the simulated runtime's stand-in),
 //! registers buffer callbacks, enables kernel, memcpy and memset records, and hands each record
-//! to the tracker. Every CUPTI function is looked up with `dlsym` and called through a pointer
+//! to the tracker. The library is opened and every CUPTI function looked up with libloading
+//! (`dlopen`/`dlsym` underneath, see `sym`), and each is called through a pointer
 //! whose signature takes its types from `cudarc::cupti::sys` and returns the raw `CUptiResult`
 //! integer (a newer CUPTI may return codes the Rust enum does not list).
 //!
@@ -9,7 +10,8 @@
 //! the record's kind (its first `u32`) was checked, so no Rust enum is ever built from CUPTI's
 //! bytes.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use cudarc::cupti::sys::{
@@ -17,6 +19,8 @@ use cudarc::cupti::sys::{
     CUpti_BuffersCallbackCompleteFunc, CUpti_BuffersCallbackRequestFunc, CUpti_CallbackFunc,
     CUpti_SubscriberHandle, CUpti_TimestampCallbackFunc,
 };
+
+use libloading::os::unix::Library;
 
 use super::track::Activity;
 
@@ -66,61 +70,91 @@ pub struct Api {
     pub simulated: bool,
 }
 
-fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    // SAFETY: `handle` is a live handle from dlopen (never closed) and `name` a C string.
-    unsafe { libc::dlsym(handle, name.as_ptr()) }
+/// `name` in `lib`, as a raw address; null when the library does not define it.
+///
+/// Through libloading (`Library::get`), which calls `dlerror` and `dlsym`. Inside
+/// libsyncspy.so that `dlsym` binds, as the hand-written `libc::dlsym` here did before, to
+/// the dynamic linker's answer for the name `dlsym` (one `GLOB_DAT` relocation for the
+/// whole library): preloaded, the library's own exported `dlsym` (`driver/dlsym.rs`);
+/// injected `RTLD_LOCAL` by `syncspy attach`, glibc's. The exported one is harmless here: a
+/// lookup by library handle (never `RTLD_NEXT`) reaches glibc's `dlsym` by a jump that keeps
+/// the caller's return address, unless the name is a wrapped driver function (`cu` and an
+/// upper-case letter, `driver::wants`) or an exported runtime one (`cuda...`,
+/// `hooks::exports::hook`); CUPTI's names begin `cupti` and the stand-in's marker `simcuda`,
+/// so neither is intercepted. (`import syncspy`'s in-process check, `on_lookup`, runs
+/// before the lookup as it did for the hand-written call.) A lookup by handle never sees
+/// the library's own `cuptiActivityRegisterCallbacks` and `cuptiSubscribe` exports.
+/// libloading reads the thread's `dlerror` message after a failed lookup (glibc keeps it per
+/// thread), so a missing optional function (`simcudaCuptiSimulated` in a real CUPTI) no
+/// longer leaves its message pending on the program's thread.
+fn sym(lib: &Library, name: &CStr) -> *mut c_void {
+    // SAFETY: `lib` is open (never closed: `open_library`) and `name` a C string; the symbol
+    // is read as a raw address, never called as such.
+    match unsafe { lib.get::<*mut c_void>(name) } {
+        Ok(s) => s.into_raw(),
+        Err(_) => std::ptr::null_mut(),
+    }
 }
 
-/// `name` in `handle` as `F`, a function pointer type matching its C signature.
-fn func<F: Copy>(handle: *mut c_void, name: &CStr) -> Option<F> {
+/// `name` in `lib` as `F`, a function pointer type matching its C signature.
+fn func<F: Copy>(lib: &Library, name: &CStr) -> Option<F> {
     const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
-    let p = sym(handle, name);
+    let p = sym(lib, name);
     // SAFETY: `F` is a function pointer type of pointer size (asserted) and every caller names
     // the CUPTI function whose C signature `F` is.
     (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
 impl Api {
-    /// The functions of the library `handle`; `None` when one that is needed is missing.
-    pub fn load(handle: *mut c_void) -> Option<Api> {
+    /// The functions of the library `lib`; `None` when one that is needed is missing.
+    pub fn load(lib: &Library) -> Option<Api> {
         Some(Api {
-            register_callbacks: func(handle, c"cuptiActivityRegisterCallbacks")?,
-            enable: func(handle, c"cuptiActivityEnable")?,
-            disable: func(handle, c"cuptiActivityDisable")?,
-            flush_all: func(handle, c"cuptiActivityFlushAll")?,
-            get_next_record: func(handle, c"cuptiActivityGetNextRecord")?,
-            get_timestamp: func(handle, c"cuptiGetTimestamp")?,
-            register_timestamp: func(handle, c"cuptiActivityRegisterTimestampCallback"),
-            subscribe: func(handle, c"cuptiSubscribe")?,
-            unsubscribe: func(handle, c"cuptiUnsubscribe")?,
-            num_dropped: func(handle, c"cuptiActivityGetNumDroppedRecords"),
-            simulated: !sym(handle, c"simcudaCuptiSimulated").is_null(),
+            register_callbacks: func(lib, c"cuptiActivityRegisterCallbacks")?,
+            enable: func(lib, c"cuptiActivityEnable")?,
+            disable: func(lib, c"cuptiActivityDisable")?,
+            flush_all: func(lib, c"cuptiActivityFlushAll")?,
+            get_next_record: func(lib, c"cuptiActivityGetNextRecord")?,
+            get_timestamp: func(lib, c"cuptiGetTimestamp")?,
+            register_timestamp: func(lib, c"cuptiActivityRegisterTimestampCallback"),
+            subscribe: func(lib, c"cuptiSubscribe")?,
+            unsubscribe: func(lib, c"cuptiUnsubscribe")?,
+            num_dropped: func(lib, c"cuptiActivityGetNumDroppedRecords"),
+            simulated: !sym(lib, c"simcudaCuptiSimulated").is_null(),
         })
     }
+}
+
+/// `dlopen(path, flags)` through libloading; `None` when it fails (the error, which
+/// libloading copies from `dlerror`, is dropped: no CUPTI). The library is leaked, so never
+/// closed: `Library`'s `Drop` would `dlclose` it, and the functions in `Api`, CUPTI's
+/// threads and the callbacks registered with it live as long as the process. (A candidate
+/// that fails to open holds no handle.)
+fn open(path: &CStr, flags: c_int) -> Option<&'static Library> {
+    // With its NUL, the path goes to dlopen as it is, not copied.
+    let path = OsStr::from_bytes(path.to_bytes_with_nul());
+    // SAFETY: dlopen runs the library's constructors (CUPTI's are benign; this runs from
+    // `gpu::set_up`, once per process: at the first hooked call before it reaches the
+    // runtime, on the attach worker, or on syncspy's GPU thread when a reader asks).
+    let lib = unsafe { Library::open(Some(path), flags) }.ok()?;
+    Some(Box::leak(Box::new(lib)))
 }
 
 /// The loaded libcupti: the process's own copy when it has one (torch ships one, and the
 /// simulated runtime answers to the name under `--sim`), else one from the usual CUDA places.
 /// Opened `RTLD_LOCAL` (the program's symbol resolution is unchanged) and never closed.
-pub fn open_library() -> Option<*mut c_void> {
+pub fn open_library() -> Option<&'static Library> {
     const SONAMES: [&CStr; 3] = [c"libcupti.so.13", c"libcupti.so.12", c"libcupti.so"];
-    let open = |path: &CStr, flags: i32| {
-        // SAFETY: a C string path; dlopen runs the library's constructors (CUPTI's are benign,
-        // and this runs on syncspy's own thread, never inside a hook).
-        let h = unsafe { libc::dlopen(path.as_ptr(), flags) };
-        (!h.is_null()).then_some(h)
-    };
     // 1. Already loaded, by soname.
     for s in SONAMES {
-        if let Some(h) = open(s, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
-            return Some(h);
+        if let Some(l) = open(s, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
+            return Some(l);
         }
     }
     // 2. Already loaded under another file name (a vendored copy): by path.
     let mut buf = [0u8; libc::PATH_MAX as usize];
     if let Some(p) = crate::real::loaded_path_with(b"libcupti", &mut buf) {
-        if let Some(h) = open(p, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
-            return Some(h);
+        if let Some(l) = open(p, libc::RTLD_NOW | libc::RTLD_NOLOAD) {
+            return Some(l);
         }
     }
     // 3. Next to the loaded CUDA runtime (torch's nvidia/cu13/lib, the CUDA toolkit's lib
@@ -133,8 +167,8 @@ pub fn open_library() -> Option<*mut c_void> {
                 let mut p = rt[..=slash].to_vec();
                 p.extend_from_slice(s.to_bytes_with_nul());
                 if let Ok(c) = CStr::from_bytes_with_nul(&p) {
-                    if let Some(h) = open(c, libc::RTLD_NOW | libc::RTLD_LOCAL) {
-                        return Some(h);
+                    if let Some(l) = open(c, libc::RTLD_NOW | libc::RTLD_LOCAL) {
+                        return Some(l);
                     }
                 }
             }
@@ -151,8 +185,8 @@ pub fn open_library() -> Option<*mut c_void> {
     .into_iter()
     .chain(SONAMES)
     {
-        if let Some(h) = open(p, libc::RTLD_NOW | libc::RTLD_LOCAL) {
-            return Some(h);
+        if let Some(l) = open(p, libc::RTLD_NOW | libc::RTLD_LOCAL) {
+            return Some(l);
         }
     }
     None
@@ -458,6 +492,33 @@ mod tests {
         put(&mut m, 0, &5u32.to_ne_bytes());
         // SAFETY: as above (a short record of an untraced kind is not read past its kind).
         assert_eq!(unsafe { activity_of(m.as_ptr()) }, None);
+    }
+
+    #[test]
+    fn a_missing_library_or_function_is_none_not_a_panic() {
+        // Not there: neither loaded (RTLD_NOLOAD) nor loadable.
+        let missing = c"libsyncspy-no-such-library.so.0";
+        assert!(open(missing, libc::RTLD_NOW | libc::RTLD_NOLOAD).is_none());
+        assert!(open(missing, libc::RTLD_NOW | libc::RTLD_LOCAL).is_none());
+        assert!(open(
+            c"/no/such/dir/libcupti.so.13",
+            libc::RTLD_NOW | libc::RTLD_LOCAL
+        )
+        .is_none());
+        // A loaded library found by soname with RTLD_NOLOAD, which defines none of CUPTI's
+        // functions: no API, and its own functions are found.
+        let libc_so = open(c"libc.so.6", libc::RTLD_NOW | libc::RTLD_NOLOAD).expect("libc");
+        assert!(Api::load(libc_so).is_none());
+        assert!(sym(libc_so, c"cuptiGetTimestamp").is_null());
+        // libloading took the failure's message: none is left pending on this thread.
+        // SAFETY: dlerror takes no arguments (its state is per thread in glibc).
+        assert!(unsafe { libc::dlerror() }.is_null());
+        // SAFETY: RTLD_DEFAULT and a C string literal.
+        let getpid = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert_eq!(sym(libc_so, c"getpid"), getpid);
+        let f = func::<unsafe extern "C" fn() -> libc::pid_t>(libc_so, c"getpid").expect("getpid");
+        // SAFETY: getpid's C signature.
+        assert_eq!(unsafe { f() }, std::process::id() as libc::pid_t);
     }
 
     #[test]

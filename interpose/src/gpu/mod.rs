@@ -742,6 +742,11 @@ fn step_back() {
 
 /// The real CUPTI function `name`: the next definition after this library, or the one in the
 /// loaded libcupti when it was loaded `RTLD_LOCAL`.
+///
+/// Hand-written, not libloading (which opens and looks CUPTI up for `cupti::open_library`):
+/// this runs inside the exported `cuptiActivityRegisterCallbacks` and `cuptiSubscribe`, on
+/// the other client's call, and `RTLD_NEXT` ("the next definition after this library") has
+/// no libloading form; the fallbacks are `real::sym_in`'s (see `real.rs`).
 fn real_cupti(name: &CStr) -> *mut c_void {
     // SAFETY: RTLD_NEXT and a C string.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
