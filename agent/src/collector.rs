@@ -373,22 +373,22 @@ impl Collector {
         // processes are retired at once (totals kept), to make room for their new ones.
         let mut per_user: std::collections::HashMap<u32, usize> = Default::default();
         for f in self.followed() {
-            *per_user.entry(f.uid).or_default() += 1;
+            *per_user.entry(f.uid()).or_default() += 1;
         }
         let cap = self.limits.segments_per_user;
-        let at_cap = |f: &Followed| per_user.get(&f.uid).is_some_and(|n| *n >= cap);
+        let at_cap = |f: &Followed| per_user.get(&f.uid()).is_some_and(|n| *n >= cap);
         let ended_long_ago = |f: &Followed| {
-            let end = match f.agg.live.ended_ns {
-                0 => f.agg.gone_ns.unwrap_or(now),
+            let end = match f.agg().live.ended_ns {
+                0 => f.agg().gone_ns.unwrap_or(now),
                 e => e,
             };
             now.saturating_sub(end) >= retain
         };
         let stale = |f: &Followed| {
             f.unlinked()
-                || f.ended() && f.agg.compacted && at_cap(f)
+                || f.ended() && f.agg().compacted && at_cap(f)
                 || f.ended()
-                    && !(f.agg.session != 0 && runs.contains(&f.agg.session))
+                    && !(f.agg().session != 0 && runs.contains(&f.agg().session))
                     && ended_long_ago(f)
         };
         let gone = self.reader.follower_mut().forget(stale);
@@ -401,7 +401,7 @@ impl Collector {
         // A pod's segments: forgotten the same way; the pod's own library removes them.
         let pod_stale = |f: &Followed| {
             f.unlinked()
-                || f.ended() && f.agg.compacted && at_cap(f)
+                || f.ended() && f.agg().compacted && at_cap(f)
                 || f.ended() && ended_long_ago(f)
         };
         let gone: Vec<Followed> = self
@@ -420,7 +420,7 @@ impl Collector {
     fn release_unused_labels(&mut self) {
         let live: Vec<(u32, Vec<String>)> = self
             .followed()
-            .map(|f| (f.uid, f.agg.argv.clone()))
+            .map(|f| (f.uid(), f.agg().argv.clone()))
             .collect();
         let live: Vec<(u32, &[String])> = live.iter().map(|(u, a)| (*u, a.as_slice())).collect();
         self.labels.release_unused(&live, &mut self.forgotten);
@@ -441,7 +441,7 @@ impl Collector {
             .reader
             .processes()
             .iter()
-            .map(|f| f.reader.path().to_path_buf())
+            .map(|f| f.reader().path().to_path_buf())
             .collect();
         // Nor one it has not read yet: a job that began and ended since this step's scan
         // would otherwise be removed unread whenever the folder is over its cap (another
@@ -470,8 +470,8 @@ impl Collector {
         let k = f.key();
         self.sym
             .forget_owner((k.process.pid, k.process.start_ticks, k.created_ns));
-        let label = self.labels.label(f.uid, &f.agg.argv);
-        let a = &f.agg;
+        let label = self.labels.label(f.uid(), &f.agg().argv);
+        let a = f.agg();
         let entry = self.forgotten.entry(label).or_default();
         entry.processes = entry.processes.saturating_add(1);
         for k in Kind::ALL {
@@ -511,7 +511,10 @@ impl Collector {
         if self.keep_segments || pod {
             drop(f.take_lease());
         } else if let Err(e) = f.release_with(false, survey) {
-            self.warn(format!("cannot remove {}: {e}", f.reader.path().display()));
+            self.warn(format!(
+                "cannot remove {}: {e}",
+                f.reader().path().display()
+            ));
         }
     }
 
@@ -612,7 +615,7 @@ impl Collector {
         let mut processes = Vec::new();
         let argvs: Vec<(u32, Vec<String>)> = self
             .followed()
-            .map(|f| (f.uid, f.agg.argv.clone()))
+            .map(|f| (f.uid(), f.agg().argv.clone()))
             .collect();
         let labels: Vec<String> = argvs
             .iter()
@@ -636,7 +639,7 @@ impl Collector {
             reports[i] = Some(SnapshotProcess {
                 program: program.clone(),
                 report: process_report(f, &mut self.sym, now),
-                latency: latency_of(&f.agg),
+                latency: latency_of(f.agg()),
             });
         }
         processes.extend(reports.into_iter().flatten());
@@ -888,7 +891,7 @@ mod tests {
         let _ = other.wait();
         assert_eq!(c.pods.len(), 6, "the pods' folders stay followed");
         let followed = c.followed().count();
-        let bytes = c.followed().map(|f| f.agg.heap_bytes()).sum();
+        let bytes = c.followed().map(|f| f.agg().heap_bytes()).sum();
         let me_uid = syncspy_read::safe_file::euid();
         let pooled = c.pool.segments(me_uid).1;
         drop(writers);

@@ -123,7 +123,7 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
     let p = f
         .get(key)
         .ok_or_else(|| format!("{}: lost while reading", seg.display()))?;
-    let modules = p.reader.modules();
+    let modules = p.reader().modules();
     let mut sym = Symbolizer::new();
     // One row per (kind, API, location): sites that read alike are one, as in every view.
     let mut rows: BTreeMap<(Kind, Api, String), WindowStall> = BTreeMap::new();
@@ -147,8 +147,8 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
         syncspy_snapshot: WINDOW_VERSION,
         pid,
         segment: seg.display().to_string(),
-        python: PythonReport::of(&p.reader.python_status()),
-        lost_records: p.agg.lost,
+        python: PythonReport::of(&p.reader().python_status()),
+        lost_records: p.agg().lost,
         since_ns: opts.since_ns,
         until_ns: opts.until_ns,
         stalls,
@@ -174,7 +174,7 @@ fn follow_segment(seg: &Path) -> Result<(Follower<()>, SegmentKey, u32), String>
     let key: SegmentKey = match f
         .processes()
         .iter()
-        .find(|p| same_file(p.reader.path(), seg))
+        .find(|p| same_file(p.reader().path(), seg))
     {
         Some(p) => p.key(),
         None => {
@@ -226,7 +226,7 @@ fn stall_row(
     location: Option<String>,
 ) -> WindowStall {
     let py: Vec<PyFrame> = if site != 0 {
-        p.reader
+        p.reader()
             .python_stack(site)
             .map(|s| python::frames_of(&s))
             .unwrap_or_default()

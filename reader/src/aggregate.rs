@@ -644,6 +644,29 @@ impl ProcessAgg {
         self.compacted = true;
     }
 
+    /// Starts what the records built over from now, for a monitor's reset: distributions,
+    /// call sites, copies, GPU gap causes and GPU idle behind stalls, and the ring's
+    /// delivered, lost, corrupt and refused counts. What identifies the process and what the
+    /// reader knows of it stays: the header's counters as of the last poll (exact totals
+    /// since the process started; a caller shows them since the reset by keeping a baseline
+    /// of them), its end, its job, its place, its user's account (new histograms are
+    /// charged to it as before) and whether it was compacted (an ended process is drained:
+    /// nothing more arrives to compact).
+    pub fn restart_records(&mut self) {
+        self.delivered = 0;
+        self.lost = 0;
+        self.corrupt = 0;
+        self.bad_site_records = 0;
+        self.refused_site_records = 0;
+        self.kinds = vec![None; KIND_SLOTS];
+        self.apis = vec![None; API_SLOTS];
+        self.sites = SiteMap::default();
+        self.copies = BTreeMap::new();
+        self.gap_causes = GapCauses::default();
+        self.capture_failures = SiteMap::default();
+        self.idle_after = SiteMap::default();
+    }
+
     /// Adds one record from the ring.
     pub fn add_record(&mut self, r: &Record) {
         if r.api == Api::StallEvents {
@@ -1169,6 +1192,49 @@ mod tests {
             "{p99} {}",
             d.quantile(0.99)
         );
+    }
+
+    /// A monitor's reset: what the records built starts over, what identifies the process
+    /// and the header's counters stay, and new histograms are still charged to the user.
+    #[test]
+    fn restarting_records_forgets_what_they_built_and_keeps_the_process() {
+        use crate::limits::Account;
+        let (k, api) = (Kind::StreamSync, Api::CudaStreamSynchronize);
+        let acc = std::sync::Arc::new(Account::new(1 << 30));
+        let mut a = ProcessAgg::new(&ident(4));
+        a.account = Some(std::sync::Arc::clone(&acc));
+        a.placement.host_pid = Some(77);
+        a.gone_ns = Some(5);
+        a.live.kinds[k as usize].count = 9;
+        a.add_record(&record(1, k, api));
+        a.add_record(&record(9, k, api));
+        a.add_record(&stall(Kind::GpuIdle, Api::GpuActivity, 0, 50, 700, 0));
+        let mut copy = record(2, Kind::MemcpyPageable, Api::CudaMemcpyAsync);
+        copy.direction = Direction::HostToDevice;
+        a.add_record(&copy);
+        a.add_poll(&PollStats {
+            delivered: 4,
+            lost: 2,
+            corrupt: 1,
+        });
+        assert_eq!(a.bad_site_records, 1);
+
+        a.restart_records();
+        assert_eq!((a.delivered, a.lost, a.corrupt), (0, 0, 0));
+        assert_eq!((a.bad_site_records, a.refused_site_records), (0, 0));
+        assert!(a.kind_dist(k).is_none() && a.api_dist(api).is_none());
+        assert!(a.kind_dist(Kind::GpuIdle).is_none());
+        assert!(a.sites_by_total().is_empty() && a.copies().is_empty());
+        assert!(a.gap_causes.by_total().is_empty());
+        assert_eq!(a.live.kind(k).count, 9);
+        assert_eq!(a.gone_ns, Some(5));
+        assert_eq!(a.placement.host_pid, Some(77));
+
+        let left = acc.left();
+        a.add_record(&record(3, k, api));
+        assert_eq!(a.kind_dist(k).map(Dist::count), Some(1));
+        assert_eq!(a.sites_by_total().len(), 1);
+        assert_eq!(left - acc.left(), 2 * PROCESS_DIST_BYTES + SITE_DIST_BYTES);
     }
 
     #[test]

@@ -80,22 +80,22 @@ pub struct SiteRef {
 /// One segment this follower reads, with the caller's state `S` for it.
 pub struct Followed<S = ()> {
     key: SegmentKey,
-    pub reader: SegmentReader,
-    pub cursor: Cursor,
-    pub agg: ProcessAgg,
+    reader: SegmentReader,
+    cursor: Cursor,
+    agg: ProcessAgg,
     /// Inode of the file when it was opened: a later file under the same name (the process
     /// exec'd and the library created its segment again) is a different segment.
-    pub ino: u64,
+    ino: u64,
     /// The file's size when it was found truncated (its reader is then frozen), and whether
     /// that was reported.
     truncated: Option<(u64, bool)>,
     /// The caller's own state for this segment, created with `S::default()`.
-    pub state: S,
+    state: S,
     /// This reader's lease on the segment (`Follower::with_leases`), held until dropped or
     /// released.
     lease: Option<OwnedFile>,
     /// The owner uid of the segment file (whose budget it counts in, `limits`).
-    pub uid: u32,
+    uid: u32,
     /// Modules of its map a report uses (`Limits::modules_per_segment`; all without a
     /// budget), and how many beyond were counted as dropped.
     module_cap: usize,
@@ -106,9 +106,56 @@ pub struct Followed<S = ()> {
     behind: bool,
 }
 
+/// A followed segment's reader, cursor, aggregate, inode and owner are the follower's to
+/// write (it polls, compacts and releases), so callers read them (`reader`, `agg`, `uid`);
+/// the caller's own state `S` is theirs to write (`state_mut`), and the only write to the
+/// aggregate from outside is a monitor's reset (`restart_records`).
 impl<S> Followed<S> {
     pub fn key(&self) -> SegmentKey {
         self.key
+    }
+
+    /// The segment's reader (its header, tables, and the control word a reader may write:
+    /// `SegmentReader::request_gpu_trace` takes `&self`).
+    pub fn reader(&self) -> &SegmentReader {
+        &self.reader
+    }
+
+    /// What was read of the segment: its header counters as of the last poll and what the
+    /// records received built.
+    pub fn agg(&self) -> &ProcessAgg {
+        &self.agg
+    }
+
+    /// The owner uid of the segment file (whose budget it counts in, `limits`).
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The caller's own state for this segment.
+    pub fn state(&self) -> &S {
+        &self.state
+    }
+
+    /// The caller's own state, to write: the follower never reads it (the monitor keeps its
+    /// window, rates and reset baseline there).
+    pub fn state_mut(&mut self) -> &mut S {
+        &mut self.state
+    }
+
+    /// The aggregate, read, with the caller's state to write: for a caller that updates its
+    /// state from the figures (both borrowed at once).
+    pub fn agg_and_state_mut(&mut self) -> (&ProcessAgg, &mut S) {
+        (&self.agg, &mut self.state)
+    }
+
+    /// Starts the aggregate's record counts over from now, for a monitor's reset
+    /// ([`ProcessAgg::restart_records`]): what the records built (distributions, call sites,
+    /// copies, GPU gap causes, the ring's delivered, lost and corrupt counts) is forgotten;
+    /// the header's exact totals since the process started stay, and the caller subtracts
+    /// them against the baseline it keeps.
+    pub fn restart_records(&mut self) {
+        self.agg.restart_records();
     }
 
     /// Whether the writing process has ended (exit handler ran, or it no longer exists).
@@ -963,7 +1010,8 @@ impl<S> Follower<S> {
         &self.followed
     }
 
-    /// Followed segments, mutable (to reset an aggregate or update the caller's state).
+    /// Followed segments, mutable (to update the caller's state, or restart an aggregate's
+    /// record counts for a reset).
     pub fn processes_mut(&mut self) -> impl Iterator<Item = &mut Followed<S>> {
         self.followed.iter_mut()
     }

@@ -396,10 +396,10 @@ impl<S> ReaderSession<S> {
                 for f in self.follower.processes_mut() {
                     drop(f.take_lease());
                     match f.remove_file() {
-                        Ok(true) => out.removed.push(f.reader.path().to_path_buf()),
+                        Ok(true) => out.removed.push(f.reader().path().to_path_buf()),
                         Ok(false) => {}
                         Err(e) => out.problems.push(SessionProblem::Remove {
-                            path: f.reader.path().to_path_buf(),
+                            path: f.reader().path().to_path_buf(),
                             error: e.to_string(),
                         }),
                     }
@@ -407,9 +407,9 @@ impl<S> ReaderSession<S> {
             }
             Removal::Keep => {
                 for f in self.follower.processes_mut() {
-                    if let Err(e) = lifecycle::keep(f.reader.path()) {
+                    if let Err(e) = lifecycle::keep(f.reader().path()) {
                         out.problems.push(SessionProblem::Keep {
-                            path: f.reader.path().to_path_buf(),
+                            path: f.reader().path().to_path_buf(),
                             error: e.to_string(),
                         });
                     }
@@ -423,7 +423,7 @@ impl<S> ReaderSession<S> {
                 .follower
                 .processes()
                 .iter()
-                .map(|f| f.reader.path().to_path_buf())
+                .map(|f| f.reader().path().to_path_buf())
                 .collect();
             let keep = self.removal == Removal::Keep;
             let skip = |p: &Path| keep && mine.contains(p);
@@ -539,7 +539,7 @@ mod tests {
         // Another session's segment was not this one's to remove.
         assert!(other.path().exists());
         // The report still reads what was followed.
-        assert_eq!(s.processes()[0].agg.delivered, 5);
+        assert_eq!(s.processes()[0].agg().delivered, 5);
         // A step after the end registers nothing again.
         s.step(|_, _, _| {});
         assert!(!reg.exists());

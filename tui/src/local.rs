@@ -166,16 +166,17 @@ impl Extra {
     /// After a poll of `f`: notes its end and samples its rates, until the poll after it
     /// ended (its final counters): from then on its figures stay as they were.
     fn polled(f: &mut Followed<Extra>, now_ns: u64) {
-        if f.state.ended_seen.is_some() {
+        if f.state().ended_seen.is_some() {
             return;
         }
+        let ended = f.ended();
+        let (a, x) = f.agg_and_state_mut();
         // Host stalls only: GPU idle gaps are records too, but not the host's waits.
-        let (ended, events, stall) = (f.ended(), f.agg.live.stall_events(), f.agg.stall_ns());
-        let end_ns = match f.agg.live.state {
-            ProcState::Exited(_) if f.agg.live.ended_ns != 0 => f.agg.live.ended_ns,
-            _ => f.agg.gone_ns.unwrap_or(now_ns),
+        let (events, stall) = (a.live.stall_events(), a.stall_ns());
+        let end_ns = match a.live.state {
+            ProcState::Exited(_) if a.live.ended_ns != 0 => a.live.ended_ns,
+            _ => a.gone_ns.unwrap_or(now_ns),
         };
-        let x = &mut f.state;
         if ended {
             x.ended_seen = Some(now_ns);
             x.ended_at = Some(end_ns.min(now_ns));
@@ -183,9 +184,9 @@ impl Extra {
         x.rates.sample(now_ns, events, stall);
         // The GPU's active time (first work to last), the reader's one definition: set-up
         // and teardown are no idle the program's waits made.
-        let (span, busy) = f.agg.live.gpu_active();
+        let (span, busy) = a.live.gpu_active();
         x.gpu_samples.push_back((now_ns, span, busy));
-        if let Some(g) = &f.agg.live.gpu {
+        if let Some(g) = &a.live.gpu {
             let devices = g.devices.iter().map(|d| (d.device, d.span_ns, d.busy_ns));
             x.busy.sample(now_ns / 1_000_000_000, devices);
         }
@@ -210,18 +211,16 @@ impl Extra {
         )
     }
 
-    /// Counts from now on; `f`'s aggregate starts over from its current header totals.
+    /// Counts from now on: the header's totals less a baseline taken now, and the
+    /// aggregate's record counts started over (`Followed::restart_records`).
     fn reset(f: &mut Followed<Extra>) {
-        let mut fresh = ProcessAgg::new(f.reader.ident());
-        fresh.live = f.agg.live.clone();
-        fresh.gone_ns = f.agg.gone_ns;
-        fresh.job = f.agg.job.clone();
-        f.state.baseline = Some(f.agg.live.clone());
-        f.agg = fresh;
-        f.state.window.clear();
-        f.state.cum = Default::default();
-        f.state.busy.clear();
-        f.state.gaps = LogHist::default();
+        f.restart_records();
+        let (a, x) = f.agg_and_state_mut();
+        x.baseline = Some(a.live.clone());
+        x.window.clear();
+        x.cum = Default::default();
+        x.busy.clear();
+        x.gaps = LogHist::default();
     }
 
     /// Exact header totals of kind `k` since start or reset.
@@ -381,14 +380,14 @@ impl LocalSource {
             .reader
             .processes()
             .iter()
-            .filter_map(|f| f.state.ended_seen)
+            .filter_map(|f| f.state().ended_seen)
             .collect();
         if times.len() <= MAX_ENDED {
             return;
         }
         times.sort_unstable();
         let cutoff = times[times.len() - MAX_ENDED - 1];
-        self.forget_where(|f| f.state.ended_seen.is_some_and(|e| e <= cutoff));
+        self.forget_where(|f| f.state().ended_seen.is_some_and(|e| e <= cutoff));
     }
 }
 
@@ -412,10 +411,10 @@ fn reader(
 /// The monitor's view of one followed process; asks `sym` for the stacks it lacks.
 fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     // An ended process's window and GPU seconds end where it ended.
-    let now_s = f.state.window_now(now_ns / 1_000_000_000);
-    let merged = f.state.window.merged(now_s);
-    let t = &f.state;
-    let a = &f.agg;
+    let now_s = f.state().window_now(now_ns / 1_000_000_000);
+    let merged = f.state_mut().window.merged(now_s);
+    let t = f.state();
+    let a = f.agg();
     let key = f.key();
     // The stacks not symbolized yet, asked for at the end.
     let mut want = Vec::new();
@@ -577,7 +576,7 @@ fn request_stacks(f: &Followed<Extra>, sym: &mut SymWorker, key: SegmentKey, wan
     if want.is_empty() {
         return;
     }
-    let reader = &f.reader;
+    let reader = f.reader();
     let modules: std::sync::Arc<[Module]> = f.modules().into();
     for site in want {
         let k = SiteRef { segment: key, site };
@@ -785,9 +784,9 @@ impl Source for LocalSource {
             .find(|f| f.key().process == process && !f.ended())
             .ok_or("the process is not running")?;
         let until = monotonic_ns().saturating_add(secs.saturating_mul(1_000_000_000));
-        match f.reader.request_gpu_trace(until) {
+        match f.reader().request_gpu_trace(until) {
             Ok(_) => Ok(f
-                .reader
+                .reader()
                 .gpu_status()
                 .map_or("unknown", |g| g.state_name())
                 .to_string()),

@@ -427,12 +427,12 @@ pub fn site_frames<S>(
     }
     let k = f.key();
     let owner = (k.process.pid, k.process.start_ticks, k.created_ns);
-    let at = &f.agg.placement;
+    let at = &f.agg().placement;
     let root = ModuleRoot::of(at.origin.as_ref(), at.host_pid);
     sym.site_stack_in(
         owner,
         site,
-        || f.reader.site(site).unwrap_or_default(),
+        || f.reader().site(site).unwrap_or_default(),
         modules,
         root.as_ref(),
     )
@@ -448,7 +448,7 @@ pub fn site_location<S>(
     sym: &mut Symbolizer,
 ) -> Option<String> {
     if site != 0 {
-        if let Some(stack) = f.reader.python_stack(site) {
+        if let Some(stack) = f.reader().python_stack(site) {
             let py = python::frames_of(&stack);
             if let Some(i) = python::user_frame(&py) {
                 return Some(py[i].text());
@@ -475,7 +475,7 @@ pub fn location_of(frames: &[Frame]) -> Option<String> {
 
 /// The report of one followed process; symbolizes its call sites with `sym`.
 pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> ProcessReport {
-    let a: &ProcessAgg = &f.agg;
+    let a: &ProcessAgg = f.agg();
     let kinds = a
         .kinds_seen()
         .into_iter()
@@ -541,8 +541,8 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         refused_site_records: a.refused_site_records,
         non_stall_calls,
         copies,
-        segment: f.reader.path().display().to_string(),
-        python: PythonReport::of(&f.reader.python_status()),
+        segment: f.reader().path().display().to_string(),
+        python: PythonReport::of(&f.reader().python_status()),
         job: a.job.as_ref().map(jobs::JobRef::of),
         collectives: a
             .live
@@ -717,7 +717,7 @@ impl Gpu {
 
 /// The `gpu` section of a followed process.
 pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Gpu {
-    let a: &ProcessAgg = &f.agg;
+    let a: &ProcessAgg = f.agg();
     let idle = stats(a.live.kind(Kind::GpuIdle), a.kind_dist(Kind::GpuIdle));
     let (span, busy) = a.live.gpu_busy();
     let busy_fraction = fraction(busy, span);
@@ -814,12 +814,12 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
         idle_after: (u64, u64),
     }
     let mut order = Vec::new();
-    for (key, d) in f.agg.sites_by_total() {
+    for (key, d) in f.agg().sites_by_total() {
         let native = site_frames(f, key.site, modules, sym);
         let python = match key.site {
             0 => Vec::new(),
             id => f
-                .reader
+                .reader()
                 .python_stack(id)
                 .map(|s| python::frames_of(&s))
                 .unwrap_or_default(),
@@ -833,12 +833,12 @@ fn sites_of<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Vec
             site_id: key.site,
             waited_by: match key.site {
                 0 => None,
-                id => f.reader.waited_by(id).map(|w| python::Waiter::of(&w)),
+                id => f.reader().waited_by(id).map(|w| python::Waiter::of(&w)),
             },
             python,
             dist,
-            capture_failures: f.agg.capture_failures(&key),
-            idle_after: f.agg.idle_after(&key),
+            capture_failures: f.agg().capture_failures(&key),
+            idle_after: f.agg().idle_after(&key),
         };
         let alike = crate::alike::RowKey::new(key.kind.name(), key.api.name(), look)
             .waited_by(acc.waited_by.as_ref());
@@ -919,7 +919,7 @@ pub fn build<S>(
     now_ns: u64,
 ) -> Report {
     let mut order: Vec<&Followed<S>> = processes.iter().collect();
-    order.sort_by_key(|f| (f.agg.created_ns, f.agg.pid));
+    order.sort_by_key(|f| (f.agg().created_ns, f.agg().pid));
     let processes: Vec<ProcessReport> = order
         .into_iter()
         .map(|f| process_report(f, sym, now_ns))
