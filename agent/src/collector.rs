@@ -378,17 +378,17 @@ impl Collector {
         let cap = self.limits.segments_per_user;
         let at_cap = |f: &Followed| per_user.get(&f.uid()).is_some_and(|n| *n >= cap);
         let ended_long_ago = |f: &Followed| {
-            let end = match f.agg().live.ended_ns {
-                0 => f.agg().gone_ns.unwrap_or(now),
+            let end = match f.agg().live().ended_ns {
+                0 => f.agg().gone_ns().unwrap_or(now),
                 e => e,
             };
             now.saturating_sub(end) >= retain
         };
         let stale = |f: &Followed| {
             f.unlinked()
-                || f.ended() && f.agg().compacted && at_cap(f)
+                || f.ended() && f.agg().compacted() && at_cap(f)
                 || f.ended()
-                    && !(f.agg().session != 0 && runs.contains(&f.agg().session))
+                    && !(f.agg().session() != 0 && runs.contains(&f.agg().session()))
                     && ended_long_ago(f)
         };
         let gone = self.reader.follower_mut().forget(stale);
@@ -401,7 +401,7 @@ impl Collector {
         // A pod's segments: forgotten the same way; the pod's own library removes them.
         let pod_stale = |f: &Followed| {
             f.unlinked()
-                || f.ended() && f.agg().compacted && at_cap(f)
+                || f.ended() && f.agg().compacted() && at_cap(f)
                 || f.ended() && ended_long_ago(f)
         };
         let gone: Vec<Followed> = self
@@ -420,7 +420,7 @@ impl Collector {
     fn release_unused_labels(&mut self) {
         let live: Vec<(u32, Vec<String>)> = self
             .followed()
-            .map(|f| (f.uid(), f.agg().argv.clone()))
+            .map(|f| (f.uid(), f.agg().argv().to_vec()))
             .collect();
         let live: Vec<(u32, &[String])> = live.iter().map(|(u, a)| (*u, a.as_slice())).collect();
         self.labels.release_unused(&live, &mut self.forgotten);
@@ -470,12 +470,12 @@ impl Collector {
         let k = f.key();
         self.sym
             .forget_owner((k.process.pid, k.process.start_ticks, k.created_ns));
-        let label = self.labels.label(f.uid(), &f.agg().argv);
+        let label = self.labels.label(f.uid(), f.agg().argv());
         let a = f.agg();
         let entry = self.forgotten.entry(label).or_default();
         entry.processes = entry.processes.saturating_add(1);
         for k in Kind::ALL {
-            let t = a.live.kind(*k);
+            let t = a.live().kind(*k);
             if t.count > 0 {
                 entry
                     .kinds
@@ -488,16 +488,16 @@ impl Collector {
             entry.latency.entry(kind).or_default().add(&l);
         }
         // Saturating: every one of these comes from a segment, which may say anything.
-        entry.dropped_events = entry.dropped_events.saturating_add(a.live.events_dropped);
+        entry.dropped_events = entry.dropped_events.saturating_add(a.live().events_dropped);
         entry.lost_records = entry
             .lost_records
-            .saturating_add(a.lost.saturating_sub(a.live.events_dropped));
-        entry.overhead_ns = entry.overhead_ns.saturating_add(a.live.overhead_ns);
-        let after = a.live.api(syncspy_abi::Api::StallEvents);
+            .saturating_add(a.lost().saturating_sub(a.live().events_dropped));
+        entry.overhead_ns = entry.overhead_ns.saturating_add(a.live().overhead_ns);
+        let after = a.live().api(syncspy_abi::Api::StallEvents);
         entry.idle_after_syncs = entry.idle_after_syncs.saturating_add(after.count);
         entry.idle_after_ns = entry.idle_after_ns.saturating_add(after.total_ns);
         if let Some(c) = a
-            .live
+            .live()
             .cost
             .filter(syncspy_abi::cost::CostStatus::anything_shed)
         {
@@ -615,7 +615,7 @@ impl Collector {
         let mut processes = Vec::new();
         let argvs: Vec<(u32, Vec<String>)> = self
             .followed()
-            .map(|f| (f.uid(), f.agg().argv.clone()))
+            .map(|f| (f.uid(), f.agg().argv().to_vec()))
             .collect();
         let labels: Vec<String> = argvs
             .iter()

@@ -148,7 +148,7 @@ pub fn read(opts: &WindowOptions) -> Result<Window, String> {
         pid,
         segment: seg.display().to_string(),
         python: PythonReport::of(&p.reader().python_status()),
-        lost_records: p.agg().lost,
+        lost_records: p.agg().lost(),
         since_ns: opts.since_ns,
         until_ns: opts.until_ns,
         stalls,

@@ -153,8 +153,12 @@ pub fn write_to(
         write!(
             list.next()?,
             r#"{{"ph":"M","name":"process_name","pid":{},"tid":0,"args":{{"name":{}}}}}"#,
-            f.agg().pid,
-            json_str(&format!("{} (pid {})", f.agg().argv.join(" "), f.agg().pid))
+            f.agg().pid(),
+            json_str(&format!(
+                "{} (pid {})",
+                f.agg().argv().join(" "),
+                f.agg().pid()
+            ))
         )?;
     }
     let by_key: HashMap<SegmentKey, &Followed> = processes.iter().map(|f| (f.key(), f)).collect();
@@ -174,7 +178,7 @@ pub fn write_to(
             continue;
         }
         if r.kind == Kind::GpuIdle {
-            write_gpu_gap(list.next()?, f.agg().pid, r)?;
+            write_gpu_gap(list.next()?, f.agg().pid(), r)?;
             continue;
         }
         let frame = frames
@@ -187,7 +191,7 @@ pub fn write_to(
                 site_location(f, r.site, m, sym)
             })
             .clone();
-        write_call(list.next()?, f.agg().pid, r, frame.as_deref())?;
+        write_call(list.next()?, f.agg().pid(), r, frame.as_deref())?;
     }
     write!(
         list.w,
@@ -208,7 +212,7 @@ fn write_gpu_tracks(
         .filter(|e| e.record.kind == Kind::GpuIdle && e.record.api != Api::StallEvents)
         .filter_map(|e| {
             let key = sink.segments.get(e.segment as usize)?;
-            Some((by_key.get(key)?.agg().pid, e.record.device))
+            Some((by_key.get(key)?.agg().pid(), e.record.device))
         })
         .collect();
     for (pid, device) in &gpu_tracks {

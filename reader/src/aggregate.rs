@@ -499,37 +499,41 @@ impl Lifecycle {
     }
 }
 
-/// Everything known about one process (one segment).
 /// `cudaErrorStreamCaptureUnsupported` and `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (the same
 /// number): a synchronizing call made while its stream was capturing a CUDA graph; the
 /// capture is invalidated.
 pub const CAPTURE_UNSUPPORTED: u32 = 900;
 
+/// Everything known about one process (one segment). Only the aggregate and the follower
+/// that polls it write its fields (the follower: the header counters after each poll, when
+/// the process was found gone, and what it knew when it opened the segment), so every field
+/// is private and read through a method of the same name; the one write a caller makes is a
+/// monitor's reset ([`ProcessAgg::restart_records`]).
 pub struct ProcessAgg {
-    pub pid: u32,
-    pub start_ticks: u64,
-    pub session: u64,
-    pub argv: Vec<String>,
+    pid: u32,
+    start_ticks: u64,
+    session: u64,
+    argv: Vec<String>,
     /// CLOCK_MONOTONIC ns when the segment was created.
-    pub created_ns: u64,
-    pub created_unix_ns: u64,
+    created_ns: u64,
+    created_unix_ns: u64,
     /// Header counters as of the last poll.
-    pub live: LiveCounters,
+    live: LiveCounters,
     /// CLOCK_MONOTONIC ns when this reader first found the process gone without an exit
     /// handler; the end of its wall time.
-    pub gone_ns: Option<u64>,
+    gone_ns: Option<u64>,
     /// Records delivered by the ring, sequence numbers this reader will never see, and
     /// complete records that did not decode.
-    pub delivered: u64,
-    pub lost: u64,
-    pub corrupt: u64,
+    delivered: u64,
+    lost: u64,
+    corrupt: u64,
     /// Records whose site id lies outside the segment's site table: aggregated under "no
     /// site" (0).
-    pub bad_site_records: u64,
+    bad_site_records: u64,
     /// Records of a call site that found no room among the [`MAX_SITE_KEYS`] this process
     /// keeps, or whose histogram the user's heap budget refused (`limits`): in their kind's
     /// and API's figures, in no site's.
-    pub refused_site_records: u64,
+    refused_site_records: u64,
     /// Valid site ids are `1..=site_capacity` (from the validated header).
     site_capacity: u32,
     /// Recorded distributions, indexed by `Kind as usize` and `Api as usize`.
@@ -539,10 +543,10 @@ pub struct ProcessAgg {
     /// Copies received, by kind and direction: (count, bytes, total_ns).
     copies: BTreeMap<(Kind, Direction), (u64, u64, u64)>,
     /// GPU idle gaps received, blamed on host stalls.
-    pub gap_causes: GapCauses,
+    gap_causes: GapCauses,
     /// The distributed job the process is a rank of (ABI 1.3); set by whoever opened the
     /// segment (`SegmentReader::job`), `None` by `new`.
-    pub job: Option<syncspy_abi::job::JobInfo>,
+    job: Option<syncspy_abi::job::JobInfo>,
     /// Per call site, its calls that failed because their stream was capturing a CUDA graph
     /// (`cudaErrorStreamCaptureUnsupported`, 900): each broke the capture.
     capture_failures: SiteMap<u64>,
@@ -551,12 +555,102 @@ pub struct ProcessAgg {
     idle_after: SiteMap<(u64, u64)>,
     /// Where the process lives seen from this reader (host pid, container); set by whoever
     /// opened the segment (`place::place`), the default by `new`.
-    pub placement: crate::place::Placement,
+    placement: crate::place::Placement,
     /// The heap budget of the segment's user (`limits`), charged for each histogram made;
     /// `None`: unbounded (a reader of one session's own processes).
-    pub account: Option<std::sync::Arc<crate::limits::Account>>,
+    account: Option<std::sync::Arc<crate::limits::Account>>,
     /// Whether [`ProcessAgg::compact`] ran: the sites kept are the top ones only.
-    pub compacted: bool,
+    compacted: bool,
+}
+
+/// Reading the figures (each field by a method of its name).
+impl ProcessAgg {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The process's start time in clock ticks since boot (with the pid, its identity).
+    pub fn start_ticks(&self) -> u64 {
+        self.start_ticks
+    }
+
+    /// `SYNCSPY_SESSION` of the process (0 when unset).
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Its command line, as the segment's header has it.
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+
+    /// CLOCK_MONOTONIC ns when the segment was created.
+    pub fn created_ns(&self) -> u64 {
+        self.created_ns
+    }
+
+    /// Unix-epoch ns when the segment was created.
+    pub fn created_unix_ns(&self) -> u64 {
+        self.created_unix_ns
+    }
+
+    /// Header counters as of the last poll.
+    pub fn live(&self) -> &LiveCounters {
+        &self.live
+    }
+
+    /// CLOCK_MONOTONIC ns when this reader first found the process gone without an exit
+    /// handler; the end of its wall time.
+    pub fn gone_ns(&self) -> Option<u64> {
+        self.gone_ns
+    }
+
+    /// Records the ring delivered to this reader.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Sequence numbers this reader will never see (overwritten, or never finished).
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Complete records that did not decode.
+    pub fn corrupt(&self) -> u64 {
+        self.corrupt
+    }
+
+    /// Records whose site id lies outside the segment's site table: aggregated under "no
+    /// site" (0).
+    pub fn bad_site_records(&self) -> u64 {
+        self.bad_site_records
+    }
+
+    /// Records of a call site that found no room among the [`MAX_SITE_KEYS`] this process
+    /// keeps, or whose histogram the user's heap budget refused (`limits`).
+    pub fn refused_site_records(&self) -> u64 {
+        self.refused_site_records
+    }
+
+    /// GPU idle gaps received, blamed on host stalls.
+    pub fn gap_causes(&self) -> &GapCauses {
+        &self.gap_causes
+    }
+
+    /// The distributed job the process is a rank of (ABI 1.3), if any.
+    pub fn job(&self) -> Option<&syncspy_abi::job::JobInfo> {
+        self.job.as_ref()
+    }
+
+    /// Where the process lives seen from this reader (host pid, container).
+    pub fn placement(&self) -> &crate::place::Placement {
+        &self.placement
+    }
+
+    /// Whether [`ProcessAgg::compact`] ran: the sites kept are the top ones only.
+    pub fn compacted(&self) -> bool {
+        self.compacted
+    }
 }
 
 /// Whether `account` (if any) lets a new histogram of `bytes` be made.
@@ -593,6 +687,34 @@ impl ProcessAgg {
             account: None,
             compacted: false,
         }
+    }
+
+    /// The aggregate of a segment just opened by a follower: the job its header names
+    /// (`SegmentReader::job`), where the process lives seen from this reader
+    /// (`place::place`), and the heap account of its user (`None`: unbounded).
+    pub(crate) fn opened(
+        ident: &Ident,
+        job: Option<syncspy_abi::job::JobInfo>,
+        placement: crate::place::Placement,
+        account: Option<std::sync::Arc<crate::limits::Account>>,
+    ) -> ProcessAgg {
+        ProcessAgg {
+            job,
+            placement,
+            account,
+            ..ProcessAgg::new(ident)
+        }
+    }
+
+    /// The header counters, as the follower read them after a poll.
+    pub(crate) fn set_live(&mut self, live: LiveCounters) {
+        self.live = live;
+    }
+
+    /// The follower found the process gone at `now_ns` (CLOCK_MONOTONIC); the first time
+    /// counts.
+    pub(crate) fn mark_gone(&mut self, now_ns: u64) {
+        self.gone_ns.get_or_insert(now_ns);
     }
 
     /// Estimated heap bytes of this aggregate (its histograms and attribution buffers), for
@@ -756,12 +878,12 @@ impl ProcessAgg {
         self.apis.get(a as usize)?.as_ref()
     }
 
-    /// Kinds with events in the header totals or in the records, in numeric order.
     /// Copies received, by kind and direction: (count, bytes, total_ns).
     pub fn copies(&self) -> &BTreeMap<(Kind, Direction), (u64, u64, u64)> {
         &self.copies
     }
 
+    /// Kinds with events in the header totals or in the records, in numeric order.
     pub fn kinds_seen(&self) -> Vec<Kind> {
         Kind::ALL
             .iter()
@@ -789,7 +911,6 @@ impl ProcessAgg {
             .collect()
     }
 
-    /// Call sites, largest recorded total first (ties: more calls first, then key order).
     /// The calls of call site `key` that broke a CUDA graph's capture (made while their
     /// stream was capturing: `cudaErrorStreamCaptureUnsupported`).
     pub fn capture_failures(&self, key: &SiteKey) -> u64 {
@@ -820,6 +941,7 @@ impl ProcessAgg {
         self.idle_after.get(key).copied().unwrap_or_default()
     }
 
+    /// Call sites, largest recorded total first (ties: more calls first, then key order).
     pub fn sites_by_total(&self) -> Vec<(SiteKey, &Dist)> {
         let mut v: Vec<_> = self.sites.iter().map(|(k, d)| (*k, d)).collect();
         v.sort_by(|a, b| {

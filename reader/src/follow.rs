@@ -160,7 +160,7 @@ impl<S> Followed<S> {
 
     /// Whether the writing process has ended (exit handler ran, or it no longer exists).
     pub fn ended(&self) -> bool {
-        matches!(self.agg.live.state, ProcState::Exited(_)) || self.agg.gone_ns.is_some()
+        matches!(self.agg.live().state, ProcState::Exited(_)) || self.agg.gone_ns().is_some()
     }
 
     /// The module map a report symbolizes with: its first `Limits::modules_per_segment`
@@ -199,8 +199,10 @@ impl<S> Followed<S> {
             // Someone truncated the file: reading on would fault. Keep what was read.
             self.truncated = Some((self.reader.file_size(), false));
             self.reader.freeze();
-            if self.agg.gone_ns.is_none() && !matches!(self.agg.live.state, ProcState::Exited(_)) {
-                self.agg.gone_ns = Some(monotonic_ns());
+            if self.agg.gone_ns().is_none()
+                && !matches!(self.agg.live().state, ProcState::Exited(_))
+            {
+                self.agg.mark_gone(monotonic_ns());
             }
             return (0, false);
         }
@@ -226,12 +228,12 @@ impl<S> Followed<S> {
                 break;
             }
         }
-        self.agg.live = LiveCounters::read(&self.reader);
-        if self.agg.gone_ns.is_none()
-            && matches!(self.agg.live.state, ProcState::Running)
+        self.agg.set_live(LiveCounters::read(&self.reader));
+        if self.agg.gone_ns().is_none()
+            && matches!(self.agg.live().state, ProcState::Running)
             && !self.reader.writer_alive()
         {
-            self.agg.gone_ns = Some(monotonic_ns());
+            self.agg.mark_gone(monotonic_ns());
         }
         (delivered, self.behind)
     }
@@ -296,7 +298,7 @@ impl<S> Followed<S> {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
-        if readers.wanted_by_others(name, self.agg.session, me)
+        if readers.wanted_by_others(name, self.agg.session(), me)
             || (hand_over && readers.folder_reader_besides(me))
         {
             return Ok(false);
@@ -865,16 +867,11 @@ impl<S> Follower<S> {
         uid: u32,
         placement: crate::place::Placement,
     ) {
-        let mut agg = ProcessAgg::new(reader.ident());
-        let module_cap = match &mut self.budget {
-            Some(b) => {
-                agg.account = Some(b.admit(uid));
-                b.limits().modules_per_segment
-            }
-            None => usize::MAX,
+        let (account, module_cap) = match &mut self.budget {
+            Some(b) => (Some(b.admit(uid)), b.limits().modules_per_segment),
+            None => (None, usize::MAX),
         };
-        agg.job = reader.job();
-        agg.placement = placement;
+        let agg = ProcessAgg::opened(reader.ident(), reader.job(), placement, account);
         let state = (self.make_state)(reader.ident());
         // Without a lease the segment is still followed, as before leases.
         let lease = if self.leases {
@@ -932,7 +929,7 @@ impl<S> Follower<S> {
             let (got, behind) = f.poll(PATIENCE, left, &mut sink);
             budget.worked(f.uid, got, behind);
             n += got;
-            let over = u64::from(f.agg.live.modules_used)
+            let over = u64::from(f.agg.live().modules_used)
                 .min(u64::from(f.reader.ident().module_capacity))
                 .saturating_sub(f.module_cap as u64);
             if over > f.modules_over {
@@ -940,7 +937,7 @@ impl<S> Follower<S> {
                 f.modules_over = over;
             }
             // Ended, drained and past the grace: keep its totals and top sites only.
-            if !f.agg.compacted
+            if !f.agg.compacted()
                 && !behind
                 && f.ended_seen_ns
                     .is_some_and(|e| now.saturating_sub(e) >= compact_after)
@@ -1225,8 +1222,8 @@ mod tests {
         assert_eq!(f.scan().unwrap(), 1);
         assert_eq!(f.poll(), 1);
         assert_eq!(f.processes().len(), 1);
-        assert_eq!(f.processes()[0].agg.pid, 11);
-        assert_eq!(f.processes()[0].agg.argv, vec!["prog11", "--flag"]);
+        assert_eq!(f.processes()[0].agg.pid(), 11);
+        assert_eq!(f.processes()[0].agg.argv(), vec!["prog11", "--flag"]);
         assert_eq!(f.problems().len(), 1);
         assert!(f.problems()[0].path.ends_with("syncspy-13-14"));
         assert!(f.problems()[0].error.contains("not a syncspy segment"));
@@ -1279,7 +1276,7 @@ mod tests {
         let life: Vec<_> = f
             .processes()
             .iter()
-            .map(|p| (p.agg.pid, p.agg.lifecycle()))
+            .map(|p| (p.agg.pid(), p.agg.lifecycle()))
             .collect();
         use crate::aggregate::Lifecycle;
         assert!(life.contains(&(11, Lifecycle::Gone)));
@@ -1340,8 +1337,8 @@ mod tests {
         assert_eq!(f.final_drain(), 0);
         let p = &f.processes()[0];
         assert!(p.reader.frozen());
-        assert_eq!(p.agg.delivered, 3, "what was read before is kept");
-        assert_eq!(p.agg.live.kind(Kind::StreamSync).count, 3);
+        assert_eq!(p.agg.delivered(), 3, "what was read before is kept");
+        assert_eq!(p.agg.live().kind(Kind::StreamSync).count, 3);
         assert_eq!(p.agg.lifecycle(), crate::aggregate::Lifecycle::Gone);
         assert_eq!(p.reader.site(site), None);
         assert!(p.reader.modules().is_empty());
@@ -1454,7 +1451,7 @@ mod tests {
         assert_eq!(f.forget(|p| p.key() == first).len(), 1);
         assert_eq!(f.scan().unwrap(), 1);
         assert_eq!(f.processes().len(), 2);
-        let pids: Vec<u32> = f.processes().iter().map(|p| p.agg.pid).collect();
+        let pids: Vec<u32> = f.processes().iter().map(|p| p.agg.pid()).collect();
         assert_eq!(pids.len(), 2);
         drop(ws);
         // Without a budget every segment is followed.
@@ -1479,17 +1476,17 @@ mod tests {
         assert_eq!(f.poll(), 10);
         assert_eq!(f.dropped().deferred_polls, 1);
         assert_eq!(f.poll(), 6);
-        let got: u64 = f.processes().iter().map(|p| p.agg.delivered).sum();
+        let got: u64 = f.processes().iter().map(|p| p.agg.delivered()).sum();
         assert_eq!(got, 16);
-        assert!(f.processes().iter().all(|p| !p.agg.compacted));
+        assert!(f.processes().iter().all(|p| !p.agg.compacted()));
         // Ended: compacted at the next poll (no grace here), once.
         a.mark_exited(0);
         f.poll();
         f.poll();
         assert_eq!(f.dropped().compacted, 1);
-        let ended = f.processes().iter().find(|p| p.agg.pid == 61).unwrap();
-        assert!(ended.agg.compacted);
-        assert_eq!(ended.agg.live.kind(Kind::StreamSync).count, 8);
+        let ended = f.processes().iter().find(|p| p.agg.pid() == 61).unwrap();
+        assert!(ended.agg.compacted());
+        assert_eq!(ended.agg.live().kind(Kind::StreamSync).count, 8);
     }
 
     #[test]

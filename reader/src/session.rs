@@ -539,7 +539,7 @@ mod tests {
         // Another session's segment was not this one's to remove.
         assert!(other.path().exists());
         // The report still reads what was followed.
-        assert_eq!(s.processes()[0].agg().delivered, 5);
+        assert_eq!(s.processes()[0].agg().delivered(), 5);
         // A step after the end registers nothing again.
         s.step(|_, _, _| {});
         assert!(!reg.exists());

@@ -172,10 +172,10 @@ impl Extra {
         let ended = f.ended();
         let (a, x) = f.agg_and_state_mut();
         // Host stalls only: GPU idle gaps are records too, but not the host's waits.
-        let (events, stall) = (a.live.stall_events(), a.stall_ns());
-        let end_ns = match a.live.state {
-            ProcState::Exited(_) if a.live.ended_ns != 0 => a.live.ended_ns,
-            _ => a.gone_ns.unwrap_or(now_ns),
+        let (events, stall) = (a.live().stall_events(), a.stall_ns());
+        let end_ns = match a.live().state {
+            ProcState::Exited(_) if a.live().ended_ns != 0 => a.live().ended_ns,
+            _ => a.gone_ns().unwrap_or(now_ns),
         };
         if ended {
             x.ended_seen = Some(now_ns);
@@ -184,9 +184,9 @@ impl Extra {
         x.rates.sample(now_ns, events, stall);
         // The GPU's active time (first work to last), the reader's one definition: set-up
         // and teardown are no idle the program's waits made.
-        let (span, busy) = a.live.gpu_active();
+        let (span, busy) = a.live().gpu_active();
         x.gpu_samples.push_back((now_ns, span, busy));
-        if let Some(g) = &a.live.gpu {
+        if let Some(g) = &a.live().gpu {
             let devices = g.devices.iter().map(|d| (d.device, d.span_ns, d.busy_ns));
             x.busy.sample(now_ns / 1_000_000_000, devices);
         }
@@ -202,12 +202,12 @@ impl Extra {
     /// not measured.
     fn gpu_idle_share(&self, a: &ProcessAgg) -> Option<f64> {
         if self.ended_seen.is_some() {
-            return idle_share(None, None, a.live.gpu_active());
+            return idle_share(None, None, a.live().gpu_active());
         }
         idle_share(
             self.gpu_samples.front(),
             self.gpu_samples.back(),
-            a.live.gpu_active(),
+            a.live().gpu_active(),
         )
     }
 
@@ -216,7 +216,7 @@ impl Extra {
     fn reset(f: &mut Followed<Extra>) {
         f.restart_records();
         let (a, x) = f.agg_and_state_mut();
-        x.baseline = Some(a.live.clone());
+        x.baseline = Some(a.live().clone());
         x.window.clear();
         x.cum = Default::default();
         x.busy.clear();
@@ -225,7 +225,7 @@ impl Extra {
 
     /// Exact header totals of kind `k` since start or reset.
     fn totals(&self, a: &ProcessAgg, k: Kind) -> (u64, u64) {
-        let t = a.live.kind(k);
+        let t = a.live().kind(k);
         let b = self
             .baseline
             .as_ref()
@@ -427,22 +427,22 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
     let (events_per_s, stall_per_s) = t.rates(f.ended());
     let state = State::from(&ProcessState::from(a.lifecycle()));
     let proc = Proc {
-        pid: a.pid,
+        pid: a.pid(),
         // As the report shows it: the node's pid of a process in another PID namespace.
         host_pid: a
-            .placement
+            .placement()
             .host_pid
-            .filter(|h| *h != a.pid || a.placement.foreign_ns),
-        start_ticks: a.start_ticks,
-        command: a.argv.join(" "),
+            .filter(|h| *h != a.pid() || a.placement().foreign_ns),
+        start_ticks: a.start_ticks(),
+        command: a.argv().join(" "),
         state,
         events_per_s,
         stall_per_s,
         gpu_idle_share: t.gpu_idle_share(a),
-        dropped: a.live.events_dropped,
-        lost: a.lost,
+        dropped: a.live().events_dropped,
+        lost: a.lost(),
         shedding: a
-            .live
+            .live()
             .cost
             .and_then(|c| syncspy_read::report::CostReport::of(&c).shedding_now()),
         wall_ns,
@@ -465,7 +465,7 @@ fn all_kind_rows(t: &Extra, a: &ProcessAgg) -> Vec<KindRow> {
             continue;
         }
         let max_ns = match (&t.baseline, d) {
-            (None, _) => a.live.kind(*k).max_ns,
+            (None, _) => a.live().kind(*k).max_ns,
             (Some(_), Some(d)) => d.max_ns(),
             (Some(_), None) => 0,
         };
@@ -553,16 +553,16 @@ fn recent_site_rows(
 
 /// The process's place in its job: its collectives' and GPU time, NCCL's share.
 fn rank_of(a: &ProcessAgg) -> Option<RankOf> {
-    a.job.as_ref().map(|j| {
+    a.job().map(|j| {
         RankOf::new(
             &j.id,
             j.rank,
-            collectives_of(&a.live).map(|(ns, _)| ns),
-            gpu_measured(&a.live),
-            a.live.gpu.as_ref().map_or(0, |g| g.traced_ns),
+            collectives_of(a.live()).map(|(ns, _)| ns),
+            gpu_measured(a.live()),
+            a.live().gpu.as_ref().map_or(0, |g| g.traced_ns),
         )
         .with_nccl(
-            a.live
+            a.live()
                 .collectives
                 .as_ref()
                 .and_then(|c| syncspy_read::report::CollectivesReport::of(c).share()),
@@ -609,11 +609,11 @@ fn gpu_view(
     now_s: u64,
     want: &mut Vec<u32>,
 ) -> Option<GpuView> {
-    let g = a.live.gpu.as_ref()?;
+    let g = a.live().gpu.as_ref()?;
     let (count, total_ns) = t.totals(a, Kind::GpuIdle);
     let d = a.kind_dist(Kind::GpuIdle);
     let max_ns = match &t.baseline {
-        None => a.live.kind(Kind::GpuIdle).max_ns,
+        None => a.live().kind(Kind::GpuIdle).max_ns,
         Some(_) => d.map_or(0, |d| d.max_ns()),
     };
     let gaps = GapStats {
@@ -633,7 +633,7 @@ fn gpu_view(
             per_second: t.busy.shares(dev.device, now_s),
         })
         .collect();
-    let causes = a.gap_causes.by_total();
+    let causes = a.gap_causes().by_total();
     let received = causes
         .iter()
         .map(|c| c.2)
@@ -684,10 +684,10 @@ fn gpu_view(
 
 /// The header's exact totals of the GPU idle measured behind syncs (ABI 1.10).
 fn behind_of(a: &ProcessAgg) -> Option<crate::model::Behind> {
-    let m = a.live.api(Api::StallEvents);
+    let m = a.live().api(Api::StallEvents);
     (m.count > 0).then(|| crate::model::Behind {
         measured: m.count,
-        syncs: a.live.kind(Kind::StreamSync).count + a.live.kind(Kind::DeviceSync).count,
+        syncs: a.live().kind(Kind::StreamSync).count + a.live().kind(Kind::DeviceSync).count,
         total_ns: m.total_ns,
     })
 }

@@ -983,7 +983,7 @@ impl StartUp {
         Some(StartUp {
             pid: f.key().process.pid,
             start_ticks: f.key().process.start_ticks,
-            overhead_ns: f.agg().live.overhead_ns,
+            overhead_ns: f.agg().live().overhead_ns,
             at: Instant::now(),
             recorded: Duration::ZERO,
         })
@@ -1069,7 +1069,7 @@ impl Status {
         let (mut events, mut stall_ns) = (0u64, 0u64);
         for f in followed {
             for k in syncspy_abi::Kind::ALL.iter().filter(|k| k.is_host_stall()) {
-                events = events.saturating_add(f.agg().live.kind(*k).count);
+                events = events.saturating_add(f.agg().live().kind(*k).count);
             }
             stall_ns = stall_ns.saturating_add(f.agg().stall_ns());
         }

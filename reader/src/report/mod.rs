@@ -427,7 +427,7 @@ pub fn site_frames<S>(
     }
     let k = f.key();
     let owner = (k.process.pid, k.process.start_ticks, k.created_ns);
-    let at = &f.agg().placement;
+    let at = f.agg().placement();
     let root = ModuleRoot::of(at.origin.as_ref(), at.host_pid);
     sym.site_stack_in(
         owner,
@@ -479,18 +479,18 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
     let kinds = a
         .kinds_seen()
         .into_iter()
-        .map(|k| (k.into(), stats(a.live.kind(k), a.kind_dist(k))))
+        .map(|k| (k.into(), stats(a.live().kind(k), a.kind_dist(k))))
         .collect();
     let apis = a
         .apis_seen()
         .into_iter()
-        .map(|x| (x.into(), stats(a.live.api(x), a.api_dist(x))))
+        .map(|x| (x.into(), stats(a.live().api(x), a.api_dist(x))))
         .collect();
     let non_stall_calls = a
         .calls_seen()
         .into_iter()
         .map(|x| {
-            let t = a.live.calls(x);
+            let t = a.live().calls(x);
             (
                 x.into(),
                 CallCount {
@@ -516,9 +516,9 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
     let gpu = gpu_report(f, &modules, sym);
     let life = a.lifecycle();
     ProcessReport {
-        pid: a.pid,
-        cmdline: a.argv.join(" "),
-        dropped_events: a.live.events_dropped,
+        pid: a.pid(),
+        cmdline: a.argv().join(" "),
+        dropped_events: a.live().events_dropped,
         stall_ns: a.stall_ns(),
         wall_ns: a.wall_ns(now_ns),
         kinds,
@@ -526,41 +526,41 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         sites,
         gpu,
         state: life.into(),
-        start_ticks: a.start_ticks,
-        lost_records: a.lost,
-        corrupt_records: a.corrupt,
-        recorded_events: a.delivered,
+        start_ticks: a.start_ticks(),
+        lost_records: a.lost(),
+        corrupt_records: a.corrupt(),
+        recorded_events: a.delivered(),
         clamped_values: a.clamped(),
-        overhead_ns: a.live.overhead_ns,
-        stack_captures: a.live.stack_captures,
-        stack_ns: a.live.stack_ns,
-        stack_cache_hits: a.live.stack_cache_hits,
-        sites_dropped: a.live.sites_dropped,
-        modules_dropped: a.live.modules_dropped,
-        bad_site_records: a.bad_site_records,
-        refused_site_records: a.refused_site_records,
+        overhead_ns: a.live().overhead_ns,
+        stack_captures: a.live().stack_captures,
+        stack_ns: a.live().stack_ns,
+        stack_cache_hits: a.live().stack_cache_hits,
+        sites_dropped: a.live().sites_dropped,
+        modules_dropped: a.live().modules_dropped,
+        bad_site_records: a.bad_site_records(),
+        refused_site_records: a.refused_site_records(),
         non_stall_calls,
         copies,
         segment: f.reader().path().display().to_string(),
         python: PythonReport::of(&f.reader().python_status()),
-        job: a.job.as_ref().map(jobs::JobRef::of),
+        job: a.job().map(jobs::JobRef::of),
         collectives: a
-            .live
+            .live()
             .collectives
             .filter(|c| c.calls > 0)
             .map(|c| CollectivesReport::of(&c)),
         cost: a
-            .live
+            .live()
             .cost
             .filter(syncspy_abi::cost::CostStatus::anything_shed)
             .map(|c| CostReport::of(&c)),
         host_pid: a
-            .placement
+            .placement()
             .host_pid
-            .filter(|h| *h != a.pid || a.placement.foreign_ns),
-        container: a.placement.container.as_ref().map(|c| c.label()),
+            .filter(|h| *h != a.pid() || a.placement().foreign_ns),
+        container: a.placement().container.as_ref().map(|c| c.label()),
         pod_uid: a
-            .placement
+            .placement()
             .container
             .as_ref()
             .and_then(|c| c.pod_uid.clone()),
@@ -718,10 +718,10 @@ impl Gpu {
 /// The `gpu` section of a followed process.
 pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) -> Gpu {
     let a: &ProcessAgg = f.agg();
-    let idle = stats(a.live.kind(Kind::GpuIdle), a.kind_dist(Kind::GpuIdle));
-    let (span, busy) = a.live.gpu_busy();
+    let idle = stats(a.live().kind(Kind::GpuIdle), a.kind_dist(Kind::GpuIdle));
+    let (span, busy) = a.live().gpu_busy();
     let busy_fraction = fraction(busy, span);
-    let causes = a.gap_causes.by_total();
+    let causes = a.gap_causes().by_total();
     let received: u64 = causes.iter().map(|c| c.2).sum();
     let causes = causes
         .into_iter()
@@ -744,8 +744,8 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         })
         .collect();
     let causes = merge_gap_causes(causes);
-    let g = a.live.gpu.as_ref();
-    let (active_span_ns, _) = a.live.gpu_active();
+    let g = a.live().gpu.as_ref();
+    let (active_span_ns, _) = a.live().gpu_active();
     Gpu {
         idle: IdleStats {
             count: idle.count,
@@ -755,7 +755,7 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
             max_ns: idle.max_ns,
         },
         busy_fraction,
-        measured: gpu_measured(&a.live),
+        measured: gpu_measured(a.live()),
         idle_share: busy_fraction.map(|b| 1.0 - b),
         active_span_ns,
         active_idle_share: fraction(active_span_ns.saturating_sub(busy), active_span_ns),
@@ -783,9 +783,9 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         causes,
         traced_ns: g.map_or(0, |g| g.traced_ns),
         records: g.map_or(0, |g| g.records),
-        collective_ns: collectives_of(&a.live).map(|c| c.0),
-        collectives: collectives_of(&a.live).map_or(0, |c| c.1),
-        behind_stalls: behind_stalls_of(&a.live),
+        collective_ns: collectives_of(a.live()).map(|c| c.0),
+        collectives: collectives_of(a.live()).map_or(0, |c| c.1),
+        behind_stalls: behind_stalls_of(a.live()),
     }
 }
 
@@ -919,7 +919,7 @@ pub fn build<S>(
     now_ns: u64,
 ) -> Report {
     let mut order: Vec<&Followed<S>> = processes.iter().collect();
-    order.sort_by_key(|f| (f.agg().created_ns, f.agg().pid));
+    order.sort_by_key(|f| (f.agg().created_ns(), f.agg().pid()));
     let processes: Vec<ProcessReport> = order
         .into_iter()
         .map(|f| process_report(f, sym, now_ns))
