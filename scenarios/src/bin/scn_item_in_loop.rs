@@ -6,9 +6,7 @@
 //! `count_positive` into a device counter, copy the count to pinned memory, synchronize the
 //! stream, check the count (real results: it must be size - size/3).
 //! Expect: stream_sync = iters, each about the step's GPU time (`gpu_ms.work`); the pinned
-//! copies are non-stalling; no pageable copy. `gpu_ms.between`: the GPU time from each step's
-//! work to the next step's (the 4-byte copy, then idle through the host's work): the GPU idle
-//! behind the syncs, measured by the program's own events.
+//! copies are non-stalling; no pageable copy.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -51,6 +49,8 @@ fn main() -> ExitCode {
     let loop_ms = ms_since(start);
     calls::device_sync(&mut c.t);
     let work = c.spans.total_ms();
+    // From each step's work to the next step's (the 4-byte copy, then idle through the host's
+    // work): the GPU idle behind the syncs, measured by the program's own events.
     let between = c.spans.between_ms();
     let t = c.finish();
 
