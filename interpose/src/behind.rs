@@ -24,6 +24,10 @@
 //! attach`), whose launches the library sees only in part. The report says how many of the
 //! stream and device syncs were measured.
 //!
+//! The resume event waits for whatever was queued on its stream before it: when the next
+//! launch goes to another stream that still has work queued, the measurement runs to the end
+//! of that work (longer than the idle).
+//!
 //! The events are the driver API's (`cuEventRecord` ...): the resume is recorded inside
 //! whatever is launching (the CUDA runtime's `cudaLaunchKernel` calls the driver's
 //! `cuLaunchKernel`, which syncspy wraps), where calling into the runtime could re-enter it.
@@ -99,9 +103,36 @@ static ARMED_THREADS: AtomicUsize = AtomicUsize::new(0);
 static LAUNCH_SEEN: AtomicBool = AtomicBool::new(false);
 static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
 
+/// A thread's armed slot (`NONE`: not armed). A thread that ends armed gives its slot back and
+/// leaves the count of armed threads, so that launches do not keep looking for it.
+struct Armed(Cell<u32>);
+
+impl Armed {
+    fn get(&self) -> u32 {
+        self.0.get()
+    }
+
+    fn set(&self, i: u32) {
+        self.0.set(i);
+    }
+
+    fn replace(&self, i: u32) -> u32 {
+        self.0.replace(i)
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        let i = self.0.replace(NONE);
+        if i != NONE {
+            ARMED_THREADS.fetch_sub(1, Relaxed);
+            SLOTS[i as usize].state.store(FREE, Release);
+        }
+    }
+}
+
 thread_local! {
-    /// This thread's armed slot (`NONE`: not armed).
-    static ARMED_SLOT: Cell<u32> = const { Cell::new(NONE) };
+    static ARMED_SLOT: Armed = const { Armed(Cell::new(NONE)) };
     /// Pairs this thread recorded and has not read.
     static PAIRS: Cell<[u32; THREAD_PAIRS]> = const { Cell::new([NONE; THREAD_PAIRS]) };
 }
@@ -162,7 +193,7 @@ pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: 
     let t = now_ns();
     let open = catch_unwind(AssertUnwindSafe(|| {
         read_pairs(rt);
-        if ARMED_SLOT.try_with(Cell::get).unwrap_or(NONE) != NONE {
+        if ARMED_SLOT.try_with(Armed::get).unwrap_or(NONE) != NONE {
             return Open::BackToBack;
         }
         // Optional detail: it takes only what the budget leaves, so that the call sites are
@@ -271,14 +302,15 @@ pub(crate) fn launch_queued(stream: u64, per_thread: bool) {
 #[cold]
 #[inline(never)]
 fn resume(stream: u64, per_thread: bool) {
+    // Another thread may be the one armed: this one only looks.
+    let Ok(i) = ARMED_SLOT.try_with(|a| a.replace(NONE)) else {
+        return;
+    };
+    if i == NONE {
+        return;
+    }
     let t = now_ns();
     let _ = catch_unwind(|| {
-        let Ok(i) = ARMED_SLOT.try_with(|a| a.replace(NONE)) else {
-            return;
-        };
-        if i == NONE {
-            return;
-        }
         ARMED_THREADS.fetch_sub(1, Relaxed);
         let s = &SLOTS[i as usize];
         let stream = if stream == 0 && per_thread {
@@ -501,6 +533,18 @@ mod tests {
                 "{k}"
             );
         }
+    }
+
+    #[test]
+    fn a_thread_that_ends_armed_gives_its_slot_back() {
+        let i = claim().expect("a free slot");
+        SLOTS[i].state.store(ARMED, Release);
+        let before = ARMED_THREADS.fetch_add(1, Relaxed);
+        std::thread::spawn(move || ARMED_SLOT.with(|a| a.set(i as u32)))
+            .join()
+            .unwrap();
+        assert_eq!(ARMED_THREADS.load(Relaxed), before);
+        assert_eq!(SLOTS[i].state.load(Acquire), FREE);
     }
 
     #[test]
