@@ -9,35 +9,25 @@
 use serde_json::Value;
 
 mod common;
-use common::{artifact, run_sim_env, TempDir};
+use common::{artifact, run_sim_report, TempDir};
 
 const ITERS: u64 = 30;
 
 /// Runs the loop with `env`: the report's process and the program's own account.
 fn run(d: &TempDir, env: &[(&str, &str)]) -> (Value, Value) {
-    let report = d.path().join("r.json");
     let program = artifact("scn-item-in-loop");
-    let o = run_sim_env(
-        d,
-        &["--report", report.to_str().unwrap()],
-        &[
-            program.to_str().unwrap(),
-            "--iters",
-            &ITERS.to_string(),
-            "--host-us",
-            "3000",
-            "--work-us",
-            "1000",
-        ],
-        env,
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let truth: Value =
-        serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    (r["processes"][0].clone(), truth)
+    let iters = ITERS.to_string();
+    let cmd = [
+        program.to_str().unwrap(),
+        "--iters",
+        &iters,
+        "--host-us",
+        "3000",
+        "--work-us",
+        "1000",
+    ];
+    let (p, truth, _) = run_sim_report(d, &cmd, env);
+    (p, truth)
 }
 
 fn site<'a>(p: &'a Value, kind: &str) -> &'a Value {

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{cudacalls, run_sim_env, TempDir};
+use common::{cudacalls, run_sim_report, TempDir};
 
 /// Syncs of the hostile loop: about 5 s in a debug build here, so that the second level (a
 /// second after the first) is reached well before the end on a fast machine too.
@@ -19,20 +19,8 @@ const CALLS: u64 = 800_000;
 /// Runs `calls` syncs with `env`; the report's process, the program's own counts and
 /// syncspy's stderr.
 fn hostile(d: &TempDir, calls: u64, env: &[(&str, &str)]) -> (Value, Value, String) {
-    let report = d.path().join("r.json");
-    let o = run_sim_env(
-        d,
-        &["--report", report.to_str().unwrap()],
-        &[&cudacalls(), "--iters", &calls.to_string(), "sync=s1"],
-        env,
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let truth: Value =
-        serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    (r["processes"][0].clone(), truth, stderr)
+    let iters = calls.to_string();
+    run_sim_report(d, &[&cudacalls(), "--iters", &iters, "sync=s1"], env)
 }
 
 /// The stream syncs of the report's process that sit in a call site with a location.

@@ -49,6 +49,25 @@ pub fn run_sim_env(
         .expect("start syncspy")
 }
 
+/// `syncspy run --sim --report FILE [...] -- CMD` with `env`, which must succeed: the report's
+/// first process, the program's own account (its last JSON line on stdout) and syncspy's
+/// stderr.
+pub fn run_sim_report(
+    d: &TempDir,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> (serde_json::Value, serde_json::Value, String) {
+    let report = d.path().join("r.json");
+    let o = run_sim_env(d, &["--report", report.to_str().unwrap()], cmd, env);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let truth =
+        serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    (r["processes"][0].clone(), truth, stderr)
+}
+
 /// Polls `f` until it returns `Some`, for at most 60 s.
 pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
