@@ -26,7 +26,8 @@
 //!
 //! The resume event waits for whatever was queued on its stream before it: when the next
 //! launch goes to another stream that still has work queued, the measurement runs to the end
-//! of that work (longer than the idle).
+//! of that work (longer than the idle). The measurement follows the stalling thread: work
+//! another thread queues on the GPU before this thread's next launch falls inside it.
 //!
 //! The events are the driver API's (`cuEventRecord` ...): the resume is recorded inside
 //! whatever is launching (the CUDA runtime's `cudaLaunchKernel` calls the driver's
