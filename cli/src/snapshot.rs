@@ -181,8 +181,8 @@ fn follow_segment(seg: &Path) -> Result<(Follower<()>, SegmentKey, u32), String>
             let why = f
                 .problems()
                 .iter()
-                .find(|p| same_file(&p.path, seg))
-                .map(|p| p.error.clone())
+                .find(|p| same_file(p.path(), seg))
+                .map(|p| p.error().to_string())
                 .unwrap_or_else(|| "no such segment".to_string());
             return Err(format!("{}: {why}", seg.display()));
         }

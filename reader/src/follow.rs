@@ -38,7 +38,8 @@ pub const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 pub const MAX_PENDING: usize = 65_536;
 
 /// The identity of a process: its pid and its start time in clock ticks since boot (the pair
-/// is unique on a host, where a pid alone is reused).
+/// is unique on a host, where a pid alone is reused). Plain data, passed by value and made by
+/// callers too (map keys: the monitor and `syncspy trace` make them): its fields stay public.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProcessKey {
     pub pid: u32,
@@ -46,7 +47,8 @@ pub struct ProcessKey {
 }
 
 /// The identity of one segment: its process, and when the library created it (a process
-/// that `exec`s gets a new segment under the same name, with a later `created_ns`).
+/// that `exec`s gets a new segment under the same name, with a later `created_ns`). Plain
+/// data like [`ProcessKey`]: its fields stay public.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SegmentKey {
     pub process: ProcessKey,
@@ -70,7 +72,8 @@ impl SegmentKey {
     }
 }
 
-/// One call site of one segment: the site id is only meaningful within its segment.
+/// One call site of one segment: the site id is only meaningful within its segment. Plain
+/// data like [`ProcessKey`] (callers make it to look sites up): its fields stay public.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteRef {
     pub segment: SegmentKey,
@@ -307,11 +310,33 @@ impl<S> Followed<S> {
     }
 }
 
-/// A file that looked like a segment but could not be followed.
+/// A file that looked like a segment but could not be followed. Only the follower finds
+/// them; callers read them (`path`, `error`).
 #[derive(Clone, Debug)]
 pub struct SegmentProblem {
-    pub path: PathBuf,
-    pub error: String,
+    path: PathBuf,
+    error: String,
+}
+
+impl SegmentProblem {
+    /// A problem with the file at `path` (a test's: the follower finds its own).
+    #[cfg(test)]
+    pub(crate) fn new(path: impl Into<PathBuf>, error: impl Into<String>) -> SegmentProblem {
+        SegmentProblem {
+            path: path.into(),
+            error: error.into(),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What was wrong with it, and what to do about it where known.
+    pub fn error(&self) -> &str {
+        &self.error
+    }
 }
 
 impl std::fmt::Display for SegmentProblem {

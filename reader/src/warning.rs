@@ -127,8 +127,8 @@ impl Eq for Warning {}
 impl From<&SegmentProblem> for Warning {
     fn from(p: &SegmentProblem) -> Self {
         Warning::SegmentSkipped {
-            path: p.path.display().to_string(),
-            why: p.error.clone(),
+            path: p.path().display().to_string(),
+            why: p.error().to_string(),
         }
     }
 }
@@ -258,10 +258,7 @@ mod tests {
             "1 process could not record: x"
         );
         assert_eq!(Warning::could_not_record(&[]), None);
-        let p = SegmentProblem {
-            path: "/dev/shm/syncspy-1-2".into(),
-            error: "bad".into(),
-        };
+        let p = SegmentProblem::new("/dev/shm/syncspy-1-2", "bad");
         assert_eq!(Warning::from(&p).to_string(), p.to_string());
     }
 
