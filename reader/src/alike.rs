@@ -86,14 +86,16 @@ impl SiteLook {
 
 /// What makes two call sites one row: one kind, one API (by name), and stacks that read
 /// alike (shared: a monitor keys every site at every refresh without copying its frames).
+/// Made by [`RowKey::new`] and [`RowKey::waited_by`] only, and read through methods of the
+/// fields' names: how a waiter is keyed is this module's to choose.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RowKey {
-    pub kind: String,
-    pub api: String,
-    pub look: Arc<SiteLook>,
+    kind: String,
+    api: String,
+    look: Arc<SiteLook>,
     /// The Python stack that waited for the site's stalls on another thread, as text
     /// (`report::Site::waited_by`): two waiting lines over one native stack stay two rows.
-    pub waiter: Option<String>,
+    waiter: Option<String>,
 }
 
 impl RowKey {
@@ -114,6 +116,27 @@ impl RowKey {
             format!("{}|{}", w.main_thread, frames.join("\n"))
         });
         self
+    }
+
+    /// The sites' kind, by name.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The sites' API, by name.
+    pub fn api(&self) -> &str {
+        &self.api
+    }
+
+    /// How the sites' stacks read.
+    pub fn look(&self) -> &Arc<SiteLook> {
+        &self.look
+    }
+
+    /// The Python stack that waited for the sites' stalls on another thread, as text
+    /// (`None` for sites without one).
+    pub fn waiter(&self) -> Option<&str> {
+        self.waiter.as_deref()
     }
 }
 
