@@ -375,8 +375,8 @@ fn a_non_root_job_in_its_own_pid_namespace_is_read_by_root_on_the_node() {
     assert_eq!(r.ident().pid, 1);
     assert!(r.writer_alive());
     let at = syncspy_read::place::place(r.ident(), r.origin().as_ref());
-    assert!(at.foreign_ns);
-    let host = at.host_pid.expect("the job's host pid");
+    assert!(at.foreign_ns());
+    let host = at.host_pid().expect("the job's host pid");
     assert_ne!(host, 1);
     let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap();
     assert!(status.contains("65534"), "{status}");

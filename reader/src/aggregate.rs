@@ -1325,7 +1325,7 @@ mod tests {
         let acc = std::sync::Arc::new(Account::new(1 << 30));
         let mut a = ProcessAgg::new(&ident(4));
         a.account = Some(std::sync::Arc::clone(&acc));
-        a.placement.host_pid = Some(77);
+        a.placement = crate::place::Placement::with_host_pid(77);
         a.gone_ns = Some(5);
         a.live.kinds[k as usize].count = 9;
         a.add_record(&record(1, k, api));
@@ -1350,7 +1350,7 @@ mod tests {
         assert!(a.gap_causes.by_total().is_empty());
         assert_eq!(a.live.kind(k).count, 9);
         assert_eq!(a.gone_ns, Some(5));
-        assert_eq!(a.placement.host_pid, Some(77));
+        assert_eq!(a.placement.host_pid(), Some(77));
 
         let left = acc.left();
         a.add_record(&record(3, k, api));

@@ -848,7 +848,7 @@ impl<S> Follower<S> {
         let foreign_to_tree = self.tree.is_some_and(|root| {
             reader.owner_uid() != Some(crate::safe_file::euid()) && {
                 let p = placed.insert(placement());
-                !p.host_pid.is_some_and(|pid| descends_from(pid, root))
+                !p.host_pid().is_some_and(|pid| descends_from(pid, root))
             }
         });
         let foreign_owner = self.own_only && reader.owner_uid() != Some(crate::safe_file::euid());

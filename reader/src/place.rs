@@ -11,35 +11,87 @@
 use syncspy_abi::origin::Origin;
 use syncspy_abi::Ident;
 
-/// The process of a segment, placed from this reader's side.
+/// The process of a segment, placed from this reader's side. Only [`place`] finds it;
+/// callers read it through methods of the fields' names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
     /// The process's pid in this reader's PID namespace; `None` when it cannot be found
     /// (ended, or in a namespace this reader cannot see into).
-    pub host_pid: Option<u32>,
+    host_pid: Option<u32>,
     /// Whether the process is in another PID namespace than this reader.
-    pub foreign_ns: bool,
+    foreign_ns: bool,
     /// Its container, from its cgroup path.
-    pub container: Option<Container>,
+    container: Option<Container>,
     /// The segment's origin (ABI 1.5: the writer's PID and mount namespaces), as read when
     /// it was placed: it never changes, and a header read later could fault on a truncated
     /// file.
-    pub origin: Option<Origin>,
+    origin: Option<Origin>,
 }
 
-/// A container (or pod, or batch job) a process runs in.
+impl Placement {
+    /// A process found at host pid `pid`, in this reader's namespace, in no container (a
+    /// test's: [`place`] finds the others).
+    #[cfg(test)]
+    pub(crate) fn with_host_pid(pid: u32) -> Placement {
+        Placement {
+            host_pid: Some(pid),
+            ..Placement::default()
+        }
+    }
+
+    /// The process's pid in this reader's PID namespace; `None` when it cannot be found
+    /// (ended, or in a namespace this reader cannot see into).
+    pub fn host_pid(&self) -> Option<u32> {
+        self.host_pid
+    }
+
+    /// Whether the process is in another PID namespace than this reader.
+    pub fn foreign_ns(&self) -> bool {
+        self.foreign_ns
+    }
+
+    /// Its container, from its cgroup path.
+    pub fn container(&self) -> Option<&Container> {
+        self.container.as_ref()
+    }
+
+    /// The segment's origin (ABI 1.5: the writer's PID and mount namespaces), as read when
+    /// it was placed.
+    pub fn origin(&self) -> Option<&Origin> {
+        self.origin.as_ref()
+    }
+}
+
+/// A container (or pod, or batch job) a process runs in. Only [`container_of`] finds it;
+/// callers read it through methods of the fields' names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Container {
     /// `docker`, `containerd`, `cri-o`, `podman`, `kubernetes` (a pod without a known
-    /// runtime), `slurm`.
-    pub runtime: &'static str,
+    /// runtime), `lxc`, `slurm`.
+    runtime: &'static str,
     /// The container id (full), or the Slurm job id.
-    pub id: String,
+    id: String,
     /// The Kubernetes pod UID, when the cgroup path names one.
-    pub pod_uid: Option<String>,
+    pod_uid: Option<String>,
 }
 
 impl Container {
+    /// `docker`, `containerd`, `cri-o`, `podman`, `kubernetes` (a pod without a known
+    /// runtime), `lxc`, `slurm`.
+    pub fn runtime(&self) -> &'static str {
+        self.runtime
+    }
+
+    /// The container id (full), or the Slurm job id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The Kubernetes pod UID, when the cgroup path names one.
+    pub fn pod_uid(&self) -> Option<&str> {
+        self.pod_uid.as_deref()
+    }
+
     /// `docker 3f2a1b9c0d1e`: the runtime and the first 12 characters of the id.
     pub fn label(&self) -> String {
         let short: String = self.id.chars().take(12).collect();

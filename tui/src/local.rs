@@ -431,8 +431,8 @@ fn view(f: &mut Followed<Extra>, sym: &mut SymWorker, now_ns: u64) -> Proc {
         // As the report shows it: the node's pid of a process in another PID namespace.
         host_pid: a
             .placement()
-            .host_pid
-            .filter(|h| *h != a.pid() || a.placement().foreign_ns),
+            .host_pid()
+            .filter(|h| *h != a.pid() || a.placement().foreign_ns()),
         start_ticks: a.start_ticks(),
         command: a.argv().join(" "),
         state,

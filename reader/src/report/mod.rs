@@ -428,7 +428,7 @@ pub fn site_frames<S>(
     let k = f.key();
     let owner = (k.process.pid, k.process.start_ticks, k.created_ns);
     let at = f.agg().placement();
-    let root = ModuleRoot::of(at.origin.as_ref(), at.host_pid);
+    let root = ModuleRoot::of(at.origin(), at.host_pid());
     sym.site_stack_in(
         owner,
         site,
@@ -556,14 +556,13 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
             .map(|c| CostReport::of(&c)),
         host_pid: a
             .placement()
-            .host_pid
-            .filter(|h| *h != a.pid() || a.placement().foreign_ns),
-        container: a.placement().container.as_ref().map(|c| c.label()),
+            .host_pid()
+            .filter(|h| *h != a.pid() || a.placement().foreign_ns()),
+        container: a.placement().container().map(|c| c.label()),
         pod_uid: a
             .placement()
-            .container
-            .as_ref()
-            .and_then(|c| c.pod_uid.clone()),
+            .container()
+            .and_then(|c| c.pod_uid().map(str::to_string)),
     }
 }
 
