@@ -28,7 +28,9 @@ use blazesym::symbolize::{CodeInfo, Input, Symbolized};
 use syncspy_abi::modules::Module;
 use syncspy_abi::origin::Origin;
 
-/// One logical frame (an inlined call expands to several for one address).
+/// One logical frame (an inlined call expands to several for one address). Plain data, a
+/// symbolized stack's text passed around by value (moved into reports, merged with Python
+/// frames): its fields stay public.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// `symbol (file:line)`, `symbol (module)`, `module+0xOFFSET` or `0xADDR`.
@@ -182,14 +184,25 @@ pub type StackOwner = (u32, u64, u64);
 pub const MAX_NS_FILES: usize = 512;
 
 /// A mount namespace: the inode of `/proc/<pid>/ns/mnt` and the device of the nsfs it is on
-/// (0: unknown, not compared).
+/// (0: unknown, not compared). Found by this module only ([`MountNs::own`],
+/// [`ModuleRoot::of`]); read through `ino` and `dev`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MountNs {
-    pub ino: u64,
-    pub dev: u64,
+    ino: u64,
+    dev: u64,
 }
 
 impl MountNs {
+    /// The inode of the namespace's `/proc/<pid>/ns/mnt`.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// The device of the nsfs it is on (0: unknown).
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+
     /// This process's mount namespace; `None` without `/proc`.
     pub fn own() -> Option<MountNs> {
         static OWN: std::sync::OnceLock<Option<MountNs>> = std::sync::OnceLock::new();
@@ -216,15 +229,26 @@ impl MountNs {
 }
 
 /// Where a segment's module paths are to be found when its writer is in another mount
-/// namespace than this reader: inside the root of a live process of that namespace.
+/// namespace than this reader: inside the root of a live process of that namespace. Made by
+/// [`ModuleRoot::of`] only; read through `ns` and `pid`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModuleRoot {
-    pub ns: MountNs,
+    ns: MountNs,
     /// The writer's pid here, when known: tried first (checked to be in `ns`).
-    pub pid: Option<u32>,
+    pid: Option<u32>,
 }
 
 impl ModuleRoot {
+    /// The writer's mount namespace.
+    pub fn ns(&self) -> MountNs {
+        self.ns
+    }
+
+    /// The writer's pid here, when known: tried first (checked to be in `ns`).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
     /// The root of a segment whose header records `origin`, written by process `pid` (its
     /// pid here, when found); `None` when the writer is in this reader's mount namespace, or
     /// that is not known (a segment before ABI 1.5, no `/proc`): its paths are this
@@ -263,7 +287,8 @@ struct NsState {
 }
 
 /// The work one pass of a long-lived reader may spend on stacks not symbolized before
-/// ([`Symbolizer::begin_pass`]).
+/// ([`Symbolizer::begin_pass`]). Settings the caller fills in (the agent's per-step budget):
+/// its fields stay public.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassBudget {
     /// Frames over every segment.
