@@ -41,9 +41,11 @@ pub enum Removal {
     Keep,
 }
 
-/// How a [`ReaderSession`] reads its folder.
+/// How a [`ReaderSession`] reads its folder. Settings the caller fills in (through
+/// [`SessionOptions::new`] and its builder methods, or the fields): they stay public.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
+    /// The segment folder.
     pub dir: PathBuf,
     /// Follow only the segments of this session (`None`: every segment).
     pub session: Option<u64>,
@@ -60,6 +62,7 @@ pub struct SessionOptions {
     pub register: bool,
     /// Watch the folder with inotify, so that `wait` returns when a segment appears.
     pub watch: bool,
+    /// What `finish` does with the files of the segments followed.
     pub removal: Removal,
     /// At `finish`, after the removal, reclaim the folder's segments nobody reads any more
     /// (`syncspy_abi::lifecycle::reclaim`) under this policy.
@@ -214,7 +217,8 @@ impl std::fmt::Display for SessionProblem {
     }
 }
 
-/// What [`ReaderSession::finish`] did.
+/// What [`ReaderSession::finish`] did. Plain data handed to the caller by value (which
+/// moves its lists out): its fields stay public.
 #[derive(Debug, Default)]
 pub struct Finished {
     /// Records the last scan and the final drain delivered.
