@@ -348,6 +348,15 @@ fn attach_cycle(exe: &str, victim: fn(&Target) -> i32) {
         assert_eq!(t.cmd("memcpy 3"), "done memcpy 3");
         assert_eq!(t.cmd("devsync 2"), "done devsync 2");
         let r = a.finish();
+        // The injected library's start-up is apart from its cost while recording.
+        let p = &r["processes"][0];
+        let startup = p["startup_overhead_ns"]
+            .as_u64()
+            .expect("the start-up, apart");
+        assert!(
+            startup <= p["overhead_ns"].as_u64().unwrap(),
+            "round {round}: {p}"
+        );
         assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
         assert_eq!(count(&r, "cudaMemcpy"), 3, "round {round}");
         assert_eq!(count(&r, "cudaDeviceSynchronize"), 2, "round {round}");
@@ -846,6 +855,11 @@ fn a_dormant_preload_arms_without_ptrace_and_disarms() {
         assert_eq!(count(&r, "cudaStreamSynchronize"), 7, "round {round}");
         assert!(
             has_stack(&r, "cudaStreamSynchronize"),
+            "round {round}: {r:#}"
+        );
+        // Armed through its file, the preload started before the attach: no start-up here.
+        assert!(
+            r["processes"][0].get("startup_overhead_ns").is_none(),
             "round {round}: {r:#}"
         );
         // Preloaded: nothing to patch, the GOT was never touched.

@@ -654,6 +654,9 @@ fn finish(
         })
         .report;
     report.attached_pid = Some(t.pid as u32);
+    if let Some(s) = startup {
+        s.note_in(&mut report);
+    }
     for c in coverage.iter().filter(|c| c.starts_with("not covered")) {
         report
             .warnings
@@ -987,6 +990,17 @@ impl StartUp {
             at: Instant::now(),
             recorded: Duration::ZERO,
         })
+    }
+
+    /// Puts the start-up apart in the report: the process's `startup_overhead_ns`.
+    fn note_in(&self, report: &mut Report) {
+        if let Some(p) = report
+            .processes
+            .iter_mut()
+            .find(|p| p.pid == self.pid && p.start_ticks == self.start_ticks)
+        {
+            p.startup_overhead_ns = Some(self.overhead_ns.min(p.overhead_ns));
+        }
     }
 
     /// The summary (without its first line) with a line after the process's overhead line

@@ -336,6 +336,11 @@ pub struct ProcessReport {
     /// Nanoseconds the library spent on its own work in recorded calls.
     #[serde(default)]
     pub overhead_ns: u64,
+    /// `syncspy attach` only: the part of `overhead_ns` that was the library's start-up in the
+    /// process (its segment, CUPTI's start), as read at the first look after arming; the rest
+    /// is its cost while recording. Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_overhead_ns: Option<u64>,
     #[serde(default)]
     pub stack_captures: u64,
     #[serde(default)]
@@ -532,6 +537,7 @@ pub fn process_report<S>(f: &Followed<S>, sym: &mut Symbolizer, now_ns: u64) -> 
         recorded_events: a.delivered(),
         clamped_values: a.clamped(),
         overhead_ns: a.live().overhead_ns,
+        startup_overhead_ns: None,
         stack_captures: a.live().stack_captures,
         stack_ns: a.live().stack_ns,
         stack_cache_hits: a.live().stack_cache_hits,
