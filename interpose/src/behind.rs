@@ -47,6 +47,7 @@ use syncspy_abi::cost::{SHED_GAPS, SHED_RECORDS};
 use syncspy_abi::record::{stall_result, FLAG_PER_THREAD, NO_SITE};
 use syncspy_abi::{Api, Direction, Kind, Record};
 
+use crate::call::Call;
 use crate::clock::now_ns;
 use crate::real::Real;
 use crate::state::Runtime;
@@ -78,8 +79,9 @@ struct Slot {
     device: AtomicU32,
     tid: AtomicU32,
     site: AtomicU32,
-    /// `stall_result` of the stall, and the `FLAG_PER_THREAD` bit in bit 16.
+    /// `stall_result` of the stall, and its `FLAG_PER_THREAD` bit.
     what: AtomicU32,
+    flags: AtomicU8,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -94,6 +96,7 @@ const EMPTY: Slot = Slot {
     tid: AtomicU32::new(0),
     site: AtomicU32::new(NO_SITE),
     what: AtomicU32::new(0),
+    flags: AtomicU8::new(0),
 };
 
 static SLOTS: [Slot; SLOT_COUNT] = [EMPTY; SLOT_COUNT];
@@ -181,7 +184,7 @@ fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
 /// Before the real sync of a stall: reads this thread's finished pairs, then records the
 /// drain event; and the time that took (in the library's own time already). Never fails the
 /// call: any problem leaves the stall unmeasured.
-pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: u8) -> (Open, u64) {
+pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, call: &Call) -> (Open, u64) {
     if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
         return (Open::No, 0);
     }
@@ -202,7 +205,7 @@ pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, stream: u64, flags: 
         if crate::shed::level(&rt.seg) >= SHED_GAPS || !crate::shed::room(&rt.seg) {
             return Open::No;
         }
-        drain(waited_stream(kind, stream, flags)).map_or(Open::No, Open::Slot)
+        drain(waited_stream(kind, call.stream, call.flags)).map_or(Open::No, Open::Slot)
     }))
     .unwrap_or(Open::No);
     (open, spent(rt, t))
@@ -228,15 +231,12 @@ fn drain(stream: u64) -> Option<u32> {
 }
 
 /// Once the sync returned (its record written, `site` its call site): arms the thread, or
-/// writes a back-to-back stall's 0 ns.
-#[allow(clippy::too_many_arguments)]
+/// counts a back-to-back stall's 0 ns.
 pub(crate) fn after_wait(
     rt: &'static Runtime,
     open: Open,
     kind: Kind,
-    api: Api,
-    stream: u64,
-    flags: u8,
+    call: &Call,
     start_ns: u64,
     site: u32,
     result: u32,
@@ -259,15 +259,13 @@ pub(crate) fn after_wait(
         return;
     }
     s.start_ns.store(start_ns, Relaxed);
-    s.stream.store(stream, Relaxed);
+    s.stream.store(call.stream, Relaxed);
     s.device
         .store(crate::device::current_device() as u32, Relaxed);
     s.tid.store(crate::guard::tid(), Relaxed);
     s.site.store(site, Relaxed);
-    s.what.store(
-        stall_result(kind, api) | (u32::from(flags & FLAG_PER_THREAD) << 16),
-        Relaxed,
-    );
+    s.what.store(stall_result(kind, call.api), Relaxed);
+    s.flags.store(call.flags & FLAG_PER_THREAD, Relaxed);
     if ARMED_SLOT.try_with(|a| a.set(i as u32)).is_err() {
         s.state.store(FREE, Release);
         return;
@@ -329,18 +327,14 @@ fn resume(stream: u64, per_thread: bool) {
             return;
         }
         s.state.store(RESUMED, Release);
-        let kept = PAIRS
-            .try_with(|p| {
-                let mut v = p.get();
-                let free = v.iter_mut().find(|x| **x == NONE)?;
+        // A thread with more pairs than it keeps leaves this one to the exit handler.
+        let _ = PAIRS.try_with(|p| {
+            let mut v = p.get();
+            if let Some(free) = v.iter_mut().find(|x| **x == NONE) {
                 *free = i;
                 p.set(v);
-                Some(())
-            })
-            .ok()
-            .flatten();
-        // A thread with more pairs than it keeps leaves this one to the exit handler.
-        let _ = kept;
+            }
+        });
     });
     if let Some(rt) = crate::init::active() {
         let _ = spent(rt, t);
@@ -385,16 +379,7 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     // SAFETY: `cuEventElapsedTime(float*, CUevent, CUevent)` with a local out-value and the
     // slot's two events, both recorded by this library.
     match unsafe { elapsed(&mut ms, s.drain.load(Relaxed), s.resume.load(Relaxed)) } {
-        0 => write(
-            rt,
-            s.start_ns.load(Relaxed),
-            s.stream.load(Relaxed),
-            s.device.load(Relaxed) as i32,
-            s.tid.load(Relaxed),
-            s.site.load(Relaxed),
-            s.what.load(Relaxed),
-            (f64::from(ms.max(0.0)) * 1e6) as u64,
-        ),
+        0 => write(rt, s, (f64::from(ms.max(0.0)) * 1e6) as u64),
         crate::call::NOT_READY => {
             s.state.store(RESUMED, Release);
             return false;
@@ -405,34 +390,21 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     true
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write(
-    rt: &Runtime,
-    start_ns: u64,
-    stream: u64,
-    device: i32,
-    tid: u32,
-    site: u32,
-    what: u32,
-    idle_ns: u64,
-) {
+/// Writes slot `s`'s measurement, `idle_ns` behind its stall.
+fn write(rt: &Runtime, s: &Slot, idle_ns: u64) {
     let rec = Record {
         kind: Kind::GpuIdle,
         api: Api::StallEvents,
         direction: Direction::None,
-        flags: if what >> 16 & 1 != 0 {
-            FLAG_PER_THREAD
-        } else {
-            0
-        },
-        device,
-        start_ns,
+        flags: s.flags.load(Relaxed),
+        device: s.device.load(Relaxed) as i32,
+        start_ns: s.start_ns.load(Relaxed),
         duration_ns: idle_ns,
         bytes: 0,
-        stream,
-        tid,
-        site,
-        result: what & 0xffff,
+        stream: s.stream.load(Relaxed),
+        tid: s.tid.load(Relaxed),
+        site: s.site.load(Relaxed),
+        result: s.what.load(Relaxed),
         polls: 0,
     };
     rt.seg

@@ -58,7 +58,7 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
         first_return();
         return result;
     };
-    let (open, before_ns) = crate::behind::before_wait(rt, kind, call.stream, call.flags);
+    let (open, before_ns) = crate::behind::before_wait(rt, kind, &call);
     let t0 = now_ns();
     // With a polling run open, the thread's counters as the stall starts (`end_poll_run`).
     let before = poll::open().then(poll::Counters::now);
@@ -79,17 +79,7 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
             record::end_poll_run(rt, t0, c);
         }
         let site = record::emit(rt, kind, &call, t0, t1, result, 0);
-        crate::behind::after_wait(
-            rt,
-            open,
-            kind,
-            call.api,
-            call.stream,
-            call.flags,
-            t0,
-            site,
-            result,
-        );
+        crate::behind::after_wait(rt, open, kind, &call, t0, site, result);
     }));
     if recorded.is_err() {
         disable();

@@ -30,6 +30,8 @@ use std::time::{Duration, SystemTime};
 
 /// The control file of the current attach (None: not attached).
 static CONTROL: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Whether `CONTROL` holds a file: what `attached` reads without the lock (a stall asks it).
+static ATTACHED: AtomicBool = AtomicBool::new(false);
 /// Whether arming must redirect GOT slots (the library was injected, not preloaded).
 static INJECTED: AtomicBool = AtomicBool::new(false);
 /// The process whose worker thread is running (0: none). A fork child has none.
@@ -163,8 +165,9 @@ fn injected(settings: &[(String, String)]) -> bool {
 }
 
 /// Whether the process is attached (armed by `syncspy attach`) now.
+#[inline]
 pub(crate) fn attached() -> bool {
-    CONTROL.lock().map(|c| c.is_some()).unwrap_or(false)
+    ATTACHED.load(Ordering::Relaxed)
 }
 
 fn arm(control: &Path, preloaded: bool) -> i32 {
@@ -188,6 +191,7 @@ fn arm(control: &Path, preloaded: bool) -> i32 {
     crate::config::set_attach_settings(settings);
     if let Ok(mut c) = CONTROL.lock() {
         *c = Some(control.to_path_buf());
+        ATTACHED.store(true, Ordering::Relaxed);
     }
     INJECTED.store(injected, Ordering::Relaxed);
     let mut report = String::new();
@@ -217,6 +221,7 @@ fn disarm() -> i32 {
     let Some(control) = CONTROL.lock().ok().and_then(|mut c| c.take()) else {
         return ERR_NOT_ATTACHED;
     };
+    ATTACHED.store(false, Ordering::Relaxed);
     if INJECTED.load(Ordering::Relaxed) {
         got::restore_all();
     }
