@@ -341,11 +341,7 @@ fn gpu_view(g: &syncspy_read::report::Gpu, base: Option<&Baseline>) -> Option<Gp
         }),
         min_gap_ns: g.min_gap_ns,
         causes: gap_causes(g, gb),
-        behind: g.behind_stalls.map(|b| crate::model::Behind {
-            measured: b.measured,
-            syncs: b.syncs,
-            total_ns: b.total_ns,
-        }),
+        behind: g.behind_stalls,
     };
     Some(view.in_display_order())
 }

@@ -677,19 +677,9 @@ fn gpu_view(
         }),
         min_gap_ns: g.min_gap_ns,
         causes,
-        behind: behind_of(a),
+        behind: syncspy_read::report::BehindStalls::of(a.live()),
     };
     Some(view.in_display_order())
-}
-
-/// The header's exact totals of the GPU idle measured behind syncs (ABI 1.10).
-fn behind_of(a: &ProcessAgg) -> Option<crate::model::Behind> {
-    let m = a.live().api(Api::StallEvents);
-    (m.count > 0).then(|| crate::model::Behind {
-        measured: m.count,
-        syncs: a.live().kind(Kind::StreamSync).count + a.live().kind(Kind::DeviceSync).count,
-        total_ns: m.total_ns,
-    })
 }
 
 /// The row of one call site of `segment` with its figures, and how its stack reads once

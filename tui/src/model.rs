@@ -137,13 +137,8 @@ pub struct GpuView {
     pub behind: Option<Behind>,
 }
 
-/// The GPU idle measured behind syncs: syncs measured, stream and device syncs, idle.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Behind {
-    pub measured: u64,
-    pub syncs: u64,
-    pub total_ns: u64,
-}
+/// The GPU idle measured behind syncs: the report's (`BehindStalls::of` for a segment).
+pub type Behind = syncspy_read::report::BehindStalls;
 
 /// Gap causes the GPU pane lists.
 pub const MAX_GAP_CAUSES: usize = 8;

@@ -790,18 +790,21 @@ pub fn gpu_report<S>(f: &Followed<S>, modules: &[Module], sym: &mut Symbolizer) 
         records: g.map_or(0, |g| g.records),
         collective_ns: collectives_of(a.live()).map(|c| c.0),
         collectives: collectives_of(a.live()).map_or(0, |c| c.1),
-        behind_stalls: behind_stalls_of(a.live()),
+        behind_stalls: BehindStalls::of(a.live()),
     }
 }
 
-/// The header's exact totals of the GPU idle measured behind stalls.
-fn behind_stalls_of(live: &crate::aggregate::LiveCounters) -> Option<BehindStalls> {
-    let m = live.api(Api::StallEvents);
-    (m.count > 0).then(|| BehindStalls {
-        measured: m.count,
-        syncs: live.kind(Kind::StreamSync).count + live.kind(Kind::DeviceSync).count,
-        total_ns: m.total_ns,
-    })
+impl BehindStalls {
+    /// The header's exact totals of the GPU idle measured behind stalls (every view's
+    /// figure: the report's, the monitor's); `None` when nothing was measured.
+    pub fn of(live: &crate::aggregate::LiveCounters) -> Option<BehindStalls> {
+        let m = live.api(Api::StallEvents);
+        (m.count > 0).then(|| BehindStalls {
+            measured: m.count,
+            syncs: live.kind(Kind::StreamSync).count + live.kind(Kind::DeviceSync).count,
+            total_ns: m.total_ns,
+        })
+    }
 }
 
 /// The call sites of a followed process, largest recorded total first. Sites with Python
