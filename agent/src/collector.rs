@@ -437,12 +437,7 @@ impl Collector {
         }
         self.last_reclaim = Some(std::time::Instant::now());
         // Never a segment it follows.
-        let followed: std::collections::HashSet<PathBuf> = self
-            .reader
-            .processes()
-            .iter()
-            .map(|f| f.reader().path().to_path_buf())
-            .collect();
+        let followed = self.reader.paths();
         // Nor one it has not read yet: a job that began and ended since this step's scan
         // would otherwise be removed unread whenever the folder is over its cap (another
         // user's files, which this agent does not reclaim, can keep it there).
@@ -493,9 +488,10 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost().saturating_sub(a.live().events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live().overhead_ns);
-        let after = a.live().api(syncspy_abi::Api::StallEvents);
-        entry.idle_after_syncs = entry.idle_after_syncs.saturating_add(after.count);
-        entry.idle_after_ns = entry.idle_after_ns.saturating_add(after.total_ns);
+        if let Some(b) = syncspy_read::report::BehindStalls::of(a.live()) {
+            entry.idle_after_syncs = entry.idle_after_syncs.saturating_add(b.measured);
+            entry.idle_after_ns = entry.idle_after_ns.saturating_add(b.total_ns);
+        }
         if let Some(c) = a
             .live()
             .cost

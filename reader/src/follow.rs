@@ -1032,6 +1032,14 @@ impl<S> Follower<S> {
         &self.followed
     }
 
+    /// The files of the followed segments (what a reclaimer must leave alone).
+    pub fn paths(&self) -> std::collections::HashSet<PathBuf> {
+        self.followed
+            .iter()
+            .map(|f| f.reader().path().to_path_buf())
+            .collect()
+    }
+
     /// Followed segments, mutable (to update the caller's state, or restart an aggregate's
     /// record counts for a reset).
     pub fn processes_mut(&mut self) -> impl Iterator<Item = &mut Followed<S>> {

@@ -423,12 +423,7 @@ impl<S> ReaderSession<S> {
         }
         if let Some(policy) = self.reclaim {
             // This session's kept segments stay; the others it removed or handed over.
-            let mine: std::collections::HashSet<PathBuf> = self
-                .follower
-                .processes()
-                .iter()
-                .map(|f| f.reader().path().to_path_buf())
-                .collect();
+            let mine = self.follower.paths();
             let keep = self.removal == Removal::Keep;
             let skip = |p: &Path| keep && mine.contains(p);
             match lifecycle::reclaim(self.follower.dir(), policy, &skip) {
@@ -458,6 +453,11 @@ impl<S> ReaderSession<S> {
     /// Followed segments, in the order they were found.
     pub fn processes(&self) -> &[Followed<S>] {
         self.follower.processes()
+    }
+
+    /// The files of the followed segments (`Follower::paths`).
+    pub fn paths(&self) -> std::collections::HashSet<PathBuf> {
+        self.follower.paths()
     }
 
     /// Every segment problem kept (what a report lists as skipped).
