@@ -39,6 +39,7 @@ mod record;
 mod shed;
 mod stack;
 mod state;
+mod unwind_ahead;
 
 pub use call::Call;
 pub use classify::HostSide;

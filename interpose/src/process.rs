@@ -49,6 +49,7 @@ extern "C" fn after_fork_in_child() {
     crate::gpu::after_fork_in_child();
     crate::nccl::after_fork_in_child();
     crate::behind::after_fork_in_child();
+    crate::unwind_ahead::after_fork_in_child();
     state::restart_in_child();
     crate::attach::after_fork_in_child();
     crate::shed::reset();

@@ -202,6 +202,9 @@ pub fn refresh_modules(rt: &Runtime) {
     }
     rt.modules_adds.store(adds, Ordering::Release);
     rt.refreshing.store(false, Ordering::Release);
+    if rt.cfg.stacks {
+        crate::unwind_ahead::request();
+    }
 }
 
 fn exe_path() -> Vec<u8> {
