@@ -78,7 +78,7 @@ then \"other\" or \"other-uid<N>\"; kind; state):
   syncspy_gpu_idle_gap_duration_seconds (histogram), syncspy_gpu_busy_ratio (where the GPU
     is traced)
   syncspy_gpu_idle_after_syncs_seconds_total, syncspy_gpu_idle_measured_syncs_total (the GPU
-    idle behind each stream and device sync, measured at every sync)
+    idle behind each sync and blocking copy, measured at every one)
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
   syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
   syncspy_shed_total (label what: stacks, gap_records, records, looks: detail a library shed

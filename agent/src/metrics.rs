@@ -319,7 +319,7 @@ impl AgentSeries {
 
 /// The GPU's own time: idle gaps and busy fractions. Not host stalls.
 struct GpuSeries {
-    /// The GPU idle measured behind stream and device syncs (ABI 1.10), and the syncs measured.
+    /// The GPU idle measured behind syncs and blocking copies (ABI 1.10), and how many were measured.
     idle_after: Family<ProgramLabels, FloatCounter>,
     idle_after_syncs: Family<ProgramLabels, Counter>,
     idle: Family<ProgramLabels, FloatCounter>,
@@ -360,17 +360,17 @@ impl GpuSeries {
         );
         reg.register_with_unit(
             "gpu_idle_after_syncs",
-            "GPU idle behind the stream and device syncs the library measured (two CUDA events \
-             at each sync, whatever the GPU tracing: from the end of the work waited for to the \
-             arrival of the next work); how many were measured is \
+            "GPU idle behind the syncs and blocking or pageable copies the library measured (two \
+             CUDA events at each, whatever the GPU tracing: from the end of the work waited for \
+             to the arrival of the next work); how many were measured is \
              syncspy_gpu_idle_measured_syncs_total",
             Unit::Seconds,
             s.idle_after.clone(),
         );
         reg.register(
             "gpu_idle_measured_syncs",
-            "Stream and device syncs whose GPU idle the library measured (a sync with no work \
-             since the thread's previous one counts, with none of its own)",
+            "Syncs and blocking or pageable copies whose GPU idle the library measured (a sync \
+             with no work since the thread's previous stall counts, with none of its own)",
             s.idle_after_syncs.clone(),
         );
         reg.register(

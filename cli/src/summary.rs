@@ -116,11 +116,10 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
     if let Some(b) = &g.behind_stalls {
         let _ = writeln!(
             out,
-            "  GPU idle behind syncs: {} at {} of {} stream and device {} (measured at each)",
+            "  GPU idle behind syncs: {} at {} of {} syncs and copies (measured at each)",
             fmt_ns(b.total_ns),
             b.measured,
-            b.syncs,
-            plural::word(b.syncs, "sync", "syncs")
+            b.syncs
         );
     }
     let Some(state) = g.state.as_ref() else {

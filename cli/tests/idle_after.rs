@@ -15,9 +15,14 @@ const ITERS: u64 = 30;
 
 /// Runs the loop with `env`: the report's process and the program's own account.
 fn run(d: &TempDir, env: &[(&str, &str)]) -> (Value, Value) {
+    run_with(d, &[], env)
+}
+
+/// Runs the loop with extra arguments `args` and `env`.
+fn run_with(d: &TempDir, args: &[&str], env: &[(&str, &str)]) -> (Value, Value) {
     let program = artifact("scn-item-in-loop");
     let iters = ITERS.to_string();
-    let cmd = [
+    let mut cmd = vec![
         program.to_str().unwrap(),
         "--iters",
         &iters,
@@ -26,6 +31,7 @@ fn run(d: &TempDir, env: &[(&str, &str)]) -> (Value, Value) {
         "--work-us",
         "1000",
     ];
+    cmd.extend_from_slice(args);
     let (p, truth, _) = run_sim_report(d, &cmd, env);
     (p, truth)
 }
@@ -96,4 +102,34 @@ fn traced_gaps_keep_their_own_count() {
         (ITERS - 1..=ITERS + 2).contains(&gaps),
         "{gaps} traced gaps"
     );
+}
+
+#[test]
+fn each_pageable_copys_gpu_idle_is_measured() {
+    // `.cpu()`'s way: the copy into pageable memory waits for the step's work, and the stream
+    // sync after it finds nothing left to wait for. The copy is the stall measured (from the
+    // end of the work it waited for, the copy itself included, as the program's events count
+    // it); the sync, with no work since, counts with no idle of its own.
+    let d = TempDir::new("idle-after-pageable");
+    let (p, truth) = run_with(&d, &["--pageable"], &[]);
+    let copies = site(&p, "memcpy_pageable");
+    assert_eq!(copies["count"], ITERS, "{copies}");
+    // Every copy but the last, which no launch follows.
+    let after = &copies["gpu_idle_after"];
+    assert_eq!(after["count"], ITERS - 1, "{copies}");
+    let measured_ms = after["total_ns"].as_u64().unwrap() as f64 / 1e6;
+    let between_ms = truth["gpu_ms"]["between"].as_f64().unwrap();
+    assert!(
+        (measured_ms - between_ms).abs() <= 0.05 * between_ms,
+        "measured {measured_ms:.3} ms behind the copies, the program's events {between_ms:.3} ms"
+    );
+    assert!(measured_ms >= 3.0 * (ITERS - 1) as f64, "{measured_ms}");
+    let syncs = site(&p, "stream_sync");
+    assert_eq!(syncs["count"], ITERS, "{syncs}");
+    assert!(syncs.get("gpu_idle_after").is_none(), "{syncs}");
+    // Copies, stream syncs and the final device sync; all measured but the last copy.
+    let b = &p["gpu"]["behind_stalls"];
+    assert_eq!(b["syncs"], 2 * ITERS + 1, "{b}");
+    assert_eq!(b["measured"], 2 * ITERS, "{b}");
+    assert_eq!(b["total_ns"], after["total_ns"], "{b}");
 }

@@ -4,7 +4,11 @@
 //! A stream or device sync waits for the work queued before it; once the GPU has finished
 //! that work it sits idle until the host queues more. Before the real sync, the library
 //! records a *drain* event on the waited stream (for a device sync, the legacy default
-//! stream, which waits for every blocking stream's work). After the sync returns, the thread
+//! stream, which waits for every blocking stream's work). A blocking or pageable copy between
+//! host and device waits the same way, for the work queued before it and then for itself: its
+//! drain event is recorded on the copy's stream before the copy, so its measurement includes
+//! the copy's own transfer (microseconds for the scalars a loop reads back; `.cpu()` is such a
+//! copy followed by a sync that finds nothing left). After the stall returns, the thread
 //! is *armed*: the next work it queues (a kernel or graph launch, an async copy, a copy or
 //! memset through a hooked call) first records a *resume* event on that work's stream. The
 //! GPU time between the two events is the idle the stall caused: from when the GPU finished
@@ -15,14 +19,14 @@
 //!
 //! A second stall before any new work (two syncs in a row) caused no idle of its own: the GPU
 //! was already idle, behind the first. It is counted as measured, with 0 ns, in the totals
-//! only (no record). Not measured: event syncs and
-//! the other kinds of stall; a stall whose event could not be recorded (a capturing stream,
+//! only (no record). Not measured: event syncs, host-to-host copies and the other kinds of
+//! stall; a stall whose event could not be recorded (a capturing stream,
 //! another context's stream, no free slot); stalls while the library sheds gap records or
 //! more, or while its own time in the current second is past three quarters of its budget
 //! (`shed::room`: the measurement takes what the budget leaves, so that call sites are not
 //! shed for it); a thread that queues no more work; and a process attached to (`syncspy
 //! attach`), whose launches the library sees only in part. The report says how many of the
-//! stream and device syncs were measured.
+//! stalls of the measured kinds were measured.
 //!
 //! The resume event waits for whatever was queued on its stream before it: when the next
 //! launch goes to another stream that still has work queued, the measurement runs to the end
@@ -165,19 +169,28 @@ pub(crate) enum Open {
     Slot(u32),
 }
 
-/// Whether stalls of `kind` are measured.
-fn measured(kind: Kind) -> bool {
-    matches!(kind, Kind::StreamSync | Kind::DeviceSync)
+/// Whether stalls of `kind` are measured: syncs, and blocking or pageable copies between host
+/// and device (whose drain event, recorded before the copy on its stream, marks the end of the
+/// work the copy waits for: the measurement includes the copy itself).
+fn measured(kind: Kind, call: &Call) -> bool {
+    match kind {
+        Kind::StreamSync | Kind::DeviceSync => true,
+        Kind::MemcpySync | Kind::MemcpyPageable => matches!(
+            call.direction,
+            Direction::HostToDevice | Direction::DeviceToHost
+        ),
+        _ => false,
+    }
 }
 
-/// The stream a stall waits on, as the driver names it.
+/// The stream a stall waits on (or queues its copy on), as the driver names it.
 fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
     let per_thread = flags & FLAG_PER_THREAD != 0;
     match kind {
-        Kind::StreamSync if stream == 0 && per_thread => PER_THREAD_STREAM,
-        Kind::StreamSync => stream,
         // A device sync: the legacy default stream waits for every blocking stream.
-        _ => 0,
+        Kind::DeviceSync => 0,
+        _ if stream == 0 && per_thread => PER_THREAD_STREAM,
+        _ => stream,
     }
 }
 
@@ -185,7 +198,7 @@ fn waited_stream(kind: Kind, stream: u64, flags: u8) -> u64 {
 /// drain event; and the time that took (in the library's own time already). Never fails the
 /// call: any problem leaves the stall unmeasured.
 pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, call: &Call) -> (Open, u64) {
-    if !measured(kind) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
+    if !measured(kind, call) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
         return (Open::No, 0);
     }
     // Attached (injected, or a dormant preload armed): the runtime and cuBLAS took their
@@ -498,13 +511,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_stream_and_device_syncs_are_measured() {
+    fn syncs_and_copies_between_host_and_device_are_measured() {
         for k in Kind::ALL {
-            assert_eq!(
-                measured(*k),
-                matches!(k, Kind::StreamSync | Kind::DeviceSync),
-                "{k}"
-            );
+            for d in [
+                Direction::None,
+                Direction::HostToDevice,
+                Direction::DeviceToHost,
+                Direction::HostToHost,
+                Direction::DeviceToDevice,
+            ] {
+                let call = Call {
+                    direction: d,
+                    ..Call::new(*k, Api::CudaMemcpy)
+                };
+                let copy = matches!(d, Direction::HostToDevice | Direction::DeviceToHost);
+                assert_eq!(
+                    measured(*k, &call),
+                    matches!(k, Kind::StreamSync | Kind::DeviceSync)
+                        || (copy && matches!(k, Kind::MemcpySync | Kind::MemcpyPageable)),
+                    "{k} {d:?}"
+                );
+            }
         }
     }
 
@@ -526,5 +553,8 @@ mod tests {
         assert_eq!(waited_stream(Kind::StreamSync, 0, 0), 0);
         assert_eq!(waited_stream(Kind::StreamSync, 0x55, FLAG_PER_THREAD), 0x55);
         assert_eq!(waited_stream(Kind::DeviceSync, 0x55, 0), 0);
+        // A copy's stream, the `_ptds` form's stream 0 the per-thread one.
+        assert_eq!(waited_stream(Kind::MemcpyPageable, 0x55, 0), 0x55);
+        assert_eq!(waited_stream(Kind::MemcpySync, 0, FLAG_PER_THREAD), 2);
     }
 }

@@ -48,6 +48,8 @@ pub struct Spec {
     pub async_flag: bool,
     /// Whether `--check` (read the result back and verify it) is accepted.
     pub check_flag: bool,
+    /// Whether `--pageable` (read back into pageable memory) is accepted.
+    pub pageable_flag: bool,
 }
 
 impl Spec {
@@ -62,6 +64,7 @@ impl Spec {
             threads: None,
             async_flag: false,
             check_flag: false,
+            pageable_flag: false,
         }
     }
 
@@ -99,6 +102,12 @@ impl Spec {
             u.push_str(" [--check]");
             opts.push_str("  --check        read the result back and verify it\n");
         }
+        if self.pageable_flag {
+            u.push_str(" [--pageable]");
+            opts.push_str(
+                "  --pageable     read back into pageable memory (a stalling copy, then the sync)\n",
+            );
+        }
         format!(
             "{u}\n\n{opts}\nPrints its ground truth as one JSON line on stdout at exit (see \
              scenarios/src/scenario.rs)."
@@ -116,6 +125,7 @@ pub struct Args {
     pub threads: u64,
     pub async_mode: bool,
     pub check: bool,
+    pub pageable: bool,
 }
 
 impl Args {
@@ -152,6 +162,7 @@ impl Args {
             threads: spec.threads.unwrap_or(1),
             async_mode: false,
             check: false,
+            pageable: false,
         };
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
@@ -174,6 +185,7 @@ impl Args {
                 "--threads" => value(&mut a.threads, spec.threads.is_some())?,
                 "--async" if spec.async_flag => a.async_mode = true,
                 "--check" if spec.check_flag => a.check = true,
+                "--pageable" if spec.pageable_flag => a.pageable = true,
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
@@ -214,6 +226,9 @@ impl Args {
         }
         if spec.check_flag {
             m.insert("check".into(), self.check.into());
+        }
+        if spec.pageable_flag {
+            m.insert("pageable".into(), self.pageable.into());
         }
         Value::Object(m)
     }

@@ -9,6 +9,7 @@ pub const ITEM_IN_LOOP: Spec = Spec {
     size: Some((1 << 16, "elements of the array counted each step")),
     work_us: Some(2000),
     host_us: Some(1000),
+    pageable_flag: true,
     ..Spec::new(
         "item-in-loop",
         "a scalar read back (.item()) every step: one stream sync per step",

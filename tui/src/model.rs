@@ -132,7 +132,7 @@ pub struct GpuView {
     pub min_gap_ns: u64,
     /// Most idle time first.
     pub causes: Vec<GapCauseRow>,
-    /// The GPU idle the library measured behind stream and device syncs, since start
+    /// The GPU idle the library measured behind syncs and blocking copies, since start
     /// (ABI 1.10; `None` when nothing was measured).
     pub behind: Option<Behind>,
 }

@@ -585,13 +585,13 @@ impl App {
         Line::from(spans)
     }
 
-    /// The GPU idle measured behind the stream and device syncs (since start, whatever the
+    /// The GPU idle measured behind the syncs and blocking copies (since start, whatever the
     /// tracing).
     fn behind_line(&self, b: &crate::model::Behind) -> Line<'static> {
         Line::from(vec![
             Span::styled("idle behind syncs", bold()),
             Span::raw(format!(
-                ": {} at {} of {} stream and device syncs",
+                ": {} at {} of {} syncs and copies",
                 dur(b.total_ns, self.ascii),
                 count(b.measured),
                 count(b.syncs)

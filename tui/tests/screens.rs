@@ -898,7 +898,7 @@ fn the_gpu_pane_shows_each_devices_seconds_the_gaps_and_their_causes() {
     // The idle measured behind the syncs, under the gaps.
     let behind = line_with(&text, "idle behind syncs");
     assert!(
-        behind.contains(": 63.1 ms at 49 of 50 stream and device syncs"),
+        behind.contains(": 63.1 ms at 49 of 50 syncs and copies"),
         "{behind}"
     );
     let rows: Vec<&str> = text.lines().collect();

@@ -142,8 +142,8 @@ pub struct Site {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_by: Option<python::Waiter>,
     /// The GPU idle measured behind these stalls (ABI 1.10: the library's events at each
-    /// stream and device sync): from when the GPU finished the work waited for to when the
-    /// next work reached it. Left out when none of them was measured.
+    /// stream and device sync, blocking and pageable copy): from when the GPU finished the work
+    /// waited for (or the copy) to when the next work reached it. Left out when none of them was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_idle_after: Option<IdleAfter>,
 }
@@ -220,12 +220,13 @@ pub struct Gpu {
     pub behind_stalls: Option<BehindStalls>,
 }
 
-/// The GPU idle each stream and device sync caused, measured by the library's events.
+/// The GPU idle each sync and blocking or pageable copy caused, measured by the library's events.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct BehindStalls {
     /// Stalls measured.
     pub measured: u64,
-    /// The stream and device syncs of the process: what could have been measured.
+    /// The stalls of the measured kinds (stream and device syncs, blocking and pageable
+    /// copies): what could have been measured.
     pub syncs: u64,
     /// GPU idle behind the measured stalls, summed.
     pub total_ns: u64,
@@ -801,7 +802,15 @@ impl BehindStalls {
         let m = live.api(Api::StallEvents);
         (m.count > 0).then(|| BehindStalls {
             measured: m.count,
-            syncs: live.kind(Kind::StreamSync).count + live.kind(Kind::DeviceSync).count,
+            syncs: [
+                Kind::StreamSync,
+                Kind::DeviceSync,
+                Kind::MemcpySync,
+                Kind::MemcpyPageable,
+            ]
+            .iter()
+            .map(|k| live.kind(*k).count)
+            .sum(),
             total_ns: m.total_ns,
         })
     }

@@ -2,11 +2,11 @@
 //! (a `cudaMemcpyAsync` into pinned memory, then `cudaStreamSynchronize`), so the host waits
 //! for the whole step's GPU work every step.
 //!
-//! Per step: host work (`--host-us`, a sleep), then on the GPU `spin` (`--work-us`), `fill` x with 1, `scale` its first third by -1,
-//! `count_positive` into a device counter, copy the count to pinned memory, synchronize the
-//! stream, check the count (real results: it must be size - size/3).
-//! Expect: stream_sync = iters, each about the step's GPU time (`gpu_ms.work`); the pinned
-//! copies are non-stalling; no pageable copy.
+//! Per step: host work (`--host-us`, a sleep), then on the GPU `spin` (`--work-us`), `fill` x
+//! with 1, `scale` its first third by -1, `count_positive` into a device counter, copy the count
+//! to pinned memory (`--pageable`: pageable, the copy stalls, as `.cpu()`'s), sync the stream,
+//! check the count (real results: size - size/3). Expect: stream_sync = iters, each about the
+//! step's GPU time (`gpu_ms.work`); the pinned copies non-stalling (or memcpy_pageable = iters).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     let s = c.r.stream(&mut c.t, false);
     let x = c.r.device::<f32>(&mut c.t, n as usize);
     let count = c.r.device::<u32>(&mut c.t, 1);
-    let host = c.r.pinned::<u32>(&mut c.t, 1);
+    let (host, copy_kind) = readback_buffer(&mut c, a.pageable);
     let expected = n - n / 3;
     let mut counts_ok = true;
 
@@ -34,13 +34,13 @@ fn main() -> ExitCode {
         c.k.spin(&mut c.t, s, a.work_ns());
         c.k.fill(&mut c.t, s, x, n, 1.0);
         c.k.scale(&mut c.t, s, x, n / 3, -1.0);
-        // SAFETY: `count` is 4 bytes of device memory; `host` 4 bytes of pinned memory.
+        // SAFETY: `count` is 4 bytes of device memory; `host` 4 bytes of host memory.
         unsafe {
             calls::memset_async(&mut c.t, count.cast(), 4, s);
             c.k.count_positive(&mut c.t, s, x, n, count);
             c.spans.end(&mut c.t, &mut c.r, s);
             let (dst, src) = (host.cast(), count.cast_const().cast());
-            calls::memcpy_async(&mut c.t, Kind::NonStall, dst, src, 4, D2H, s);
+            calls::memcpy_async(&mut c.t, copy_kind, dst, src, 4, D2H, s);
         }
         calls::stream_sync(&mut c.t, s);
         // SAFETY: the copy into `host` completed with the stream.
@@ -60,4 +60,15 @@ fn main() -> ExitCode {
     o.wall_ms.insert("loop", loop_ms);
     o.checks.insert("count", counts_ok);
     o.print()
+}
+
+/// Where each step's count is read back to, and the kind of that copy: 4 bytes of pinned memory
+/// (not a stall), or with `--pageable` of pageable memory (a `memcpy_pageable`, the thread
+/// waiting for the step's work in the copy).
+fn readback_buffer(c: &mut Ctx, pageable: bool) -> (*mut u32, Kind) {
+    if pageable {
+        (Box::leak(Box::new(0u32)), Kind::MemcpyPageable)
+    } else {
+        (c.r.pinned::<u32>(&mut c.t, 1), Kind::NonStall)
+    }
 }
