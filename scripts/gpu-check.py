@@ -80,7 +80,9 @@ for s, (kinds, quiet, site) in expect.items():
     a, b = load(f"torch-{s}-10.json"), load(f"torch-{s}-60.json")
     tr = [json.loads(l) for l in (D / f"torch-{s}-60.truth").read_text().splitlines() if l.startswith("{")][0]
     pa, pb = a["processes"][0], b["processes"][0]
-    all_kinds = sorted(set(pa["kinds"]) | set(pb["kinds"]) | set(kinds))
+    # Host stalls only: `gpu_idle` counts the traced GPU gaps, which depend on where the
+    # traced windows fell (1 s in 10 by default), not on the iterations.
+    all_kinds = sorted((set(pa["kinds"]) | set(pb["kinds"]) | set(kinds)) - {"gpu_idle"})
     for k in all_kinds:
         ca, cb = pa["kinds"].get(k, {}).get("count", 0), pb["kinds"].get(k, {}).get("count", 0)
         per = (cb - ca) / 50
@@ -106,7 +108,11 @@ p = sh[0] if sh else {"kinds": {}}
 want = {"stream_sync": 5, "memcpy_sync": 5, "memcpy_pageable": 5, "event_sync": 1, "device_sync": 1, "implicit_sync": 1}
 got = {k: p["kinds"].get(k, {}).get("count", 0) for k in want}
 print(f"- `nvcc -cudart shared`: {got} (expected {want}), non-stalling cudaMemcpyAsync {p.get('non_stall_calls', {}).get('cudaMemcpyAsync', {}).get('count')} (expected 5): {check(got == want, 'probe-shared')}")
-print(f"- default static cudart: {len(st)} processes in the report (expected 0: not interposable): {check(len(st) == 0, 'probe-static')}")
+# The static runtime reaches the driver through cuGetProcAddress, where the library wraps
+# what it hands out: the same stalls, recorded at the driver level.
+q = st[0] if st else {"kinds": {}}
+got_static = {k: q["kinds"].get(k, {}).get("count", 0) for k in want}
+print(f"- default static cudart: {len(st)} process, {got_static} at the driver level (expected 1, {want}): {check(len(st) == 1 and got_static == want, 'probe-static')}")
 
 print("\n## RTLD_LOCAL (Python ctypes)\n")
 c = load("ctypes.json")["processes"]

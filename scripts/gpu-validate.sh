@@ -32,7 +32,7 @@ $G/syncspy run --report $R/cudacalls-fork.json -- $G/cudacalls --fork --iters 4 
 log "RTLD_LOCAL: Python ctypes loads a library linked against libcudart.so.13"
 $G/syncspy run --report $R/ctypes.json -- "$PY" -c "import ctypes; l=ctypes.CDLL('$G/libcudacaller.so'); print('rc', l.caller_work(4, 2000))"; echo "exit $?"
 
-log "nvcc probe: -cudart shared (seen) and default static (not seen)"
+log "nvcc probe: -cudart shared and the default static runtime (seen at the driver level)"
 nvcc -O2 -cudart shared -o /tmp/probe-shared scenarios/cuda/probe.cu && nvcc -O2 -o /tmp/probe-static scenarios/cuda/probe.cu
 $G/syncspy run --report $R/probe-shared.json -- /tmp/probe-shared 5; echo "exit $?"
 $G/syncspy run --report $R/probe-static.json -- /tmp/probe-static 5; echo "exit $?"

@@ -9,7 +9,9 @@ step's sync, then host work (a sleep) before the next step:
   return and the next launch only.
 
 The GPU idle after step k is the time from its end event to step k + 1's start event: the
-sync's copy (4 bytes) and the idle through the host's work. At exit one JSON line gives, per
+sync's copy (4 bytes) and the idle through the host's work. Each step's first kernel is a
+one-cycle sleep launched right after its start event, so that the event falls within a few
+microseconds of the next work's arrival (where the library's measurement ends). At exit one JSON line gives, per
 line, the steps and the summed idle after them (the last step of all has no next step and
 is left out), their median and the three longest. Not a manifest scenario."""
 import argparse
@@ -46,6 +48,10 @@ steps = []  # (line name, start event, end event)
 def step(name):
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
+    # The step's first kernel right behind its start event: a matrix product's dispatch in
+    # PyTorch takes tens of microseconds of host time, idle GPU time the start event would
+    # leave out of the idle before it. A one-cycle sleep kernel is dispatched in a few.
+    torch.cuda._sleep(1)
     x = work()
     e.record()
     steps.append((name, s, e))
