@@ -45,22 +45,29 @@ fn site<'a>(p: &'a Value, kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} site: {p}"))
 }
 
-fn check_each_sync_is_measured(p: &Value, truth: &Value) {
-    let syncs = site(p, "stream_sync");
-    assert_eq!(syncs["count"], ITERS);
-    // Every sync but the last, which no launch follows (the device sync comes next).
-    let after = &syncs["gpu_idle_after"];
-    assert_eq!(after["count"], ITERS - 1, "{syncs}");
+/// The site of `kind` stalled every step, and the GPU idle measured behind all its stalls but
+/// the last (which no launch follows) is within 5% of the program's own events; returns that
+/// site's `gpu_idle_after`.
+fn check_measured_at<'a>(p: &'a Value, truth: &Value, kind: &str) -> &'a Value {
+    let stalls = site(p, kind);
+    assert_eq!(stalls["count"], ITERS, "{stalls}");
+    let after = &stalls["gpu_idle_after"];
+    assert_eq!(after["count"], ITERS - 1, "{stalls}");
     let measured_ms = after["total_ns"].as_u64().unwrap() as f64 / 1e6;
     let between_ms = truth["gpu_ms"]["between"].as_f64().unwrap();
-    // The program's figure includes each step's 4-byte copy after its work, the library's
-    // starts after it: the two differ by those copies and the event records' placement.
+    // The program's figure and the library's differ by where the events fall (the step's
+    // 4-byte copy, the records' placement).
     assert!(
         (measured_ms - between_ms).abs() <= 0.05 * between_ms,
-        "measured {measured_ms:.3} ms behind the syncs, the program's events {between_ms:.3} ms"
+        "measured {measured_ms:.3} ms behind the {kind}s, the program's events {between_ms:.3} ms"
     );
     // At least the host's 3 ms a step.
     assert!(measured_ms >= 3.0 * (ITERS - 1) as f64, "{measured_ms}");
+    after
+}
+
+fn check_each_sync_is_measured(p: &Value, truth: &Value) {
+    let after = check_measured_at(p, truth, "stream_sync");
     // The final device sync follows the last stream sync with no work between: measured,
     // with no idle of its own (in the totals, not as a record).
     let b = &p["gpu"]["behind_stalls"];
@@ -112,18 +119,7 @@ fn each_pageable_copys_gpu_idle_is_measured() {
     // it); the sync, with no work since, counts with no idle of its own.
     let d = TempDir::new("idle-after-pageable");
     let (p, truth) = run_with(&d, &["--pageable"], &[]);
-    let copies = site(&p, "memcpy_pageable");
-    assert_eq!(copies["count"], ITERS, "{copies}");
-    // Every copy but the last, which no launch follows.
-    let after = &copies["gpu_idle_after"];
-    assert_eq!(after["count"], ITERS - 1, "{copies}");
-    let measured_ms = after["total_ns"].as_u64().unwrap() as f64 / 1e6;
-    let between_ms = truth["gpu_ms"]["between"].as_f64().unwrap();
-    assert!(
-        (measured_ms - between_ms).abs() <= 0.05 * between_ms,
-        "measured {measured_ms:.3} ms behind the copies, the program's events {between_ms:.3} ms"
-    );
-    assert!(measured_ms >= 3.0 * (ITERS - 1) as f64, "{measured_ms}");
+    let after = check_measured_at(&p, &truth, "memcpy_pageable");
     let syncs = site(&p, "stream_sync");
     assert_eq!(syncs["count"], ITERS, "{syncs}");
     assert!(syncs.get("gpu_idle_after").is_none(), "{syncs}");
