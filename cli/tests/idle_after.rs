@@ -100,13 +100,15 @@ fn each_syncs_gpu_idle_is_measured_with_gpu_tracing_off() {
 #[test]
 fn traced_gaps_keep_their_own_count() {
     // With tracing on all the time, the traced gaps are their own records: one behind each
-    // step's sync, none of them the library's event measurements.
+    // step's sync, none of them the library's event measurements (29 more, had they been
+    // mixed in). A loaded machine adds a few: a host slower to launch a step's kernels than
+    // the GPU to run them leaves gaps inside the step (33 seen once on CI's 2 cores).
     let d = TempDir::new("idle-after-on");
     let (p, truth) = run(&d, &[("SYNCSPY_GPU_IDLE", "on")]);
     check_each_sync_is_measured(&p, &truth);
     let gaps = p["kinds"]["gpu_idle"]["count"].as_u64().unwrap();
     assert!(
-        (ITERS - 1..=ITERS + 2).contains(&gaps),
+        (ITERS - 1..=ITERS - 1 + ITERS / 3).contains(&gaps),
         "{gaps} traced gaps"
     );
 }
