@@ -67,6 +67,17 @@ impl Kind {
     pub const fn is_host_stall(self) -> bool {
         !matches!(self, Kind::GpuIdle)
     }
+
+    /// Kinds whose stalls the library measures the GPU idle behind (`Api::StallEvents`
+    /// records): the syncs, and the blocking and pageable copies (the writer measures those
+    /// between host and device, not host-to-host ones). Every reader's count of what could
+    /// have been measured follows it.
+    pub const fn idle_measured_behind(self) -> bool {
+        matches!(
+            self,
+            Kind::StreamSync | Kind::DeviceSync | Kind::MemcpySync | Kind::MemcpyPageable
+        )
+    }
 }
 
 named_enum! {

@@ -21,6 +21,7 @@ use serde::Serialize;
 use syncspy_abi::kinds::{Api, Kind};
 use syncspy_abi::Record;
 use syncspy_read::follow::{Followed, Follower, SegmentKey};
+use syncspy_read::names::{ApiName, KindName};
 use syncspy_read::python::{self, PyFrame, PythonReport};
 use syncspy_read::report;
 use syncspy_read::symbolize::Symbolizer;
@@ -45,8 +46,8 @@ pub struct WindowOptions {
 /// One site in the window.
 #[derive(Debug, Serialize)]
 pub struct WindowStall {
-    pub kind: String,
-    pub api: String,
+    pub kind: KindName,
+    pub api: ApiName,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -235,8 +236,8 @@ fn stall_row(
     };
     let user = python::user_frame(&py).map(|i| py[i].clone());
     WindowStall {
-        kind: kind.name().to_string(),
-        api: api.name().to_string(),
+        kind: kind.into(),
+        api: api.into(),
         count: a.count,
         total_ns: a.total_ns,
         max_ns: a.max_ns,

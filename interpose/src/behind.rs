@@ -173,14 +173,13 @@ pub(crate) enum Open {
 /// and device (whose drain event, recorded before the copy on its stream, marks the end of the
 /// work the copy waits for: the measurement includes the copy itself).
 fn measured(kind: Kind, call: &Call) -> bool {
-    match kind {
-        Kind::StreamSync | Kind::DeviceSync => true,
-        Kind::MemcpySync | Kind::MemcpyPageable => matches!(
-            call.direction,
-            Direction::HostToDevice | Direction::DeviceToHost
-        ),
-        _ => false,
-    }
+    let copy = matches!(kind, Kind::MemcpySync | Kind::MemcpyPageable);
+    kind.idle_measured_behind()
+        && (!copy
+            || matches!(
+                call.direction,
+                Direction::HostToDevice | Direction::DeviceToHost
+            ))
 }
 
 /// The stream a stall waits on (or queues its copy on), as the driver names it.

@@ -10,9 +10,10 @@
 //! loaded something new (`stack::refresh_modules`), a thread reads each new object's
 //! `.eh_frame_hdr` and asks the kernel to read its `.eh_frame` ahead (`MADV_WILLNEED`).
 //!
-//! The object's memory is never dereferenced: the thread copies what it reads with
-//! `process_vm_readv`, which answers an error, not a fault, should the object be unloaded
-//! meanwhile, and holds no lock of the dynamic linker while it reads. Each object is read
+//! The object's memory is never dereferenced: the thread copies what it reads through the
+//! kernel (`python::mem::Remote`, `process_vm_readv`), which answers an error, not a fault,
+//! should the object be unloaded meanwhile, and holds no lock of the dynamic linker while it
+//! reads. Each object is read
 //! ahead once; the page cache it fills is the kernel's, shared with every process that maps
 //! the same file.
 
@@ -22,6 +23,8 @@ use std::sync::Mutex;
 
 use gimli::{BaseAddresses, EhFrameHdr, NativeEndian, Pointer};
 use syncspy_abi::objects::for_each_object;
+
+use crate::python::mem::{Mem, Remote};
 
 /// The most of one object's `.eh_frame` read ahead: bounds the work on a corrupt table.
 const MAX_EH_FRAME: u64 = 256 << 20;
@@ -60,28 +63,10 @@ fn loaded() -> Vec<Tables> {
     out
 }
 
-/// Reads `len` bytes of this process's memory at `addr` by copy: `None` where any of it is
-/// not mapped readable.
-fn copy_in(addr: u64, len: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: `local` is `buf`, writable for `len` bytes; the remote range is only read by
-    // the kernel, which answers EFAULT for what is not mapped.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (usize::try_from(n).ok() == Some(len)).then_some(buf)
-}
-
-/// The runtime range of an object's `.eh_frame`, from the copy of its `.eh_frame_hdr`: from
-/// the header's pointer to the end of the last description its search table lists, within
-/// the segment that holds it. `None` without a search table or on anything inconsistent.
-fn eh_frame_range(t: &Tables, hdr: &[u8]) -> Option<Range<u64>> {
+/// Where an object's `.eh_frame` starts, the last description its search table lists, and the
+/// segment that holds them, from the copy of its `.eh_frame_hdr`. `None` without a search
+/// table or on anything inconsistent.
+fn eh_frame_bounds(t: &Tables, hdr: &[u8]) -> Option<(u64, u64, Range<u64>)> {
     let bases = BaseAddresses::default().set_eh_frame_hdr(t.hdr.start);
     let parsed = EhFrameHdr::new(hdr, NativeEndian).parse(&bases, 8).ok()?;
     let Pointer::Direct(start) = parsed.eh_frame_ptr() else {
@@ -98,13 +83,23 @@ fn eh_frame_range(t: &Tables, hdr: &[u8]) -> Option<Range<u64>> {
             }
         }
     }
-    let last = last?;
+    Some((start, last?, segment.clone()))
+}
+
+/// The runtime range of an object's `.eh_frame`: from the header's pointer to the end of the
+/// last description its search table lists, within the segment that holds it.
+fn eh_frame_range(t: &Tables, m: &mut Remote) -> Option<Range<u64>> {
+    let len = usize::try_from(t.hdr.end.checked_sub(t.hdr.start)?).ok()?;
+    let (start, last, segment) =
+        // SAFETY: `Remote` reads through the kernel; it has no requirement.
+        unsafe { m.with_bytes(t.hdr.start as usize, len, |hdr| eh_frame_bounds(t, hdr)) }??;
     // The last description's length: 4 bytes, or 0xffffffff and 8 more.
-    let head = copy_in(last, 4)?;
-    let len = u32::from_ne_bytes(head.try_into().ok()?);
+    // SAFETY: as above.
+    let len = unsafe { m.read::<u32>(last as usize) }?;
     let end = if len == u32::MAX {
-        let ext = copy_in(last + 4, 8)?;
-        (last + 12).checked_add(u64::from_ne_bytes(ext.try_into().ok()?))?
+        // SAFETY: as above.
+        let ext = unsafe { m.read::<u64>(last as usize + 4) }?;
+        (last + 12).checked_add(ext)?
     } else {
         last + 4 + u64::from(len)
     };
@@ -131,9 +126,9 @@ fn will_need(range: &Range<u64>) {
 /// Reads one object's tables ahead: `.eh_frame_hdr` by copying it (which faults it in), then
 /// `.eh_frame` by advice. Returns the `.eh_frame` range asked for.
 fn read_ahead(t: &Tables) -> Option<Range<u64>> {
-    let len = usize::try_from(t.hdr.end.checked_sub(t.hdr.start)?).ok()?;
-    let hdr = copy_in(t.hdr.start, len)?;
-    let range = eh_frame_range(t, &hdr)?;
+    let mut m = Box::new(Remote::new());
+    m.reset();
+    let range = eh_frame_range(t, &mut m)?;
     will_need(&range);
     Some(range)
 }
@@ -206,11 +201,15 @@ mod tests {
         ] {
             let t = tables_of(pc);
             let range = read_ahead(&t).expect("a search table and a range");
-            let hdr = copy_in(t.hdr.start, (t.hdr.end - t.hdr.start) as usize).unwrap();
+            // SAFETY: the test binary's own, loaded header.
+            let hdr = unsafe {
+                std::slice::from_raw_parts(
+                    t.hdr.start as *const u8,
+                    (t.hdr.end - t.hdr.start) as usize,
+                )
+            };
             let bases = BaseAddresses::default().set_eh_frame_hdr(t.hdr.start);
-            let parsed = EhFrameHdr::new(&hdr[..], NativeEndian)
-                .parse(&bases, 8)
-                .unwrap();
+            let parsed = EhFrameHdr::new(hdr, NativeEndian).parse(&bases, 8).unwrap();
             let Pointer::Direct(fde) = parsed.table().unwrap().lookup(pc, &bases).unwrap() else {
                 panic!("a direct pointer");
             };
@@ -226,14 +225,13 @@ mod tests {
 
     #[test]
     fn an_unmapped_header_is_an_answer_not_a_fault() {
-        assert_eq!(copy_in(8, 64), None);
         let t = Tables {
             hdr: 0x1000..0x1100,
             segments: vec![0x1000..0x2000, 0x3000..0x4000],
         };
         assert_eq!(read_ahead(&t), None);
         // A header that says nothing sensible.
-        assert_eq!(eh_frame_range(&t, &[0xff; 16]), None);
+        assert_eq!(eh_frame_bounds(&t, &[0xff; 16]), None);
     }
 
     #[test]

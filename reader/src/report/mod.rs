@@ -802,15 +802,11 @@ impl BehindStalls {
         let m = live.api(Api::StallEvents);
         (m.count > 0).then(|| BehindStalls {
             measured: m.count,
-            syncs: [
-                Kind::StreamSync,
-                Kind::DeviceSync,
-                Kind::MemcpySync,
-                Kind::MemcpyPageable,
-            ]
-            .iter()
-            .map(|k| live.kind(*k).count)
-            .sum(),
+            syncs: Kind::ALL
+                .iter()
+                .filter(|k| k.idle_measured_behind())
+                .map(|k| live.kind(*k).count)
+                .sum(),
             total_ns: m.total_ns,
         })
     }
