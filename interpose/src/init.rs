@@ -108,6 +108,10 @@ fn init() -> Option<&'static Runtime> {
                 .fetch_add(MISSED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             live.overhead_ns
                 .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+            // A new segment: the budget's windows and the stall measurements start over
+            // (after a detach, the last session's are not this one's).
+            crate::shed::reset();
+            crate::behind::new_session();
             RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
             // A disarm that came meanwhile (it waits for INITIALIZING to end) wins.
             let _ =
@@ -115,10 +119,13 @@ fn init() -> Option<&'static Runtime> {
             crate::attach::on_runtime_created();
             // GPU activity: CUPTI started here (this call pays its loading, counted as
             // syncspy's overhead), then a thread of its own.
+            // Other threads record meanwhile, and may have opened the budget's first window:
+            // the start is a one-time cost, outside the budget.
             let g0 = now_ns();
             let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
-            live.overhead_ns
-                .fetch_add(now_ns().saturating_sub(g0), Ordering::Relaxed);
+            let g = now_ns().saturating_sub(g0);
+            live.overhead_ns.fetch_add(g, Ordering::Relaxed);
+            crate::shed::one_time(g);
             Some(rt)
         }
         None => {
