@@ -24,9 +24,12 @@
 //! another context's stream, no free slot); stalls while the library sheds gap records or
 //! more, or while its own time in the current second is past three quarters of its budget
 //! (`shed::room`: the measurement takes what the budget leaves, so that call sites are not
-//! shed for it); a thread that queues no more work; and a process attached to (`syncspy
-//! attach`), whose launches the library sees only in part. The report says how many of the
-//! stalls of the measured kinds were measured.
+//! shed for it); a thread that queues no more work; and a process the library was injected
+//! into (`syncspy attach` of a process started without it), whose launches it sees only in
+//! part. A process started with the library preloaded dormant and armed by `syncspy attach`
+//! is measured: its wrappers were handed out from the start. A measurement begun in one
+//! recording session (a segment) and read in another is dropped (`SESSION`). The report says
+//! how many of the stalls of the measured kinds were measured.
 //!
 //! The resume event waits for whatever was queued on its stream before it: when the next
 //! launch goes to another stream that still has work queued, the measurement runs to the end
@@ -86,6 +89,8 @@ struct Slot {
     /// `stall_result` of the stall, and its `FLAG_PER_THREAD` bit.
     what: AtomicU32,
     flags: AtomicU8,
+    /// The recording session (`SESSION`) the stall was recorded in.
+    session: AtomicU32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -101,6 +106,7 @@ const EMPTY: Slot = Slot {
     site: AtomicU32::new(NO_SITE),
     what: AtomicU32::new(0),
     flags: AtomicU8::new(0),
+    session: AtomicU32::new(0),
 };
 
 static SLOTS: [Slot; SLOT_COUNT] = [EMPTY; SLOT_COUNT];
@@ -110,6 +116,14 @@ static ARMED_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// bypass the library) a stall is not measured, as only a copy would end it.
 static LAUNCH_SEEN: AtomicBool = AtomicBool::new(false);
 static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
+/// The recording session: a new segment (`syncspy attach` again, after a detach) starts a new
+/// one, and a measurement of an earlier session is not written into it.
+static SESSION: AtomicU32 = AtomicU32::new(0);
+
+/// A new segment is in use: measurements begun before it are dropped when read.
+pub(crate) fn new_session() {
+    SESSION.fetch_add(1, Relaxed);
+}
 
 /// A thread's armed slot (`NONE`: not armed). A thread that ends armed gives its slot back and
 /// leaves the count of armed threads, so that launches do not keep looking for it.
@@ -200,10 +214,10 @@ pub(crate) fn before_wait(rt: &'static Runtime, kind: Kind, call: &Call) -> (Ope
     if !measured(kind, call) || !LAUNCH_SEEN.load(Relaxed) || !rt.cfg.idle_after {
         return (Open::No, 0);
     }
-    // Attached (injected, or a dormant preload armed): the runtime and cuBLAS took their
-    // driver functions unwrapped at start, so some launches pass unseen, and a measurement
-    // would run to a later launch. Not measured.
-    if crate::attach::attached() {
+    // Injected by `syncspy attach`: the runtime and cuBLAS took their driver functions
+    // unwrapped at start, so some launches pass unseen, and a measurement would run to a later
+    // launch. Not measured. (A dormant preload handed its wrappers out from the start.)
+    if crate::attach::injected_into() {
         return (Open::No, 0);
     }
     let t = now_ns();
@@ -278,6 +292,7 @@ pub(crate) fn after_wait(
     s.site.store(site, Relaxed);
     s.what.store(stall_result(kind, call.api), Relaxed);
     s.flags.store(call.flags & FLAG_PER_THREAD, Relaxed);
+    s.session.store(SESSION.load(Relaxed), Relaxed);
     if ARMED_SLOT.try_with(|a| a.set(i as u32)).is_err() {
         s.state.store(FREE, Release);
         return;
@@ -387,6 +402,11 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     {
         return true;
     }
+    if stale(s) {
+        // Begun while recording into an earlier segment: not this one's.
+        s.state.store(FREE, Release);
+        return true;
+    }
     let mut ms = 0f32;
     // SAFETY: `cuEventElapsedTime(float*, CUevent, CUevent)` with a local out-value and the
     // slot's two events, both recorded by this library.
@@ -400,6 +420,11 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     }
     s.state.store(FREE, Release);
     true
+}
+
+/// Whether slot `s`'s stall was recorded in an earlier session (before a detach).
+fn stale(s: &Slot) -> bool {
+    s.session.load(Relaxed) != SESSION.load(Relaxed)
 }
 
 /// Writes slot `s`'s measurement, `idle_ns` behind its stall.
@@ -544,6 +569,17 @@ mod tests {
             .unwrap();
         assert_eq!(ARMED_THREADS.load(Relaxed), before);
         assert_eq!(SLOTS[i].state.load(Acquire), FREE);
+    }
+
+    #[test]
+    fn a_measurement_begun_before_a_new_segment_is_stale() {
+        let s = Slot { ..EMPTY };
+        s.session.store(SESSION.load(Relaxed), Relaxed);
+        assert!(!stale(&s));
+        new_session();
+        assert!(stale(&s));
+        s.session.store(SESSION.load(Relaxed), Relaxed);
+        assert!(!stale(&s));
     }
 
     #[test]

@@ -170,6 +170,13 @@ pub(crate) fn attached() -> bool {
     ATTACHED.load(Ordering::Relaxed)
 }
 
+/// The library was injected by `syncspy attach` (the process started without it): the
+/// runtime took its driver functions before the library was there. It stays so after a
+/// detach, while the hooks may still run (the GOT is restored after `attached` turns false).
+pub(crate) fn injected_into() -> bool {
+    INJECTED.load(Ordering::Relaxed)
+}
+
 fn arm(control: &Path, preloaded: bool) -> i32 {
     let Ok(_g) = ARMING.lock() else {
         return ERR_PANIC;
