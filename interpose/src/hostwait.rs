@@ -15,6 +15,13 @@
 //! 3. after it, the thread is read again: if it is runnable now, or has used CPU time since,
 //!    this function woke it, and the wait is recorded on that thread, at its Python line.
 //!
+//! Step 1 delays the wake it looks for. A host function that leaves the main thread asleep
+//! when it returns, time after time (XLA's: it hands the wake to a thread of its own), is
+//! looked at after it runs instead (`later`): before it, only the main thread's state and CPU
+//! time are read; after it, the look, valid if the thread has not run since (its frames are
+//! then the ones it waits with). A look after that finds the thread has run sends that
+//! function back to the look before, the wait counted as a look skipped.
+//!
 //! A host function that runs while a thread sleeps for another reason (`time.sleep`, a queue)
 //! does not wake it: nothing is recorded. Nor for a thread inside a CUDA call that waits (a
 //! stream synchronize that a host function's stream work happens to end): that call is timed
@@ -35,7 +42,8 @@
 //! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall (cached per call site), two clock reads and
 //! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
 //! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
-//! and two of its CPU clock, under the waiter reads' budget (5% of the process's wall time). Slots
+//! and two of its CPU clock, under the waiter reads' budget (5% of the process's wall time).
+//! The time is the library's own (`overhead_ns`), outside the 1% budget (`shed::looks`). Slots
 //! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
 //! driver runs host functions in order on its own thread, which is not a Python thread; the
 //! trampoline makes no CUDA call (host functions must not).
@@ -193,15 +201,38 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     s.state.store(FREE, Release);
     let errno_in = errno();
     let rt = active();
-    let seen = rt.and_then(|rt| catch_unwind(AssertUnwindSafe(|| before(rt, native))).ok()?);
-    if seen.is_some() {
+    let look0 = now_ns();
+    let plan = rt.map_or(Plan::Nothing, |rt| {
+        catch_unwind(AssertUnwindSafe(|| plan(rt, func, native))).unwrap_or(Plan::Nothing)
+    });
+    let look_ns = now_ns().saturating_sub(look0);
+    if matches!(plan, Plan::Seen(_)) {
         let _ = catch_unwind(watch::supersede);
     }
     set_errno(errno_in);
     // SAFETY: `func` is the non-null host function the program queued with `data`, to be run
     // once on this thread: the driver's contract, which it is being kept now.
     unsafe { std::mem::transmute::<usize, HostFn>(func)(data as *mut c_void) };
-    if let (Some(rt), Some(seen)) = (rt, seen) {
+    let Some(rt) = rt else {
+        return;
+    };
+    let after0 = now_ns();
+    let seen = match plan {
+        Plan::Nothing => None,
+        Plan::Seen(seen) => Some(seen),
+        Plan::Later(asleep) => {
+            let errno_out = errno();
+            let seen = catch_unwind(AssertUnwindSafe(|| look_after(rt, func, native, asleep)))
+                .ok()
+                .flatten();
+            if seen.is_some() {
+                let _ = catch_unwind(watch::supersede);
+            }
+            set_errno(errno_out);
+            seen
+        }
+    };
+    if let Some(seen) = seen {
         let errno_out = errno();
         let _ = catch_unwind(AssertUnwindSafe(|| {
             after(
@@ -222,9 +253,77 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
                     result: 0,
                     polls: 0,
                 },
+                func,
             )
         }));
         set_errno(errno_out);
+    }
+    // The look's time is the library's own (before the program's function, it delays the
+    // wake it looks for): in `overhead_ns`, under the looks' budget rather than the 1%.
+    let ns = look_ns + now_ns().saturating_sub(after0);
+    rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
+    crate::shed::looks(ns);
+}
+
+/// What the trampoline does around the program's function.
+enum Plan {
+    /// No thread to look at.
+    Nothing,
+    /// Looked before the function (step 1).
+    Seen(Seen),
+    /// The main thread was asleep (when, and its CPU time then): look after the function.
+    Later((u64, u64)),
+}
+
+/// Before the program's function: the look (step 1), or, for a function that leaves the
+/// waiting thread asleep when it returns (`later::wanted`), only the main thread's state and
+/// CPU time, the look coming after the function (`look_after`), off the wake's path.
+fn plan(rt: &Runtime, func: usize, native: u32) -> Plan {
+    if native != NO_SITE && rt.cfg.python && later::wanted(func) {
+        if let Some(asleep) = main_asleep() {
+            return Plan::Later(asleep);
+        }
+    }
+    before(rt, native).map_or(Plan::Nothing, Plan::Seen)
+}
+
+/// The main thread's (wall time, CPU time) if it is asleep now (`S` or `D`).
+fn main_asleep() -> Option<(u64, u64)> {
+    let tid = std::process::id();
+    let t0 = waiter::cpu_ns();
+    let at_ns = now_ns();
+    let state = thread_state(tid);
+    let cpu_ns = thread_cpu_ns(tid);
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    matches!(state, Some(b'S' | b'D')).then_some((at_ns, cpu_ns?))
+}
+
+/// Step 1 after the program's function, for `Plan::Later`: the look, valid only if it found
+/// the main thread and that thread has not run since it was seen asleep (its frames are then
+/// those it waited with). When it has run, the function woke it too soon for a look after
+/// it: this function goes back to the look before (`later::raced`), and the wait is counted
+/// as a look skipped.
+fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
+    let tid = std::process::id();
+    let blocked = python::blocked_thread(rt, native);
+    let t0 = waiter::cpu_ns();
+    let still = thread_cpu_ns(tid) == Some(cpu_ns);
+    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    match blocked {
+        Some(b) if b.tid == tid && still => (!stalls::contains(tid)).then_some(Seen {
+            site: b.site,
+            tid,
+            at_ns,
+            cpu_ns,
+        }),
+        // No Python thread waits: the main thread sleeps for another reason.
+        None if still => None,
+        // It ran since (the function woke it), or another thread was found.
+        _ => {
+            later::raced(func);
+            rt.seg.cost().looks_skipped.fetch_add(1, Relaxed);
+            None
+        }
     }
 }
 
@@ -255,7 +354,7 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
 /// come from a thread the function signalled (XLA hands its host functions' work to a thread
 /// of its own, which completes the future), so the thread is watched for a short while
 /// (`watch`).
-fn after(rt: &Runtime, seen: Seen, rec: Record) {
+fn after(rt: &Runtime, seen: Seen, rec: Record, func: usize) {
     let t0 = waiter::cpu_ns();
     let end_ns = now_ns();
     let state = thread_state(seen.tid);
@@ -264,7 +363,11 @@ fn after(rt: &Runtime, seen: Seen, rec: Record) {
     let Some(cpu_now) = cpu_now else {
         return;
     };
-    if cpu_now > seen.cpu_ns || state == Some(b'R') {
+    let woken = cpu_now > seen.cpu_ns || state == Some(b'R');
+    if seen.tid == std::process::id() {
+        later::learn(func, woken);
+    }
+    if woken {
         record(rt, &seen, rec, end_ns, cpu_now);
     } else {
         watch::submit(watch::Watched {
@@ -388,6 +491,117 @@ fn parse_state(line: &[u8], tid: u32) -> Option<u8> {
 }
 
 use crate::clock::cpu_of as thread_cpu_ns;
+
+/// Which host functions are looked at after they run (`Plan::Later`). The look before the
+/// program's function delays the wake it looks for (tens of microseconds: JAX's steps queue
+/// three host functions each). A function that leaves the main thread asleep when it returns
+/// (XLA's hands the wake to a thread of its own) can be looked at after it: the thread's frames
+/// are the same as long as it has not run, which the look checks. Each function (by address)
+/// starts with the look before; after `FIRST_STREAK` returns in a row that left the main thread
+/// asleep, it is looked at after. A look after that finds the thread has run already goes
+/// back to the look before, and the streak it needs is four times longer (at most
+/// `MAX_STREAK`): a function that wakes the thread itself loses few waits.
+mod later {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+
+    /// Functions followed (direct-mapped by address); one that collides starts over.
+    const WAYS: usize = 16;
+    pub const FIRST_STREAK: u32 = 32;
+    pub const MAX_STREAK: u32 = 1 << 20;
+
+    struct Entry {
+        func: AtomicUsize,
+        streak: AtomicU32,
+        need: AtomicU32,
+        after: AtomicBool,
+    }
+
+    static ENTRIES: [Entry; WAYS] = [const {
+        Entry {
+            func: AtomicUsize::new(0),
+            streak: AtomicU32::new(0),
+            need: AtomicU32::new(FIRST_STREAK),
+            after: AtomicBool::new(false),
+        }
+    }; WAYS];
+
+    /// The entry of `func` (taken over from another function if need be).
+    fn entry(func: usize) -> &'static Entry {
+        let e = &ENTRIES[(func >> 4) % WAYS];
+        if e.func.load(Relaxed) != func {
+            e.func.store(func, Relaxed);
+            e.streak.store(0, Relaxed);
+            e.need.store(FIRST_STREAK, Relaxed);
+            e.after.store(false, Relaxed);
+        }
+        e
+    }
+
+    /// Whether `func` is looked at after it runs.
+    pub fn wanted(func: usize) -> bool {
+        let e = &ENTRIES[(func >> 4) % WAYS];
+        e.func.load(Relaxed) == func && e.after.load(Relaxed)
+    }
+
+    /// After `func` ran while the main thread waited: whether it had woken by then.
+    pub fn learn(func: usize, woken: bool) {
+        let e = entry(func);
+        if woken {
+            e.streak.store(0, Relaxed);
+        } else if e.streak.fetch_add(1, Relaxed) + 1 >= e.need.load(Relaxed) {
+            e.after.store(true, Relaxed);
+        }
+    }
+
+    /// A look after `func` found the thread had run: back to the look before.
+    pub fn raced(func: usize) {
+        let e = entry(func);
+        e.after.store(false, Relaxed);
+        e.streak.store(0, Relaxed);
+        let need = e.need.load(Relaxed);
+        e.need
+            .store(need.saturating_mul(4).min(MAX_STREAK), Relaxed);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_function_that_leaves_the_thread_asleep_is_looked_at_after_and_a_race_sends_it_back() {
+            let f = 0x7000_1230;
+            assert!(!wanted(f));
+            for _ in 0..FIRST_STREAK - 1 {
+                learn(f, false);
+            }
+            assert!(!wanted(f), "one short of the streak");
+            // A wake by the function itself starts the streak over.
+            learn(f, true);
+            for _ in 0..FIRST_STREAK - 1 {
+                learn(f, false);
+            }
+            assert!(!wanted(f));
+            learn(f, false);
+            assert!(wanted(f));
+            raced(f);
+            assert!(!wanted(f));
+            for _ in 0..FIRST_STREAK {
+                learn(f, false);
+            }
+            assert!(
+                !wanted(f),
+                "the streak needed is four times longer after a race"
+            );
+            for _ in FIRST_STREAK..4 * FIRST_STREAK {
+                learn(f, false);
+            }
+            assert!(wanted(f));
+            // Another function is followed apart.
+            assert!(!wanted(f + 0x1000));
+        }
+    }
+}
 
 /// Host functions that ran while a Python thread slept and did not wake it themselves: a
 /// thread of the library's (started at the first) watches the sleeping thread's CPU clock for

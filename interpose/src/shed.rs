@@ -34,15 +34,22 @@ static START_NS: AtomicU64 = AtomicU64::new(0);
 static START_OVERHEAD: AtomicU64 = AtomicU64::new(0);
 /// Since when the cost has stayed under a quarter of the budget (0: it has not).
 static CALM_SINCE_NS: AtomicU64 = AtomicU64::new(0);
-/// The library's time the budget leaves out (in `overhead_ns` too): full stack unwinds, and
-/// work before a wait that the GPU's work covered (`behind`); and its value when the current
-/// window began.
+/// The library's time the budget leaves out (in `overhead_ns` too): full stack unwinds, work
+/// before a wait that the GPU's work covered (`behind`), the start of GPU tracing, and the
+/// looks at waiting threads (`looks`); and its value when the current window began.
 static ONE_TIME_NS: AtomicU64 = AtomicU64::new(0);
 static START_ONE_TIME: AtomicU64 = AtomicU64::new(0);
 
 /// Counts `ns` of the library's time as outside the budget: one-time (a full stack unwind), or
 /// hidden in a wait that followed it (`behind::before_wait`).
 pub fn one_time(ns: u64) {
+    ONE_TIME_NS.fetch_add(ns, Relaxed);
+}
+
+/// Counts `ns` of looks at a waiting thread's Python frames (`hostwait`) as outside this
+/// budget: they have their own (`python::waiter::Budget`, 5% of the wall time), and shedding
+/// stacks would end the host waits' counts, not only their detail.
+pub fn looks(ns: u64) {
     ONE_TIME_NS.fetch_add(ns, Relaxed);
 }
 
