@@ -6,9 +6,13 @@
 # (scripts/gpu-stage.sh). Results in RESULTS_DIR (default ./gpu-results/compare-ab): one JSON
 # per row and ab.md, the table of docs/performance.md. PYTHON: see gpu-host.sh.
 #
-#   [CPUS=2,3] bash scripts/compare-ab.sh [CYCLES] [BLOCK_SECONDS] [ROWS]
+#   [CPUS=2,3] [SETTLE=S] bash scripts/compare-ab.sh [CYCLES] [BLOCK_SECONDS] [ROWS]
 #     ROWS: comma-separated workload:mode (default: launch-heavy:stalls,launch-heavy:python,
-#           launch-heavy:gpu-on,compute-heavy:python,compute-heavy:gpu-on)
+#           launch-heavy:gpu-on,compute-heavy:python,compute-heavy:gpu-on). Workloads:
+#           launch-heavy, compute-heavy, and mlp, transformer, jax (the steps of
+#           scenarios/python/cost_workloads.py); modes: stalls, python, gpu-on (attach's
+#           default), duty (`syncspy run`'s default; SETTLE=1.5 times blocks after the
+#           first traced second of each attach)
 set -uo pipefail
 CYCLES=${1:-8}
 BLOCK=${2:-1.5}
@@ -25,6 +29,7 @@ for row in ${ROWS//,/ }; do
   w=${row%%:*} m=${row##*:}
   LD_PRELOAD="$G/libsyncspy.so" SYNCSPY_DORMANT=1 "$PY" scripts/compare_ab.py --syncspy "$G/syncspy" \
     --workload "$w" --mode "$m" --cycles "$CYCLES" --block "$BLOCK" --out "$R/$w-$m.json" \
+    ${SETTLE:+--settle "$SETTLE"} \
     ${CPUS:+--cpus "$CPUS"} \
     >"$R/$w-$m.log" 2>&1
   rc=$?

@@ -17,7 +17,8 @@ gives a 95% interval for each ratio.
 
 Modes (the settings `syncspy attach` passes to the library): `stalls` (SYNCSPY_PYTHON=0,
 SYNCSPY_GPU_IDLE=off), `python` (Python call sites), `gpu-on` (Python call sites and GPU
-activity traced all the time while attached).
+activity traced all the time while attached, attach's default), `duty` (Python call sites
+and GPU activity traced one second in ten, `syncspy run`'s default).
 """
 import argparse
 import json
@@ -31,8 +32,10 @@ import time
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--syncspy", required=True)
-ap.add_argument("--workload", choices=["launch-heavy", "compute-heavy"], default="launch-heavy")
-ap.add_argument("--mode", choices=["stalls", "python", "gpu-on"], default="python")
+ap.add_argument("--workload", choices=["launch-heavy", "compute-heavy", "mlp", "transformer", "jax"],
+                default="launch-heavy",
+                help="mlp, transformer, jax: the steps of scenarios/python/cost_workloads.py")
+ap.add_argument("--mode", choices=["stalls", "python", "gpu-on", "duty"], default="python")
 ap.add_argument("--cycles", type=int, default=12)
 ap.add_argument("--block", type=float, default=2.0, help="seconds of steps per block")
 ap.add_argument("--settle", type=float, default=0.5,
@@ -47,10 +50,19 @@ JOB_CPUS = {int(c) for c in opts.cpus.split(",")} if opts.cpus else set()
 if JOB_CPUS:
     os.sched_setaffinity(0, JOB_CPUS)
 
-import torch  # noqa: E402
+if opts.workload in ("mlp", "transformer", "jax"):
+    # The workloads of the end-to-end table (docs/performance.md); JAX's without PyTorch in
+    # the process, and without JAX's grab of most of the GPU's memory at start.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "scenarios", "python"))
+    import cost_workloads  # noqa: E402
 
-torch.manual_seed(0)
-if opts.workload == "launch-heavy":
+    step = cost_workloads.make_step(opts.workload)
+elif opts.workload == "launch-heavy":
+    import torch  # noqa: E402
+
+    torch.manual_seed(0)
     # The launch-heavy step of scenarios/python/launch_heavy.py: many small kernels.
     size = 256
     layers = []
@@ -68,6 +80,9 @@ if opts.workload == "launch-heavy":
         opt.step()
         return loss.item()
 else:
+    import torch  # noqa: E402
+
+    torch.manual_seed(0)
     # The compute-heavy step of scenarios/python/compute_heavy.py: bf16 matrix products.
     ma = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     mb = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) * 1e-2
@@ -82,6 +97,8 @@ SETTINGS = {
     "stalls": {"SYNCSPY_PYTHON": "0", "SYNCSPY_GPU_IDLE": "off"},
     "python": {"SYNCSPY_PYTHON": "1", "SYNCSPY_GPU_IDLE": "off"},
     "gpu-on": {"SYNCSPY_PYTHON": "1", "SYNCSPY_GPU_IDLE": "on"},
+    # `syncspy run`'s default: GPU activity traced one second in ten.
+    "duty": {"SYNCSPY_PYTHON": "1", "SYNCSPY_GPU_IDLE": "duty"},
 }[opts.mode]
 
 
@@ -142,6 +159,9 @@ class Attached:
         t0 = time.perf_counter()
         while armed() and time.perf_counter() - t0 < 10:
             time.sleep(0.01)
+        self.log.seek(0)
+        # The summary's own-time line ("syncspy overhead: ..."), kept with the result.
+        self.overhead = next((line.strip() for line in self.log if "syncspy overhead" in line), "")
         return self.p.returncode
 
 
@@ -188,6 +208,7 @@ result = {
     # No tool in either half: the first off block of each cycle against the second.
     "noise_floor": summary(ratios(lambda c: c["off"][:1], lambda c: c["off"][1:])),
     "attach_ready_s": statistics.median(x.ready_s for x in attaches),
+    "overhead_lines": [x.overhead for x in attaches],
     "blocks": cycles,
 }
 with open(opts.out, "w") as f:

@@ -20,12 +20,7 @@ import os
 import re
 import time
 
-ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-ap.add_argument("--workload", choices=["mlp", "transformer", "jax"], required=True)
-ap.add_argument("--steps", type=int, default=0, help="timed steps (default: 1000, 100, 2000)")
-ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
-args = ap.parse_args()
-STEPS = args.steps or {"mlp": 1000, "transformer": 100, "jax": 2000}[args.workload]
+WORKLOADS = ("mlp", "transformer", "jax")
 
 
 def marked_lines():
@@ -38,15 +33,15 @@ def marked_lines():
     return out
 
 
-def torch_loop(make_step):
+def torch_loop(make_step, steps, warmup):
     import torch
 
     step = make_step(torch)
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(steps):
         step()
     torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -95,7 +90,40 @@ def transformer(torch):
     return step
 
 
-def jax_loop():
+def jax_step():
+    """The JAX loop's step and its two waits, as one function (scripts/compare_ab.py times it)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step(x, w):
+        for _ in range(8):
+            x = jnp.tanh(x @ w)
+        return x, x.mean()
+
+    key = jax.random.PRNGKey(0)
+    state = [jax.random.normal(key, (2048, 2048))]
+    w = jax.random.normal(key, (2048, 2048)) * 1e-2
+
+    def one():
+        x, m = step(state[0], w)
+        x.block_until_ready()
+        state[0] = x
+        return jax.device_get(m)
+
+    return one
+
+
+def make_step(name):
+    """A function that runs one step of workload `name` (the framework imported on the way)."""
+    if name == "jax":
+        return jax_step()
+    import torch
+
+    return {"mlp": mlp, "transformer": transformer}[name](torch)
+
+
+def jax_loop(steps, warmup):
     import jax
     import jax.numpy as jnp
 
@@ -108,21 +136,33 @@ def jax_loop():
     key = jax.random.PRNGKey(0)
     x = jax.random.normal(key, (2048, 2048))
     w = jax.random.normal(key, (2048, 2048)) * 1e-2
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         x, m = step(x, w)
         x.block_until_ready()
         jax.device_get(m)
     t0 = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(steps):
         x, m = step(x, w)
         x.block_until_ready()  # cost-wait:block_until_ready
         jax.device_get(m)  # cost-wait:device_get
     return time.perf_counter() - t0
 
 
-if args.workload == "jax":
-    seconds = jax_loop()
-else:
-    seconds = torch_loop(mlp if args.workload == "mlp" else transformer)
-print(json.dumps({"workload": args.workload, "pid": os.getpid(), "steps": STEPS,
-                  "ms_per_step": seconds * 1e3 / STEPS, "lines": marked_lines()}), flush=True)
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=WORKLOADS, required=True)
+    ap.add_argument("--steps", type=int, default=0, help="timed steps (default: 1000, 100, 2000)")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    args = ap.parse_args()
+    steps = args.steps or {"mlp": 1000, "transformer": 100, "jax": 2000}[args.workload]
+    if args.workload == "jax":
+        seconds = jax_loop(steps, args.warmup)
+    else:
+        seconds = torch_loop(mlp if args.workload == "mlp" else transformer, steps, args.warmup)
+    print(json.dumps({"workload": args.workload, "pid": os.getpid(), "steps": steps,
+                      "ms_per_step": seconds * 1e3 / steps, "lines": marked_lines()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
