@@ -28,7 +28,7 @@
 //! into (`syncspy attach` of a process started without it), whose launches it sees only in
 //! part. A process started with the library preloaded dormant and armed by `syncspy attach`
 //! is measured: its wrappers were handed out from the start. A measurement begun in one
-//! recording session (a segment) and read in another is dropped (`SESSION`). The report says
+//! recording session (a segment, its `Runtime`) and read in another is dropped. The report says
 //! how many of the stalls of the measured kinds were measured.
 //!
 //! The resume event waits for whatever was queued on its stream before it: when the next
@@ -89,8 +89,8 @@ struct Slot {
     /// `stall_result` of the stall, and its `FLAG_PER_THREAD` bit.
     what: AtomicU32,
     flags: AtomicU8,
-    /// The recording session (`SESSION`) the stall was recorded in.
-    session: AtomicU32,
+    /// The runtime (its address: one per segment, never freed) the stall was recorded in.
+    runtime: AtomicUsize,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -106,7 +106,7 @@ const EMPTY: Slot = Slot {
     site: AtomicU32::new(NO_SITE),
     what: AtomicU32::new(0),
     flags: AtomicU8::new(0),
-    session: AtomicU32::new(0),
+    runtime: AtomicUsize::new(0),
 };
 
 static SLOTS: [Slot; SLOT_COUNT] = [EMPTY; SLOT_COUNT];
@@ -116,14 +116,6 @@ static ARMED_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// bypass the library) a stall is not measured, as only a copy would end it.
 static LAUNCH_SEEN: AtomicBool = AtomicBool::new(false);
 static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
-/// The recording session: a new segment (`syncspy attach` again, after a detach) starts a new
-/// one, and a measurement of an earlier session is not written into it.
-static SESSION: AtomicU32 = AtomicU32::new(0);
-
-/// A new segment is in use: measurements begun before it are dropped when read.
-pub(crate) fn new_session() {
-    SESSION.fetch_add(1, Relaxed);
-}
 
 /// A thread's armed slot (`NONE`: not armed). A thread that ends armed gives its slot back and
 /// leaves the count of armed threads, so that launches do not keep looking for it.
@@ -292,7 +284,7 @@ pub(crate) fn after_wait(
     s.site.store(site, Relaxed);
     s.what.store(stall_result(kind, call.api), Relaxed);
     s.flags.store(call.flags & FLAG_PER_THREAD, Relaxed);
-    s.session.store(SESSION.load(Relaxed), Relaxed);
+    s.runtime.store(identity(rt), Relaxed);
     if ARMED_SLOT.try_with(|a| a.set(i as u32)).is_err() {
         s.state.store(FREE, Release);
         return;
@@ -402,7 +394,7 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     {
         return true;
     }
-    if stale(s) {
+    if stale(s, identity(rt)) {
         // Begun while recording into an earlier segment: not this one's.
         s.state.store(FREE, Release);
         return true;
@@ -422,9 +414,14 @@ fn read(rt: &'static Runtime, i: usize) -> bool {
     true
 }
 
-/// Whether slot `s`'s stall was recorded in an earlier session (before a detach).
-fn stale(s: &Slot) -> bool {
-    s.session.load(Relaxed) != SESSION.load(Relaxed)
+/// Whether slot `s`'s stall was recorded into another segment than `runtime`'s (before a
+/// detach and a new attach): a new segment comes with a new `Runtime`.
+fn stale(s: &Slot, runtime: usize) -> bool {
+    s.runtime.load(Relaxed) != runtime
+}
+
+fn identity(rt: &Runtime) -> usize {
+    rt as *const Runtime as usize
 }
 
 /// Writes slot `s`'s measurement, `idle_ns` behind its stall.
@@ -574,12 +571,10 @@ mod tests {
     #[test]
     fn a_measurement_begun_before_a_new_segment_is_stale() {
         let s = Slot { ..EMPTY };
-        s.session.store(SESSION.load(Relaxed), Relaxed);
-        assert!(!stale(&s));
-        new_session();
-        assert!(stale(&s));
-        s.session.store(SESSION.load(Relaxed), Relaxed);
-        assert!(!stale(&s));
+        s.runtime.store(0x7f00_1000, Relaxed);
+        assert!(!stale(&s, 0x7f00_1000));
+        // After a detach and a new attach: another runtime.
+        assert!(stale(&s, 0x7f00_2000));
     }
 
     #[test]

@@ -108,10 +108,9 @@ fn init() -> Option<&'static Runtime> {
                 .fetch_add(MISSED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             live.overhead_ns
                 .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
-            // A new segment: the budget's windows and the stall measurements start over
-            // (after a detach, the last session's are not this one's).
+            // A new segment: the budget's windows start over (after a detach, the last
+            // segment's counters are not this one's).
             crate::shed::reset();
-            crate::behind::new_session();
             RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Relaxed);
             // A disarm that came meanwhile (it waits for INITIALIZING to end) wins.
             let _ =
