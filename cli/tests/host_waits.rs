@@ -294,3 +294,41 @@ for _ in range(150):
         "{stderr}"
     );
 }
+
+/// Each wait runs three host functions, two that leave the thread asleep and one that wakes
+/// it: after a few dozen waits the first two are looked at after they run (`hostwait::later`),
+/// the second within the same sleep as the first (no read: the thread has not run). Each wait
+/// is still counted once, at its line, and no look is skipped. The waking function runs 10 ms
+/// after the queuing: the thread is asleep by then even on a loaded machine (with 4 ms, one
+/// wait in 200 did not happen: the post came first).
+#[test]
+fn waits_that_run_several_host_functions_are_each_counted_once_at_their_line() {
+    let d = TempDir::new("host-wait-later");
+    let text = format!(
+        "{}{}",
+        preamble!(),
+        "\
+post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
+sem = ctypes.create_string_buffer(64)
+assert libc.sem_init(sem, 0, 0) == 0
+def queue():
+    assert cu.cuLaunchHostFunc(s, usleep, 5000) == 0
+    assert cu.cuLaunchHostFunc(s, usleep, 5000) == 0
+    assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(sem)) == 0
+for _ in range(60):
+    queue(); libc.sem_wait(sem)
+    queue(); libc.sem_wait(sem)
+"
+    );
+    let (script, p, stderr) = run(&d, &text, &[]);
+    let got = host_waits_by_line(&p);
+    assert_eq!(
+        got,
+        [
+            (format!("{script}:22 in <module>"), 60),
+            (format!("{script}:23 in <module>"), 60),
+        ],
+        "{stderr}"
+    );
+    assert_eq!(p["cost"]["looks_skipped"].as_u64().unwrap_or(0), 0, "{p:#}");
+}

@@ -298,6 +298,14 @@ fn main_asleep() -> Option<(u64, u64)> {
     matches!(state, Some(b'S' | b'D')).then_some((at_ns, cpu_ns?))
 }
 
+thread_local! {
+    /// The last look after a function that found the main thread waiting: the runtime (the
+    /// segment its sites belong to), the thread's CPU time then, the native site looked from,
+    /// and the site found.
+    static LAST_LOOK: std::cell::Cell<(usize, u64, u32, u32)> =
+        const { std::cell::Cell::new((0, 0, NO_SITE, NO_SITE)) };
+}
+
 /// Step 1 after the program's function, for `Plan::Later`: the look, valid only if it found
 /// the main thread and that thread has not run since it was seen asleep (its frames are then
 /// those it waited with). When it has run, the function woke it too soon for a look after
@@ -305,17 +313,38 @@ fn main_asleep() -> Option<(u64, u64)> {
 /// as a look skipped.
 fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
     let tid = std::process::id();
+    // The main thread has not run since the last look found it waiting (its CPU time is the
+    // same): its frames, and so the site, are the same. No read.
+    let segment = rt as *const Runtime as usize;
+    if let Some(site) = LAST_LOOK
+        .try_with(|l| {
+            let (seg, cpu, nat, site) = l.get();
+            (seg == segment && cpu == cpu_ns && nat == native).then_some(site)
+        })
+        .ok()
+        .flatten()
+    {
+        return (!stalls::contains(tid)).then_some(Seen {
+            site,
+            tid,
+            at_ns,
+            cpu_ns,
+        });
+    }
     let blocked = python::blocked_thread(rt, native);
     let t0 = waiter::cpu_ns();
     let still = thread_cpu_ns(tid) == Some(cpu_ns);
     waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
     match blocked {
-        Some(b) if b.tid == tid && still => (!stalls::contains(tid)).then_some(Seen {
-            site: b.site,
-            tid,
-            at_ns,
-            cpu_ns,
-        }),
+        Some(b) if b.tid == tid && still => {
+            let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, b.site)));
+            (!stalls::contains(tid)).then_some(Seen {
+                site: b.site,
+                tid,
+                at_ns,
+                cpu_ns,
+            })
+        }
         // No Python thread waits: the main thread sleeps for another reason.
         None if still => None,
         // It ran since (the function woke it), or another thread was found.
