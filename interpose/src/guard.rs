@@ -4,7 +4,7 @@
 //! forwards to the real function, just without recording.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bumped whenever the process's segment changes: in a fork child (cached thread ids are the
 /// parent's) and when a segment is created (a re-attach makes a new one, whose call-site and
@@ -96,6 +96,22 @@ pub fn tid() -> u32 {
     .unwrap_or_else(|_| gettid())
 }
 
+/// The process id, cached (`getpid` is a system call; the looks at a waiting thread ask for it
+/// several times each): taken again after a fork (`FORK_GEN`).
+#[inline]
+pub fn pid() -> u32 {
+    static PID: AtomicU64 = AtomicU64::new(u64::MAX);
+    let gen = FORK_GEN.load(Ordering::Relaxed);
+    let v = PID.load(Ordering::Relaxed);
+    if v >> 32 == u64::from(gen) {
+        return v as u32;
+    }
+    // SAFETY: getpid has no arguments and cannot fail.
+    let p = unsafe { libc::getpid() } as u32;
+    PID.store(u64::from(gen) << 32 | u64::from(p), Ordering::Relaxed);
+    p
+}
+
 #[cold]
 fn gettid() -> u32 {
     // SAFETY: gettid has no arguments and cannot fail.
@@ -105,6 +121,14 @@ fn gettid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cached_pid_is_the_process_id_and_follows_a_new_generation() {
+        assert_eq!(pid(), std::process::id());
+        FORK_GEN.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(pid(), std::process::id());
+        assert_eq!(pid(), std::process::id());
+    }
 
     #[test]
     fn overhead_weights_are_exact_first_then_sampled_and_add_up() {

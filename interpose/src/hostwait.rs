@@ -289,12 +289,12 @@ fn plan(rt: &Runtime, func: usize, native: u32) -> Plan {
 
 /// The main thread's (wall time, CPU time) if it is asleep now (`S` or `D`).
 fn main_asleep() -> Option<(u64, u64)> {
-    let tid = std::process::id();
-    let t0 = waiter::cpu_ns();
+    let tid = crate::guard::pid();
+    let t0 = waiter::look_clock();
     let at_ns = now_ns();
     let state = thread_state(tid);
     let cpu_ns = thread_cpu_ns(tid);
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
     matches!(state, Some(b'S' | b'D')).then_some((at_ns, cpu_ns?))
 }
 
@@ -312,7 +312,7 @@ thread_local! {
 /// it: this function goes back to the look before (`later::raced`), and the wait is counted
 /// as a look skipped.
 fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
-    let tid = std::process::id();
+    let tid = crate::guard::pid();
     // The main thread has not run since the last look found it waiting (its CPU time is the
     // same): its frames, and so the site, are the same. No read.
     let segment = rt as *const Runtime as usize;
@@ -332,9 +332,9 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
         });
     }
     let blocked = python::blocked_thread(rt, native);
-    let t0 = waiter::cpu_ns();
+    let t0 = waiter::look_clock();
     let still = thread_cpu_ns(tid) == Some(cpu_ns);
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
     match blocked {
         Some(b) if b.tid == tid && still => {
             let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, b.site)));
@@ -362,11 +362,11 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
     if stalls::contains(blocked.tid) {
         return None;
     }
-    let t0 = waiter::cpu_ns();
+    let t0 = waiter::look_clock();
     let at_ns = now_ns();
     let state = thread_state(blocked.tid);
     let cpu_ns = thread_cpu_ns(blocked.tid);
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
     match (state, cpu_ns) {
         (Some(b'S' | b'D'), Some(cpu_ns)) => Some(Seen {
             site: blocked.site,
@@ -384,16 +384,16 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
 /// of its own, which completes the future), so the thread is watched for a short while
 /// (`watch`).
 fn after(rt: &Runtime, seen: Seen, rec: Record, func: usize) {
-    let t0 = waiter::cpu_ns();
+    let t0 = waiter::look_clock();
     let end_ns = now_ns();
     let state = thread_state(seen.tid);
     let cpu_now = thread_cpu_ns(seen.tid);
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
     let Some(cpu_now) = cpu_now else {
         return;
     };
     let woken = cpu_now > seen.cpu_ns || state == Some(b'R');
-    if seen.tid == std::process::id() {
+    if seen.tid == crate::guard::pid() {
         later::learn(func, woken);
     }
     if woken {
@@ -438,7 +438,7 @@ fn start_of_wait(reference: Option<(u64, u64)>, seen: &Seen, queued_ns: u64) -> 
 /// thread's file (the usual waiter) stays open: one `pread` a look instead of three calls.
 fn thread_state(tid: u32) -> Option<u8> {
     let mut buf = [0u8; 256];
-    if tid == std::process::id() {
+    if tid == crate::guard::pid() {
         if let Some(state) = main_state(tid, &mut buf) {
             return Some(state);
         }
@@ -734,9 +734,9 @@ mod watch {
             let young = now_ns().saturating_sub(youngest) < YOUNG_NS;
             // A new entry's unpark ends a late pause early.
             std::thread::park_timeout(if young { POLL } else { LATE_POLL });
-            let t0 = waiter::cpu_ns();
+            let t0 = waiter::look_clock();
             let _ = catch_unwind(AssertUnwindSafe(step));
-            waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+            waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
         }
     }
 

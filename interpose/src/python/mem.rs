@@ -119,8 +119,7 @@ impl Remote {
         self.tags = [0; PAGES];
         self.next = 0;
         self.calls = 0;
-        // SAFETY: getpid has no preconditions.
-        self.pid = unsafe { libc::getpid() };
+        self.pid = crate::guard::pid() as libc::pid_t;
     }
 
     /// Copies `len` bytes at `addr` into `dst` with one system call; false on any shortfall.

@@ -80,14 +80,14 @@ fn key(py: &Python, m: &mut Remote, main: (usize, (usize, usize)), u: Use, c0: u
     m.reset();
     let stack = waiter::stack_key(py, m, main.0, main.1)?;
     let key = mix(mix(stack, u64::from(u.native)), u.salt) | 1;
-    (cpu_of(std::process::id())? == c0).then_some(key)
+    (cpu_of(crate::guard::pid())? == c0).then_some(key)
 }
 
 /// The main thread waiting at a stack seen before, with that stack's site; `None` when it
 /// is not known, not waiting, or ran while it was read.
 pub fn quick(py: &Python, m: &mut Remote, u: Use) -> Option<Blocked> {
     let main = with(|m| m.main)?;
-    let tid = std::process::id();
+    let tid = crate::guard::pid();
     let c0 = cpu_of(tid)?;
     let key = key(py, m, main, u, c0)?;
     let site = with(|m| {

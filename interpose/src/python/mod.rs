@@ -142,7 +142,7 @@ fn waited(rt: &Runtime, py: &Python, native: u32, me: usize) -> u32 {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b.site);
         }
-        let c0 = crate::clock::cpu_of(std::process::id());
+        let c0 = crate::clock::cpu_of(crate::guard::pid());
         let mut w = Walk::new();
         let found = waiter::find(py, m, me, &mut w).ok()?;
         let main = found.main;
@@ -195,9 +195,7 @@ fn read_others<R>(
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return None;
     }
-    // The thread's CPU time, not the wall clock: a read preempted by the scheduler does not
-    // spend the budget.
-    let t0 = waiter::cpu_ns();
+    let t0 = waiter::look_clock();
     let out = match waiter::with_scratch(purpose, read) {
         Some(out) => out,
         None => {
@@ -208,7 +206,7 @@ fn read_others<R>(
             None
         }
     };
-    waiter::Budget::spend(waiter::cpu_ns().saturating_sub(t0));
+    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
     out
 }
 
@@ -244,7 +242,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b);
         }
-        let c0 = crate::clock::cpu_of(std::process::id());
+        let c0 = crate::clock::cpu_of(crate::guard::pid());
         let mut w = Walk::new();
         let found = waiter::find(py, m, 0, &mut w).ok()?;
         let tid = waiter::native_tid(py, m, found)?;

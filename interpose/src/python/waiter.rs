@@ -221,7 +221,7 @@ pub fn stack_key(py: &Python, m: &mut Remote, tstate: usize, gil: (usize, usize)
 /// this process (`hostwait::thread_state` reads its `/proc/self/task` entry).
 pub fn native_tid(py: &Python, m: &mut Remote, found: Found) -> Option<u32> {
     if found.main {
-        return Some(std::process::id());
+        return Some(crate::guard::pid());
     }
     if py.layout.minor < 11 {
         return None;
@@ -289,7 +289,15 @@ pub fn with_scratch<R>(purpose: Purpose, f: impl FnOnce(&mut Remote) -> R) -> Op
 /// The calling thread's CPU time in ns (0 if unreadable).
 pub use crate::clock::thread_cpu_ns as cpu_ns;
 
-/// The process's budget for other-thread reads: the CPU time they took may not pass 5 ms plus
+/// The clock the reads' budget is kept in: the monotonic clock, read through the vDSO. The
+/// calling thread's CPU clock (which a preempted read would not have spent) is a system call:
+/// two of them for each of a look's three or four timed parts came to about as many system
+/// calls as the look's own reads (`process_vm_readv`, the `/proc` state).
+pub fn look_clock() -> u64 {
+    crate::clock::now_ns()
+}
+
+/// The process's budget for other-thread reads: the time they took may not pass 5 ms plus
 /// 5% of the wall time since the first one, so a runtime that stalls many thousand times a
 /// second on its own threads loses at most that share of its time to them. The looks run on
 /// the stalling runtime threads and on the driver's host-function thread, not on the
