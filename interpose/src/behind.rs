@@ -491,7 +491,7 @@ fn events_for(s: &Slot) -> Option<(usize, usize)> {
     // (CU_EVENT_DEFAULT: timed).
     let made = unsafe { create(&mut a, 0) } == 0 && unsafe { create(&mut b, 0) } == 0;
     // Once per slot and context: outside the budget, like the library's start-up.
-    crate::shed::one_time(now_ns().saturating_sub(t));
+    crate::shed::outside(now_ns().saturating_sub(t));
     if !made {
         return None;
     }

@@ -69,7 +69,7 @@ pub fn hook(describe: impl FnOnce() -> Call, real: impl FnOnce() -> u32) -> u32 
     first_return();
     if before_ns > 0 && t1.saturating_sub(t0) > before_ns {
         // The GPU was still busy: the host would have waited through the measurement's work.
-        crate::shed::one_time(before_ns);
+        crate::shed::outside(before_ns);
     }
     let errno_out = errno();
     let recorded = catch_unwind(AssertUnwindSafe(|| {

@@ -43,7 +43,7 @@
 //! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
 //! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
 //! and two of its CPU clock, under the waiter reads' budget (5% of the process's wall time).
-//! The time is the library's own (`overhead_ns`), outside the 1% budget (`shed::looks`). Slots
+//! The time is the library's own (`overhead_ns`), outside the 1% budget (`shed::outside`). Slots
 //! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
 //! driver runs host functions in order on its own thread, which is not a Python thread; the
 //! trampoline makes no CUDA call (host functions must not).
@@ -262,7 +262,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     // wake it looks for): in `overhead_ns`, under the looks' budget rather than the 1%.
     let ns = look_ns + now_ns().saturating_sub(after0);
     rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
-    crate::shed::looks(ns);
+    crate::shed::outside(ns);
 }
 
 /// What the trampoline does around the program's function.
@@ -287,15 +287,25 @@ fn plan(rt: &Runtime, func: usize, native: u32) -> Plan {
     before(rt, native).map_or(Plan::Nothing, Plan::Seen)
 }
 
-/// The main thread's (wall time, CPU time) if it is asleep now (`S` or `D`).
-fn main_asleep() -> Option<(u64, u64)> {
-    let tid = crate::guard::pid();
-    let t0 = waiter::look_clock();
+/// Thread `tid` now: when (the monotonic clock), its scheduler state and its CPU time, the
+/// reads spent from the looks' budget.
+fn thread_now(tid: u32) -> (u64, Option<u8>, Option<u64>) {
     let at_ns = now_ns();
     let state = thread_state(tid);
     let cpu_ns = thread_cpu_ns(tid);
-    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
-    matches!(state, Some(b'S' | b'D')).then_some((at_ns, cpu_ns?))
+    waiter::Budget::spend(now_ns().saturating_sub(at_ns));
+    (at_ns, state, cpu_ns)
+}
+
+/// Whether a thread state says it is asleep (`S` or `D`).
+fn asleep(state: Option<u8>) -> bool {
+    matches!(state, Some(b'S' | b'D'))
+}
+
+/// The main thread's (wall time, CPU time) if it is asleep now.
+fn main_asleep() -> Option<(u64, u64)> {
+    let (at_ns, state, cpu_ns) = thread_now(crate::guard::pid());
+    asleep(state).then_some((at_ns, cpu_ns?))
 }
 
 thread_local! {
@@ -332,9 +342,7 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
         });
     }
     let blocked = python::blocked_thread(rt, native);
-    let t0 = waiter::look_clock();
-    let still = thread_cpu_ns(tid) == Some(cpu_ns);
-    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
+    let still = waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(cpu_ns);
     match blocked {
         Some(b) if b.tid == tid && still => {
             let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, b.site)));
@@ -362,20 +370,13 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
     if stalls::contains(blocked.tid) {
         return None;
     }
-    let t0 = waiter::look_clock();
-    let at_ns = now_ns();
-    let state = thread_state(blocked.tid);
-    let cpu_ns = thread_cpu_ns(blocked.tid);
-    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
-    match (state, cpu_ns) {
-        (Some(b'S' | b'D'), Some(cpu_ns)) => Some(Seen {
-            site: blocked.site,
-            tid: blocked.tid,
-            at_ns,
-            cpu_ns,
-        }),
-        _ => None,
-    }
+    let (at_ns, state, cpu_ns) = thread_now(blocked.tid);
+    asleep(state).then_some(Seen {
+        site: blocked.site,
+        tid: blocked.tid,
+        at_ns,
+        cpu_ns: cpu_ns?,
+    })
 }
 
 /// Step 3: whether the program's function woke the thread `seen`. Woken already (runnable,
@@ -384,11 +385,7 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
 /// of its own, which completes the future), so the thread is watched for a short while
 /// (`watch`).
 fn after(rt: &Runtime, seen: Seen, rec: Record, func: usize) {
-    let t0 = waiter::look_clock();
-    let end_ns = now_ns();
-    let state = thread_state(seen.tid);
-    let cpu_now = thread_cpu_ns(seen.tid);
-    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
+    let (end_ns, state, cpu_now) = thread_now(seen.tid);
     let Some(cpu_now) = cpu_now else {
         return;
     };
@@ -555,9 +552,14 @@ mod later {
         }
     }; WAYS];
 
+    /// Where `func` is followed.
+    fn way(func: usize) -> &'static Entry {
+        &ENTRIES[(func >> 4) % WAYS]
+    }
+
     /// The entry of `func` (taken over from another function if need be).
     fn entry(func: usize) -> &'static Entry {
-        let e = &ENTRIES[(func >> 4) % WAYS];
+        let e = way(func);
         if e.func.load(Relaxed) != func {
             e.func.store(func, Relaxed);
             e.streak.store(0, Relaxed);
@@ -569,7 +571,7 @@ mod later {
 
     /// Whether `func` is looked at after it runs.
     pub fn wanted(func: usize) -> bool {
-        let e = &ENTRIES[(func >> 4) % WAYS];
+        let e = way(func);
         e.func.load(Relaxed) == func && e.after.load(Relaxed)
     }
 
@@ -734,9 +736,7 @@ mod watch {
             let young = now_ns().saturating_sub(youngest) < YOUNG_NS;
             // A new entry's unpark ends a late pause early.
             std::thread::park_timeout(if young { POLL } else { LATE_POLL });
-            let t0 = waiter::look_clock();
-            let _ = catch_unwind(AssertUnwindSafe(step));
-            waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
+            let _ = waiter::Budget::timed(|| catch_unwind(AssertUnwindSafe(step)));
         }
     }
 

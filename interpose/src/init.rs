@@ -124,7 +124,7 @@ fn init() -> Option<&'static Runtime> {
             let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
             let g = now_ns().saturating_sub(g0);
             live.overhead_ns.fetch_add(g, Ordering::Relaxed);
-            crate::shed::one_time(g);
+            crate::shed::outside(g);
             Some(rt)
         }
         None => {

@@ -70,7 +70,7 @@ pub(crate) fn emit(
         let ns = now_ns().saturating_sub(t1).saturating_mul(w);
         rt.seg.live().overhead_ns.fetch_add(ns, Ordering::Relaxed);
         if unwound {
-            crate::shed::one_time(ns);
+            crate::shed::outside(ns);
         }
     }
     crate::shed::check(&rt.seg, t1);

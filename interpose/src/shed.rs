@@ -6,7 +6,7 @@
 //! what it grew by in a window, against the budget's share of the window. One-time costs are
 //! left out: the first window opens at the first recorded event (after the start-up: the
 //! segment, CUPTI's loading), and a full stack unwind (a call site met for the first time, or
-//! a thread's stack cache missed) counts apart (`one_time`): a program's first steps unwind
+//! a thread's stack cache missed) counts apart (`outside`): a program's first steps unwind
 //! each of its call sites once, which is not what it costs while it runs. Over the budget, one more level is shed (`cost::SHED_STACKS`, then `SHED_GAPS`, then
 //! `SHED_RECORDS`), at most one a window, so that each level's effect is measured before the
 //! next; under a quarter of the budget for `CALM_NS`, one level is taken back.
@@ -34,23 +34,19 @@ static START_NS: AtomicU64 = AtomicU64::new(0);
 static START_OVERHEAD: AtomicU64 = AtomicU64::new(0);
 /// Since when the cost has stayed under a quarter of the budget (0: it has not).
 static CALM_SINCE_NS: AtomicU64 = AtomicU64::new(0);
-/// The library's time the budget leaves out (in `overhead_ns` too): full stack unwinds, work
-/// before a wait that the GPU's work covered (`behind`), the start of GPU tracing, and the
-/// looks at waiting threads (`looks`); and its value when the current window began.
-static ONE_TIME_NS: AtomicU64 = AtomicU64::new(0);
-static START_ONE_TIME: AtomicU64 = AtomicU64::new(0);
+/// The library's time the budget leaves out (in `overhead_ns` too, see `outside`); and its
+/// value when the current window began.
+static OUTSIDE_NS: AtomicU64 = AtomicU64::new(0);
+static START_OUTSIDE: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `ns` of the library's time as outside the budget: one-time (a full stack unwind), or
-/// hidden in a wait that followed it (`behind::before_wait`).
-pub fn one_time(ns: u64) {
-    ONE_TIME_NS.fetch_add(ns, Relaxed);
-}
-
-/// Counts `ns` of looks at a waiting thread's Python frames (`hostwait`) as outside this
-/// budget: they have their own (`python::waiter::Budget`, 5% of the wall time), and shedding
-/// stacks would end the host waits' counts, not only their detail.
-pub fn looks(ns: u64) {
-    ONE_TIME_NS.fetch_add(ns, Relaxed);
+/// Counts `ns` of the library's time (already in `overhead_ns`) as outside the budget:
+/// one-time costs (a full stack unwind, the start of GPU tracing, a slot's events made), work
+/// hidden in a wait that followed it (`behind::before_wait`), and the looks at a waiting
+/// thread's Python frames (`hostwait`), which have a budget of their own
+/// (`python::waiter::Budget`): shedding stacks would end the host waits' counts, not only
+/// their detail.
+pub fn outside(ns: u64) {
+    OUTSIDE_NS.fetch_add(ns, Relaxed);
 }
 
 /// Parses `SYNCSPY_BUDGET`: a percentage of the wall time (`1`, `0.5`, `2%`); `0` or `off`
@@ -91,10 +87,10 @@ fn close(seg: &SegmentWriter, now_ns: u64, due: u64) {
     }
     let overhead = seg.live().overhead_ns.load(Relaxed);
     let began = START_NS.swap(now_ns, Relaxed);
-    let one_time = ONE_TIME_NS.load(Relaxed);
+    let outside = OUTSIDE_NS.load(Relaxed);
     let spent = overhead
         .saturating_sub(START_OVERHEAD.swap(overhead, Relaxed))
-        .saturating_sub(one_time.saturating_sub(START_ONE_TIME.swap(one_time, Relaxed)));
+        .saturating_sub(outside.saturating_sub(START_OUTSIDE.swap(outside, Relaxed)));
     let cost = seg.cost();
     let ppm = cost.budget_ppm.load(Relaxed);
     if due == 0 || began == 0 || ppm == 0 {
@@ -147,9 +143,9 @@ pub fn room(seg: &SegmentWriter) -> bool {
         .load(Relaxed)
         .saturating_sub(START_OVERHEAD.load(Relaxed))
         .saturating_sub(
-            ONE_TIME_NS
+            OUTSIDE_NS
                 .load(Relaxed)
-                .saturating_sub(START_ONE_TIME.load(Relaxed)),
+                .saturating_sub(START_OUTSIDE.load(Relaxed)),
         );
     within(spent, ppm)
 }
@@ -166,8 +162,8 @@ pub fn reset() {
     START_NS.store(0, Relaxed);
     START_OVERHEAD.store(0, Relaxed);
     CALM_SINCE_NS.store(0, Relaxed);
-    ONE_TIME_NS.store(0, Relaxed);
-    START_ONE_TIME.store(0, Relaxed);
+    OUTSIDE_NS.store(0, Relaxed);
+    START_OUTSIDE.store(0, Relaxed);
 }
 
 #[cfg(test)]

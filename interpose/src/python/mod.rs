@@ -195,8 +195,7 @@ fn read_others<R>(
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return None;
     }
-    let t0 = waiter::look_clock();
-    let out = match waiter::with_scratch(purpose, read) {
+    waiter::Budget::timed(|| match waiter::with_scratch(purpose, read) {
         Some(out) => out,
         None => {
             rt.seg
@@ -205,9 +204,7 @@ fn read_others<R>(
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             None
         }
-    };
-    waiter::Budget::spend(waiter::look_clock().saturating_sub(t0));
-    out
+    })
 }
 
 /// A Python thread found blocked without the GIL as a host function was about to run

@@ -289,14 +289,6 @@ pub fn with_scratch<R>(purpose: Purpose, f: impl FnOnce(&mut Remote) -> R) -> Op
 /// The calling thread's CPU time in ns (0 if unreadable).
 pub use crate::clock::thread_cpu_ns as cpu_ns;
 
-/// The clock the reads' budget is kept in: the monotonic clock, read through the vDSO. The
-/// calling thread's CPU clock (which a preempted read would not have spent) is a system call:
-/// two of them for each of a look's three or four timed parts came to about as many system
-/// calls as the look's own reads (`process_vm_readv`, the `/proc` state).
-pub fn look_clock() -> u64 {
-    crate::clock::now_ns()
-}
-
 /// The process's budget for other-thread reads: the time they took may not pass 5 ms plus
 /// 5% of the wall time since the first one, so a runtime that stalls many thousand times a
 /// second on its own threads loses at most that share of its time to them. The looks run on
@@ -327,5 +319,16 @@ impl Budget {
     /// Counts the time a read took.
     pub fn spend(ns: u64) {
         SPENT_NS.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Runs `f`, a read, and spends its time. The time is the monotonic clock's (the vDSO):
+    /// the calling thread's CPU clock, which a preempted read would not spend, is a system
+    /// call, and two of them for each of a look's timed parts came to about as many system
+    /// calls as the look's own reads (`process_vm_readv`, the `/proc` state).
+    pub fn timed<R>(f: impl FnOnce() -> R) -> R {
+        let t0 = crate::clock::now_ns();
+        let r = f();
+        Self::spend(crate::clock::now_ns().saturating_sub(t0));
+        r
     }
 }
