@@ -30,11 +30,17 @@ import subprocess
 import sys
 import time
 
+# The workloads of the end-to-end table (docs/performance.md): scenarios/python/cost_workloads.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "scenarios", "python"))
+import cost_workloads  # noqa: E402
+
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--syncspy", required=True)
-ap.add_argument("--workload", choices=["launch-heavy", "compute-heavy", "mlp", "transformer", "jax"],
+ap.add_argument("--workload", choices=["launch-heavy", "compute-heavy", *cost_workloads.WORKLOADS],
                 default="launch-heavy",
-                help="mlp, transformer, jax: the steps of scenarios/python/cost_workloads.py")
+                help=f"{', '.join(cost_workloads.WORKLOADS)}: the steps of "
+                     "scenarios/python/cost_workloads.py")
 ap.add_argument("--mode", choices=["stalls", "python", "gpu-on", "duty"], default="python")
 ap.add_argument("--cycles", type=int, default=12)
 ap.add_argument("--block", type=float, default=2.0, help="seconds of steps per block")
@@ -50,14 +56,10 @@ JOB_CPUS = {int(c) for c in opts.cpus.split(",")} if opts.cpus else set()
 if JOB_CPUS:
     os.sched_setaffinity(0, JOB_CPUS)
 
-if opts.workload in ("mlp", "transformer", "jax"):
-    # The workloads of the end-to-end table (docs/performance.md); JAX's without PyTorch in
-    # the process, and without JAX's grab of most of the GPU's memory at start.
+if opts.workload in cost_workloads.WORKLOADS:
+    # JAX's without PyTorch in the process, and without JAX's grab of most of the GPU's
+    # memory at start.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                    "scenarios", "python"))
-    import cost_workloads  # noqa: E402
-
     step = cost_workloads.make_step(opts.workload)
 elif opts.workload == "launch-heavy":
     import torch  # noqa: E402

@@ -90,40 +90,8 @@ def transformer(torch):
     return step
 
 
-def jax_step():
-    """The JAX loop's step and its two waits, as one function (scripts/compare_ab.py times it)."""
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def step(x, w):
-        for _ in range(8):
-            x = jnp.tanh(x @ w)
-        return x, x.mean()
-
-    key = jax.random.PRNGKey(0)
-    state = [jax.random.normal(key, (2048, 2048))]
-    w = jax.random.normal(key, (2048, 2048)) * 1e-2
-
-    def one():
-        x, m = step(state[0], w)
-        x.block_until_ready()
-        state[0] = x
-        return jax.device_get(m)
-
-    return one
-
-
-def make_step(name):
-    """A function that runs one step of workload `name` (the framework imported on the way)."""
-    if name == "jax":
-        return jax_step()
-    import torch
-
-    return {"mlp": mlp, "transformer": transformer}[name](torch)
-
-
-def jax_loop(steps, warmup):
+def jax_setup():
+    """The JAX loop's jitted step (eight products of 2048 x 2048 and `tanh`) and its inputs."""
     import jax
     import jax.numpy as jnp
 
@@ -136,6 +104,37 @@ def jax_loop(steps, warmup):
     key = jax.random.PRNGKey(0)
     x = jax.random.normal(key, (2048, 2048))
     w = jax.random.normal(key, (2048, 2048)) * 1e-2
+    return jax, step, x, w
+
+
+def jax_step():
+    """The JAX loop's step and its two waits, as one function (scripts/compare_ab.py times it)."""
+    jax, step, x0, w = jax_setup()
+    state = [x0]
+
+    def one():
+        x, m = step(state[0], w)
+        x.block_until_ready()
+        state[0] = x
+        return jax.device_get(m)
+
+    return one
+
+
+TORCH_STEPS = {"mlp": mlp, "transformer": transformer}
+
+
+def make_step(name):
+    """A function that runs one step of workload `name` (the framework imported on the way)."""
+    if name == "jax":
+        return jax_step()
+    import torch
+
+    return TORCH_STEPS[name](torch)
+
+
+def jax_loop(steps, warmup):
+    jax, step, x, w = jax_setup()
     for _ in range(warmup):
         x, m = step(x, w)
         x.block_until_ready()
@@ -159,7 +158,7 @@ def main():
     if args.workload == "jax":
         seconds = jax_loop(steps, args.warmup)
     else:
-        seconds = torch_loop(mlp if args.workload == "mlp" else transformer, steps, args.warmup)
+        seconds = torch_loop(TORCH_STEPS[args.workload], steps, args.warmup)
     print(json.dumps({"workload": args.workload, "pid": os.getpid(), "steps": steps,
                       "ms_per_step": seconds * 1e3 / steps, "lines": marked_lines()}), flush=True)
 
