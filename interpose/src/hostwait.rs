@@ -17,10 +17,11 @@
 //!
 //! Step 1 delays the wake it looks for. A host function that leaves the main thread asleep
 //! when it returns, time after time (XLA's: it hands the wake to a thread of its own), is
-//! looked at after it runs instead (`later`): before it, only the main thread's state and CPU
-//! time are read; after it, the look, valid if the thread has not run since (its frames are
-//! then the ones it waits with). A look after that finds the thread has run sends that
-//! function back to the look before, the wait counted as a look skipped.
+//! looked at after it runs instead (`later`): before it, only the main thread's CPU clock is
+//! read (twice: off the CPU, it does not move); after it, the look, valid if the thread is
+//! asleep and has not run since (its frames are then the ones it waits with). A look after
+//! that finds the thread has run and is awake sends that function back to the look before,
+//! the wait counted as a look skipped.
 //!
 //! A host function that runs while a thread sleeps for another reason (`time.sleep`, a queue)
 //! does not wake it: nothing is recorded. Nor for a thread inside a CUDA call that waits (a
@@ -217,19 +218,21 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
         return;
     };
     let after0 = now_ns();
-    let seen = match plan {
-        Plan::Nothing => None,
-        Plan::Seen(seen) => Some(seen),
-        Plan::Later(asleep) => {
+    // What the look found; `read_asleep`: the look after the function, which has just read
+    // the thread asleep, not run since.
+    let (seen, read_asleep) = match plan {
+        Plan::Nothing => (None, false),
+        Plan::Seen(seen) => (Some(seen), false),
+        Plan::Later(off_cpu) => {
             let errno_out = errno();
-            let seen = catch_unwind(AssertUnwindSafe(|| look_after(rt, func, native, asleep)))
+            let seen = catch_unwind(AssertUnwindSafe(|| look_after(rt, func, native, off_cpu)))
                 .ok()
                 .flatten();
             if seen.is_some() {
                 let _ = catch_unwind(watch::supersede);
             }
             set_errno(errno_out);
-            seen
+            (seen, true)
         }
     };
     if let Some(seen) = seen {
@@ -238,6 +241,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
             after(
                 rt,
                 seen,
+                read_asleep,
                 Record {
                     kind: Kind::HostWait,
                     api: Api::CuLaunchHostFunc,
@@ -280,9 +284,7 @@ enum Plan {
 /// CPU time, the look coming after the function (`look_after`), off the wake's path.
 fn plan(rt: &Runtime, func: usize, native: u32) -> Plan {
     if native != NO_SITE && rt.cfg.python && later::wanted(func) {
-        if let Some(asleep) = main_asleep() {
-            return Plan::Later(asleep);
-        }
+        return main_off_cpu().map_or(Plan::Nothing, Plan::Later);
     }
     before(rt, native).map_or(Plan::Nothing, Plan::Seen)
 }
@@ -302,10 +304,18 @@ fn asleep(state: Option<u8>) -> bool {
     matches!(state, Some(b'S' | b'D'))
 }
 
-/// The main thread's (wall time, CPU time) if it is asleep now.
-fn main_asleep() -> Option<(u64, u64)> {
-    let (at_ns, state, cpu_ns) = thread_now(crate::guard::pid());
-    asleep(state).then_some((at_ns, cpu_ns?))
+/// The main thread's (wall time, CPU time) if it is off the CPU now: two reads of its CPU
+/// clock that agree (the kernel adds a running thread's time up to the moment it is read, so
+/// its clock moves between two reads). This is on the wake's path, before the program's
+/// function: its state is not read here (the `/proc` stat read costs about ten clock reads:
+/// 1.9 us against 0.2 us on the dev machine). A thread off the CPU because it was preempted
+/// rather than asleep is told apart after the function (`look_after`).
+fn main_off_cpu() -> Option<(u64, u64)> {
+    let tid = crate::guard::pid();
+    let at_ns = now_ns();
+    let (c0, c1) = (thread_cpu_ns(tid), thread_cpu_ns(tid));
+    waiter::Budget::spend(now_ns().saturating_sub(at_ns));
+    (c0 == c1).then_some((at_ns, c0?))
 }
 
 thread_local! {
@@ -316,51 +326,62 @@ thread_local! {
         const { std::cell::Cell::new((0, 0, NO_SITE, NO_SITE)) };
 }
 
-/// Step 1 after the program's function, for `Plan::Later`: the look, valid only if it found
-/// the main thread and that thread has not run since it was seen asleep (its frames are then
-/// those it waited with). When it has run, the function woke it too soon for a look after
-/// it: this function goes back to the look before (`later::raced`), and the wait is counted
-/// as a look skipped.
+/// Step 1 after the program's function, for `Plan::Later`: the look at the main thread,
+/// valid if it is asleep now and did not run while its frames were read. The reads, cheapest
+/// first:
+/// - its CPU clock: unchanged since it was seen off the CPU before the function, and the last
+///   look found it waiting since then (`LAST_LOOK`), it waits at the same stack: no more;
+/// - its state: runnable or running, and it ran during the function, the function may have
+///   woken it too soon for a look after it: this function goes back to the look before
+///   (`later::raced`), and the wait is counted as a look skipped. Runnable without having
+///   run (preempted since before the function, or woken a moment ago): nothing;
+/// - asleep: the look. If it ran during the function and sleeps again (it was preempted, not
+///   waiting, when the function began), the look starts from now.
 fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
     let tid = crate::guard::pid();
-    // The main thread has not run since the last look found it waiting (its CPU time is the
-    // same): its frames, and so the site, are the same. No read.
-    let segment = rt as *const Runtime as usize;
-    if let Some(site) = LAST_LOOK
-        .try_with(|l| {
-            let (seg, cpu, nat, site) = l.get();
-            (seg == segment && cpu == cpu_ns && nat == native).then_some(site)
-        })
-        .ok()
-        .flatten()
-    {
-        return (!stalls::contains(tid)).then_some(Seen {
+    let seen = |site, (at_ns, cpu_ns)| {
+        (!stalls::contains(tid)).then_some(Seen {
             site,
             tid,
             at_ns,
             cpu_ns,
-        });
+        })
+    };
+    let raced = || {
+        later::raced(func);
+        rt.seg.cost().looks_skipped.fetch_add(1, Relaxed);
+        None
+    };
+    let segment = rt as *const Runtime as usize;
+    if waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(cpu_ns) {
+        let last = LAST_LOOK.try_with(|l| l.get()).ok();
+        if let Some((seg, cpu, nat, site)) = last {
+            if (seg, cpu, nat) == (segment, cpu_ns, native) {
+                return seen(site, (at_ns, cpu_ns));
+            }
+        }
     }
+    let (now, state, cpu) = thread_now(tid);
+    let cpu = cpu?;
+    if !asleep(state) {
+        return if cpu == cpu_ns { None } else { raced() };
+    }
+    let base = if cpu == cpu_ns {
+        (at_ns, cpu_ns)
+    } else {
+        (now, cpu)
+    };
     let blocked = python::blocked_thread(rt, native);
-    let still = waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(cpu_ns);
+    let still = waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(base.1);
     match blocked {
         Some(b) if b.tid == tid && still => {
-            let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, b.site)));
-            (!stalls::contains(tid)).then_some(Seen {
-                site: b.site,
-                tid,
-                at_ns,
-                cpu_ns,
-            })
+            let _ = LAST_LOOK.try_with(|l| l.set((segment, base.1, native, b.site)));
+            seen(b.site, base)
         }
         // No Python thread waits: the main thread sleeps for another reason.
         None if still => None,
-        // It ran since (the function woke it), or another thread was found.
-        _ => {
-            later::raced(func);
-            rt.seg.cost().looks_skipped.fetch_add(1, Relaxed);
-            None
-        }
+        // It ran while it was read (the function woke it), or another thread was found.
+        _ => raced(),
     }
 }
 
@@ -383,17 +404,23 @@ fn before(rt: &Runtime, native: u32) -> Option<Seen> {
 /// or it has run: the function signalled it itself): recorded now. Still asleep: the wake may
 /// come from a thread the function signalled (XLA hands its host functions' work to a thread
 /// of its own, which completes the future), so the thread is watched for a short while
-/// (`watch`).
-fn after(rt: &Runtime, seen: Seen, rec: Record, func: usize) {
-    let (end_ns, state, cpu_now) = thread_now(seen.tid);
-    let Some(cpu_now) = cpu_now else {
-        return;
+/// (`watch`). `read_asleep`: the look after the function has just read it asleep (nothing to
+/// read again).
+fn after(rt: &Runtime, seen: Seen, read_asleep: bool, rec: Record, func: usize) {
+    let (end_ns, woken) = if read_asleep {
+        (now_ns(), None)
+    } else {
+        let (end_ns, state, cpu_now) = thread_now(seen.tid);
+        let Some(cpu_now) = cpu_now else {
+            return;
+        };
+        let woken = cpu_now > seen.cpu_ns || state == Some(b'R');
+        (end_ns, woken.then_some(cpu_now))
     };
-    let woken = cpu_now > seen.cpu_ns || state == Some(b'R');
     if seen.tid == crate::guard::pid() {
-        later::learn(func, woken);
+        later::learn(func, woken.is_some());
     }
-    if woken {
+    if let Some(cpu_now) = woken {
         record(rt, &seen, rec, end_ns, cpu_now);
     } else {
         watch::submit(watch::Watched {
