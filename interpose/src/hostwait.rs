@@ -41,9 +41,11 @@
 //! each queuing), so waits that graph host nodes end are not seen.
 //!
 //! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall (cached per call site), two clock reads and
-//! a slot. Running: nothing when no Python thread is blocked but the thread-list read of
-//! `waiter`; otherwise a walk of the blocked thread's frames, two reads of its `/proc` state
-//! and two of its CPU clock, under the waiter reads' budget (5% of the process's wall time).
+//! a slot. Meanwhile the library's own thread takes the look at the main thread once it
+//! sleeps (`prelook`). Running: the main thread's CPU clock and state, and nothing more when
+//! that look is still valid; otherwise a walk of the blocked thread's frames, two reads of
+//! its `/proc` state and two of its CPU clock. All under the waiter reads' budget (5% of
+//! the process's wall time).
 //! The time is the library's own (`overhead_ns`), outside the 1% budget (`shed::outside`). Slots
 //! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
 //! driver runs host functions in order on its own thread, which is not a Python thread; the
@@ -62,6 +64,8 @@ use crate::init::active;
 use crate::python::{self, waiter};
 use crate::real::Real;
 use crate::state::Runtime;
+
+mod prelook;
 
 /// A host function as the driver calls it (`CUhostFn`).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -120,7 +124,7 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     }
     stalls::arm();
     let t0 = now_ns();
-    refs::set(crate::guard::tid(), t0, waiter::cpu_ns());
+    refs::set(segment(rt), crate::guard::tid(), t0, waiter::cpu_ns());
     let (native, _, _) = crate::stack::capture_site(rt, crate::guard::overhead_weight());
     if native == NO_SITE {
         return None;
@@ -142,6 +146,9 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.device.store(q.device, Relaxed);
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
+    if prelook::want(native) {
+        watch::wake();
+    }
     Some((trampoline as *const () as usize, i + 1))
 }
 
@@ -269,6 +276,11 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     crate::shed::outside(ns);
 }
 
+/// The address of `rt`, which names its segment: runtimes are never freed (`init`).
+fn segment(rt: &Runtime) -> usize {
+    rt as *const Runtime as usize
+}
+
 /// What the trampoline does around the program's function.
 enum Plan {
     /// No thread to look at.
@@ -352,13 +364,17 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
         rt.seg.cost().looks_skipped.fetch_add(1, Relaxed);
         None
     };
-    let segment = rt as *const Runtime as usize;
+    let segment = segment(rt);
     if waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(cpu_ns) {
         let last = LAST_LOOK.try_with(|l| l.get()).ok();
         if let Some((seg, cpu, nat, site)) = last {
             if (seg, cpu, nat) == (segment, cpu_ns, native) {
                 return seen(site, (at_ns, cpu_ns));
             }
+        }
+        if let Some(site) = prelook::site(segment, cpu_ns, native) {
+            let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, site)));
+            return seen(site, (at_ns, cpu_ns));
         }
     }
     let (now, state, cpu) = thread_now(tid);
@@ -371,10 +387,11 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
     } else {
         (now, cpu)
     };
-    let blocked = python::blocked_thread(rt, native);
+    let blocked = python::blocked_thread(rt, native, waiter::Purpose::HostWait);
     let still = waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(base.1);
     match blocked {
         Some(b) if b.tid == tid && still => {
+            prelook::cancel();
             let _ = LAST_LOOK.try_with(|l| l.set((segment, base.1, native, b.site)));
             seen(b.site, base)
         }
@@ -385,9 +402,25 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
     }
 }
 
-/// Step 1 (see the module): the Python thread blocked right now, if it is asleep.
+/// Step 1 (see the module): the Python thread blocked right now, if it is asleep. The
+/// watcher's look (`prelook`) first: if it was taken while the main thread slept and the
+/// thread is asleep with the same CPU time now, it still waits at that stack.
 fn before(rt: &Runtime, native: u32) -> Option<Seen> {
-    let blocked = python::blocked_thread(rt, native)?;
+    if prelook::has(native) {
+        let tid = crate::guard::pid();
+        if let (at_ns, state, Some(cpu_ns)) = thread_now(tid) {
+            if let Some(site) = prelook::site(segment(rt), cpu_ns, native).filter(|_| asleep(state))
+            {
+                return (!stalls::contains(tid)).then_some(Seen {
+                    site,
+                    tid,
+                    at_ns,
+                    cpu_ns,
+                });
+            }
+        }
+    }
+    let blocked = python::blocked_thread(rt, native, waiter::Purpose::HostWait)?;
     if stalls::contains(blocked.tid) {
         return None;
     }
@@ -434,7 +467,7 @@ fn after(rt: &Runtime, seen: Seen, read_asleep: bool, rec: Record, func: usize) 
 /// Records the wait of `seen`, woken at `end_ns`, with its thread's CPU time `cpu_now` then;
 /// that moment is the thread's next reference point.
 fn record(rt: &Runtime, seen: &Seen, mut rec: Record, end_ns: u64, cpu_now: u64) {
-    let reference = refs::get(seen.tid);
+    let reference = refs::get(segment(rt), seen.tid);
     // One wait per stretch of sleep: the host function that woke it directly and the watch
     // of an earlier one may both see the wake.
     if !refs::claim_stretch(seen.tid, seen.cpu_ns) {
@@ -442,7 +475,7 @@ fn record(rt: &Runtime, seen: &Seen, mut rec: Record, end_ns: u64, cpu_now: u64)
     }
     rec.start_ns = start_of_wait(reference, seen, rec.start_ns);
     rec.duration_ns = end_ns.saturating_sub(rec.start_ns);
-    refs::set(seen.tid, end_ns, cpu_now);
+    refs::set(segment(rt), seen.tid, end_ns, cpu_now);
     rt.write(&rec, crate::shed::level(&rt.seg));
 }
 
@@ -694,6 +727,8 @@ mod watch {
     }
 
     static WATCHED: Mutex<Vec<Watched>> = Mutex::new(Vec::new());
+    /// Set while the watcher pauses for `POLL` only: a new entry needs no wake.
+    static SHORT: AtomicBool = AtomicBool::new(false);
     /// The watcher thread and the `guard::FORK_GEN` it was started in (a fork child has none).
     static WATCHER: Mutex<Option<(u32, Thread)>> = Mutex::new(None);
 
@@ -705,7 +740,10 @@ mod watch {
                     if v.len() < MAX {
                         v.push(w);
                         drop(v);
-                        wake();
+                        // Polling every `POLL`, it sees the entry soon enough: no system call.
+                        if !SHORT.load(Relaxed) {
+                            wake();
+                        }
                     }
                     return;
                 }
@@ -729,7 +767,7 @@ mod watch {
     }
 
     /// Unparks the watcher, starting it first in this process if needed.
-    fn wake() {
+    pub fn wake() {
         let gen = crate::guard::FORK_GEN.load(Relaxed);
         let Ok(mut w) = WATCHER.try_lock() else {
             // Another thread is waking or starting it.
@@ -751,19 +789,41 @@ mod watch {
     fn run() {
         // SAFETY: sets this thread's own timer slack (1 us): its short sleeps stay short.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
+        // The main thread's CPU time at the last poll for a look (`prelook`).
+        let mut last = None;
         loop {
             let youngest = WATCHED
                 .lock()
                 .map(|v| v.iter().map(|w| w.ran_ns).max())
                 .unwrap_or(None);
-            let Some(youngest) = youngest else {
-                std::thread::park();
+            let now = now_ns();
+            let look = prelook::wanted(now);
+            if youngest.is_none() && !look {
+                last = None;
+                prelook::IDLE.store(true, Relaxed);
+                // A look wanted before the flag was seen is not waited for.
+                if !prelook::wanted(now_ns()) {
+                    std::thread::park();
+                }
+                prelook::IDLE.store(false, Relaxed);
                 continue;
-            };
-            let young = now_ns().saturating_sub(youngest) < YOUNG_NS;
+            }
+            let young = look || youngest.is_some_and(|y| now.saturating_sub(y) < YOUNG_NS);
             // A new entry's unpark ends a late pause early.
+            SHORT.store(young, Relaxed);
             std::thread::park_timeout(if young { POLL } else { LATE_POLL });
-            let _ = waiter::Budget::timed(|| catch_unwind(AssertUnwindSafe(step)));
+            SHORT.store(false, Relaxed);
+            if youngest.is_some() {
+                let _ = waiter::Budget::timed(|| catch_unwind(AssertUnwindSafe(step)));
+            }
+            if look {
+                if let Some(rt) = active() {
+                    let ns = catch_unwind(AssertUnwindSafe(|| prelook::poll(rt, &mut last)))
+                        .unwrap_or(0);
+                    rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
+                    crate::shed::outside(ns);
+                }
+            }
         }
     }
 
@@ -888,9 +948,11 @@ pub mod stalls {
 }
 
 /// Each thread's reference point for the start of its next wait: `(wall ns, CPU ns)` when it
-/// last queued a host function or woke from a `host_wait`. A small table mapped by thread id;
-/// a thread whose entry another took has none (its wait starts at the queuing). Entries are
-/// read and written under a flag that is tried, never waited for.
+/// last queued a host function or woke from a `host_wait`, under the same segment (between
+/// two attaches the thread is not followed: a point from before would stretch the first wait
+/// after over the whole time between). A small table mapped by thread id; a thread whose
+/// entry another took has none (its wait starts at the queuing). Entries are read and written
+/// under a flag that is tried, never waited for.
 mod refs {
     use super::*;
 
@@ -899,6 +961,8 @@ mod refs {
     struct Ref {
         busy: AtomicBool,
         tid: AtomicU32,
+        /// The segment (`segment`) the point was taken under.
+        seg: AtomicUsize,
         wall: AtomicU64,
         cpu: AtomicU64,
         /// The CPU time at which the thread was last seen asleep in a wait that was recorded:
@@ -910,6 +974,7 @@ mod refs {
         Ref {
             busy: AtomicBool::new(false),
             tid: AtomicU32::new(0),
+            seg: AtomicUsize::new(0),
             wall: AtomicU64::new(0),
             cpu: AtomicU64::new(0),
             recorded: AtomicU64::new(u64::MAX),
@@ -928,11 +993,12 @@ mod refs {
         Some(out)
     }
 
-    pub fn set(tid: u32, wall: u64, cpu: u64) {
+    pub fn set(seg: usize, tid: u32, wall: u64, cpu: u64) {
         with(tid, |r| {
             if r.tid.swap(tid, Relaxed) != tid {
                 r.recorded.store(u64::MAX, Relaxed);
             }
+            r.seg.store(seg, Relaxed);
             r.wall.store(wall, Relaxed);
             r.cpu.store(cpu, Relaxed);
         });
@@ -961,9 +1027,10 @@ mod refs {
         false
     }
 
-    pub fn get(tid: u32) -> Option<(u64, u64)> {
+    pub fn get(seg: usize, tid: u32) -> Option<(u64, u64)> {
         with(tid, |r| {
-            (r.tid.load(Relaxed) == tid).then(|| (r.wall.load(Relaxed), r.cpu.load(Relaxed)))
+            (r.tid.load(Relaxed) == tid && r.seg.load(Relaxed) == seg)
+                .then(|| (r.wall.load(Relaxed), r.cpu.load(Relaxed)))
         })
         .flatten()
     }
@@ -1057,8 +1124,10 @@ mod tests {
 
     #[test]
     fn a_reference_is_per_thread() {
-        refs::set(777_001, 5, 6);
-        assert_eq!(refs::get(777_001), Some((5, 6)));
-        assert_eq!(refs::get(777_002), None);
+        refs::set(1, 777_001, 5, 6);
+        assert_eq!(refs::get(1, 777_001), Some((5, 6)));
+        assert_eq!(refs::get(1, 777_002), None);
+        // A reference point from an earlier segment (before a detach) is none.
+        assert_eq!(refs::get(2, 777_001), None);
     }
 }

@@ -188,23 +188,20 @@ fn read_others<R>(
     if !mem::Remote::available() {
         return None;
     }
-    if !waiter::Budget::allow(crate::clock::now_ns()) {
-        rt.seg
-            .cost()
-            .looks_skipped
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return None;
-    }
-    waiter::Budget::timed(|| match waiter::with_scratch(purpose, read) {
-        Some(out) => out,
-        None => {
+    // The watcher's look ahead is not a wait's only look: the host function looks itself.
+    let skipped = || {
+        if !matches!(purpose, waiter::Purpose::Prelook) {
             rt.seg
                 .cost()
                 .looks_skipped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            None
         }
-    })
+        None
+    };
+    if !waiter::Budget::allow(crate::clock::now_ns()) {
+        return skipped();
+    }
+    waiter::Budget::timed(|| waiter::with_scratch(purpose, read).unwrap_or_else(skipped))
 }
 
 /// A Python thread found blocked without the GIL as a host function was about to run
@@ -223,7 +220,7 @@ pub struct Blocked {
 /// reading. Runs on a thread with no Python frames (the driver's host-function thread).
 #[cold]
 #[inline(never)]
-pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
+pub fn blocked_thread(rt: &Runtime, native: u32, purpose: waiter::Purpose) -> Option<Blocked> {
     let Some(Detected::Supported(py)) = DETECTED.get() else {
         return None;
     };
@@ -235,7 +232,7 @@ pub fn blocked_thread(rt: &Runtime, native: u32) -> Option<Blocked> {
         salt: 0,
         me: 0,
     };
-    read_others(rt, py, waiter::Purpose::HostWait, |m| {
+    read_others(rt, py, purpose, |m| {
         if let Some(b) = memo::quick(py, m, u) {
             return Some(b);
         }
