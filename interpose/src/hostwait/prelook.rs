@@ -151,3 +151,35 @@ pub fn poll(rt: &Runtime, last: &mut Option<u64>) -> u64 {
     }
     spent(t1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_look_serves_only_its_segment_cpu_time_and_native_site() {
+        publish(7, 100, &[(11, 21), (12, 22)]);
+        assert_eq!(site(7, 100, 11), Some(21));
+        assert_eq!(site(7, 100, 12), Some(22));
+        assert!(has(12) && !has(13));
+        // The thread ran since the look, another segment, a site not looked for: nothing.
+        assert_eq!(site(7, 101, 11), None);
+        assert_eq!(site(8, 100, 11), None);
+        assert_eq!(site(7, 100, 13), None);
+        // A new look replaces the old one whole.
+        publish(7, 200, &[(13, 23)]);
+        assert_eq!(site(7, 100, 11), None);
+        assert_eq!(site(7, 200, 11), None);
+        assert_eq!(site(7, 200, 13), Some(23));
+    }
+
+    #[test]
+    fn a_look_is_wanted_for_a_while_after_a_queuing_until_one_is_taken() {
+        want(40);
+        let now = now_ns();
+        assert!(wanted(now));
+        assert!(!wanted(now + WANT_NS + 1_000_000), "not after the window");
+        cancel();
+        assert!(!wanted(now));
+    }
+}
