@@ -146,7 +146,7 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.device.store(q.device, Relaxed);
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
-    if prelook::want(native) {
+    if prelook::want(native, later::known(q.func)) {
         watch::wake();
     }
     Some((trampoline as *const () as usize, i + 1))
@@ -629,6 +629,12 @@ mod later {
         e
     }
 
+    /// Whether `func` has ended a wait of the main thread, or run while it waited, before
+    /// (its entry is kept; a function that took its place since is not).
+    pub fn known(func: usize) -> bool {
+        way(func).func.load(Relaxed) == func
+    }
+
     /// Whether `func` is looked at after it runs.
     pub fn wanted(func: usize) -> bool {
         let e = way(func);
@@ -808,7 +814,8 @@ mod watch {
                 prelook::IDLE.store(false, Relaxed);
                 continue;
             }
-            let young = look || youngest.is_some_and(|y| now.saturating_sub(y) < YOUNG_NS);
+            let young =
+                prelook::fast(now) || youngest.is_some_and(|y| now.saturating_sub(y) < YOUNG_NS);
             // A new entry's unpark ends a late pause early.
             SHORT.store(young, Relaxed);
             std::thread::park_timeout(if young { POLL } else { LATE_POLL });

@@ -7,7 +7,8 @@
 //! program's next wait is for. Measured on an H100 with JAX's loop (in-process A/B, python
 //! mode): 1.08 with the look after the function, 0.98 with no look at all.
 //!
-//! So when a host function is queued (`want`), the watcher thread (`watch`) reads the main
+//! So when a host function that has ended a wait of the main thread before is queued
+//! (`want`), the watcher thread (`watch`) reads the main
 //! thread's CPU clock at each of its polls; once two reads a poll apart agree (the thread is
 //! off the CPU) and its state says it sleeps, it takes the look for the native site of each
 //! function queued since, reads the clock again (unchanged: the frames were read while the
@@ -17,10 +18,11 @@
 //! so it waits at that stack. When the function runs first (a wait shorter than a few
 //! polls), or the main thread is not the one that waits, the trampoline looks itself.
 //!
-//! The watcher polls every 20 us while a look is wanted, at most `WANT_NS` after the
-//! function was queued (the main thread may not wait for it at all). Its time is the
-//! library's own (`overhead_ns`), under the looks' budget; its looks refused by the budget
-//! are not counted as skipped (the trampoline's are).
+//! The watcher polls every 20 us for the first 300 us after the function was queued, then
+//! every 200 us, at most `WANT_NS` after it (the main thread may not wait for it at all). Its
+//! time is the library's own (`overhead_ns`), under the looks' budget: out of it, it stops
+//! polling until the next queuing; its looks refused by the budget are not counted as
+//! skipped (the trampoline's are).
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
@@ -35,6 +37,8 @@ use crate::state::Runtime;
 const NATIVES: usize = 4;
 /// How long after a function was queued the watcher waits for the main thread to sleep.
 pub const WANT_NS: u64 = 2_000_000;
+/// How long after it the watcher polls every 20 us (`fast`).
+pub const FAST_NS: u64 = 300_000;
 
 static WANTED: [AtomicU32; NATIVES] = [const { AtomicU32::new(NO_SITE) }; NATIVES];
 /// When a look was last wanted (0: none is).
@@ -51,12 +55,18 @@ static FOUND: [(AtomicU32, AtomicU32); NATIVES] =
 /// Set by the watcher before it sleeps with nothing to do: `want` must wake it.
 pub static IDLE: AtomicBool = AtomicBool::new(false);
 
-/// A host function with the native site `native`, looked at after it runs, was queued: the
-/// watcher is to look at the main thread when it sleeps. Whether the watcher must be woken.
-pub fn want(native: u32) -> bool {
+/// A host function with the native site `native` was queued: the next look is to cover it.
+/// `arm`: the function has ended a wait of the main thread before (`later::known`), so the
+/// watcher is to look at the main thread when it sleeps; a program that queues host
+/// functions no thread waits for (callbacks) does not set the watcher polling. Whether the
+/// watcher must be woken.
+pub fn want(native: u32, arm: bool) -> bool {
     let slot = &WANTED[native as usize % NATIVES];
     if slot.load(Relaxed) != native {
         slot.store(native, Relaxed);
+    }
+    if !arm {
+        return false;
     }
     WANTED_NS.store(now_ns().max(1), Release);
     IDLE.load(Relaxed)
@@ -72,6 +82,15 @@ pub fn cancel() {
 pub fn wanted(now: u64) -> bool {
     let at = WANTED_NS.load(Acquire);
     at != 0 && now.saturating_sub(at) <= WANT_NS
+}
+
+/// Whether the watcher should poll often (every 20 us) for the look: in the first `FAST_NS`
+/// after the function was queued (a loop's thread waits right after it queues: JAX's within
+/// about 100 us); after that, a thread still running is polled every 200 us, so that a
+/// program that queues host functions and goes on running costs the watcher little.
+pub fn fast(now: u64) -> bool {
+    let at = WANTED_NS.load(Relaxed);
+    at != 0 && now.saturating_sub(at) <= FAST_NS
 }
 
 /// The site the watcher found for `native`, if its look was at `segment` and the main
@@ -121,6 +140,11 @@ pub fn poll(rt: &Runtime, last: &mut Option<u64>) -> u64 {
         waiter::Budget::spend(ns);
         now_ns().saturating_sub(t0)
     };
+    if !waiter::Budget::allow(t0) {
+        // Out of budget: no look is taken, nor polled for, until the next queuing.
+        cancel();
+        return 0;
+    }
     let tid = crate::guard::pid();
     let Some(cpu) = thread_cpu_ns(tid) else {
         return spent(t0);
@@ -175,11 +199,22 @@ mod tests {
 
     #[test]
     fn a_look_is_wanted_for_a_while_after_a_queuing_until_one_is_taken() {
-        want(40);
+        cancel();
+        want(41, false);
+        assert!(
+            !wanted(now_ns()),
+            "a function that never ended a wait does not arm it"
+        );
+        want(40, true);
         let now = now_ns();
-        assert!(wanted(now));
+        assert!(wanted(now) && fast(now));
+        let later = now + FAST_NS + 1_000;
+        assert!(
+            wanted(later) && !fast(later),
+            "polled less often after a while"
+        );
         assert!(!wanted(now + WANT_NS + 1_000_000), "not after the window");
         cancel();
-        assert!(!wanted(now));
+        assert!(!wanted(now) && !fast(now));
     }
 }
