@@ -115,9 +115,10 @@ pub fn has(native: u32) -> bool {
     SEQ.load(Relaxed) != 0 && FOUND.iter().any(|(n, _)| n.load(Relaxed) == native)
 }
 
-/// Publishes a look (the watcher is the only writer).
+/// Publishes a look (the watcher is the only writer). The number is taken even first: a
+/// fork child whose parent's watcher was writing finds it odd, and starts over from there.
 fn publish(segment: usize, cpu_ns: u64, found: &[(u32, u32)]) {
-    let seq = SEQ.load(Relaxed);
+    let seq = SEQ.load(Relaxed) & !1;
     SEQ.store(seq + 1, Relaxed);
     fence(Release);
     SEGMENT.store(segment, Relaxed);
@@ -195,6 +196,12 @@ mod tests {
         assert_eq!(site(7, 100, 11), None);
         assert_eq!(site(7, 200, 11), None);
         assert_eq!(site(7, 200, 13), Some(23));
+        // Left odd (a fork child of a watcher that was writing): nothing is read, and the
+        // next look is.
+        SEQ.fetch_add(1, Relaxed);
+        assert_eq!(site(7, 200, 13), None);
+        publish(9, 300, &[(14, 24)]);
+        assert_eq!(site(9, 300, 14), Some(24));
     }
 
     #[test]
