@@ -332,3 +332,102 @@ for _ in range(60):
     );
     assert_eq!(p["cost"]["looks_skipped"].as_u64().unwrap_or(0), 0, "{p:#}");
 }
+
+/// Attach, detach, attach again to a job preloaded dormant whose main thread waits for host
+/// functions that another thread queues (as XLA's threads queue some of JAX's: the main
+/// thread's reference point for where a wait begins comes only from its recorded waits): the
+/// first wait of the second attach begins after that attach, not at the last wait of the
+/// first. Before reference points kept their segment,
+/// that wait stretched over the whole time between the two attaches (2.9 to 3.1 s in JAX's
+/// loop on the H100).
+#[test]
+fn a_wait_after_a_reattach_does_not_reach_back_to_the_last_attach() {
+    let d = TempDir::new("host-wait-reattach");
+    let pid_file = d.path().join("pid");
+    let stop = d.path().join("stop");
+    let text = format!(
+        "{}{}",
+        preamble!(),
+        format!(
+            "\
+import os
+post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
+asked = ctypes.create_string_buffer(64)
+done = ctypes.create_string_buffer(64)
+assert libc.sem_init(asked, 0, 0) == 0 and libc.sem_init(done, 0, 0) == 0
+def queuer():
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    while True:
+        libc.sem_wait(asked)
+        assert cu.cuLaunchHostFunc(s, usleep, 2000) == 0
+        assert cu.cuLaunchHostFunc(s, post, ctypes.addressof(done)) == 0
+threading.Thread(target=queuer, daemon=True).start()
+open({pid:?} + '.tmp', 'w').write(str(os.getpid()))
+os.rename({pid:?} + '.tmp', {pid:?})
+end = time.time() + 30
+while not os.path.exists({stop:?}) and time.time() < end:
+    libc.sem_post(asked)
+    libc.sem_wait(done)
+",
+            pid = pid_file.to_str().unwrap(),
+            stop = stop.to_str().unwrap(),
+        )
+    );
+    let script = d.file("reattach.py", &text);
+    let job = std::process::Command::new(common::SYNCSPY)
+        .args(["run", "--sim", "--", "python3", script.to_str().unwrap()])
+        .env("SYNCSPY_DIR", d.path())
+        .env("SIMCUDA_TIME_SCALE", "1")
+        .env("SYNCSPY_DORMANT", "1")
+        .env_remove("SYNCSPY_LIB")
+        .env_remove("SYNCSPY_SIM_LIB")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = common::eventually("the job's pid file", || {
+        std::fs::read_to_string(&pid_file).ok()
+    });
+    let attach = |n: u32| -> Value {
+        let report = d.path().join(format!("r{n}.json"));
+        let o = std::process::Command::new(common::SYNCSPY)
+            .args(["attach", pid.trim(), "--duration", "1", "--report"])
+            .arg(&report)
+            .env("SYNCSPY_DIR", d.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        r["processes"][0].clone()
+    };
+    let first = attach(1);
+    // Waits go on unrecorded between the two attaches.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let second = attach(2);
+    std::fs::write(&stop, "").unwrap();
+    let o = job.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (n, p) in [(1, &first), (2, &second)] {
+        let waits = &p["kinds"]["host_wait"];
+        assert!(
+            waits["count"].as_u64().unwrap_or(0) >= 20,
+            "attach {n}: {p:#}"
+        );
+        // A wait is about 2 ms; a loaded machine may stretch one, never to the 1.5 s between.
+        let max_ms = waits["max_ns"].as_u64().unwrap() as f64 / 1e6;
+        assert!(
+            max_ms < 500.0,
+            "attach {n}: a wait of {max_ms} ms: {waits:#}"
+        );
+    }
+}
