@@ -345,11 +345,8 @@ fn a_wait_after_a_reattach_does_not_reach_back_to_the_last_attach() {
     let d = TempDir::new("host-wait-reattach");
     let pid_file = d.path().join("pid");
     let stop = d.path().join("stop");
-    let text = format!(
-        "{}{}",
-        preamble!(),
-        format!(
-            "\
+    let body = format!(
+        "\
 import os
 post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
 asked = ctypes.create_string_buffer(64)
@@ -369,10 +366,10 @@ while not os.path.exists({stop:?}) and time.time() < end:
     libc.sem_post(asked)
     libc.sem_wait(done)
 ",
-            pid = pid_file.to_str().unwrap(),
-            stop = stop.to_str().unwrap(),
-        )
+        pid = pid_file.to_str().unwrap(),
+        stop = stop.to_str().unwrap(),
     );
+    let text = format!("{}{body}", preamble!());
     let script = d.file("reattach.py", &text);
     let job = std::process::Command::new(common::SYNCSPY)
         .args(["run", "--sim", "--", "python3", script.to_str().unwrap()])
