@@ -806,7 +806,7 @@ mod watch {
             let look = prelook::wanted(now);
             if youngest.is_none() && !look {
                 last = None;
-                prelook::IDLE.store(true, Relaxed);
+                prelook::IDLE.store(true, std::sync::atomic::Ordering::SeqCst);
                 // A look wanted before the flag was seen is not waited for.
                 if !prelook::wanted(now_ns()) {
                     std::thread::park();

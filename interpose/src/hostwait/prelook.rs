@@ -23,7 +23,7 @@
 //! time is the library's own (`overhead_ns`), under the looks' budget: out of it, it stops
 //! polling until the next queuing; its looks refused by the budget are not counted as
 //! skipped (the trampoline's are).
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use syncspy_abi::record::NO_SITE;
@@ -68,8 +68,10 @@ pub fn want(native: u32, arm: bool) -> bool {
     if !arm {
         return false;
     }
-    WANTED_NS.store(now_ns().max(1), Release);
-    IDLE.load(Relaxed)
+    // Sequentially consistent with the watcher's `IDLE` then `wanted`: one of the two sees
+    // the other's store, so a want is never left with the watcher asleep.
+    WANTED_NS.store(now_ns().max(1), SeqCst);
+    IDLE.load(SeqCst)
 }
 
 /// The host function's own look found the thread: none is wanted of the watcher until the
@@ -80,7 +82,7 @@ pub fn cancel() {
 
 /// Whether a look is wanted now.
 pub fn wanted(now: u64) -> bool {
-    let at = WANTED_NS.load(Acquire);
+    let at = WANTED_NS.load(SeqCst);
     at != 0 && now.saturating_sub(at) <= WANT_NS
 }
 
