@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{run_sim_env, TempDir};
+use common::{run_sim_env, sim_command, Running, TempDir};
 
 /// Lines 1 to 13 of both scripts: the simulated driver's context, a stream, `usleep` as a host
 /// function.
@@ -371,17 +371,20 @@ while not os.path.exists({stop:?}) and time.time() < end:
     );
     let text = format!("{}{body}", preamble!());
     let script = d.file("reattach.py", &text);
-    let job = std::process::Command::new(common::SYNCSPY)
-        .args(["run", "--sim", "--", "python3", script.to_str().unwrap()])
-        .env("SYNCSPY_DIR", d.path())
-        .env("SIMCUDA_TIME_SCALE", "1")
-        .env("SYNCSPY_DORMANT", "1")
-        .env_remove("SYNCSPY_LIB")
-        .env_remove("SYNCSPY_SIM_LIB")
+    // Killed at the end of the test whatever happens; its stderr kept in a file.
+    let job_err = d.path().join("job.err");
+    let mut job = Running(
+        sim_command(
+            &d,
+            &[],
+            &["python3", script.to_str().unwrap()],
+            &[("SYNCSPY_DORMANT", "1")],
+        )
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&job_err).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap(),
+    );
     let pid = common::eventually("the job's pid file", || {
         std::fs::read_to_string(&pid_file).ok()
     });
@@ -407,12 +410,12 @@ while not os.path.exists({stop:?}) and time.time() < end:
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let second = attach(2);
     std::fs::write(&stop, "").unwrap();
-    let o = job.wait_with_output().unwrap();
+    let status = job.child().wait().unwrap();
     assert_eq!(
-        o.status.code(),
+        status.code(),
         Some(0),
         "{}",
-        String::from_utf8_lossy(&o.stderr)
+        std::fs::read_to_string(&job_err).unwrap_or_default()
     );
     for (n, p) in [(1, &first), (2, &second)] {
         let waits = &p["kinds"]["host_wait"];

@@ -271,9 +271,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     }
     // The look's time is the library's own (before the program's function, it delays the
     // wake it looks for): in `overhead_ns`, under the looks' budget rather than the 1%.
-    let ns = look_ns + now_ns().saturating_sub(after0);
-    rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
-    crate::shed::outside(ns);
+    crate::shed::own_outside(&rt.seg, look_ns + now_ns().saturating_sub(after0));
 }
 
 /// The address of `rt`, which names its segment: runtimes are never freed (`init`).
@@ -287,13 +285,14 @@ enum Plan {
     Nothing,
     /// Looked before the function (step 1).
     Seen(Seen),
-    /// The main thread was asleep (when, and its CPU time then): look after the function.
+    /// The main thread was off the CPU (when, and its CPU time then): look after the
+    /// function.
     Later((u64, u64)),
 }
 
 /// Before the program's function: the look (step 1), or, for a function that leaves the
-/// waiting thread asleep when it returns (`later::wanted`), only the main thread's state and
-/// CPU time, the look coming after the function (`look_after`), off the wake's path.
+/// waiting thread asleep when it returns (`later::wanted`), only the main thread's CPU clock
+/// (`main_off_cpu`), the look coming after the function (`look_after`), off the wake's path.
 fn plan(rt: &Runtime, func: usize, native: u32) -> Plan {
     if native != NO_SITE && rt.cfg.python && later::wanted(func) {
         return main_off_cpu().map_or(Plan::Nothing, Plan::Later);
@@ -330,6 +329,23 @@ fn main_off_cpu() -> Option<(u64, u64)> {
     (c0 == c1).then_some((at_ns, c0?))
 }
 
+/// The main thread's CPU time, the read spent from the looks' budget.
+fn main_cpu() -> Option<u64> {
+    waiter::Budget::timed(|| thread_cpu_ns(crate::guard::pid()))
+}
+
+/// The main thread, seen asleep at `at_ns` with CPU time `cpu_ns`, waiting at `site`; `None`
+/// while it is inside a waiting CUDA call (timed as its own stall, `stalls`).
+fn main_seen(site: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
+    let tid = crate::guard::pid();
+    (!stalls::contains(tid)).then_some(Seen {
+        site,
+        tid,
+        at_ns,
+        cpu_ns,
+    })
+}
+
 thread_local! {
     /// The last look after a function that found the main thread waiting: the runtime (the
     /// segment its sites belong to), the thread's CPU time then, the native site looked from,
@@ -351,30 +367,22 @@ thread_local! {
 ///   waiting, when the function began), the look starts from now.
 fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64)) -> Option<Seen> {
     let tid = crate::guard::pid();
-    let seen = |site, (at_ns, cpu_ns)| {
-        (!stalls::contains(tid)).then_some(Seen {
-            site,
-            tid,
-            at_ns,
-            cpu_ns,
-        })
-    };
     let raced = || {
         later::raced(func);
         rt.seg.cost().looks_skipped.fetch_add(1, Relaxed);
         None
     };
     let segment = segment(rt);
-    if waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(cpu_ns) {
+    if main_cpu() == Some(cpu_ns) {
         let last = LAST_LOOK.try_with(|l| l.get()).ok();
         if let Some((seg, cpu, nat, site)) = last {
             if (seg, cpu, nat) == (segment, cpu_ns, native) {
-                return seen(site, (at_ns, cpu_ns));
+                return main_seen(site, (at_ns, cpu_ns));
             }
         }
         if let Some(site) = prelook::site(segment, cpu_ns, native) {
             let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, site)));
-            return seen(site, (at_ns, cpu_ns));
+            return main_seen(site, (at_ns, cpu_ns));
         }
     }
     let (now, state, cpu) = thread_now(tid);
@@ -388,12 +396,12 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
         (now, cpu)
     };
     let blocked = python::blocked_thread(rt, native, waiter::Purpose::HostWait);
-    let still = waiter::Budget::timed(|| thread_cpu_ns(tid)) == Some(base.1);
+    let still = main_cpu() == Some(base.1);
     match blocked {
         Some(b) if b.tid == tid && still => {
             prelook::cancel();
             let _ = LAST_LOOK.try_with(|l| l.set((segment, base.1, native, b.site)));
-            seen(b.site, base)
+            main_seen(b.site, base)
         }
         // No Python thread waits: the main thread sleeps for another reason.
         None if still => None,
@@ -407,16 +415,10 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
 /// thread is asleep with the same CPU time now, it still waits at that stack.
 fn before(rt: &Runtime, native: u32) -> Option<Seen> {
     if prelook::has(native) {
-        let tid = crate::guard::pid();
-        if let (at_ns, state, Some(cpu_ns)) = thread_now(tid) {
+        if let (at_ns, state, Some(cpu_ns)) = thread_now(crate::guard::pid()) {
             if let Some(site) = prelook::site(segment(rt), cpu_ns, native).filter(|_| asleep(state))
             {
-                return (!stalls::contains(tid)).then_some(Seen {
-                    site,
-                    tid,
-                    at_ns,
-                    cpu_ns,
-                });
+                return main_seen(site, (at_ns, cpu_ns));
             }
         }
     }
@@ -827,8 +829,7 @@ mod watch {
                 if let Some(rt) = active() {
                     let ns = catch_unwind(AssertUnwindSafe(|| prelook::poll(rt, &mut last)))
                         .unwrap_or(0);
-                    rt.seg.live().overhead_ns.fetch_add(ns, Relaxed);
-                    crate::shed::outside(ns);
+                    crate::shed::own_outside(&rt.seg, ns);
                 }
             }
         }

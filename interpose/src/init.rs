@@ -122,9 +122,7 @@ fn init() -> Option<&'static Runtime> {
             // the start is a one-time cost, outside the budget.
             let g0 = now_ns();
             let _ = catch_unwind(|| crate::gpu::start(&rt.seg, rt.cfg.gpu));
-            let g = now_ns().saturating_sub(g0);
-            live.overhead_ns.fetch_add(g, Ordering::Relaxed);
-            crate::shed::outside(g);
+            crate::shed::own_outside(&rt.seg, now_ns().saturating_sub(g0));
             Some(rt)
         }
         None => {

@@ -49,6 +49,13 @@ pub fn outside(ns: u64) {
     OUTSIDE_NS.fetch_add(ns, Relaxed);
 }
 
+/// Adds `ns` to the library's own time (`overhead_ns`) and counts it outside the budget
+/// (`outside`).
+pub fn own_outside(seg: &SegmentWriter, ns: u64) {
+    seg.live().overhead_ns.fetch_add(ns, Relaxed);
+    outside(ns);
+}
+
 /// Parses `SYNCSPY_BUDGET`: a percentage of the wall time (`1`, `0.5`, `2%`); `0` or `off`
 /// for none. `None` for anything else.
 pub fn parse_ppm(v: &str) -> Option<u32> {

@@ -27,15 +27,16 @@ pub fn run_sim(d: &TempDir, extra: &[&str], cmd: &[&str]) -> std::process::Outpu
     run_sim_env(d, extra, cmd, &[])
 }
 
-/// `run_sim` with `env` set for syncspy and CMD.
-pub fn run_sim_env(
+/// The command `syncspy run --sim [extra...] -- CMD` with `d` as the segment folder and `env`
+/// set for syncspy and CMD, not started (`run_sim_env` runs it to the end).
+pub fn sim_command(
     d: &TempDir,
     extra: &[&str],
     cmd: &[&str],
     env: &[(&str, &str)],
-) -> std::process::Output {
-    std::process::Command::new(SYNCSPY)
-        .args(["run", "--sim"])
+) -> std::process::Command {
+    let mut c = std::process::Command::new(SYNCSPY);
+    c.args(["run", "--sim"])
         .args(extra)
         .arg("--")
         .args(cmd)
@@ -44,7 +45,18 @@ pub fn run_sim_env(
         .env_remove("SYNCSPY_LIB")
         .env_remove("SYNCSPY_SIM_LIB")
         .env_remove("SYNCSPY_RING")
-        .envs(env.iter().copied())
+        .envs(env.iter().copied());
+    c
+}
+
+/// `run_sim` with `env` set for syncspy and CMD.
+pub fn run_sim_env(
+    d: &TempDir,
+    extra: &[&str],
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    sim_command(d, extra, cmd, env)
         .output()
         .expect("start syncspy")
 }

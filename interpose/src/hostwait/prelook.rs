@@ -28,7 +28,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use syncspy_abi::record::NO_SITE;
 
-use super::{asleep, thread_cpu_ns, thread_state};
+use super::{asleep, main_cpu, thread_cpu_ns, thread_state};
 use crate::clock::now_ns;
 use crate::python::{self, waiter};
 use crate::state::Runtime;
@@ -134,49 +134,42 @@ fn publish(segment: usize, cpu_ns: u64, found: &[(u32, u32)]) {
 }
 
 /// One poll of the watcher while a look is wanted. `last`: the main thread's CPU time at
-/// the previous poll. Returns the time it took, the library's own (spent from the looks'
-/// budget: the look itself spends its own).
+/// the previous poll. Returns the time it took, the library's own (its reads are spent from
+/// the looks' budget; the look spends its own).
 pub fn poll(rt: &Runtime, last: &mut Option<u64>) -> u64 {
     let t0 = now_ns();
-    let spent = |from: u64| {
-        let ns = now_ns().saturating_sub(from);
-        waiter::Budget::spend(ns);
-        now_ns().saturating_sub(t0)
-    };
     if !waiter::Budget::allow(t0) {
         // Out of budget: no look is taken, nor polled for, until the next queuing.
         cancel();
         return 0;
     }
     let tid = crate::guard::pid();
-    let Some(cpu) = thread_cpu_ns(tid) else {
-        return spent(t0);
-    };
-    // Ran since the last poll (not waiting yet), or not asleep (preempted).
-    if last.replace(cpu) != Some(cpu) || !asleep(thread_state(tid)) {
-        return spent(t0);
-    }
-    spent(t0);
-    WANTED_NS.store(0, Relaxed);
-    let mut found = [(NO_SITE, NO_SITE); NATIVES];
-    let mut n = 0;
-    for w in &WANTED {
-        let native = w.swap(NO_SITE, Relaxed);
-        if native == NO_SITE {
-            continue;
-        }
-        if let Some(b) = python::blocked_thread(rt, native, waiter::Purpose::Prelook) {
-            if b.tid == tid {
-                found[n] = (native, b.site);
-                n += 1;
+    // Off the CPU since the last poll (not still running), and asleep (not preempted).
+    let settled = waiter::Budget::timed(|| {
+        let cpu = thread_cpu_ns(tid)?;
+        (last.replace(cpu) == Some(cpu) && asleep(thread_state(tid))).then_some(cpu)
+    });
+    if let Some(cpu) = settled {
+        WANTED_NS.store(0, Relaxed);
+        let mut found = [(NO_SITE, NO_SITE); NATIVES];
+        let mut n = 0;
+        for w in &WANTED {
+            let native = w.swap(NO_SITE, Relaxed);
+            if native == NO_SITE {
+                continue;
+            }
+            if let Some(b) = python::blocked_thread(rt, native, waiter::Purpose::Prelook) {
+                if b.tid == tid {
+                    found[n] = (native, b.site);
+                    n += 1;
+                }
             }
         }
+        if n > 0 && main_cpu() == Some(cpu) {
+            publish(super::segment(rt), cpu, &found[..n]);
+        }
     }
-    let t1 = now_ns();
-    if n > 0 && thread_cpu_ns(tid) == Some(cpu) {
-        publish(super::segment(rt), cpu, &found[..n]);
-    }
-    spent(t1)
+    now_ns().saturating_sub(t0)
 }
 
 #[cfg(test)]
