@@ -40,12 +40,12 @@
 //! the graph; it is queued as it is (the stream's capture status is asked of the driver at
 //! each queuing), so waits that graph host nodes end are not seen.
 //!
-//! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall (cached per call site), two clock reads and
-//! a slot. Meanwhile the library's own thread takes the look at the main thread once it
-//! sleeps (`prelook`). Running: the main thread's CPU clock and state, and nothing more when
-//! that look is still valid; otherwise a walk of the blocked thread's frames, two reads of
-//! its `/proc` state and two of its CPU clock. All under the waiter reads' budget (5% of
-//! the process's wall time).
+//! **Cost.** Queuing: the driver's capture status of the stream, the stack capture of a stall
+//! (cached per call site), two clock reads and a slot. Running, for a function looked at
+//! after: three reads of the main thread's CPU clock, and, when it has run since the last
+//! look, its `/proc` state and the key of its stack (`python::memo`: its pages read with one
+//! `process_vm_readv`); a wait at a stack not seen before costs a walk of the blocked
+//! thread's frames. All under the waiter reads' budget (5% of the process's wall time).
 //! The time is the library's own (`overhead_ns`), outside the 1% budget (`shed::outside`). Slots
 //! are fixed (`SLOTS`); when all are taken, the program's function is queued as it is. The
 //! driver runs host functions in order on its own thread, which is not a Python thread; the
@@ -64,8 +64,6 @@ use crate::init::active;
 use crate::python::{self, waiter};
 use crate::real::Real;
 use crate::state::Runtime;
-
-mod prelook;
 
 /// A host function as the driver calls it (`CUhostFn`).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -146,9 +144,6 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.device.store(q.device, Relaxed);
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
-    if prelook::want(native, later::known(q.func)) {
-        watch::wake();
-    }
     Some((trampoline as *const () as usize, i + 1))
 }
 
@@ -380,10 +375,6 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
                 return main_seen(site, (at_ns, cpu_ns));
             }
         }
-        if let Some(site) = prelook::site(segment, cpu_ns, native) {
-            let _ = LAST_LOOK.try_with(|l| l.set((segment, cpu_ns, native, site)));
-            return main_seen(site, (at_ns, cpu_ns));
-        }
     }
     let (now, state, cpu) = thread_now(tid);
     let cpu = cpu?;
@@ -399,7 +390,6 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
     let still = main_cpu() == Some(base.1);
     match blocked {
         Some(b) if b.tid == tid && still => {
-            prelook::cancel();
             let _ = LAST_LOOK.try_with(|l| l.set((segment, base.1, native, b.site)));
             main_seen(b.site, base)
         }
@@ -410,18 +400,8 @@ fn look_after(rt: &Runtime, func: usize, native: u32, (at_ns, cpu_ns): (u64, u64
     }
 }
 
-/// Step 1 (see the module): the Python thread blocked right now, if it is asleep. The
-/// watcher's look (`prelook`) first: if it was taken while the main thread slept and the
-/// thread is asleep with the same CPU time now, it still waits at that stack.
+/// Step 1 (see the module): the Python thread blocked right now, if it is asleep.
 fn before(rt: &Runtime, native: u32) -> Option<Seen> {
-    if prelook::has(native) {
-        if let (at_ns, state, Some(cpu_ns)) = thread_now(crate::guard::pid()) {
-            if let Some(site) = prelook::site(segment(rt), cpu_ns, native).filter(|_| asleep(state))
-            {
-                return main_seen(site, (at_ns, cpu_ns));
-            }
-        }
-    }
     let blocked = python::blocked_thread(rt, native, waiter::Purpose::HostWait)?;
     if stalls::contains(blocked.tid) {
         return None;
@@ -631,12 +611,6 @@ mod later {
         e
     }
 
-    /// Whether `func` has ended a wait of the main thread, or run while it waited, before
-    /// (its entry is kept; a function that took its place since is not).
-    pub fn known(func: usize) -> bool {
-        way(func).func.load(Relaxed) == func
-    }
-
     /// Whether `func` is looked at after it runs.
     pub fn wanted(func: usize) -> bool {
         let e = way(func);
@@ -709,7 +683,9 @@ mod later {
 /// watch's reading less the CPU time it used since). Not woken in time: nothing is recorded
 /// (a sleep, a queue, another thread's work ended it). The watcher sleeps while nothing is
 /// watched, reads clocks every 20 us while an entry is younger than 200 us and every 200 us
-/// after that, and its CPU time counts against the waiter reads' budget.
+/// after that. It runs at the lowest priority (`SCHED_IDLE`: `background`); its whole CPU
+/// time is the library's own (`overhead_ns`), and the time of its reads counts against the
+/// waiter reads' budget.
 mod watch {
     use std::sync::{Mutex, TryLockError};
     use std::thread::Thread;
@@ -794,44 +770,46 @@ mod watch {
         }
     }
 
+    /// Makes the calling thread (the watcher) run only on CPU time no other thread wants:
+    /// `SCHED_IDLE`, which never preempts the program's threads and is preempted by them at
+    /// once when they wake, so that its polls (every 20 us while a young entry is watched)
+    /// do not delay a job pinned to few CPUs. A job that keeps every CPU busy delays them: a
+    /// wake is then recorded late, its moment still told from the CPU time the thread used
+    /// since. Refused (a seccomp filter): it runs as it was started.
+    fn background() {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sets the calling thread's own policy (pid 0), with a local parameter.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    }
+
     fn run() {
         // SAFETY: sets this thread's own timer slack (1 us): its short sleeps stay short.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
-        // The main thread's CPU time at the last poll for a look (`prelook`).
-        let mut last = None;
+        background();
+        // This thread's CPU time when it was last spent.
+        let mut own = waiter::cpu_ns();
         loop {
+            // All of this thread's time (its clock reads, its sleeps and wakes) is the
+            // library's own; the time of its reads is the looks' budget's.
+            let cpu = waiter::cpu_ns();
+            if let Some(rt) = active() {
+                crate::shed::own_outside(&rt.seg, cpu.saturating_sub(own));
+            }
+            own = cpu;
             let youngest = WATCHED
                 .lock()
                 .map(|v| v.iter().map(|w| w.ran_ns).max())
                 .unwrap_or(None);
-            let now = now_ns();
-            let look = prelook::wanted(now);
-            if youngest.is_none() && !look {
-                last = None;
-                prelook::IDLE.store(true, std::sync::atomic::Ordering::SeqCst);
-                // A look wanted before the flag was seen is not waited for.
-                if !prelook::wanted(now_ns()) {
-                    std::thread::park();
-                }
-                prelook::IDLE.store(false, Relaxed);
+            let Some(youngest) = youngest else {
+                std::thread::park();
                 continue;
-            }
-            let young =
-                prelook::fast(now) || youngest.is_some_and(|y| now.saturating_sub(y) < YOUNG_NS);
+            };
+            let young = now_ns().saturating_sub(youngest) < YOUNG_NS;
             // A new entry's unpark ends a late pause early.
             SHORT.store(young, Relaxed);
             std::thread::park_timeout(if young { POLL } else { LATE_POLL });
             SHORT.store(false, Relaxed);
-            if youngest.is_some() {
-                let _ = waiter::Budget::timed(|| catch_unwind(AssertUnwindSafe(step)));
-            }
-            if look {
-                if let Some(rt) = active() {
-                    let ns = catch_unwind(AssertUnwindSafe(|| prelook::poll(rt, &mut last)))
-                        .unwrap_or(0);
-                    crate::shed::own_outside(&rt.seg, ns);
-                }
-            }
+            let _ = waiter::Budget::timed(|| catch_unwind(AssertUnwindSafe(step)));
         }
     }
 

@@ -81,7 +81,7 @@ impl Mem for Local {
 
 const PAGE: usize = 4096;
 /// Pages the cache holds.
-const PAGES: usize = 8;
+pub const PAGES: usize = 8;
 
 /// Set once `process_vm_readv` was refused (seccomp): no other thread is read again.
 static REFUSED: AtomicBool = AtomicBool::new(false);
@@ -139,14 +139,7 @@ impl Remote {
         // SAFETY: `local` describes `len` writable bytes the caller owns; the kernel checks
         // `remote` itself and answers EFAULT for memory that is not mapped readable.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            if e == libc::EPERM || e == libc::ENOSYS || e == libc::EACCES {
-                REFUSED.store(true, Ordering::Relaxed);
-            }
-            return false;
-        }
-        n as usize == len
+        Self::copied(n) == len
     }
 
     /// The cached page at `base`, read in if needed.
@@ -186,6 +179,64 @@ impl Remote {
             p += take;
         }
         true
+    }
+
+    /// The pages the cache holds, in the order they were read in (0: empty slot).
+    pub fn pages(&self) -> [usize; PAGES] {
+        let mut out = [0; PAGES];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.tags[(self.next + k) % PAGES];
+        }
+        out
+    }
+
+    /// Reads the pages at `bases` (page-aligned, 0 skipped) into an empty cache with one
+    /// system call: a look that reads the same pages as the last one (a loop's stack) pays one
+    /// `process_vm_readv` instead of one a page. The pages read whole are kept; the rest (a
+    /// page no longer mapped: the read stops there) are read one by one if asked for.
+    pub fn prefetch(&mut self, bases: &[usize]) {
+        let mut local = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; PAGES];
+        let mut remote = local;
+        self.tags = [0; PAGES];
+        let mut n = 0;
+        for &b in bases {
+            if n == PAGES || b < PAGE || b & (PAGE - 1) != 0 || self.tags[..n].contains(&b) {
+                continue;
+            }
+            self.tags[n] = b;
+            local[n].iov_base = self.pages[n].as_mut_ptr().cast();
+            local[n].iov_len = PAGE;
+            remote[n].iov_base = b as *mut libc::c_void;
+            remote[n].iov_len = PAGE;
+            n += 1;
+        }
+        let mut whole = 0;
+        if n > 0 && !REFUSED.load(Ordering::Relaxed) {
+            self.calls += 1;
+            // SAFETY: each `local` entry describes a page of `self.pages` (distinct slots)
+            // that this cache owns; the kernel checks `remote` itself and stops at the first
+            // page that is not mapped readable, answering the bytes copied until then.
+            let got = unsafe {
+                libc::process_vm_readv(self.pid, local.as_ptr(), n as _, remote.as_ptr(), n as _, 0)
+            };
+            whole = Self::copied(got) / PAGE;
+        }
+        self.tags[whole..n].fill(0);
+        self.next = whole % PAGES;
+    }
+
+    /// The bytes a `process_vm_readv` answered (0 on an error, noting a refusal for good).
+    fn copied(got: isize) -> usize {
+        if got < 0 {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if e == libc::EPERM || e == libc::ENOSYS || e == libc::EACCES {
+                REFUSED.store(true, Ordering::Relaxed);
+            }
+        }
+        usize::try_from(got).unwrap_or(0)
     }
 
     /// Reads `out.len()` bytes at `p` with one system call, bypassing the cache (long
@@ -270,5 +321,54 @@ mod tests {
             assert_eq!(m.read::<u64>(a as usize), None);
         }
         assert!(Remote::available());
+    }
+
+    #[test]
+    fn a_prefetch_reads_the_pages_at_once_and_stops_at_one_not_mapped() {
+        // SAFETY: an anonymous private mapping of four pages, the third unmapped below.
+        let a = unsafe {
+            let a = libc::mmap(
+                std::ptr::null_mut(),
+                4 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(a, libc::MAP_FAILED);
+            for k in 0..4 {
+                *((a as usize + k * PAGE) as *mut u64) = 100 + k as u64;
+            }
+            a as usize
+        };
+        let mut m = Box::new(Remote::new());
+        m.reset();
+        m.prefetch(&[a, a + PAGE, a + 3 * PAGE, 0, a + PAGE + 8]);
+        assert_eq!(m.calls, 1);
+        // SAFETY: no requirement for `Remote`.
+        unsafe {
+            for k in [0usize, 1, 3] {
+                assert_eq!(m.read::<u64>(a + k * PAGE), Some(100 + k as u64));
+            }
+        }
+        assert_eq!(m.calls, 1, "every page came from the one read");
+        let held: Vec<usize> = m.pages().into_iter().filter(|p| *p != 0).collect();
+        assert_eq!(held, vec![a, a + PAGE, a + 3 * PAGE]);
+        // A page gone: the read stops there; the pages before it are kept, the rest read
+        // one by one when asked for, and what is not mapped reads as nothing.
+        // SAFETY: the third page of the mapping above, not used after.
+        unsafe { libc::munmap((a + 2 * PAGE) as *mut libc::c_void, PAGE) };
+        m.reset();
+        m.prefetch(&[a, a + 2 * PAGE, a + 3 * PAGE]);
+        assert_eq!(m.calls, 1);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(m.read::<u64>(a), Some(100));
+            assert_eq!(m.calls, 1);
+            assert_eq!(m.read::<u64>(a + 2 * PAGE), None);
+            assert_eq!(m.read::<u64>(a + 3 * PAGE), Some(103));
+            libc::munmap(a as *mut libc::c_void, 4 * PAGE);
+        }
+        assert_eq!(m.calls, 3);
     }
 }

@@ -6,16 +6,18 @@
 //! found the main thread waiting, this keeps its thread state and maps the key of its whole
 //! stack (`waiter::stack_key`, over the native site of the queuing call) to the site found.
 //! A later look reads only the key (the GIL's holder, the thread state, its frames: a few
-//! pages) and, when the key is known, takes its site. The thread must not run meanwhile: its
-//! CPU clock is read before and after and must not have moved (frames read while it ran
-//! could mix two stacks), else the full look runs. Only the main thread is kept: the waiter
+//! pages, read with one system call when they are the last key's) and, when the key is known,
+//! takes its site. The thread must not run meanwhile: its CPU clock is read before and after
+//! and must not have moved (frames read while it ran could mix two stacks), else the full
+//! look runs. A second key while the clock still reads the same (another native site of the
+//! same look) reads no memory. Only the main thread is kept: the waiter
 //! rule picks it whenever it waits, so a look at it alone decides as the full look would.
 //! Kept per thread (the driver runs host functions on one) and per segment (`FORK_GEN`).
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
 use super::layout::Python;
-use super::mem::Remote;
+use super::mem::{Remote, PAGES};
 use super::waiter::{self, Found};
 use super::walk::mix;
 use super::Blocked;
@@ -30,12 +32,24 @@ struct Memo {
     /// The main thread's state and where its interpreter's GIL is.
     main: Option<(usize, (usize, usize))>,
     keys: [(u64, u32); WAYS],
+    /// The pages the last stack key was read from (read again together at the next one).
+    pages: [usize; PAGES],
+    /// The main thread's CPU time when its stack was last read, its thread state, and that
+    /// stack's key (0: none). The same CPU time later means the thread has not run since: the
+    /// same stack.
+    last: (u64, usize, u64),
 }
 
+const EMPTY: Memo = Memo {
+    fork_gen: 0,
+    main: None,
+    keys: [(0, 0); WAYS],
+    pages: [0; PAGES],
+    last: (0, 0, 0),
+};
+
 thread_local! {
-    static MEMO: RefCell<Memo> = const {
-        RefCell::new(Memo { fork_gen: 0, main: None, keys: [(0, 0); WAYS] })
-    };
+    static MEMO: RefCell<Memo> = const { RefCell::new(EMPTY) };
 }
 
 fn with<R>(f: impl FnOnce(&mut Memo) -> Option<R>) -> Option<R> {
@@ -45,8 +59,7 @@ fn with<R>(f: impl FnOnce(&mut Memo) -> Option<R>) -> Option<R> {
         if m.fork_gen != gen {
             *m = Memo {
                 fork_gen: gen,
-                main: None,
-                keys: [(0, 0); WAYS],
+                ..EMPTY
             };
         }
         f(&mut m)
@@ -72,15 +85,33 @@ pub struct Use {
 }
 
 /// The main thread's key for `u`, if the thread stayed off the CPU while it was read (`c0`:
-/// its CPU time before).
+/// its CPU time before). The stack is read once per stretch off the CPU: a second key at the
+/// same CPU time (another native site of the same look, the look after a look ahead) reuses
+/// it. Its pages are read with one system call when they are the last key's (`prefetch`).
 fn key(py: &Python, m: &mut Remote, main: (usize, (usize, usize)), u: Use, c0: u64) -> Option<u64> {
     if main.0 == u.me {
         return None;
     }
-    m.reset();
-    let stack = waiter::stack_key(py, m, main.0, main.1)?;
-    let key = mix(mix(stack, u64::from(u.native)), u.salt) | 1;
-    (cpu_of(crate::guard::pid())? == c0).then_some(key)
+    let stack =
+        match with(|s| (s.last.2 != 0 && (s.last.0, s.last.1) == (c0, main.0)).then_some(s.last.2))
+        {
+            Some(stack) => stack,
+            None => {
+                m.reset();
+                m.prefetch(&with(|s| Some(s.pages)).unwrap_or([0; PAGES]));
+                let stack = waiter::stack_key(py, m, main.0, main.1)?;
+                if cpu_of(crate::guard::pid())? != c0 {
+                    return None;
+                }
+                with(|s| {
+                    s.pages = m.pages();
+                    s.last = (c0, main.0, stack);
+                    Some(())
+                });
+                stack
+            }
+        };
+    Some(mix(mix(stack, u64::from(u.native)), u.salt) | 1)
 }
 
 /// The main thread waiting at a stack seen before, with that stack's site; `None` when it

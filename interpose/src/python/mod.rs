@@ -188,14 +188,11 @@ fn read_others<R>(
     if !mem::Remote::available() {
         return None;
     }
-    // The watcher's look ahead is not a wait's only look: the host function looks itself.
     let skipped = || {
-        if !matches!(purpose, waiter::Purpose::Prelook) {
-            rt.seg
-                .cost()
-                .looks_skipped
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        rt.seg
+            .cost()
+            .looks_skipped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         None
     };
     if !waiter::Budget::allow(crate::clock::now_ns()) {

@@ -242,24 +242,21 @@ struct Scratch {
 // SAFETY: `mem` is only reached by the thread that set `busy` (`with_scratch`).
 unsafe impl Sync for Scratch {}
 
-/// What a look is for; each has its own scratch, so that none waits for another: the
-/// stalls of a runtime's own threads (`Waited`, any thread), the looks of the host functions
-/// (`HostWait`, the driver's thread) and the look the library's own thread takes at a main
-/// thread that sleeps while a host function is queued (`Prelook`), which come at the same
-/// moments under JAX.
+/// What a look is for; each has its own scratch, so that neither waits for the other: the
+/// stalls of a runtime's own threads (`Waited`, any thread) and the looks of the host
+/// functions (`HostWait`, the driver's thread), which come at the same moments under JAX.
 #[derive(Clone, Copy)]
 pub enum Purpose {
     Waited = 0,
     HostWait = 1,
-    Prelook = 2,
 }
 
-static SCRATCH: [Scratch; 3] = [const {
+static SCRATCH: [Scratch; 2] = [const {
     Scratch {
         busy: AtomicU32::new(0),
         mem: UnsafeCell::new(Remote::new()),
     }
-}; 3];
+}; 2];
 
 /// Runs `f` with the page cache of `purpose`; `None` at once, without waiting, when another
 /// thread has it or another thread's memory cannot be read in this process.
