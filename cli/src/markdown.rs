@@ -55,6 +55,12 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
             "(another tool took the activity source over: not measured since)"
         );
     }
+    if *state == syncspy_read::names::GpuState::Held {
+        let _ = writeln!(
+            o,
+            "(CUDA graphs launched: not traced since, CUPTI held back)"
+        );
+    }
     if g.causes.is_empty() {
         return;
     }

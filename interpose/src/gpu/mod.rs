@@ -38,8 +38,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use syncspy_abi::gpu::{
-    GPU_OFF, GPU_PAUSED, GPU_TRACING, GPU_UNAVAILABLE, GPU_YIELDED, MODE_DUTY, MODE_OFF, MODE_ON,
-    SOURCE_CUPTI, SOURCE_SIMULATED,
+    GPU_HELD, GPU_OFF, GPU_PAUSED, GPU_TRACING, GPU_UNAVAILABLE, GPU_YIELDED, MODE_DUTY, MODE_OFF,
+    MODE_ON, SOURCE_CUPTI, SOURCE_SIMULATED,
 };
 use syncspy_abi::SegmentWriter;
 
@@ -78,6 +78,36 @@ static EXIT: AtomicU8 = AtomicU8::new(0);
 static WAITING: AtomicBool = AtomicBool::new(false);
 /// Set by detach: the GPU thread disables its kinds, accounts what was delivered and ends.
 static DETACH: AtomicBool = AtomicBool::new(false);
+/// Set at the process's first CUDA graph launch (`graph_launched`), in every mode, dormant
+/// hooks included.
+static GRAPHS: AtomicBool = AtomicBool::new(false);
+/// How long an attach watches the process's calls before it starts CUPTI: a process that
+/// launches CUDA graphs meanwhile is not traced (`graph_launched`).
+pub const ATTACH_LOOK_NS: u64 = 1_000_000_000;
+
+/// A CUDA graph was launched (the graph launch hooks, runtime and driver, call this first).
+///
+/// CUPTI started, or its kinds enabled again, while a process launches CUDA graphs crashed
+/// it: a JAX job (XLA replays its steps as graphs) died inside libcupti, called by the
+/// driver from XLA's graph update on the main thread, within 1.5 s of an attach that started
+/// CUPTI, in 3 of 8 runs of attach cycles on an H200 (docs/gpu-validation.md). PyTorch's
+/// profiler keeps CUPTI from being torn down and started again under CUDA graphs for crashes
+/// of the same kind. So once graphs are seen, the library does not start CUPTI, enable its
+/// kinds again or probe for another client (a subscription) in that process: the GPU part
+/// says `held`. Tracing enabled before the first graph (from the process's start, `syncspy
+/// run`) goes on until its first pause; the GPU idle behind each stall is measured
+/// without CUPTI and goes on.
+#[inline]
+pub fn graph_launched() {
+    if !GRAPHS.load(Ordering::Relaxed) {
+        GRAPHS.store(true, Ordering::Relaxed);
+    }
+}
+
+fn graphs() -> bool {
+    GRAPHS.load(Ordering::Relaxed)
+}
+
 /// Whether CUPTI calls syncspy's clock for its timestamps (registered once per process:
 /// CUPTI takes it only before the first kind is enabled, so a second attach reuses it).
 static ON_HOST_CLOCK: AtomicBool = AtomicBool::new(false);
@@ -147,8 +177,10 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     // created its context or a short program exited crashed inside cuptiActivityEnable
     // (SIGSEGV, H100, CUDA 13.0). Here it comes before the runtime's initialisation, as
     // CUPTI's own samples do it, and no exit can begin meanwhile. It costs this one call the
-    // loading of CUPTI (docs/performance.md).
-    let ready = if cfg.mode == MODE_OFF {
+    // loading of CUPTI (docs/performance.md). At an attach the context exists: CUPTI starts on
+    // the GPU thread after `ATTACH_LOOK_NS`, unless the process launched CUDA graphs by then
+    // (`graph_launched`).
+    let ready = if cfg.mode == MODE_OFF || crate::attach::attached() {
         None
     } else {
         let prev = ON_GPU_THREAD.with(|c| c.replace(true));
@@ -252,6 +284,13 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
             end(tracing, traced_since, true);
             return;
         }
+        if graphs() && crate::attach::attached() {
+            // Graphs after an attach started CUPTI: its kinds off once, then nothing more
+            // of CUPTI (no probe for another client, no enabling again).
+            end(tracing, traced_since, true);
+            g.state.store(GPU_HELD, Ordering::Release);
+            return;
+        }
         let now = now_ns();
         if now < next_flush {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -290,6 +329,11 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
                 continue;
             }
             if !tracing && in_on {
+                if graphs() {
+                    finish(now);
+                    g.state.store(GPU_HELD, Ordering::Release);
+                    return;
+                }
                 if !set_enabled(api, true) {
                     g.state.store(GPU_UNAVAILABLE, Ordering::Release);
                     return;
@@ -332,15 +376,21 @@ struct Ready {
     t0: u64,
 }
 
-/// On the GPU thread in mode `off` (the other modes start CUPTI in `start`): waits, cheaply,
-/// for a reader's request, then starts CUPTI; nothing of CUPTI is touched before.
+/// On the GPU thread in mode `off` (the other modes start CUPTI in `start`, but at an
+/// attach): waits, cheaply, for a reader's request, then starts CUPTI; nothing of CUPTI is
+/// touched before.
+///
+/// At an attach in modes `on` and `duty`: waits `ATTACH_LOOK_NS` (or for a request), then
+/// starts CUPTI unless the process has launched CUDA graphs (`graph_launched`).
 fn wait_and_set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
     WAITING.store(true, Ordering::Release);
+    let look_until = (cfg.mode != MODE_OFF).then(|| now_ns() + ATTACH_LOOK_NS);
     loop {
         if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
             return None;
         }
-        if now_ns() < requested(seg) {
+        let now = now_ns();
+        if now < requested(seg) || look_until.is_some_and(|t| now >= t) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -359,6 +409,10 @@ fn set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
     // Exiting (or detaching) already: CUPTI is not started at all.
     let leaving = || EXIT.load(Ordering::SeqCst) != 0 || DETACH.load(Ordering::Acquire);
     if leaving() {
+        return None;
+    }
+    if graphs() {
+        g.state.store(GPU_HELD, Ordering::Release);
         return None;
     }
     let unavailable = || {

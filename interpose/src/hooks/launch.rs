@@ -43,6 +43,9 @@ macro_rules! launch {
                 let ($($arg,)*) = ($($arg,)*);
                 $stream
             };
+            if stringify!($name).starts_with("cudaGraphLaunch") {
+                crate::gpu::graph_launched();
+            }
             crate::behind::launch_queued(stream, $pt);
             // SAFETY: `f` is the real function of this symbol's name, typed with its C
             // signature, with our caller's arguments (this function's `# Safety`).

@@ -360,6 +360,14 @@ pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: CUhostFn, data: *mut c
     face(|| unsafe { cudaLaunchHostFunc(s.cast(), f, data) })
 }
 
+/// `cuGraphLaunch`: the simulator builds no graphs; a launch of any handle succeeds as an
+/// empty graph's would (nothing runs on the stream), so that a program can reach the call
+/// (tests of what a preloaded library does at a graph launch).
+#[no_mangle]
+pub extern "C" fn cuGraphLaunch(_graph: *mut c_void, _s: CUstream) -> CuResult {
+    0
+}
+
 /// Whether a stream is capturing a graph: the simulator captures nothing, so never, unless
 /// `SIMCUDA_CAPTURING=1` (a test knob: every stream then says it is capturing).
 ///

@@ -1,0 +1,112 @@
+//! CUDA graphs and CUPTI: CUPTI started mid-run in a process that launches CUDA graphs
+//! crashed a JAX job inside CUPTI (docs/gpu-validation.md), so an attach watches the
+//! process's calls for a second before it starts GPU tracing, and does not start it once a
+//! graph launch was seen: the GPU part says `held`. The same attach on the same job without
+//! graph launches traces. Runs on the simulated driver (a graph launch there runs nothing).
+//! Needs `python3` on PATH.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+
+mod common;
+use common::{sim_command, Running, TempDir};
+
+/// A dormant job that makes a CUDA call every 5 ms (a stream synchronize, after a graph
+/// launch when its argument is `graphs`) until `stop` exists.
+const SCRIPT: &str = "\
+import ctypes, os, sys, time
+cu = ctypes.CDLL('libcuda.so.1')
+assert cu.cuInit(0) == 0
+dev = ctypes.c_int()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+ctx = ctypes.c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+s = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+cu.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+graphs, pid_file, stop = sys.argv[1] == 'graphs', sys.argv[2], sys.argv[3]
+open(pid_file + '.tmp', 'w').write(str(os.getpid()))
+os.rename(pid_file + '.tmp', pid_file)
+end = time.time() + 30
+while not os.path.exists(stop) and time.time() < end:
+    if graphs:
+        assert cu.cuGraphLaunch(None, s) == 0
+    assert cu.cuStreamSynchronize(s) == 0
+    time.sleep(0.005)
+";
+
+/// The GPU part of the report of a 2 s attach (GPU tracing on) to the job, run with or
+/// without graph launches.
+fn gpu_after_attach(graphs: bool) -> Value {
+    let d = TempDir::new(if graphs { "gpu-graphs" } else { "gpu-nographs" });
+    let script = d.file("job.py", SCRIPT);
+    let pid_file = d.path().join("pid");
+    let stop = d.path().join("stop");
+    let job_err = d.path().join("job.err");
+    let mut job = Running(
+        sim_command(
+            &d,
+            &[],
+            &[
+                "python3",
+                script.to_str().unwrap(),
+                if graphs { "graphs" } else { "plain" },
+                pid_file.to_str().unwrap(),
+                stop.to_str().unwrap(),
+            ],
+            &[("SYNCSPY_DORMANT", "1")],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&job_err).unwrap())
+        .spawn()
+        .unwrap(),
+    );
+    let pid = common::eventually("the job's pid file", || {
+        std::fs::read_to_string(&pid_file).ok()
+    });
+    let report = d.path().join("r.json");
+    let o = std::process::Command::new(common::SYNCSPY)
+        .args([
+            "attach",
+            pid.trim(),
+            "--duration",
+            "2",
+            "--gpu-idle",
+            "on",
+            "--report",
+        ])
+        .arg(&report)
+        .env("SYNCSPY_DIR", d.path())
+        .output()
+        .unwrap();
+    std::fs::write(&stop, "").unwrap();
+    let status = job.child().wait().unwrap();
+    let err = std::fs::read_to_string(&job_err).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "the job: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    r["processes"][0]["gpu"].clone()
+}
+
+#[test]
+fn an_attach_does_not_start_gpu_tracing_in_a_process_that_launches_graphs() {
+    let plain = gpu_after_attach(false);
+    assert_ne!(plain["state"], "held", "no graphs: traced ({plain})");
+    assert!(
+        plain["traced_ns"].as_u64().unwrap_or(0) > 0,
+        "no graphs: the attach traced the GPU ({plain})"
+    );
+    let held = gpu_after_attach(true);
+    assert_eq!(held["state"], "held", "{held}");
+    assert_eq!(
+        held["traced_ns"].as_u64().unwrap_or(0),
+        0,
+        "graphs: nothing traced ({held})"
+    );
+}
