@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{sim_command, Running, TempDir};
+use common::TempDir;
 
 /// A dormant job that makes a CUDA call every 5 ms (a stream synchronize, after a graph
 /// launch when its argument is `graphs`) until `stop` exists.
@@ -44,32 +44,23 @@ fn gpu_after_attach(graphs: bool) -> Value {
     let pid_file = d.path().join("pid");
     let stop = d.path().join("stop");
     let job_err = d.path().join("job.err");
-    let mut job = Running(
-        sim_command(
-            &d,
-            &[],
-            &[
-                "python3",
-                script.to_str().unwrap(),
-                if graphs { "graphs" } else { "plain" },
-                pid_file.to_str().unwrap(),
-                stop.to_str().unwrap(),
-            ],
-            &[("SYNCSPY_DORMANT", "1")],
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&job_err).unwrap())
-        .spawn()
-        .unwrap(),
+    let (mut job, pid) = common::dormant_job(
+        &d,
+        &[
+            "python3",
+            script.to_str().unwrap(),
+            if graphs { "graphs" } else { "plain" },
+            pid_file.to_str().unwrap(),
+            stop.to_str().unwrap(),
+        ],
+        &pid_file,
+        &job_err,
     );
-    let pid = common::eventually("the job's pid file", || {
-        std::fs::read_to_string(&pid_file).ok()
-    });
     let report = d.path().join("r.json");
     let o = std::process::Command::new(common::SYNCSPY)
         .args([
             "attach",
-            pid.trim(),
+            &pid,
             "--duration",
             "2",
             "--gpu-idle",

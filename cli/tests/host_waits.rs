@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{run_sim_env, sim_command, Running, TempDir};
+use common::{run_sim_env, TempDir};
 
 /// Lines 1 to 13 of both scripts: the simulated driver's context, a stream, `usleep` as a host
 /// function.
@@ -373,25 +373,16 @@ while not os.path.exists({stop:?}) and time.time() < end:
     let script = d.file("reattach.py", &text);
     // Killed at the end of the test whatever happens; its stderr kept in a file.
     let job_err = d.path().join("job.err");
-    let mut job = Running(
-        sim_command(
-            &d,
-            &[],
-            &["python3", script.to_str().unwrap()],
-            &[("SYNCSPY_DORMANT", "1")],
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&job_err).unwrap())
-        .spawn()
-        .unwrap(),
+    let (mut job, pid) = common::dormant_job(
+        &d,
+        &["python3", script.to_str().unwrap()],
+        &pid_file,
+        &job_err,
     );
-    let pid = common::eventually("the job's pid file", || {
-        std::fs::read_to_string(&pid_file).ok()
-    });
     let attach = |n: u32| -> Value {
         let report = d.path().join(format!("r{n}.json"));
         let o = std::process::Command::new(common::SYNCSPY)
-            .args(["attach", pid.trim(), "--duration", "1", "--report"])
+            .args(["attach", &pid, "--duration", "1", "--report"])
             .arg(&report)
             .env("SYNCSPY_DIR", d.path())
             .output()

@@ -49,6 +49,29 @@ pub fn sim_command(
     c
 }
 
+/// A dormant job (`SYNCSPY_DORMANT=1` under `syncspy run --sim`, for `syncspy attach`)
+/// running `cmd`, whose stdout is dropped and stderr kept in `err`; it is killed when the
+/// `Running` is dropped. Returns it with the pid the job wrote into `pid_file` (by a
+/// rename, so that a partial write is never read).
+pub fn dormant_job(
+    d: &TempDir,
+    cmd: &[&str],
+    pid_file: &std::path::Path,
+    err: &std::path::Path,
+) -> (Running, String) {
+    let job = Running(
+        sim_command(d, &[], cmd, &[("SYNCSPY_DORMANT", "1")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(err).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = eventually("the job's pid file", || {
+        std::fs::read_to_string(pid_file).ok()
+    });
+    (job, pid.trim().to_string())
+}
+
 /// `run_sim` with `env` set for syncspy and CMD.
 pub fn run_sim_env(
     d: &TempDir,
