@@ -13,17 +13,10 @@ use common::TempDir;
 
 /// A dormant job that makes a CUDA call every 5 ms (a stream synchronize, after a graph
 /// launch when its argument is `graphs`) until `stop` exists.
-const SCRIPT: &str = "\
-import ctypes, os, sys, time
-cu = ctypes.CDLL('libcuda.so.1')
-assert cu.cuInit(0) == 0
-dev = ctypes.c_int()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-ctx = ctypes.c_void_p()
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
-s = ctypes.c_void_p()
-assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+const SCRIPT: &str = concat!(
+    common::sim_preamble!(),
+    "\
+import os, sys
 cu.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 graphs, pid_file, stop = sys.argv[1] == 'graphs', sys.argv[2], sys.argv[3]
 open(pid_file + '.tmp', 'w').write(str(os.getpid()))
@@ -34,7 +27,8 @@ while not os.path.exists(stop) and time.time() < end:
         assert cu.cuGraphLaunch(None, s) == 0
     assert cu.cuStreamSynchronize(s) == 0
     time.sleep(0.005)
-";
+"
+);
 
 /// The GPU part of the report of a 2 s attach (GPU tracing on) to the job, run with or
 /// without graph launches.

@@ -12,28 +12,6 @@ use serde_json::Value;
 mod common;
 use common::{run_sim_env, TempDir};
 
-/// Lines 1 to 13 of both scripts: the simulated driver's context, a stream, `usleep` as a host
-/// function.
-macro_rules! preamble {
-    () => {
-        "\
-import ctypes, threading, time
-cu = ctypes.CDLL('libcuda.so.1')
-libc = ctypes.CDLL(None)
-assert cu.cuInit(0) == 0
-dev = ctypes.c_int()
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-ctx = ctypes.c_void_p()
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
-s = ctypes.c_void_p()
-assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
-cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
-"
-    };
-}
-
 /// Line 21 waits (4 times, 30 ms each, behind a 30 ms host function) for a host function that
 /// wakes it itself; line 33 (3 times) for one that wakes another thread, which then wakes it
 /// (as XLA's host functions hand their work to a thread of XLA's); line 38 sleeps while a host
@@ -42,7 +20,7 @@ usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
 /// wake, and a loaded machine delayed the simulated stream's 10 ms by 40 ms once when the
 /// sleep was 50 ms.
 const SCRIPT: &str = concat!(
-    preamble!(),
+    common::sim_preamble!(),
     "\
 post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
 noop = ctypes.cast(libc.getpid, ctypes.c_void_p)
@@ -184,7 +162,7 @@ fn a_host_function_queued_during_capture_is_left_as_it_is() {
 /// `stream_sync` at its line, and no `host_wait` is recorded for it (it was counted twice:
 /// the thread sleeps in the call, and wakes right after the host function).
 const SYNC_SCRIPT: &str = concat!(
-    preamble!(),
+    common::sim_preamble!(),
     "\
 for _ in range(3):
     assert cu.cuLaunchHostFunc(s, usleep, 30000) == 0
@@ -222,7 +200,7 @@ fn waits_through_one_library_function_are_named_at_each_calling_line() {
     let lib = waitlib(&d);
     let text = format!(
         "{}{}",
-        preamble!(),
+        common::sim_preamble!(),
         format_args!(
             "\
 import sys
@@ -264,7 +242,7 @@ fn a_long_loop_of_waits_at_two_lines_counts_each_at_its_line() {
     let lib = waitlib(&d);
     let text = format!(
         "{}{}",
-        preamble!(),
+        common::sim_preamble!(),
         format_args!(
             "\
 import sys
@@ -306,7 +284,7 @@ fn waits_that_run_several_host_functions_are_each_counted_once_at_their_line() {
     let d = TempDir::new("host-wait-later");
     let text = format!(
         "{}{}",
-        preamble!(),
+        common::sim_preamble!(),
         "\
 post = ctypes.cast(libc.sem_post, ctypes.c_void_p)
 sem = ctypes.create_string_buffer(64)
@@ -369,7 +347,7 @@ while not os.path.exists({stop:?}) and time.time() < end:
         pid = pid_file.to_str().unwrap(),
         stop = stop.to_str().unwrap(),
     );
-    let text = format!("{}{body}", preamble!());
+    let text = format!("{}{body}", common::sim_preamble!());
     let script = d.file("reattach.py", &text);
     // Killed at the end of the test whatever happens; its stderr kept in a file.
     let job_err = d.path().join("job.err");

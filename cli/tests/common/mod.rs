@@ -178,3 +178,28 @@ pub fn start_agent(segments: &Path, token: &Path, args: &[&str]) -> (Running, St
     std::thread::spawn(move || for _ in lines {});
     (agent, addr)
 }
+
+/// The first 13 lines of a Python script on the simulated driver: its context, a stream
+/// `s`, `usleep` as a host function (the scripts' line numbers count from it).
+#[allow(unused_macros)]
+macro_rules! sim_preamble {
+    () => {
+        "\
+import ctypes, threading, time
+cu = ctypes.CDLL('libcuda.so.1')
+libc = ctypes.CDLL(None)
+assert cu.cuInit(0) == 0
+dev = ctypes.c_int()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+ctx = ctypes.c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+s = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+cu.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+usleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+"
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use sim_preamble;
