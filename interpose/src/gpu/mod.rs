@@ -81,8 +81,9 @@ static DETACH: AtomicBool = AtomicBool::new(false);
 /// Set at the process's first CUDA graph launch (`graph_launched`), in every mode, dormant
 /// hooks included.
 static GRAPHS: AtomicBool = AtomicBool::new(false);
-/// How long an attach watches the process's calls before it starts CUPTI: a process that
-/// launches CUDA graphs meanwhile is not traced (`graph_launched`).
+/// How long an injecting attach into a process that may launch graphs (`look_first`) watches
+/// its calls before it starts CUPTI: a process that launches a graph meanwhile is not traced
+/// (`graph_launched`).
 pub const ATTACH_LOOK_NS: u64 = 1_000_000_000;
 
 /// A CUDA graph was launched (the graph launch hooks, runtime and driver, call this first).
@@ -94,7 +95,10 @@ pub const ATTACH_LOOK_NS: u64 = 1_000_000_000;
 /// profiler keeps CUPTI from being torn down and started again under CUDA graphs for crashes
 /// of the same kind. So once graphs are seen, the library does not start CUPTI, enable its
 /// kinds again or probe for another client (a subscription) in that process: the GPU part
-/// says `held`. Tracing enabled before the first graph (from the process's start, `syncspy
+/// says `held`. A preloaded library's hooks see every launch from the start; an injected
+/// one's only after the attach, so an injecting attach into a process with a module that
+/// imports a graph launch function watches for 1 s first (`look_first`); launches through a
+/// pointer taken before the attach (`cuGetProcAddress`) are not seen. Tracing enabled before the first graph (from the process's start, `syncspy
 /// run`) goes on until its first pause; the GPU idle behind each stall is measured
 /// without CUPTI and goes on.
 #[inline]
@@ -106,6 +110,23 @@ pub fn graph_launched() {
 
 fn graphs() -> bool {
     GRAPHS.load(Ordering::Relaxed)
+}
+
+/// Set when an injecting attach found a module that imports a graph launch function
+/// (`attach::got`): the process may launch graphs, and the hooks have not seen its past.
+static GRAPH_IMPORTS: AtomicBool = AtomicBool::new(false);
+
+/// A loaded module imports `cudaGraphLaunch` or `cuGraphLaunch` (an injecting attach's scan).
+pub fn graph_launch_imported() {
+    GRAPH_IMPORTS.store(true, Ordering::Relaxed);
+}
+
+/// Whether an attach waits `ATTACH_LOOK_NS` before it starts CUPTI: the library was injected
+/// (its hooks saw nothing of the process's past) into a process with a module that imports
+/// a graph launch function. A preloaded library's hooks saw every launch since the start, so
+/// it starts at once, or not at all (`graphs`).
+fn look_first() -> bool {
+    crate::attach::injected_into() && GRAPH_IMPORTS.load(Ordering::Relaxed)
 }
 
 /// Whether CUPTI calls syncspy's clock for its timestamps (registered once per process:
@@ -177,10 +198,10 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     // created its context or a short program exited crashed inside cuptiActivityEnable
     // (SIGSEGV, H100, CUDA 13.0). Here it comes before the runtime's initialisation, as
     // CUPTI's own samples do it, and no exit can begin meanwhile. It costs this one call the
-    // loading of CUPTI (docs/performance.md). At an attach the context exists: CUPTI starts on
-    // the GPU thread after `ATTACH_LOOK_NS`, unless the process launched CUDA graphs by then
-    // (`graph_launched`).
-    let ready = if cfg.mode == MODE_OFF || crate::attach::attached() {
+    // loading of CUPTI (docs/performance.md). An injecting attach into a process that may
+    // launch CUDA graphs (`look_first`) starts it on the GPU thread after `ATTACH_LOOK_NS`,
+    // unless a graph was launched by then.
+    let ready = if cfg.mode == MODE_OFF || (crate::attach::attached() && look_first()) {
         None
     } else {
         let prev = ON_GPU_THREAD.with(|c| c.replace(true));
@@ -380,8 +401,9 @@ struct Ready {
 /// attach): waits, cheaply, for a reader's request, then starts CUPTI; nothing of CUPTI is
 /// touched before.
 ///
-/// At an attach in modes `on` and `duty`: waits `ATTACH_LOOK_NS` (or for a request), then
-/// starts CUPTI unless the process has launched CUDA graphs (`graph_launched`).
+/// At an injecting attach in modes `on` and `duty` (`look_first`): waits `ATTACH_LOOK_NS`
+/// (or for a request), then starts CUPTI unless the process has launched a CUDA graph
+/// (`graph_launched`).
 fn wait_and_set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
     WAITING.store(true, Ordering::Release);
     let look_until = (cfg.mode != MODE_OFF).then(|| now_ns() + ATTACH_LOOK_NS);
