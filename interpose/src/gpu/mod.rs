@@ -91,16 +91,16 @@ pub const ATTACH_LOOK_NS: u64 = 1_000_000_000;
 /// CUPTI started, or its kinds enabled again, while a process launches CUDA graphs crashed
 /// it: a JAX job (XLA replays its steps as graphs) died inside libcupti, called by the
 /// driver from XLA's graph update on the main thread, within 1.5 s of an attach that started
-/// CUPTI, in 3 of 8 runs of attach cycles on an H200 (docs/gpu-validation.md). PyTorch's
+/// CUPTI, in 4 of 8 runs of attach cycles on an H200 (docs/gpu-validation.md). PyTorch's
 /// profiler keeps CUPTI from being torn down and started again under CUDA graphs for crashes
 /// of the same kind. So once graphs are seen, the library does not start CUPTI, enable its
 /// kinds again or probe for another client (a subscription) in that process: the GPU part
 /// says `held`. A preloaded library's hooks see every launch from the start; an injected
 /// one's only after the attach, so an injecting attach into a process with a module that
 /// imports a graph launch function watches for 1 s first (`look_first`); launches through a
-/// pointer taken before the attach (`cuGetProcAddress`) are not seen. Tracing enabled before the first graph (from the process's start, `syncspy
-/// run`) goes on until its first pause; the GPU idle behind each stall is measured
-/// without CUPTI and goes on.
+/// pointer taken before the attach (`cuGetProcAddress`) are not seen. Tracing enabled before
+/// the first graph (from the process's start, `syncspy run`) goes on until its first pause;
+/// the GPU idle behind each stall is measured without CUPTI and goes on.
 #[inline]
 pub fn graph_launched() {
     if !GRAPHS.load(Ordering::Relaxed) {
