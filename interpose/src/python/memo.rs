@@ -95,7 +95,14 @@ fn key(py: &Python, m: &mut Remote, main: (usize, (usize, usize)), u: Use, c0: u
     let stack =
         match with(|s| (s.last.2 != 0 && (s.last.0, s.last.1) == (c0, main.0)).then_some(s.last.2))
         {
-            Some(stack) => stack,
+            // Its stack at `c0` is known; the clock still at `c0` means it has not run since
+            // (a caller's `c0` may be older than now: `learn`'s is from before its look).
+            Some(stack) => {
+                if cpu_of(crate::guard::pid())? != c0 {
+                    return None;
+                }
+                stack
+            }
             None => {
                 m.reset();
                 m.prefetch(&with(|s| Some(s.pages)).unwrap_or([0; PAGES]));
