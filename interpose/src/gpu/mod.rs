@@ -257,14 +257,9 @@ fn requested(seg: &SegmentWriter) -> u64 {
 /// The GPU thread.
 fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     let g = seg.gpu();
-    let ready = match ready {
-        Some(r) => r,
-        None => match wait_and_set_up(seg, cfg) {
-            Some(r) => r,
-            None => return,
-        },
+    let Some(Ready { api, t0 }) = ready.or_else(|| wait_and_set_up(seg, cfg)) else {
+        return;
     };
-    let Ready { api, t0 } = ready;
     let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
     // The loop's end: the time traced counted, what arrived accounted; with `disable`,
     // syncspy's kinds off and its buffers flushed back first.
@@ -288,9 +283,16 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     // for once a second, and left CUPTI as it found it (nothing disabled under it).
     let mut flushes = 0u32;
     loop {
-        if DETACH.load(Ordering::Acquire) {
+        // Detached; or graphs launched while attached: CUPTI's kinds off once, then nothing
+        // more of CUPTI (no probe for another client, no enabling again).
+        let stop = if DETACH.load(Ordering::Acquire) {
+            Some(GPU_PAUSED)
+        } else {
+            (graphs() && crate::attach::attached()).then_some(GPU_HELD)
+        };
+        if let Some(state) = stop {
             end(tracing, traced_since, true);
-            g.state.store(GPU_PAUSED, Ordering::Release);
+            g.state.store(state, Ordering::Release);
             return;
         }
         if FOREIGN.load(Ordering::Acquire) {
@@ -303,13 +305,6 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
         if EXIT.load(Ordering::Acquire) == 1 {
             // CUPTI quiet before the runtime tears down: syncspy's kinds off first.
             end(tracing, traced_since, true);
-            return;
-        }
-        if graphs() && crate::attach::attached() {
-            // Graphs after an attach started CUPTI: its kinds off once, then nothing more
-            // of CUPTI (no probe for another client, no enabling again).
-            end(tracing, traced_since, true);
-            g.state.store(GPU_HELD, Ordering::Release);
             return;
         }
         let now = now_ns();
@@ -350,13 +345,11 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
                 continue;
             }
             if !tracing && in_on {
-                if graphs() {
-                    finish(now);
-                    g.state.store(GPU_HELD, Ordering::Release);
-                    return;
-                }
-                if !set_enabled(api, true) {
-                    g.state.store(GPU_UNAVAILABLE, Ordering::Release);
+                // Graphs launched since the pause: not enabled again (`graph_launched`).
+                let held = graphs();
+                if held || !set_enabled(api, true) {
+                    let state = if held { GPU_HELD } else { GPU_UNAVAILABLE };
+                    g.state.store(state, Ordering::Release);
                     return;
                 }
                 traced_since = now;
