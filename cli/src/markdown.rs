@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use crate::budget::CheckStatus;
 use crate::summary::{
-    fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, shell_words, user_frames,
-    TOP_CAUSES, TOP_SITES,
+    fmt_bytes, fmt_ns, gap_cause, gpu_measured, gpu_not_measured, gpu_stopped, shell_words,
+    user_frames, TOP_CAUSES, TOP_SITES,
 };
 use syncspy_read::plural;
 use syncspy_read::report::{ProcessReport, Report};
@@ -49,17 +49,8 @@ fn render_gpu(o: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(o, "**GPU:** {}", md_cell(&gpu_measured(g, busy)));
-    if *state == syncspy_read::names::GpuState::Yielded {
-        let _ = writeln!(
-            o,
-            "(another tool took the activity source over: not measured since)"
-        );
-    }
-    if *state == syncspy_read::names::GpuState::Held {
-        let _ = writeln!(
-            o,
-            "(CUDA graphs launched: not traced since, CUPTI held back)"
-        );
+    if let Some(why) = state.known().as_ref().and_then(gpu_stopped) {
+        let _ = writeln!(o, "({why})");
     }
     if g.causes.is_empty() {
         return;

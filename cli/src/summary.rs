@@ -74,6 +74,15 @@ pub fn gpu_not_measured(state: &Name<GpuState>) -> &str {
     }
 }
 
+/// Why a process's GPU, measured for a while, was not traced after that (`None`: it was).
+pub fn gpu_stopped(state: &GpuState) -> Option<&'static str> {
+    match state {
+        GpuState::Yielded => Some("another tool took the activity source over: not measured since"),
+        GpuState::Held => Some("CUDA graphs launched: not traced since, CUPTI held back"),
+        _ => None,
+    }
+}
+
 /// The GPU line after `GPU: `: busy share, traced time and mode, idle share, the gaps.
 pub fn gpu_measured(g: &syncspy_read::report::Gpu, busy: f64) -> String {
     let span: u64 = g.devices.iter().map(|d| d.span_ns).sum();
@@ -131,17 +140,8 @@ fn render_gpu(out: &mut String, p: &ProcessReport) {
         return;
     };
     let _ = writeln!(out, "  GPU: {}", gpu_measured(g, busy));
-    if *state == GpuState::Yielded {
-        let _ = writeln!(
-            out,
-            "  GPU: another tool took the activity source over: not measured since"
-        );
-    }
-    if *state == GpuState::Held {
-        let _ = writeln!(
-            out,
-            "  GPU: CUDA graphs launched: not traced since (CUPTI held back)"
-        );
+    if let Some(why) = state.known().as_ref().and_then(gpu_stopped) {
+        let _ = writeln!(out, "  GPU: {why}");
     }
     if g.causes.is_empty() {
         return;

@@ -51,31 +51,11 @@ fn gpu_after_attach(graphs: bool) -> Value {
         &job_err,
     );
     let report = d.path().join("r.json");
-    let o = std::process::Command::new(common::SYNCSPY)
-        .args([
-            "attach",
-            &pid,
-            "--duration",
-            "2",
-            "--gpu-idle",
-            "on",
-            "--report",
-        ])
-        .arg(&report)
-        .env("SYNCSPY_DIR", d.path())
-        .output()
-        .unwrap();
+    let r = common::attach_report(&d, &pid, &["--duration", "2", "--gpu-idle", "on"], &report);
     std::fs::write(&stop, "").unwrap();
     let status = job.child().wait().unwrap();
     let err = std::fs::read_to_string(&job_err).unwrap_or_default();
     assert_eq!(status.code(), Some(0), "the job: {err}");
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     r["processes"][0]["gpu"].clone()
 }
 

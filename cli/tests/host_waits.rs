@@ -375,20 +375,7 @@ while not os.path.exists({stop:?}) and time.time() < end:
     );
     let attach = |n: u32| -> Value {
         let report = d.path().join(format!("r{n}.json"));
-        let o = std::process::Command::new(common::SYNCSPY)
-            .args(["attach", &pid, "--duration", "1", "--report"])
-            .arg(&report)
-            .env("SYNCSPY_DIR", d.path())
-            .output()
-            .unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-        r["processes"][0].clone()
+        common::attach_report(&d, &pid, &["--duration", "1"], &report)["processes"][0].clone()
     };
     let first = attach(1);
     // Waits go on unrecorded between the two attaches.

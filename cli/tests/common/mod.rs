@@ -72,6 +72,27 @@ pub fn dormant_job(
     (job, pid.trim().to_string())
 }
 
+/// `syncspy attach PID ARGS --report REPORT` with `SYNCSPY_DIR` at `d`: asserts it exits 0
+/// and returns the report.
+pub fn attach_report(d: &TempDir, pid: &str, args: &[&str], report: &Path) -> serde_json::Value {
+    let o = std::process::Command::new(SYNCSPY)
+        .arg("attach")
+        .arg(pid)
+        .args(args)
+        .arg("--report")
+        .arg(report)
+        .env("SYNCSPY_DIR", d.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap()
+}
+
 /// `run_sim` with `env` set for syncspy and CMD.
 pub fn run_sim_env(
     d: &TempDir,

@@ -201,7 +201,7 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     // loading of CUPTI (docs/performance.md). An injecting attach into a process that may
     // launch CUDA graphs (`look_first`) starts it on the GPU thread after `ATTACH_LOOK_NS`,
     // unless a graph was launched by then.
-    let ready = if cfg.mode == MODE_OFF || (crate::attach::attached() && look_first()) {
+    let ready = if cfg.mode == MODE_OFF || look_first() {
         None
     } else {
         let prev = ON_GPU_THREAD.with(|c| c.replace(true));

@@ -202,8 +202,8 @@ impl Remote {
         let mut remote = local;
         self.tags = [0; PAGES];
         let mut n = 0;
-        for &b in bases {
-            if n == PAGES || b < PAGE || b & (PAGE - 1) != 0 || self.tags[..n].contains(&b) {
+        for &b in bases.iter().take(PAGES) {
+            if b < PAGE || b & (PAGE - 1) != 0 || self.tags[..n].contains(&b) {
                 continue;
             }
             self.tags[n] = b;

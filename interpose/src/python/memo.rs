@@ -86,38 +86,34 @@ pub struct Use {
 
 /// The main thread's key for `u`, if the thread stayed off the CPU while it was read (`c0`:
 /// its CPU time before). The stack is read once per stretch off the CPU: a second key at the
-/// same CPU time (another native site of the same look, the look after a look ahead) reuses
+/// same CPU time (another host function or stall of this thread during the same sleep) reuses
 /// it. Its pages are read with one system call when they are the last key's (`prefetch`).
 fn key(py: &Python, m: &mut Remote, main: (usize, (usize, usize)), u: Use, c0: u64) -> Option<u64> {
     if main.0 == u.me {
         return None;
     }
-    let stack =
-        match with(|s| (s.last.2 != 0 && (s.last.0, s.last.1) == (c0, main.0)).then_some(s.last.2))
-        {
-            // Its stack at `c0` is known; the clock still at `c0` means it has not run since
-            // (a caller's `c0` may be older than now: `learn`'s is from before its look).
-            Some(stack) => {
-                if cpu_of(crate::guard::pid())? != c0 {
-                    return None;
-                }
-                stack
-            }
-            None => {
-                m.reset();
-                m.prefetch(&with(|s| Some(s.pages)).unwrap_or([0; PAGES]));
-                let stack = waiter::stack_key(py, m, main.0, main.1)?;
-                if cpu_of(crate::guard::pid())? != c0 {
-                    return None;
-                }
-                with(|s| {
-                    s.pages = m.pages();
-                    s.last = (c0, main.0, stack);
-                    Some(())
-                });
-                stack
-            }
-        };
+    let known =
+        with(|s| (s.last.2 != 0 && (s.last.0, s.last.1) == (c0, main.0)).then_some(s.last.2));
+    let stack = match known {
+        Some(stack) => stack,
+        None => {
+            m.reset();
+            m.prefetch(&with(|s| Some(s.pages)).unwrap_or([0; PAGES]));
+            waiter::stack_key(py, m, main.0, main.1)?
+        }
+    };
+    // Not run since `c0` (a caller's `c0` may be older than now: `learn`'s is from before its
+    // look), so the stack read, or known, at `c0` is the one it waits with.
+    if cpu_of(crate::guard::pid())? != c0 {
+        return None;
+    }
+    if known.is_none() {
+        with(|s| {
+            s.pages = m.pages();
+            s.last = (c0, main.0, stack);
+            Some(())
+        });
+    }
     Some(mix(mix(stack, u64::from(u.native)), u.salt) | 1)
 }
 
