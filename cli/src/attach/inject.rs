@@ -327,6 +327,15 @@ fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8
     )))
 }
 
+/// Whether the file the process mapped as `path` is a syncspy library under any name: it
+/// exports the arming entry point (`syncspy_attach_arm`).
+pub fn is_syncspy_library(pid: i32, maps: &[Mapping], path: &str) -> bool {
+    read_mapped(pid, maps, path).is_ok_and(|data| {
+        object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+            .is_ok_and(|elf| dynamic_symbol(&elf, "syncspy_attach_arm").is_some())
+    })
+}
+
 /// A dynamic symbol's virtual address in an ELF image.
 fn dynamic_symbol(elf: &object::read::elf::ElfFile64, name: &str) -> Option<u64> {
     use object::{Object, ObjectSymbol};

@@ -59,8 +59,21 @@ pub fn dormant_job(
     pid_file: &std::path::Path,
     err: &std::path::Path,
 ) -> (Running, String) {
+    dormant_job_env(d, cmd, pid_file, err, &[])
+}
+
+/// `dormant_job` with `env` set for syncspy and the job too.
+pub fn dormant_job_env(
+    d: &TempDir,
+    cmd: &[&str],
+    pid_file: &std::path::Path,
+    err: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Running, String) {
+    let mut all = vec![("SYNCSPY_DORMANT", "1")];
+    all.extend_from_slice(env);
     let job = Running(
-        sim_command(d, &[], cmd, &[("SYNCSPY_DORMANT", "1")])
+        sim_command(d, &[], cmd, &all)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(err).unwrap())
             .spawn()

@@ -468,9 +468,6 @@ unsafe fn scan(
             if !(bytes.starts_with(b"cuda") || is_driver_name(bytes) || bytes == b"dlsym") {
                 continue;
             }
-            if bytes.starts_with(b"cudaGraphLaunch") || bytes.starts_with(b"cuGraphLaunch") {
-                crate::gpu::graph_launch_imported();
-            }
             // Only what this library hooks (a driver function it does not wrap, such as
             // cuLaunchKernel, never stalls and needs nothing).
             let Some(hook) = own_export(name, own) else {

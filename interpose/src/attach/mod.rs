@@ -47,6 +47,9 @@ pub const ERR_ALREADY: i32 = 1;
 pub const ERR_CONTROL: i32 = 2;
 pub const ERR_NOT_ATTACHED: i32 = 3;
 pub const ERR_PANIC: i32 = 4;
+/// Another copy of the library comes first in the process's global scope (one preloaded
+/// under another file name): its hooks, not this copy's, see the program's calls.
+pub const ERR_OTHER_COPY: i32 = 5;
 
 const DEFAULT_LEASE_MS: u64 = 5000;
 const WORKER_PERIOD: Duration = Duration::from_millis(100);
@@ -349,7 +352,8 @@ pub(crate) fn after_fork_in_child() {
 /// (lines `SYNCSPY_DIR=…`, `SYNCSPY_SESSION=…`, …), redirects the GOT slots of loaded
 /// modules to the hooks when the library was injected rather than preloaded, writes what it
 /// covers to `<control>.report`, creates the segment and starts the worker that keeps the
-/// lease. Returns 0, or 1 already attached, 2 control file unreadable, 4 internal error.
+/// lease. Returns 0, or 1 already attached, 2 control file unreadable, 4 internal error, 5
+/// another copy of the library is the process's (`other_copy`).
 ///
 /// # Safety
 /// `control` is a NUL-terminated path.
@@ -361,7 +365,35 @@ pub unsafe extern "C" fn syncspy_attach_arm(control: *const c_char) -> i32 {
     // SAFETY: the caller passes a NUL-terminated path (this function's contract).
     let path = unsafe { CStr::from_ptr(control) };
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    if other_copy() {
+        return ERR_OTHER_COPY;
+    }
     std::panic::catch_unwind(|| arm(&path, false)).unwrap_or(ERR_PANIC)
+}
+
+/// Whether the process's global scope resolves the arming entry point to another copy of the
+/// library. Loaded beside a copy preloaded under another name, this one would start a second
+/// recording and a second CUPTI client in a process whose calls the first copy's hooks see
+/// (a JAX job died inside CUPTI so, in 4 of 8 runs of attach cycles, docs/gpu-validation.md).
+fn other_copy() -> bool {
+    // SAFETY: a lookup in the global scope by a NUL-terminated name.
+    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"syncspy_attach_arm".as_ptr()) };
+    if first.is_null() {
+        return false;
+    }
+    // Compared by the object each address lies in: this copy's own reference to an exported
+    // function may resolve to the copy that interposes it.
+    let base = |addr: *const libc::c_void| {
+        // SAFETY: `Dl_info` is plain data; `dladdr` only writes it.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: any address may be asked about; `info` is a local out-value.
+        (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    };
+    let own = other_copy as fn() -> bool;
+    match (base(first), base(own as *const libc::c_void)) {
+        (Some(a), Some(b)) => a != b,
+        _ => false,
+    }
 }
 
 /// Disarms recording (as the worker does when the control file goes): restores the GOT

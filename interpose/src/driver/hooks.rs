@@ -774,7 +774,6 @@ unsafe fn graph_launch(
     stream: CUstream,
     ptds: bool,
 ) -> RawResult {
-    crate::gpu::graph_launched();
     crate::behind::launch_queued(stream as u64, ptds);
     // SAFETY: the real function with the caller's arguments.
     unsafe { f(graph, stream) }

@@ -38,8 +38,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use syncspy_abi::gpu::{
-    GPU_HELD, GPU_OFF, GPU_PAUSED, GPU_TRACING, GPU_UNAVAILABLE, GPU_YIELDED, MODE_DUTY, MODE_OFF,
-    MODE_ON, SOURCE_CUPTI, SOURCE_SIMULATED,
+    GPU_OFF, GPU_PAUSED, GPU_TRACING, GPU_UNAVAILABLE, GPU_YIELDED, MODE_DUTY, MODE_OFF, MODE_ON,
+    SOURCE_CUPTI, SOURCE_SIMULATED,
 };
 use syncspy_abi::SegmentWriter;
 
@@ -78,57 +78,6 @@ static EXIT: AtomicU8 = AtomicU8::new(0);
 static WAITING: AtomicBool = AtomicBool::new(false);
 /// Set by detach: the GPU thread disables its kinds, accounts what was delivered and ends.
 static DETACH: AtomicBool = AtomicBool::new(false);
-/// Set at the process's first CUDA graph launch (`graph_launched`), in every mode, dormant
-/// hooks included.
-static GRAPHS: AtomicBool = AtomicBool::new(false);
-/// How long an injecting attach into a process that may launch graphs (`look_first`) watches
-/// its calls before it starts CUPTI: a process that launches a graph meanwhile is not traced
-/// (`graph_launched`).
-pub const ATTACH_LOOK_NS: u64 = 1_000_000_000;
-
-/// A CUDA graph was launched (the graph launch hooks, runtime and driver, call this first).
-///
-/// CUPTI started, or its kinds enabled again, while a process launches CUDA graphs crashed
-/// it: a JAX job (XLA replays its steps as graphs) died inside libcupti, called by the
-/// driver from XLA's graph update on the main thread, within 1.5 s of an attach that started
-/// CUPTI, in 4 of 8 runs of attach cycles on an H200 (docs/gpu-validation.md). PyTorch's
-/// profiler keeps CUPTI from being torn down and started again under CUDA graphs for crashes
-/// of the same kind. So once graphs are seen, the library does not start CUPTI, enable its
-/// kinds again or probe for another client (a subscription) in that process: the GPU part
-/// says `held`. A preloaded library's hooks see every launch from the start; an injected
-/// one's only after the attach, so an injecting attach into a process with a module that
-/// imports a graph launch function watches for 1 s first (`look_first`); launches through a
-/// pointer taken before the attach (`cuGetProcAddress`) are not seen. Tracing enabled before
-/// the first graph (from the process's start, `syncspy run`) goes on until its first pause;
-/// the GPU idle behind each stall is measured without CUPTI and goes on.
-#[inline]
-pub fn graph_launched() {
-    if !GRAPHS.load(Ordering::Relaxed) {
-        GRAPHS.store(true, Ordering::Relaxed);
-    }
-}
-
-fn graphs() -> bool {
-    GRAPHS.load(Ordering::Relaxed)
-}
-
-/// Set when an injecting attach found a module that imports a graph launch function
-/// (`attach::got`): the process may launch graphs, and the hooks have not seen its past.
-static GRAPH_IMPORTS: AtomicBool = AtomicBool::new(false);
-
-/// A loaded module imports `cudaGraphLaunch` or `cuGraphLaunch` (an injecting attach's scan).
-pub fn graph_launch_imported() {
-    GRAPH_IMPORTS.store(true, Ordering::Relaxed);
-}
-
-/// Whether an attach waits `ATTACH_LOOK_NS` before it starts CUPTI: the library was injected
-/// (its hooks saw nothing of the process's past) into a process with a module that imports
-/// a graph launch function. A preloaded library's hooks saw every launch since the start, so
-/// it starts at once, or not at all (`graphs`).
-fn look_first() -> bool {
-    crate::attach::injected_into() && GRAPH_IMPORTS.load(Ordering::Relaxed)
-}
-
 /// Whether CUPTI calls syncspy's clock for its timestamps (registered once per process:
 /// CUPTI takes it only before the first kind is enabled, so a second attach reuses it).
 static ON_HOST_CLOCK: AtomicBool = AtomicBool::new(false);
@@ -198,10 +147,8 @@ pub fn start(seg: &'static SegmentWriter, cfg: GpuConfig) {
     // created its context or a short program exited crashed inside cuptiActivityEnable
     // (SIGSEGV, H100, CUDA 13.0). Here it comes before the runtime's initialisation, as
     // CUPTI's own samples do it, and no exit can begin meanwhile. It costs this one call the
-    // loading of CUPTI (docs/performance.md). An injecting attach into a process that may
-    // launch CUDA graphs (`look_first`) starts it on the GPU thread after `ATTACH_LOOK_NS`,
-    // unless a graph was launched by then.
-    let ready = if cfg.mode == MODE_OFF || look_first() {
+    // loading of CUPTI (docs/performance.md).
+    let ready = if cfg.mode == MODE_OFF {
         None
     } else {
         let prev = ON_GPU_THREAD.with(|c| c.replace(true));
@@ -257,9 +204,14 @@ fn requested(seg: &SegmentWriter) -> u64 {
 /// The GPU thread.
 fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     let g = seg.gpu();
-    let Some(Ready { api, t0 }) = ready.or_else(|| wait_and_set_up(seg, cfg)) else {
-        return;
+    let ready = match ready {
+        Some(r) => r,
+        None => match wait_and_set_up(seg, cfg) {
+            Some(r) => r,
+            None => return,
+        },
     };
+    let Ready { api, t0 } = ready;
     let on_host_clock = ON_HOST_CLOCK.load(Ordering::Acquire);
     // The loop's end: the time traced counted, what arrived accounted; with `disable`,
     // syncspy's kinds off and its buffers flushed back first.
@@ -283,16 +235,9 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
     // for once a second, and left CUPTI as it found it (nothing disabled under it).
     let mut flushes = 0u32;
     loop {
-        // Detached; or graphs launched while attached: CUPTI's kinds off once, then nothing
-        // more of CUPTI (no probe for another client, no enabling again).
-        let stop = if DETACH.load(Ordering::Acquire) {
-            Some(GPU_PAUSED)
-        } else {
-            (graphs() && crate::attach::attached()).then_some(GPU_HELD)
-        };
-        if let Some(state) = stop {
+        if DETACH.load(Ordering::Acquire) {
             end(tracing, traced_since, true);
-            g.state.store(state, Ordering::Release);
+            g.state.store(GPU_PAUSED, Ordering::Release);
             return;
         }
         if FOREIGN.load(Ordering::Acquire) {
@@ -345,11 +290,8 @@ fn run(seg: &'static SegmentWriter, cfg: GpuConfig, ready: Option<Ready>) {
                 continue;
             }
             if !tracing && in_on {
-                // Graphs launched since the pause: not enabled again (`graph_launched`).
-                let held = graphs();
-                if held || !set_enabled(api, true) {
-                    let state = if held { GPU_HELD } else { GPU_UNAVAILABLE };
-                    g.state.store(state, Ordering::Release);
+                if !set_enabled(api, true) {
+                    g.state.store(GPU_UNAVAILABLE, Ordering::Release);
                     return;
                 }
                 traced_since = now;
@@ -390,22 +332,15 @@ struct Ready {
     t0: u64,
 }
 
-/// On the GPU thread in mode `off` (the other modes start CUPTI in `start`, but at an
-/// attach): waits, cheaply, for a reader's request, then starts CUPTI; nothing of CUPTI is
-/// touched before.
-///
-/// At an injecting attach in modes `on` and `duty` (`look_first`): waits `ATTACH_LOOK_NS`
-/// (or for a request), then starts CUPTI unless the process has launched a CUDA graph
-/// (`graph_launched`).
+/// On the GPU thread in mode `off` (the other modes start CUPTI in `start`): waits, cheaply,
+/// for a reader's request, then starts CUPTI; nothing of CUPTI is touched before.
 fn wait_and_set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
     WAITING.store(true, Ordering::Release);
-    let look_until = (cfg.mode != MODE_OFF).then(|| now_ns() + ATTACH_LOOK_NS);
     loop {
         if EXIT.load(Ordering::Acquire) != 0 || DETACH.load(Ordering::Acquire) {
             return None;
         }
-        let now = now_ns();
-        if now < requested(seg) || look_until.is_some_and(|t| now >= t) {
+        if now_ns() < requested(seg) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -424,10 +359,6 @@ fn set_up(seg: &'static SegmentWriter, cfg: GpuConfig) -> Option<Ready> {
     // Exiting (or detaching) already: CUPTI is not started at all.
     let leaving = || EXIT.load(Ordering::SeqCst) != 0 || DETACH.load(Ordering::Acquire);
     if leaving() {
-        return None;
-    }
-    if graphs() {
-        g.state.store(GPU_HELD, Ordering::Release);
         return None;
     }
     let unavailable = || {

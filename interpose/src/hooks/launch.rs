@@ -21,12 +21,10 @@ type LaunchExFn =
     unsafe extern "C" fn(*const cudaLaunchConfig_t, *const c_void, *mut *mut c_void) -> RawError;
 type GraphLaunchFn = unsafe extern "C" fn(cudaGraphExec_t, cudaStream_t) -> RawError;
 
-/// Exports one launch function: ends this thread's measurement on the launch's stream (a
-/// graph launch first marks the process, `gpu::graph_launched`), then calls the real function
-/// of the same name.
+/// Exports one launch function: ends this thread's measurement on the launch's stream, then
+/// calls the real function of the same name.
 macro_rules! launch {
-    ($name:ident: $ty:ty, per_thread = $pt:literal, graph = $graph:literal,
-     stream = |$($arg:ident),*| $stream:expr;
+    ($name:ident: $ty:ty, per_thread = $pt:literal, stream = |$($arg:ident),*| $stream:expr;
      ($($p:ident: $pty:ty),*)) => {
         /// # Safety
         /// Same contract as the CUDA runtime function of the same name.
@@ -45,9 +43,6 @@ macro_rules! launch {
                 let ($($arg,)*) = ($($arg,)*);
                 $stream
             };
-            if $graph {
-                crate::gpu::graph_launched();
-            }
             crate::behind::launch_queued(stream, $pt);
             // SAFETY: `f` is the real function of this symbol's name, typed with its C
             // signature, with our caller's arguments (this function's `# Safety`).
@@ -56,25 +51,21 @@ macro_rules! launch {
     };
 }
 
-launch!(cudaLaunchKernel: LaunchFn, per_thread = false, graph = false,
-    stream = |stream| stream as u64;
+launch!(cudaLaunchKernel: LaunchFn, per_thread = false, stream = |stream| stream as u64;
     (func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shmem: usize,
      stream: cudaStream_t));
-launch!(cudaLaunchKernel_ptsz: LaunchFn, per_thread = true, graph = false,
-    stream = |stream| stream as u64;
+launch!(cudaLaunchKernel_ptsz: LaunchFn, per_thread = true, stream = |stream| stream as u64;
     (func: *const c_void, grid: dim3, block: dim3, args: *mut *mut c_void, shmem: usize,
      stream: cudaStream_t));
-launch!(cudaLaunchKernelExC: LaunchExFn, per_thread = false, graph = false,
+launch!(cudaLaunchKernelExC: LaunchExFn, per_thread = false,
     stream = |config| config_stream(config);
     (config: *const cudaLaunchConfig_t, func: *const c_void, args: *mut *mut c_void));
-launch!(cudaLaunchKernelExC_ptsz: LaunchExFn, per_thread = true, graph = false,
+launch!(cudaLaunchKernelExC_ptsz: LaunchExFn, per_thread = true,
     stream = |config| config_stream(config);
     (config: *const cudaLaunchConfig_t, func: *const c_void, args: *mut *mut c_void));
-launch!(cudaGraphLaunch: GraphLaunchFn, per_thread = false, graph = true,
-    stream = |stream| stream as u64;
+launch!(cudaGraphLaunch: GraphLaunchFn, per_thread = false, stream = |stream| stream as u64;
     (graph: cudaGraphExec_t, stream: cudaStream_t));
-launch!(cudaGraphLaunch_ptsz: GraphLaunchFn, per_thread = true, graph = true,
-    stream = |stream| stream as u64;
+launch!(cudaGraphLaunch_ptsz: GraphLaunchFn, per_thread = true, stream = |stream| stream as u64;
     (graph: cudaGraphExec_t, stream: cudaStream_t));
 
 /// The stream of a launch configuration (0 for a null configuration, which the runtime
