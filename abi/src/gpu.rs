@@ -30,9 +30,6 @@ pub const GPU_PAUSED: u32 = 2;
 pub const GPU_UNAVAILABLE: u32 = 3;
 /// Another tool (torch.profiler, Nsight) took the activity source over; syncspy stepped back.
 pub const GPU_YIELDED: u32 = 4;
-/// Held back: the process launches CUDA graphs, and CUPTI is not started, enabled again or
-/// probed in it mid-run (doing so crashed a JAX job inside CUPTI: docs/gpu-validation.md).
-pub const GPU_HELD: u32 = 5;
 
 /// `GpuLive::mode` (`SYNCSPY_GPU_IDLE`).
 pub const MODE_OFF: u32 = 0;
@@ -133,8 +130,7 @@ pub struct GpuStatus {
 }
 
 impl GpuStatus {
-    /// The name of `state` in reports: `off`, `tracing`, `paused`, `unavailable`, `yielded`,
-    /// `held`.
+    /// The name of `state` in reports: `off`, `tracing`, `paused`, `unavailable`, `yielded`.
     pub fn state_name(&self) -> &'static str {
         match self.state {
             GPU_OFF => "off",
@@ -142,7 +138,6 @@ impl GpuStatus {
             GPU_PAUSED => "paused",
             GPU_UNAVAILABLE => "unavailable",
             GPU_YIELDED => "yielded",
-            GPU_HELD => "held",
             _ => "unknown",
         }
     }

@@ -67,7 +67,6 @@ pub fn gpu_not_measured(state: &Name<GpuState>) -> &str {
         Some(GpuState::Off) => "off (SYNCSPY_GPU_IDLE=off, or no GPU work)",
         Some(GpuState::Unavailable) => "no activity source (CUPTI not found or refused)",
         Some(GpuState::Yielded) => "another tool took the GPU activity source over",
-        Some(GpuState::Held) => "held back: the process launches CUDA graphs, and CUPTI started or enabled again mid-run crashed such a process (the GPU idle behind each stall is still measured)",
         Some(GpuState::Tracing) => "traced, but no GPU time became final before the process ended (runs shorter than about 0.5 s)",
         Some(GpuState::Paused) => "duty-cycled, and no traced window covered GPU work (SYNCSPY_GPU_IDLE=on traces all the time)",
         Some(GpuState::Unknown) | None => state.as_str(),
@@ -78,7 +77,6 @@ pub fn gpu_not_measured(state: &Name<GpuState>) -> &str {
 pub fn gpu_stopped(state: &GpuState) -> Option<&'static str> {
     match state {
         GpuState::Yielded => Some("another tool took the activity source over: not measured since"),
-        GpuState::Held => Some("CUDA graphs launched: not traced since, CUPTI held back"),
         _ => None,
     }
 }

@@ -192,9 +192,6 @@ text_vocabulary! {
         Unavailable => "unavailable",
         /// Another tool holds the activity API; the library stepped aside.
         Yielded => "yielded",
-        /// The process launches CUDA graphs: the activity API is not started or enabled
-        /// again in it mid-run.
-        Held => "held",
         /// The state word holds a value the reader did not know.
         Unknown => "unknown",
     }
