@@ -618,8 +618,8 @@ fn inject_library(
         .map_err(|e| setup(format!("cannot attach to process {}: {e}", t.pid)))?;
     if !report_out.exists() {
         return Err(setup(format!(
-            "the library in process {} did not arm (attached by someone else, or it \
-             cannot read {}); nothing recorded",
+            "the library in process {} did not arm (attached by someone else, another copy \
+             of it loaded there first, or it cannot read {}); nothing recorded",
             t.pid,
             control.display()
         )));
