@@ -56,6 +56,30 @@ const _: () = assert!(std::mem::size_of::<CostLive>() == 56);
 /// End of the cost part in the header: a segment whose `header_size` reaches it has one.
 pub const COST_END: usize = 7344;
 
+/// The library's own time by part (ABI 1.11), appended after the cost part: what share of
+/// `Live::overhead_ns` a part took, so that a reader can say where the time went.
+#[repr(C)]
+#[derive(Default)]
+pub struct OwnLive {
+    /// The host-wait machinery: the library's work around the program's host functions
+    /// (the looks at the waiting thread before and after each, the hand-off) and the whole
+    /// CPU time of its thread that watches a sleeping waiter for its wake. It is outside the
+    /// 1% budget (the looks have a budget of their own), and part of `overhead_ns`.
+    pub host_wait_ns: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<OwnLive>() == 8);
+
+/// End of the own-time part: a segment whose `header_size` reaches it has one.
+pub const OWN_END: usize = 7352;
+
+impl OwnLive {
+    /// The host-wait machinery's time so far.
+    pub fn host_wait_ns(&self) -> u64 {
+        self.host_wait_ns.load(Ordering::Relaxed)
+    }
+}
+
 /// A reader's copy of the cost part.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CostStatus {

@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 8] = *b"SYNCSPY\0";
 /// Incompatible layout changes bump the major version; readers reject other majors.
 pub const ABI_MAJOR: u16 = 1;
 /// Appended fields bump the minor version; readers accept any minor.
-pub const ABI_MINOR: u16 = 10;
+pub const ABI_MINOR: u16 = 11;
 /// `clock_id` value: every timestamp is CLOCK_MONOTONIC nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 1;
 /// Bytes of the command line kept (NUL-separated argv, truncated).
@@ -83,6 +83,7 @@ pub struct Header {
     pub collectives: crate::collectives::CollectiveLive,
     /// ABI 1.9: the library's budget for its own time and what it shed (`cost` module).
     pub cost: crate::cost::CostLive,
+    pub own: crate::cost::OwnLive,
 }
 
 /// `header_size` of ABI 1.0 writers, the smallest a reader accepts.
@@ -109,6 +110,7 @@ const _: () = {
             == crate::collectives::COLLECTIVES_END
     );
     assert!(offset_of!(Header, cost) + size_of::<crate::cost::CostLive>() == crate::cost::COST_END);
+    assert!(offset_of!(Header, own) + size_of::<crate::cost::OwnLive>() == crate::cost::OWN_END);
 };
 
 impl Ident {

@@ -29,7 +29,7 @@ use syncspy_abi::collectives::{CollectiveCalls, CollectiveLive};
 use syncspy_abi::control::{
     CollectiveStatus, Control, ControlStatus, GpuCollective, CONTROL_END, TRACE_UNTIL_OFFSET,
 };
-use syncspy_abi::cost::{CostLive, CostStatus, COST_END, SHED_STACKS};
+use syncspy_abi::cost::{CostLive, CostStatus, OwnLive, COST_END, OWN_END, SHED_STACKS};
 use syncspy_abi::gpu::{
     GpuDevice, GpuDeviceStatus, GpuLive, GpuStatus, GPU_END, GPU_TRACING, MODE_DUTY, SOURCE_CUPTI,
 };
@@ -83,6 +83,11 @@ const V1_9: &str = "segment-v1.9.bin";
 /// The frozen ABI 1.10 segment: the v1.9 contents and the GPU idle measured behind one stream
 /// sync (a `gpu_idle` record of API `stall_events`), and one back-to-back sync counted.
 const V1_10: &str = "segment-v1.10.bin";
+/// The frozen ABI 1.11 segment: the v1.10 contents and the own-time part (the host-wait
+/// machinery's share of the library's time).
+const V1_11: &str = "segment-v1.11.bin";
+/// The host-wait machinery's time in the v1.11 file.
+const HOST_WAIT_OWN_V1_11: u64 = 61_250_000;
 
 // What both files hold. Changing any of it changes the files: add a new frozen file instead
 // of editing these (tests/data/README.md).
@@ -609,9 +614,21 @@ fn stall_idle_v1_10() -> Record {
 /// Writes the v1.10 segment's contents with the current writer: the v1.9 contents, the
 /// measurement of `stall_idle_v1_10` and a back-to-back sync's 0 ns (totals only).
 fn write_v1_10(dir: &Path) -> PathBuf {
+    write_v1_10_with(dir, |_| {})
+}
+
+/// The v1.10 contents, and whatever `more` writes after them.
+fn write_v1_10_with(dir: &Path, more: impl FnOnce(&SegmentWriter)) -> PathBuf {
     write_v1_9_with(dir, |w| {
         w.record_stall_idle(&stall_idle_v1_10(), true);
         w.live().apis[Api::StallEvents as usize].add(0, 0);
+        more(w);
+    })
+}
+
+fn write_v1_11(dir: &Path) -> PathBuf {
+    write_v1_10_with(dir, |w| {
+        w.own().host_wait_ns.store(HOST_WAIT_OWN_V1_11, Relaxed);
     })
 }
 
@@ -1455,18 +1472,56 @@ fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn the_current_writer_reproduces_the_v1_10_file_byte_for_byte() {
+fn the_current_writer_reproduces_the_v1_11_file_byte_for_byte() {
     let dir = TempDir::new("rewrite");
-    let fresh = std::fs::read(write_v1_10(&dir.0)).unwrap();
-    let frozen = frozen_or_keep(V1_10, &fresh);
+    let fresh = std::fs::read(write_v1_11(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_11, &fresh);
     let differ = differing(&fresh, &frozen);
     assert!(
         differ.is_empty(),
-        "the writer changed {} bytes of the v1.10 layout, first at offset {:?}: fields may only \
+        "the writer changed {} bytes of the v1.11 layout, first at offset {:?}: fields may only \
          be appended (docs/contracts.md)",
         differ.len(),
         &differ[..differ.len().min(8)]
     );
+}
+
+#[test]
+fn without_an_own_part_the_current_writer_changes_only_the_version_fields_of_v1_10() {
+    let dir = TempDir::new("rewrite-1-10");
+    let fresh = std::fs::read(write_v1_10(&dir.0)).unwrap();
+    let frozen = frozen_or_keep(V1_10, &fresh);
+    let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
+    let differ: Vec<usize> = differing(&fresh, &frozen)
+        .into_iter()
+        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the writer changed bytes of the v1.10 layout: {differ:?}"
+    );
+    assert_eq!(
+        (get_u16(&frozen, minor), get_u32(&frozen, size)),
+        (10, 7344)
+    );
+    assert_eq!(get_u32(&fresh, size) as usize, size_of::<Header>());
+    assert!(fresh[offset_of!(Header, own)..OWN_END]
+        .iter()
+        .all(|b| *b == 0));
+}
+
+#[test]
+fn the_v1_11_file_reads_back_exactly() {
+    let r = SegmentReader::open(&data(V1_11)).unwrap();
+    assert_eq!((r.ident().abi_major, r.ident().abi_minor), (1, 11));
+    assert_eq!(r.ident().header_size as usize, OWN_END);
+    assert_eq!(r.host_wait_own_ns(), Some(HOST_WAIT_OWN_V1_11));
+    // Every earlier part reads as in v1.10; an older segment has no own-time part.
+    let old = SegmentReader::open(&data(V1_10)).unwrap();
+    assert_eq!(old.host_wait_own_ns(), None);
+    assert_eq!(r.cost_status(), old.cost_status());
+    assert_eq!(drain(&r).0, drain(&old).0);
 }
 
 #[test]
@@ -1475,15 +1530,19 @@ fn without_a_stall_measurement_the_current_writer_changes_only_the_version_of_v1
     let fresh = std::fs::read(write_v1_9(&dir.0)).unwrap();
     let frozen = frozen_or_keep(V1_9, &fresh);
     let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
     let differ: Vec<usize> = differing(&fresh, &frozen)
         .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i))
+        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
         .collect();
     assert!(
         differ.is_empty(),
         "the writer changed bytes of the v1.9 layout: {differ:?}"
     );
-    assert_eq!((get_u16(&frozen, minor), get_u16(&fresh, minor)), (9, 10));
+    assert_eq!(
+        (get_u16(&frozen, minor), get_u16(&fresh, minor)),
+        (9, ABI_MINOR)
+    );
 }
 
 #[test]
@@ -1982,11 +2041,11 @@ fn an_unknown_major_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn this_build_writes_abi_1_10_and_its_file_is_the_newest() {
-    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 10));
+fn this_build_writes_abi_1_11_and_its_file_is_the_newest() {
+    assert_eq!((ABI_MAJOR, ABI_MINOR), (1, 11));
     assert_eq!(&MAGIC, b"SYNCSPY\0");
     assert_eq!(HEADER_SIZE_1_0, 5840);
-    assert_eq!(size_of::<Header>(), 7344);
+    assert_eq!(size_of::<Header>(), 7352);
     // What a fresh segment says of itself, with and without Python tables.
     let dir = TempDir::new("version");
     for code_capacity in [0, 16] {
@@ -2025,7 +2084,8 @@ fn this_build_writes_abi_1_10_and_its_file_is_the_newest() {
             (1, 7),
             (1, 8),
             (1, 9),
-            (1, 10)
+            (1, 10),
+            (1, 11)
         ]
     );
     assert_eq!(files.last(), Some(&(ABI_MAJOR, ABI_MINOR)));
@@ -2075,7 +2135,7 @@ fn layout() -> Vec<(String, usize, usize)> {
         collectives.first_ns, collectives.last_ns, collectives.unmeasured,
         collectives.comm_id, collectives.comm_rank_1, collectives.comm_size,
         cost.budget_ppm, cost.level, cost.raised, cost.shed_since_ns, cost.stacks_shed,
-        cost.gaps_shed, cost.records_shed, cost.looks_skipped,
+        cost.gaps_shed, cost.records_shed, cost.looks_skipped, own.host_wait_ns,
     );
     v.extend(fields!(Totals, "totals.": count, total_ns, bytes, max_ns));
     v.extend(fields!(Slot, "slot.": stamp, words));
@@ -2165,7 +2225,9 @@ fn header_and_entry_offsets_are_the_documented_ones() {
     assert_eq!(size_of::<CollectiveLive>(), 72);
     assert_eq!(offset_of!(Header, cost), 7288);
     assert_eq!(size_of::<CostLive>(), 56);
-    assert_eq!(size_of::<Header>(), 7344);
+    assert_eq!(offset_of!(Header, own), 7344);
+    assert_eq!(size_of::<OwnLive>(), 8);
+    assert_eq!(size_of::<Header>(), 7352);
     assert_eq!(size_of::<Slot>(), 64);
     assert_eq!(size_of::<SiteEntry>(), 512);
     assert_eq!(size_of::<ModuleEntry>(), 512);

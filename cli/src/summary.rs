@@ -497,7 +497,8 @@ fn render_overhead(out: &mut String, p: &ProcessReport) {
     // ms), which in a short run is most of it: say so rather than let it read as a cost per
     // event.
     let events: u64 = p.kinds.values().map(|k| k.count).sum();
-    let start_up = if events < 1000 && p.overhead_ns * 20 > p.wall_ns {
+    let host_wait = p.host_wait_overhead_ns.unwrap_or(0).min(p.overhead_ns);
+    let start_up = if events < 1000 && (p.overhead_ns - host_wait) * 20 > p.wall_ns {
         format!(
             ", mostly its one-time start-up ({} recorded)",
             plural::count(events, "event", "events")
@@ -514,6 +515,15 @@ fn render_overhead(out: &mut String, p: &ProcessReport) {
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
+    if let Some(ns) = p.host_wait_overhead_ns.filter(|ns| *ns > 0) {
+        let _ = writeln!(
+            out,
+            "    of which the host-wait looks and their watch {} ({} of wall), outside the \
+             budget (SYNCSPY_PYTHON=0 turns them off)",
+            fmt_ns(ns.min(p.overhead_ns)),
+            pct(ns.min(p.overhead_ns), p.wall_ns)
+        );
+    }
 }
 
 /// What the reader skipped, could not keep or clamped, and the Python note.
@@ -1091,6 +1101,55 @@ mod tests {
             s.contains("mostly its one-time start-up (3 events recorded)"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn the_host_wait_machinerys_share_of_the_overhead_is_said_and_not_taken_for_start_up() {
+        let p = ProcessReport {
+            pid: 41,
+            cmdline: "python jax_loop.py".into(),
+            state: "running".into(),
+            wall_ns: 1_000_000_000,
+            overhead_ns: 90_000_000,
+            host_wait_overhead_ns: Some(70_000_000),
+            kinds: [(
+                "host_wait".into(),
+                syncspy_read::report::Stats {
+                    count: 600,
+                    total_ns: 400_000_000,
+                    ..Default::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
+            ..ProcessReport::default()
+        };
+        let r = Report {
+            syncspy_report: 1,
+            command: vec!["python".into(), "jax_loop.py".into()],
+            processes: vec![p.clone()],
+            ..Report::default()
+        };
+        let s = render(&r);
+        assert!(
+            s.contains(
+                "of which the host-wait looks and their watch 70.00 ms (7.0% of wall), outside \
+                 the budget"
+            ),
+            "{s}"
+        );
+        // 20 ms of the rest is 2% of the wall: not the start-up's doing.
+        assert!(!s.contains("one-time start-up"), "{s}");
+        let older = Report {
+            processes: vec![ProcessReport {
+                host_wait_overhead_ns: None,
+                ..p
+            }],
+            ..r
+        };
+        let s = render(&older);
+        assert!(!s.contains("host-wait looks"), "{s}");
+        assert!(s.contains("one-time start-up"), "{s}");
     }
 
     #[test]

@@ -285,6 +285,14 @@ for _ in range(150):
         ],
         "{stderr}"
     );
+    // The machinery's time is said apart, as a part of the library's own time.
+    let own = p["overhead_ns"].as_u64().unwrap();
+    let host_wait = p["host_wait_overhead_ns"].as_u64().unwrap_or(0);
+    assert!(host_wait > 0 && host_wait <= own, "{host_wait} of {own}");
+    assert!(
+        stderr.contains("of which the host-wait looks and their watch"),
+        "{stderr}"
+    );
 }
 
 /// Each wait runs three host functions, two that leave the thread asleep and one that wakes

@@ -144,6 +144,9 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.device.store(q.device, Relaxed);
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
+    // The queuing (the thread's CPU clock, the call site, a slot) is the host-wait
+    // machinery's time, like the trampoline's looks; a call that queues nothing pays no clock.
+    crate::shed::own_host_wait(&rt.seg, now_ns().saturating_sub(t0));
     Some((trampoline as *const () as usize, i + 1))
 }
 
@@ -266,7 +269,7 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) {
     }
     // The look's time is the library's own (before the program's function, it delays the
     // wake it looks for): in `overhead_ns`, under the looks' budget rather than the 1%.
-    crate::shed::own_outside(&rt.seg, look_ns + now_ns().saturating_sub(after0));
+    crate::shed::own_host_wait(&rt.seg, look_ns + now_ns().saturating_sub(after0));
 }
 
 /// The address of `rt`, which names its segment: runtimes are never freed (`init`).
@@ -781,7 +784,7 @@ mod watch {
             // library's own; the time of its reads is the looks' budget's.
             let cpu = waiter::cpu_ns();
             if let Some(rt) = active() {
-                crate::shed::own_outside(&rt.seg, cpu.saturating_sub(own));
+                crate::shed::own_host_wait(&rt.seg, cpu.saturating_sub(own));
             }
             own = cpu;
             let youngest = WATCHED

@@ -56,6 +56,14 @@ pub fn own_outside(seg: &SegmentWriter, ns: u64) {
     outside(ns);
 }
 
+/// `own_outside` for the host-wait machinery (`hostwait`: the queuing of a host function
+/// behind the trampoline, the trampoline's looks, the watcher's CPU time), which the segment
+/// also counts apart (`OwnLive::host_wait_ns`) so that readers can say what share it took.
+pub fn own_host_wait(seg: &SegmentWriter, ns: u64) {
+    own_outside(seg, ns);
+    seg.own().host_wait_ns.fetch_add(ns, Relaxed);
+}
+
 /// Parses `SYNCSPY_BUDGET`: a percentage of the wall time (`1`, `0.5`, `2%`); `0` or `off`
 /// for none. `None` for anything else.
 pub fn parse_ppm(v: &str) -> Option<u32> {

@@ -212,6 +212,9 @@ pub struct LiveCounters {
     /// The cost part (ABI 1.9: the library's budget and what it shed); `None` for older
     /// segments.
     pub cost: Option<syncspy_abi::cost::CostStatus>,
+    /// The host-wait machinery's share of `overhead_ns` (ABI 1.11); `None` for older
+    /// segments.
+    pub host_wait_own_ns: Option<u64>,
 }
 
 impl Default for LiveCounters {
@@ -237,6 +240,7 @@ impl Default for LiveCounters {
             control: None,
             collectives: None,
             cost: None,
+            host_wait_own_ns: None,
         }
     }
 }
@@ -275,6 +279,7 @@ impl LiveCounters {
             control: r.control_status(),
             collectives: r.collective_calls(),
             cost: r.cost_status(),
+            host_wait_own_ns: r.host_wait_own_ns(),
         }
     }
 
