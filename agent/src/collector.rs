@@ -488,6 +488,9 @@ impl Collector {
             .lost_records
             .saturating_add(a.lost().saturating_sub(a.live().events_dropped));
         entry.overhead_ns = entry.overhead_ns.saturating_add(a.live().overhead_ns);
+        entry.host_wait_overhead_ns = entry
+            .host_wait_overhead_ns
+            .saturating_add(a.live().host_wait_own_ns.unwrap_or(0));
         if let Some(b) = syncspy_read::report::BehindStalls::of(a.live()) {
             entry.idle_after_syncs = entry.idle_after_syncs.saturating_add(b.measured);
             entry.idle_after_ns = entry.idle_after_ns.saturating_add(b.total_ns);

@@ -80,7 +80,8 @@ then \"other\" or \"other-uid<N>\"; kind; state):
   syncspy_gpu_idle_after_syncs_seconds_total, syncspy_gpu_idle_measured_syncs_total (the GPU
     idle behind each sync and blocking copy, measured at every one)
   syncspy_processes, syncspy_dropped_events_total, syncspy_lost_records_total,
-  syncspy_overhead_seconds_total, syncspy_forgotten_processes_total,
+  syncspy_overhead_seconds_total, syncspy_host_wait_overhead_seconds_total (its part that was
+    the host-wait machinery, outside the budget), syncspy_forgotten_processes_total,
   syncspy_shed_total (label what: stacks, gap_records, records, looks: detail a library shed
     to keep within its budget, SYNCSPY_BUDGET; totals stay exact), syncspy_shedding_processes,
   syncspy_segments_skipped, syncspy_agent_info

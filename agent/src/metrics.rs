@@ -215,6 +215,7 @@ struct ProgramSeries {
     dropped: Family<ProgramLabels, Counter>,
     lost: Family<ProgramLabels, Counter>,
     overhead: Family<ProgramLabels, FloatCounter>,
+    host_wait_overhead: Family<ProgramLabels, FloatCounter>,
     forgotten: Family<ProgramLabels, Counter>,
     shed: Family<ShedLabels, Counter>,
     shedding: Family<ProgramLabels, Gauge>,
@@ -227,6 +228,7 @@ impl ProgramSeries {
             dropped: Family::default(),
             lost: Family::default(),
             overhead: Family::default(),
+            host_wait_overhead: Family::default(),
             forgotten: Family::default(),
             shed: Family::default(),
             shedding: Family::default(),
@@ -251,6 +253,14 @@ impl ProgramSeries {
             "Time libsyncspy spent on its own work inside the programs",
             Unit::Seconds,
             s.overhead.clone(),
+        );
+        reg.register_with_unit(
+            "host_wait_overhead",
+            "The part of syncspy_overhead_seconds_total that was the host-wait machinery (the \
+             looks around host functions, the thread watching for a waiter's wake), outside the \
+             budget",
+            Unit::Seconds,
+            s.host_wait_overhead.clone(),
         );
         reg.register(
             "forgotten_processes",
@@ -476,14 +486,22 @@ impl Series {
             .inc_by(ns as f64 / 1e9);
     }
 
-    fn add_program(&self, program: &str, dropped: u64, lost: u64, overhead_ns: u64) {
+    /// The library's counts of a program: events dropped, records lost, its own time (ns) and
+    /// the host-wait machinery's part of it.
+    fn add_program(&self, program: &str, dropped: u64, lost: u64, own: (u64, u64)) {
         let pl = program_labels(program);
         add_sat(&self.programs.dropped.get_or_create(&pl), dropped);
         add_sat(&self.programs.lost.get_or_create(&pl), lost);
         self.programs
             .overhead
             .get_or_create(&pl)
-            .inc_by(overhead_ns as f64 / 1e9);
+            .inc_by(own.0 as f64 / 1e9);
+        if own.1 > 0 {
+            self.programs
+                .host_wait_overhead
+                .get_or_create(&pl)
+                .inc_by(own.1 as f64 / 1e9);
+        }
     }
 
     /// Where the live processes with the most stall time are.
@@ -543,7 +561,7 @@ impl Series {
             &p.program,
             r.dropped_events,
             r.lost_records.saturating_sub(r.dropped_events),
-            r.overhead_ns,
+            (r.overhead_ns, r.host_wait_overhead_ns.unwrap_or(0)),
         );
         if let Some(c) = &r.cost {
             self.programs
@@ -570,7 +588,12 @@ impl Series {
             self.add_kind(program, kind, a.count, a.total_ns, a.bytes);
         }
         self.add_latency(program, &f.latency);
-        self.add_program(program, f.dropped_events, f.lost_records, f.overhead_ns);
+        self.add_program(
+            program,
+            f.dropped_events,
+            f.lost_records,
+            (f.overhead_ns, f.host_wait_overhead_ns),
+        );
         if f.idle_after_syncs > 0 {
             self.add_idle_after(program, f.idle_after_syncs, f.idle_after_ns);
         }
@@ -1096,6 +1119,7 @@ mod tests {
             dropped_events: 1,
             lost_records: 3,
             overhead_ns: 2_000_000,
+            host_wait_overhead_ns: Some(1_500_000),
             ..ProcessReport::default()
         };
         r.kinds.insert(
@@ -1108,6 +1132,7 @@ mod tests {
         );
         let mut f = ForgottenProgram {
             processes: 2,
+            host_wait_overhead_ns: 500_000,
             ..ForgottenProgram::default()
         };
         f.latency
@@ -1185,6 +1210,8 @@ mod tests {
             r#"syncspy_dropped_events_total{program="train.py"} 1"#,
             r#"syncspy_lost_records_total{program="train.py"} 2"#,
             r#"syncspy_forgotten_processes_total{program="train.py"} 2"#,
+            // The live process's 1.5 ms and the forgotten ones' 0.5 ms.
+            r#"syncspy_host_wait_overhead_seconds_total{program="train.py"} 0.002"#,
             "syncspy_segments_skipped 1",
             r#"syncspy_gpu_idle_seconds_total{program="train.py"} 1.0"#,
             r#"syncspy_gpu_busy_ratio{program="train.py"} 0.6"#,

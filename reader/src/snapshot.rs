@@ -102,6 +102,9 @@ pub struct ForgottenProgram {
     pub dropped_events: u64,
     pub lost_records: u64,
     pub overhead_ns: u64,
+    /// The part of `overhead_ns` that was the host-wait machinery (ABI 1.11).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_wait_overhead_ns: u64,
     /// What their libraries shed to keep within budget, by what (`shed_amounts`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub shed: BTreeMap<String, u64>,
@@ -147,6 +150,9 @@ impl ForgottenProgram {
         self.dropped_events = self.dropped_events.saturating_add(o.dropped_events);
         self.lost_records = self.lost_records.saturating_add(o.lost_records);
         self.overhead_ns = self.overhead_ns.saturating_add(o.overhead_ns);
+        self.host_wait_overhead_ns = self
+            .host_wait_overhead_ns
+            .saturating_add(o.host_wait_overhead_ns);
         for (w, n) in &o.shed {
             let e = self.shed.entry(w.clone()).or_default();
             *e = e.saturating_add(*n);
