@@ -256,9 +256,9 @@ impl ProgramSeries {
         );
         reg.register_with_unit(
             "host_wait_overhead",
-            "The part of syncspy_overhead_seconds_total that was the host-wait machinery (the \
-             looks around host functions, the thread watching for a waiter's wake), outside the \
-             budget",
+            "The part of syncspy_overhead_seconds_total that was the host-wait machinery (queuing \
+             host functions behind the library's trampoline, the looks around them, the thread \
+             watching for a waiter's wake), outside the budget",
             Unit::Seconds,
             s.host_wait_overhead.clone(),
         );

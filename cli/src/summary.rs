@@ -518,8 +518,8 @@ fn render_overhead(out: &mut String, p: &ProcessReport) {
     if let Some(ns) = p.host_wait_overhead_ns.filter(|ns| *ns > 0) {
         let _ = writeln!(
             out,
-            "    of which the host-wait looks and their watch {} ({} of wall), outside the \
-             budget (SYNCSPY_PYTHON=0 turns them off)",
+            "    of which the host-wait machinery (queuing, looks, the watch for wakes) {} ({} of \
+             wall), outside the budget (SYNCSPY_PYTHON=0 turns it off)",
             fmt_ns(ns.min(p.overhead_ns)),
             pct(ns.min(p.overhead_ns), p.wall_ns)
         );
@@ -1133,8 +1133,8 @@ mod tests {
         let s = render(&r);
         assert!(
             s.contains(
-                "of which the host-wait looks and their watch 70.00 ms (7.0% of wall), outside \
-                 the budget"
+                "of which the host-wait machinery (queuing, looks, the watch for wakes) 70.00 ms \
+                 (7.0% of wall), outside the budget"
             ),
             "{s}"
         );
@@ -1148,7 +1148,7 @@ mod tests {
             ..r
         };
         let s = render(&older);
-        assert!(!s.contains("host-wait looks"), "{s}");
+        assert!(!s.contains("host-wait machinery"), "{s}");
         assert!(s.contains("one-time start-up"), "{s}");
     }
 

@@ -290,7 +290,7 @@ for _ in range(150):
     let host_wait = p["host_wait_overhead_ns"].as_u64().unwrap_or(0);
     assert!(host_wait > 0 && host_wait <= own, "{host_wait} of {own}");
     assert!(
-        stderr.contains("of which the host-wait looks and their watch"),
+        stderr.contains("of which the host-wait machinery (queuing, looks, the watch for wakes)"),
         "{stderr}"
     );
 }

@@ -145,7 +145,9 @@ pub fn queue(rt: &Runtime, q: Queued) -> Option<(usize, usize)> {
     s.flags.store(q.flags, Relaxed);
     s.state.store(QUEUED, Release);
     // The queuing (the thread's CPU clock, the call site, a slot) is the host-wait
-    // machinery's time, like the trampoline's looks; a call that queues nothing pays no clock.
+    // machinery's time, like the trampoline's looks. Counted here, once a slot is taken: a
+    // call that queues nothing pays no clock read (one that found no site or no free slot
+    // leaves its stack look uncounted).
     crate::shed::own_host_wait(&rt.seg, now_ns().saturating_sub(t0));
     Some((trampoline as *const () as usize, i + 1))
 }

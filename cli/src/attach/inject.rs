@@ -327,13 +327,49 @@ fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8
     )))
 }
 
+/// The largest file taken for a syncspy library (a release build is about 1.5 MiB, a debug
+/// one under 64 MiB): the process's user chooses what its `LD_PRELOAD` names, and a larger
+/// file is not read.
+const SYNCSPY_LIBRARY_MAX: u64 = 64 << 20;
+
 /// Whether the file the process mapped as `path` is a syncspy library under any name: it
-/// exports the arming entry point (`syncspy_attach_arm`).
+/// exports the arming entry point (`syncspy_attach_arm`). Read only if it is the very file
+/// mapped (its device and inode, through /proc/PID/map_files or the path in the process's
+/// root), a regular file, and at most `SYNCSPY_LIBRARY_MAX`; opened without blocking (a FIFO
+/// planted at the path does not hold the attacher).
 pub fn is_syncspy_library(pid: i32, maps: &[Mapping], path: &str) -> bool {
-    read_mapped(pid, maps, path).is_ok_and(|data| {
-        object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
-            .is_ok_and(|elf| dynamic_symbol(&elf, "syncspy_attach_arm").is_some())
-    })
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let Some(first) = maps.iter().find(|m| m.path == path && m.offset == 0) else {
+        return false;
+    };
+    let candidates = [
+        format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end),
+        format!("/proc/{pid}/root{path}"),
+    ];
+    for candidate in candidates {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&candidate)
+        else {
+            continue;
+        };
+        let Ok(meta) = f.metadata() else {
+            continue;
+        };
+        let same = major_minor(meta.dev()) == first.dev && meta.ino() == first.inode;
+        if !meta.is_file() || !same || meta.len() > SYNCSPY_LIBRARY_MAX {
+            continue;
+        }
+        let mut data = Vec::new();
+        if f.take(SYNCSPY_LIBRARY_MAX).read_to_end(&mut data).is_err() {
+            continue;
+        }
+        return object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+            .is_ok_and(|elf| dynamic_symbol(&elf, "syncspy_attach_arm").is_some());
+    }
+    false
 }
 
 /// A dynamic symbol's virtual address in an ELF image.

@@ -530,12 +530,16 @@ fn look(t: &Target) -> Result<Found, RunError> {
             setup(format!("cannot read /proc/{}/maps: {e}", t.pid))
         }
     })?;
-    let renamed = preloaded_under_another_name(t, &maps);
-    let loaded = maps
+    let named = maps
         .iter()
         .find(|m| inject::is_mapped_lib(&m.path, LIB_NAME))
-        .map(|m| m.path.clone())
-        .or_else(|| renamed.clone());
+        .map(|m| m.path.clone());
+    // Only when no mapping has the library's name: the check reads the candidates' files.
+    let renamed = match named {
+        Some(_) => None,
+        None => preloaded_under_another_name(t, &maps),
+    };
+    let loaded = named.or_else(|| renamed.clone());
     let preloaded = t.env("LD_PRELOAD").is_some_and(|p| p.contains(LIB_NAME)) || renamed.is_some();
     if preloaded && !t.dormant() {
         return Err(setup(format!(
@@ -559,24 +563,22 @@ fn look(t: &Target) -> Result<Found, RunError> {
 }
 
 /// The mapped path of a syncspy library the target preloads under another file name
-/// (`LD_PRELOAD=/opt/x/syncspy-1.2.so`): an entry of its `LD_PRELOAD` that it maps and that
-/// exports the arming entry point. Found by its name alone, such a copy went unseen, and
-/// attach loaded a second library into the process beside it.
+/// (`LD_PRELOAD=/opt/x/syncspy-1.2.so`): a file mapped under the file name of an entry of its
+/// `LD_PRELOAD` (the folders may differ: a link, a merged /usr) that exports the arming entry
+/// point (`inject::is_syncspy_library`, which checks it is the very file mapped). Found by its
+/// name alone, such a copy went unseen, and attach loaded a second library beside it.
 fn preloaded_under_another_name(t: &Target, maps: &[inject::Mapping]) -> Option<String> {
     let entries = t.env("LD_PRELOAD")?;
-    entries
+    let names: Vec<&str> = entries
         .split([' ', ':'])
-        .filter(|e| !e.is_empty() && !e.contains(LIB_NAME))
-        .find_map(|e| {
-            let name = e.rsplit('/').next().unwrap_or(e);
-            maps.iter()
-                .filter(|m| m.offset == 0)
-                .find(|m| {
-                    m.path == e || (!e.contains('/') && m.path.rsplit('/').next() == Some(name))
-                })
-                .filter(|m| inject::is_syncspy_library(t.pid, maps, &m.path))
-                .map(|m| m.path.clone())
-        })
+        .filter(|e| !e.is_empty())
+        .map(|e| e.rsplit('/').next().unwrap_or(e))
+        .collect();
+    maps.iter()
+        .filter(|m| m.offset == 0)
+        .filter(|m| names.contains(&m.path.rsplit('/').next().unwrap_or(&m.path)))
+        .find(|m| inject::is_syncspy_library(t.pid, maps, &m.path))
+        .map(|m| m.path.clone())
 }
 
 /// Loads the library into the target with ptrace and arms it; the library's report file
