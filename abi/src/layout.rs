@@ -83,6 +83,7 @@ pub struct Header {
     pub collectives: crate::collectives::CollectiveLive,
     /// ABI 1.9: the library's budget for its own time and what it shed (`cost` module).
     pub cost: crate::cost::CostLive,
+    /// ABI 1.11: the library's own time by part (`cost::OwnLive`).
     pub own: crate::cost::OwnLive,
 }
 

@@ -1462,6 +1462,17 @@ fn frozen_or_keep(name: &str, fresh: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Offsets at which `fresh` and `frozen` differ (`differing`), `abi_minor` and `header_size`
+/// left out: what an appended part may change in an older layout.
+fn beyond_the_version_fields(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
+    let minor = offset_of!(Ident, abi_minor);
+    let size = offset_of!(Ident, header_size);
+    differing(fresh, frozen)
+        .into_iter()
+        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
+        .collect()
+}
+
 /// Offsets at which the masked `fresh` and `frozen` differ.
 fn differing(fresh: &[u8], frozen: &[u8]) -> Vec<usize> {
     let (fresh, frozen) = (masked(fresh.to_vec()), masked(frozen.to_vec()));
@@ -1491,12 +1502,8 @@ fn without_an_own_part_the_current_writer_changes_only_the_version_fields_of_v1_
     let dir = TempDir::new("rewrite-1-10");
     let fresh = std::fs::read(write_v1_10(&dir.0)).unwrap();
     let frozen = frozen_or_keep(V1_10, &fresh);
-    let minor = offset_of!(Ident, abi_minor);
-    let size = offset_of!(Ident, header_size);
-    let differ: Vec<usize> = differing(&fresh, &frozen)
-        .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
-        .collect();
+    let (minor, size) = (offset_of!(Ident, abi_minor), offset_of!(Ident, header_size));
+    let differ = beyond_the_version_fields(&fresh, &frozen);
     assert!(
         differ.is_empty(),
         "the writer changed bytes of the v1.10 layout: {differ:?}"
@@ -1530,11 +1537,7 @@ fn without_a_stall_measurement_the_current_writer_changes_only_the_version_of_v1
     let fresh = std::fs::read(write_v1_9(&dir.0)).unwrap();
     let frozen = frozen_or_keep(V1_9, &fresh);
     let minor = offset_of!(Ident, abi_minor);
-    let size = offset_of!(Ident, header_size);
-    let differ: Vec<usize> = differing(&fresh, &frozen)
-        .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
-        .collect();
+    let differ = beyond_the_version_fields(&fresh, &frozen);
     assert!(
         differ.is_empty(),
         "the writer changed bytes of the v1.9 layout: {differ:?}"
@@ -1584,12 +1587,8 @@ fn without_a_cost_part_the_current_writer_changes_only_the_version_fields_of_v1_
     let dir = TempDir::new("rewrite-1-8");
     let fresh = std::fs::read(write_v1_8(&dir.0)).unwrap();
     let frozen = frozen_or_keep(V1_8, &fresh);
-    let minor = offset_of!(Ident, abi_minor);
-    let size = offset_of!(Ident, header_size);
-    let differ: Vec<usize> = differing(&fresh, &frozen)
-        .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
-        .collect();
+    let (minor, size) = (offset_of!(Ident, abi_minor), offset_of!(Ident, header_size));
+    let differ = beyond_the_version_fields(&fresh, &frozen);
     assert!(
         differ.is_empty(),
         "the writer changed bytes of the v1.8 layout: {differ:?}"
@@ -1661,12 +1660,8 @@ fn the_v1_8_file_reads_back_exactly() {
 /// only in `abi_minor` and, from v1.8 on, `header_size`.
 fn assert_only_the_minor_differs(name: &str, fresh: &[u8], frozen_minor: u16) {
     let frozen = frozen_or_keep(name, fresh);
-    let minor = offset_of!(Ident, abi_minor);
-    let size = offset_of!(Ident, header_size);
-    let differ: Vec<usize> = differing(fresh, &frozen)
-        .into_iter()
-        .filter(|i| !(minor..minor + 2).contains(i) && !(size..size + 4).contains(i))
-        .collect();
+    let (minor, size) = (offset_of!(Ident, abi_minor), offset_of!(Ident, header_size));
+    let differ = beyond_the_version_fields(fresh, &frozen);
     assert!(
         differ.is_empty(),
         "the writer changed {} bytes of the {name} layout, first at offset {:?}",

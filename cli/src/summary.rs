@@ -515,13 +515,13 @@ fn render_overhead(out: &mut String, p: &ProcessReport) {
         p.stack_cache_hits,
         fmt_ns(p.stack_ns)
     );
-    if let Some(ns) = p.host_wait_overhead_ns.filter(|ns| *ns > 0) {
+    if host_wait > 0 {
         let _ = writeln!(
             out,
             "    of which the host-wait machinery (queuing, looks, the watch for wakes) {} ({} of \
              wall), outside the budget (SYNCSPY_PYTHON=0 turns it off)",
-            fmt_ns(ns.min(p.overhead_ns)),
-            pct(ns.min(p.overhead_ns), p.wall_ns)
+            fmt_ns(host_wait),
+            pct(host_wait, p.wall_ns)
         );
     }
 }

@@ -51,24 +51,10 @@ fn a_dormant_library_under_another_name_is_armed_by_file_and_not_loaded_twice() 
     let d = TempDir::new("attach-renamed");
     let lib = renamed_copy(&d);
     let script = d.file("job.py", JOB);
-    let pid_file = d.path().join("pid");
-    let stop = d.path().join("stop");
-    let job_err = d.path().join("job.err");
-    let (mut job, pid) = common::dormant_job_env(
-        &d,
-        &[
-            "python3",
-            script.to_str().unwrap(),
-            pid_file.to_str().unwrap(),
-            stop.to_str().unwrap(),
-        ],
-        &pid_file,
-        &job_err,
-        &[("SYNCSPY_LIB", &lib)],
-    );
+    let job = common::dormant_script(&d, &script, &[], &[("SYNCSPY_LIB", &lib)]);
     let report = d.path().join("r.json");
     let o = Command::new(SYNCSPY)
-        .args(["attach", &pid, "--duration", "1", "--report"])
+        .args(["attach", &job.pid, "--duration", "1", "--report"])
         .arg(&report)
         .env("SYNCSPY_DIR", d.path())
         .output()
@@ -77,11 +63,8 @@ fn a_dormant_library_under_another_name_is_armed_by_file_and_not_loaded_twice() 
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("dormant"), "armed by the control file: {err}");
     assert!(!err.contains("through thread"), "no ptrace: {err}");
-    let mapped = syncspy_mappings(&pid);
-    std::fs::write(&stop, "").unwrap();
-    let status = job.child().wait().unwrap();
-    let job_said = std::fs::read_to_string(&job_err).unwrap_or_default();
-    assert_eq!(status.code(), Some(0), "the job: {job_said}");
+    let mapped = syncspy_mappings(&job.pid);
+    job.finish();
     assert_eq!(mapped, ["syncspy-renamed.so"], "one library in the job");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let syncs = r["processes"][0]["kinds"]["stream_sync"]["count"]

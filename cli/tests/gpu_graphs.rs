@@ -35,27 +35,11 @@ while not os.path.exists(stop) and time.time() < end:
 fn gpu_after_attach(graphs: bool) -> Value {
     let d = TempDir::new(if graphs { "gpu-graphs" } else { "gpu-nographs" });
     let script = d.file("job.py", SCRIPT);
-    let pid_file = d.path().join("pid");
-    let stop = d.path().join("stop");
-    let job_err = d.path().join("job.err");
-    let (mut job, pid) = common::dormant_job(
-        &d,
-        &[
-            "python3",
-            script.to_str().unwrap(),
-            if graphs { "graphs" } else { "plain" },
-            pid_file.to_str().unwrap(),
-            stop.to_str().unwrap(),
-        ],
-        &pid_file,
-        &job_err,
-    );
+    let job = common::dormant_script(&d, &script, &[if graphs { "graphs" } else { "plain" }], &[]);
     let report = d.path().join("r.json");
-    let r = common::attach_report(&d, &pid, &["--duration", "2", "--gpu-idle", "on"], &report);
-    std::fs::write(&stop, "").unwrap();
-    let status = job.child().wait().unwrap();
-    let err = std::fs::read_to_string(&job_err).unwrap_or_default();
-    assert_eq!(status.code(), Some(0), "the job: {err}");
+    let args = ["--duration", "2", "--gpu-idle", "on"];
+    let r = common::attach_report(&d, &job.pid, &args, &report);
+    job.finish();
     r["processes"][0]["gpu"].clone()
 }
 

@@ -18,8 +18,7 @@ impl SegmentWriter {
 impl SegmentReader {
     /// The collectives part; `None` for segments older than ABI 1.8 and frozen readers.
     pub fn collective_calls(&self) -> Option<CollectiveCalls> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 8 || (id.header_size as usize) < COLLECTIVES_END {
+        if !self.has_part(8, COLLECTIVES_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

@@ -37,8 +37,7 @@ impl SegmentWriter {
 
 impl SegmentReader {
     fn control_part(&self) -> Option<&Control> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 4 || (id.header_size as usize) < CONTROL_END {
+        if !self.has_part(4, CONTROL_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

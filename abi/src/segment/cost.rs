@@ -13,9 +13,7 @@ impl SegmentWriter {
         // atomics, accessed through shared references.
         unsafe { &(*(self.v.map.ptr as *const Header)).cost }
     }
-}
 
-impl SegmentWriter {
     /// The own-time part of this segment's header.
     pub fn own(&self) -> &OwnLive {
         // SAFETY: as for `cost`: this build's `Header`, all atomics.
@@ -27,22 +25,18 @@ impl SegmentReader {
     /// The host-wait machinery's share of the library's own time (`OwnLive`); `None` for
     /// segments older than ABI 1.11 and frozen readers.
     pub fn host_wait_own_ns(&self) -> Option<u64> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 11 || (id.header_size as usize) < OWN_END {
+        if !self.has_part(11, OWN_END) {
             return None;
         }
-        // SAFETY: the validated `header_size` covers `OwnLive`; it is all atomics, valid for
-        // any bit pattern.
+        // SAFETY: `has_part`: the header holds `OwnLive`; it is all atomics, valid for any bit
+        // pattern.
         let part = unsafe { &(*(self.v.map.ptr as *const Header)).own };
         Some(part.host_wait_ns())
     }
-}
 
-impl SegmentReader {
     /// The cost part; `None` for segments older than ABI 1.9 and frozen readers.
     pub fn cost_status(&self) -> Option<CostStatus> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 9 || (id.header_size as usize) < COST_END {
+        if !self.has_part(9, COST_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

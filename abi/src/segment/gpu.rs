@@ -78,8 +78,7 @@ impl SegmentWriter {
 
 impl SegmentReader {
     pub(crate) fn gpu_live(&self) -> Option<&GpuLive> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 2 || (id.header_size as usize) < GPU_END {
+        if !self.has_part(2, GPU_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

@@ -11,8 +11,7 @@ impl SegmentReader {
     /// processes that are no rank of a job (and frozen readers: the file may end before the
     /// header does).
     pub fn job(&self) -> Option<JobInfo> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 3 || (id.header_size as usize) < JOB_END {
+        if !self.has_part(3, JOB_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

@@ -1045,6 +1045,14 @@ impl SegmentReader {
         self.frozen
     }
 
+    /// Whether the header has a part appended at ABI 1.`minor` that ends at byte `end`: the
+    /// writer's minor and validated `header_size` (at most HEADER_RESERVED, which the mapping
+    /// holds) reach it, and the reader is not frozen (the file may end before the header does).
+    pub(crate) fn has_part(&self, minor: u16, end: usize) -> bool {
+        let id = self.ident();
+        !self.frozen() && id.abi_minor >= minor && id.header_size as usize >= end
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

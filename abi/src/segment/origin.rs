@@ -10,8 +10,7 @@ impl SegmentReader {
     /// The origin part; `None` for segments older than ABI 1.5 (and frozen readers: the file
     /// may end before the header does).
     pub fn origin(&self) -> Option<Origin> {
-        let id = self.ident();
-        if self.frozen() || id.abi_minor < 5 || (id.header_size as usize) < ORIGIN_END {
+        if !self.has_part(5, ORIGIN_END) {
             return None;
         }
         // SAFETY: the validated `header_size` (at most HEADER_RESERVED, which the mapping

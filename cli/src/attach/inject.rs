@@ -267,9 +267,9 @@ fn major_minor(dev: u64) -> (u32, u32) {
 /// the maps line's, or (where a file system's `stat` names another device than the
 /// kernel's maps: btrfs subvolumes, overlayfs on older kernels) the process's first mapping of
 /// it holds the file's bytes (ELF header, dynamic symbols, build id). Each file is checked
-/// and read through the one descriptor.
+/// and read through the one descriptor (`read_bounded`: a regular file of at most
+/// `MAPPED_FILE_MAX`, opened without blocking), since the process's user chooses what it maps.
 fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let first = maps
         .iter()
@@ -277,18 +277,13 @@ fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8
         .ok_or_else(|| std::io::Error::other("not mapped from its start"))?;
     let range = format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end);
     let mut tried = Vec::new();
-    match std::fs::read(&range) {
-        Ok(data) => return Ok(data),
+    match read_bounded(&range) {
+        Ok((_, data)) => return Ok(data),
         Err(e) => tried.push(format!("{range}: {e}")),
     }
     let in_root = format!("/proc/{pid}/root{path}");
     for candidate in [in_root.as_str(), path] {
-        let opened = File::open(candidate).and_then(|mut f| {
-            let meta = f.metadata()?;
-            let mut data = Vec::new();
-            f.read_to_end(&mut data)?;
-            Ok((meta, data))
-        });
+        let opened = read_bounded(candidate);
         let (meta, data) = match opened {
             Ok(x) => x,
             Err(e) => {
@@ -327,49 +322,39 @@ fn read_mapped(pid: i32, maps: &[Mapping], path: &str) -> std::io::Result<Vec<u8
     )))
 }
 
-/// The largest file taken for a syncspy library (a release build is about 1.5 MiB, a debug
-/// one under 64 MiB): the process's user chooses what its `LD_PRELOAD` names, and a larger
-/// file is not read.
-const SYNCSPY_LIBRARY_MAX: u64 = 64 << 20;
+/// The largest mapped file attach reads (a C library is a few MiB, a debug build of
+/// libsyncspy.so about 50 MiB): a job's user can map, or name in `LD_PRELOAD`, a file of any
+/// size.
+const MAPPED_FILE_MAX: u64 = 256 << 20;
+
+/// `path`'s metadata and bytes, if it is a regular file of at most `MAPPED_FILE_MAX`. Opened
+/// without blocking: a FIFO planted at the path does not hold the attacher.
+fn read_bounded(path: &str) -> std::io::Result<(std::fs::Metadata, Vec<u8>)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.len() > MAPPED_FILE_MAX {
+        return Err(std::io::Error::other(format!(
+            "not a regular file of at most {} MiB",
+            MAPPED_FILE_MAX >> 20
+        )));
+    }
+    let mut data = Vec::new();
+    f.take(MAPPED_FILE_MAX).read_to_end(&mut data)?;
+    Ok((meta, data))
+}
 
 /// Whether the file the process mapped as `path` is a syncspy library under any name: it
-/// exports the arming entry point (`syncspy_attach_arm`). Read only if it is the very file
-/// mapped (its device and inode, through /proc/PID/map_files or the path in the process's
-/// root), a regular file, and at most `SYNCSPY_LIBRARY_MAX`; opened without blocking (a FIFO
-/// planted at the path does not hold the attacher).
+/// exports the arming entry point (`syncspy_attach_arm`). Read as `read_mapped` reads it.
 pub fn is_syncspy_library(pid: i32, maps: &[Mapping], path: &str) -> bool {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let Some(first) = maps.iter().find(|m| m.path == path && m.offset == 0) else {
-        return false;
-    };
-    let candidates = [
-        format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end),
-        format!("/proc/{pid}/root{path}"),
-    ];
-    for candidate in candidates {
-        let Ok(f) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&candidate)
-        else {
-            continue;
-        };
-        let Ok(meta) = f.metadata() else {
-            continue;
-        };
-        let same = major_minor(meta.dev()) == first.dev && meta.ino() == first.inode;
-        if !meta.is_file() || !same || meta.len() > SYNCSPY_LIBRARY_MAX {
-            continue;
-        }
-        let mut data = Vec::new();
-        if f.take(SYNCSPY_LIBRARY_MAX).read_to_end(&mut data).is_err() {
-            continue;
-        }
-        return object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
-            .is_ok_and(|elf| dynamic_symbol(&elf, "syncspy_attach_arm").is_some());
-    }
-    false
+    read_mapped(pid, maps, path).is_ok_and(|data| {
+        object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+            .is_ok_and(|elf| dynamic_symbol(&elf, "syncspy_attach_arm").is_some())
+    })
 }
 
 /// A dynamic symbol's virtual address in an ELF image.

@@ -535,10 +535,10 @@ fn look(t: &Target) -> Result<Found, RunError> {
         .find(|m| inject::is_mapped_lib(&m.path, LIB_NAME))
         .map(|m| m.path.clone());
     // Only when no mapping has the library's name: the check reads the candidates' files.
-    let renamed = match named {
-        Some(_) => None,
-        None => preloaded_under_another_name(t, &maps),
-    };
+    let renamed = named
+        .is_none()
+        .then(|| preloaded_under_another_name(t, &maps))
+        .flatten();
     let loaded = named.or_else(|| renamed.clone());
     let preloaded = t.env("LD_PRELOAD").is_some_and(|p| p.contains(LIB_NAME)) || renamed.is_some();
     if preloaded && !t.dormant() {

@@ -85,6 +85,46 @@ pub fn dormant_job_env(
     (job, pid.trim().to_string())
 }
 
+/// A dormant Python job (`dormant_job_env`) running `python3 script ARGS PID_FILE STOP`: the
+/// script writes its pid to `PID_FILE` (by a rename) and ends once `STOP` exists, both in
+/// `d`. `finish` ends it and asserts that it exited 0.
+pub struct DormantScript {
+    job: Running,
+    pub pid: String,
+    stop: PathBuf,
+    err: PathBuf,
+}
+
+pub fn dormant_script(
+    d: &TempDir,
+    script: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> DormantScript {
+    let pid_file = d.path().join("pid");
+    let stop = d.path().join("stop");
+    let err = d.path().join("job.err");
+    let mut cmd = vec!["python3", script.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    cmd.extend([pid_file.to_str().unwrap(), stop.to_str().unwrap()]);
+    let (job, pid) = dormant_job_env(d, &cmd, &pid_file, &err, env);
+    DormantScript {
+        job,
+        pid,
+        stop,
+        err,
+    }
+}
+
+impl DormantScript {
+    pub fn finish(mut self) {
+        std::fs::write(&self.stop, "").unwrap();
+        let status = self.job.child().wait().unwrap();
+        let err = std::fs::read_to_string(&self.err).unwrap_or_default();
+        assert_eq!(status.code(), Some(0), "the job: {err}");
+    }
+}
+
 /// `syncspy attach PID ARGS --report REPORT` with `SYNCSPY_DIR` at `d`: asserts it exits 0
 /// and returns the report.
 pub fn attach_report(d: &TempDir, pid: &str, args: &[&str], report: &Path) -> serde_json::Value {
